@@ -1,0 +1,33 @@
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "bench.h"
+
+namespace cbx::bench {
+std::vector<Bench>& benches() {
+  static std::vector<Bench> list;
+  return list;
+}
+}  // namespace cbx::bench
+
+int main(int argc, char** argv) {
+  auto& list = cbx::bench::benches();
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fprintf(argc < 2 ? stderr : stdout, "usage: chatterbox-bench BENCH [options]\n\nbenches:\n");
+    for (const auto& b : list) std::fprintf(argc < 2 ? stderr : stdout, "  %-10s %s\n", b.name, b.summary);
+    return argc < 2 ? 1 : 0;
+  }
+  for (const auto& b : list) {
+    if (!std::strcmp(b.name, argv[1])) {
+      try {
+        return b.fn(argc - 1, argv + 1);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "chatterbox-bench %s: error: %s\n", b.name, e.what());
+        return 1;
+      }
+    }
+  }
+  std::fprintf(stderr, "chatterbox-bench: unknown bench '%s'\n", argv[1]);
+  return 1;
+}

@@ -1,0 +1,45 @@
+// A bump allocator reserved once for the worst case and reset between calls, so that
+// nothing is allocated during a decode step or a vocoder chunk. Running out is an
+// error that names the request (the reservation was sized wrong), never a realloc.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+#include "core/tensor.h"
+
+namespace cbx {
+
+class Arena {
+ public:
+  Arena() = default;
+  explicit Arena(size_t capacity_bytes) { reserve(capacity_bytes); }
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  Arena(Arena&& o) noexcept;
+  Arena& operator=(Arena&& o) noexcept;
+
+  // (Re)allocates the backing store; only allowed while nothing is allocated.
+  void reserve(size_t capacity_bytes);
+  void* alloc_bytes(size_t bytes, size_t align = 64, const char* what = "buffer");
+  Tensor alloc(DType dtype, std::initializer_list<int64_t> shape, const char* what = "tensor");
+  Tensor alloc(DType dtype, int ndim, const int64_t* shape, const char* what = "tensor");
+  // Everything allocated so far becomes invalid; memory is reused.
+  void reset() { used_ = 0; }
+  // Mark/rewind for scoped temporaries.
+  size_t mark() const { return used_; }
+  void rewind(size_t m) { used_ = m; }
+
+  size_t used() const { return used_; }
+  size_t capacity() const { return capacity_; }
+  size_t high_water() const { return high_water_; }
+
+ private:
+  uint8_t* buf_ = nullptr;
+  size_t capacity_ = 0;
+  size_t used_ = 0;
+  size_t high_water_ = 0;
+};
+
+}  // namespace cbx

@@ -1,0 +1,23 @@
+// chatterbox system-info: what this CPU offers and which kernels will run.
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "command.h"
+#include "core/cpu.h"
+
+namespace {
+int cmd_system_info(int argc, char** argv) {
+  if (argc > 1 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
+    std::printf("usage: chatterbox system-info\nPrints the detected and active kernel ISA.\n");
+    return 0;
+  }
+  std::printf("detected_isa=%s active_isa=%s avx512_vnni=%d avx512_bf16=%d hw_threads=%u\n",
+              cbx::isa_name(cbx::detected_isa()), cbx::isa_name(cbx::active_isa()),
+              cbx::cpu_has_avx512_vnni(), cbx::cpu_has_avx512_bf16(),
+              std::thread::hardware_concurrency());
+  return 0;
+}
+cbx::cli::RegisterCommand reg("system-info", "print CPU features and the kernel ISA in use",
+                              cmd_system_info);
+}  // namespace
