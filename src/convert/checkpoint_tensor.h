@@ -19,4 +19,11 @@ struct CkptTensor {
   std::vector<int64_t> to_i64() const;  // integer types only
 };
 
+// Bytes per element of a plain (non-quantized) checkpoint dtype; throws for others.
+size_t ckpt_elem_size(DType t);
+// Product of the dims; throws naming `what` if a dim is negative or the product (times
+// the element size, when given) overflows int64.
+int64_t ckpt_numel(const std::vector<int64_t>& shape, const std::string& what,
+                   size_t elem_size = 1);
+
 }  // namespace cbx
