@@ -1,0 +1,199 @@
+// GEMM tile (for convolutions) and flash-style attention, written once against a lane
+// wrapper V; included by nn_avx2.cpp and nn_avx512.cpp (see nn_simd_math.h).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/nn.h"
+#include "kernels/nn_simd_kernels.h"
+
+namespace cbx::nn_simd {
+
+// ---- GEMM: C[m, n] += A[m, k] B[k, n] ----
+// Register tile MR rows x NV vectors: per k, NV loads of B, MR broadcasts of A, MR*NV FMAs.
+template <class V, int MR, int NV, bool Full>
+inline void gemm_micro(const GemmTile& t, int64_t i0, int64_t j0, int64_t k0, int64_t k1,
+                       int64_t ncols) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  R acc[MR][NV];
+  int64_t cnt[NV];
+  for (int v = 0; v < NV; ++v) cnt[v] = Full ? W : iclamp(ncols - v * W, 0, W);
+  for (int r = 0; r < MR; ++r) {
+    float* c = t.c + (i0 + r) * t.c_rs + j0;
+    for (int v = 0; v < NV; ++v)
+      acc[r][v] = Full ? V::load(c + v * W) : V::load_n(c + v * W, cnt[v]);
+  }
+  const float* a = t.a + i0 * t.a_rs;
+  for (int64_t kk = k0; kk < k1; ++kk) {
+    const float* b = t.b + (t.b_off ? t.b_off[kk] : kk * t.b_rs) + j0;
+    R bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = Full ? V::load(b + v * W) : V::load_n(b + v * W, cnt[v]);
+    const float* ak = a + kk * t.a_cs;
+    for (int r = 0; r < MR; ++r) {
+      R av = V::set1(ak[r * t.a_rs]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = V::fma(av, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    float* c = t.c + (i0 + r) * t.c_rs + j0;
+    for (int v = 0; v < NV; ++v) {
+      if (Full) V::store(c + v * W, acc[r][v]);
+      else if (cnt[v] > 0) V::store_n(c + v * W, acc[r][v], cnt[v]);
+    }
+  }
+}
+
+template <class V, int MR, int NV>
+inline void gemm_rows(const GemmTile& t, int64_t i0, int64_t k0, int64_t k1) {
+  constexpr int64_t NR = NV * V::W;
+  int64_t j0 = 0;
+  for (; j0 + NR <= t.n; j0 += NR) gemm_micro<V, MR, NV, true>(t, i0, j0, k0, k1, NR);
+  if (j0 < t.n) gemm_micro<V, MR, NV, false>(t, i0, j0, k0, k1, t.n - j0);
+}
+
+template <class V>
+void gemm(const GemmTile& t) {
+  constexpr int MR = 6, NV = 2;
+  constexpr int64_t KC = 256;
+  for (int64_t k0 = 0; k0 < t.k; k0 += KC) {
+    int64_t k1 = imin(t.k, k0 + KC);
+    int64_t i0 = 0;
+    for (; i0 + MR <= t.m; i0 += MR) gemm_rows<V, MR, NV>(t, i0, k0, k1);
+    switch (t.m - i0) {
+      case 5: gemm_rows<V, 5, NV>(t, i0, k0, k1); break;
+      case 4: gemm_rows<V, 4, NV>(t, i0, k0, k1); break;
+      case 3: gemm_rows<V, 3, NV>(t, i0, k0, k1); break;
+      case 2: gemm_rows<V, 2, NV>(t, i0, k0, k1); break;
+      case 1: gemm_rows<V, 1, NV>(t, i0, k0, k1); break;
+      default: break;
+    }
+  }
+}
+
+// ---- attention ----
+template <class V>
+inline typename V::R load_kv(const void* p, DType dt, int64_t at, int64_t cnt) {
+  if (dt == DType::F16) {
+    const uint16_t* h = static_cast<const uint16_t*>(p) + at;
+    return cnt == V::W ? V::load_h(h) : V::load_h_n(h, cnt);
+  }
+  const float* f = static_cast<const float*>(p) + at;
+  return cnt == V::W ? V::load(f) : V::load_n(f, cnt);
+}
+
+// NQ queries (rows i0..i0+NQ) against all their keys, online softmax over key tiles.
+template <class V, int NQ>
+void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
+  using R = typename V::R;
+  constexpr int64_t KT = kAttnKeyTile;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t d = h.d;
+  float* S = scratch;               // [NQ][KT] scores, then probabilities
+  float* acc = S + NQ * KT;         // [NQ][d]
+  float m[NQ], l[NQ], alpha[NQ];
+  int64_t kend_q[NQ];
+  int64_t kend = 0;
+  for (int r = 0; r < NQ; ++r) {
+    kend_q[r] = h.tk;
+    if (h.causal) kend_q[r] = imin(h.tk, imax(0, h.q_offset + i0 + r + 1));
+    kend = imax(kend, kend_q[r]);
+    m[r] = ninf;
+    l[r] = 0.f;
+    for (int64_t c = 0; c < d; ++c) acc[r * d + c] = 0.f;
+  }
+  const float* q[NQ];
+  for (int r = 0; r < NQ; ++r) q[r] = h.q + (i0 + r) * h.q_rs;
+  const R vscale = V::set1(h.scale);
+
+  for (int64_t j0 = 0; j0 < kend; j0 += KT) {
+    const int64_t nk = imin(KT, kend - j0);
+    // Scores: one K row is loaded once for all NQ queries.
+    for (int64_t jj = 0; jj < nk; ++jj) {
+      R sacc[NQ];
+      for (int r = 0; r < NQ; ++r) sacc[r] = V::zero();
+      const int64_t krow = (j0 + jj) * h.k_rs;
+      for (int64_t c = 0; c < d; c += V::W) {
+        int64_t cnt = imin(V::W, d - c);
+        R kv = load_kv<V>(h.k, h.kv_dtype, krow + c, cnt);
+        for (int r = 0; r < NQ; ++r) {
+          R qv = cnt == V::W ? V::load(q[r] + c) : V::load_n(q[r] + c, cnt);
+          sacc[r] = V::fma(qv, kv, sacc[r]);
+        }
+      }
+      for (int r = 0; r < NQ; ++r) S[r * KT + jj] = V::reduce_add(sacc[r]);
+    }
+    // Scale, mask, online-softmax update.
+    for (int r = 0; r < NQ; ++r) {
+      float* s = S + r * KT;
+      const float* mk = h.mask ? h.mask + (i0 + r) * h.mask_rs + j0 : nullptr;
+      for (int64_t jj = 0; jj < nk; jj += V::W) {
+        int64_t cnt = imin(V::W, nk - jj);
+        R sv = V::mul(V::load_n(s + jj, cnt), vscale);
+        if (mk) sv = V::add(sv, V::load_n(mk + jj, cnt));
+        V::store_n(s + jj, sv, cnt);
+      }
+      for (int64_t jj = imax(0, kend_q[r] - j0); jj < nk; ++jj) s[jj] = ninf;
+      float mt = ninf;
+      for (int64_t jj = 0; jj < nk; ++jj) mt = (s[jj] > mt ? s[jj] : mt);
+      float mn = (mt > m[r] ? mt : m[r]);
+      if (mn == ninf) {  // nothing visible yet: p = 0, acc unchanged
+        for (int64_t jj = 0; jj < nk; ++jj) s[jj] = 0.f;
+        alpha[r] = 1.f;
+        continue;
+      }
+      alpha[r] = std::exp(m[r] - mn);
+      R vm = V::set1(mn), psum = V::zero();
+      for (int64_t jj = 0; jj < nk; jj += V::W) {
+        int64_t cnt = imin(V::W, nk - jj);
+        R p = V::keep_n(vexp<V>(V::sub(V::load_n(s + jj, cnt), vm)), cnt);
+        V::store_n(s + jj, p, cnt);
+        psum = V::add(psum, p);
+      }
+      l[r] = l[r] * alpha[r] + V::reduce_add(psum);
+      m[r] = mn;
+    }
+    // acc = alpha acc + P V, one V row chunk loaded once for all NQ queries.
+    for (int64_t c = 0; c < d; c += V::W) {
+      int64_t cnt = imin(V::W, d - c);
+      R a[NQ];
+      for (int r = 0; r < NQ; ++r) a[r] = V::mul(V::load_n(acc + r * d + c, cnt), V::set1(alpha[r]));
+      for (int64_t jj = 0; jj < nk; ++jj) {
+        R vv = load_kv<V>(h.v, h.kv_dtype, (j0 + jj) * h.v_rs + c, cnt);
+        for (int r = 0; r < NQ; ++r) a[r] = V::fma(V::set1(S[r * KT + jj]), vv, a[r]);
+      }
+      for (int r = 0; r < NQ; ++r) V::store_n(acc + r * d + c, a[r], cnt);
+    }
+  }
+  for (int r = 0; r < NQ; ++r) {
+    float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    float* o = h.o + (i0 + r) * h.o_rs;
+    for (int64_t c = 0; c < d; c += V::W) {
+      int64_t cnt = imin(V::W, d - c);
+      V::store_n(o + c, V::mul(V::load_n(acc + r * d + c, cnt), V::set1(inv)), cnt);
+    }
+  }
+}
+
+template <class V>
+void attn(const AttnHead& h, int64_t q0, int64_t q1, float* scratch) {
+  static_assert(kAttnQueryBlock == 4);
+  int64_t i = q0;
+  for (; i + 4 <= q1; i += 4) attn_block<V, 4>(h, i, scratch);
+  switch (q1 - i) {
+    case 3: attn_block<V, 3>(h, i, scratch); break;
+    case 2: attn_block<V, 2>(h, i, scratch); break;
+    case 1: attn_block<V, 1>(h, i, scratch); break;
+    default: break;
+  }
+}
+
+template <class V>
+constexpr NnKernels make_table(Isa isa) {
+  return NnKernels{isa,           unary<V>,      binary<V>, snake<V>, layer_norm<V>,
+                   rms_norm<V>,   softmax<V>,    rope<V>,   gemm<V>,  attn<V>,
+                   lstm_gates<V>, dot<V>};
+}
+
+}  // namespace cbx::nn_simd

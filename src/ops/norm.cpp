@@ -1,0 +1,114 @@
+#include "ops/norm.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/nn.h"
+#include "ops/nn_util.h"
+
+namespace cbx {
+namespace {
+
+using nn_detail::check_f32;
+using nn_detail::parallel_rows;
+using nn_detail::row_ptr;
+
+const float* param_vec(const char* op, const char* name, const Tensor& p, int64_t n) {
+  if (p.empty()) return nullptr;
+  check_f32(op, name, p);
+  CBX_CHECK(p.numel() == n && (p.ndim == 1 || p.is_contiguous()),
+            "%s: %s %s must be a contiguous vector of %lld", op, name, p.shape_str().c_str(),
+            (long long)n);
+  return p.ptr<float>();
+}
+
+void check_xy(const char* op, const Tensor& x, const Tensor& y) {
+  check_f32(op, "x", x);
+  check_f32(op, "y", y);
+  nn_detail::check_same_shape(op, x, "x", y, "y");
+}
+
+}  // namespace
+
+void layer_norm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& b, float eps,
+                Tensor& y, Isa isa) {
+  check_xy("layer_norm", x, y);
+  const int64_t D = x.cols();
+  const float* wp = param_vec("layer_norm", "weight", w, D);
+  const float* bp = param_vec("layer_norm", "bias", b, D);
+  const NnKernels& k = nn_kernels(isa);
+  parallel_rows(pool, x.rows(), D, false, [&](int64_t r, int64_t, int64_t) {
+    k.layer_norm(row_ptr(x, r), row_ptr(y, r), D, wp, bp, eps);
+  });
+}
+
+void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor& w, float eps, Tensor& y, Isa isa) {
+  check_xy("rms_norm", x, y);
+  const int64_t D = x.cols();
+  const float* wp = param_vec("rms_norm", "weight", w, D);
+  const NnKernels& k = nn_kernels(isa);
+  parallel_rows(pool, x.rows(), D, false, [&](int64_t r, int64_t, int64_t) {
+    k.rms_norm(row_ptr(x, r), row_ptr(y, r), D, wp, eps);
+  });
+}
+
+void softmax(ThreadPool& pool, const Tensor& x, Tensor& y, Isa isa) {
+  check_xy("softmax", x, y);
+  const int64_t D = x.cols();
+  const NnKernels& k = nn_kernels(isa);
+  parallel_rows(pool, x.rows(), D, false, [&](int64_t r, int64_t, int64_t) {
+    k.softmax(row_ptr(x, r), row_ptr(y, r), D);
+  });
+}
+
+void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, float theta,
+          const Tensor& freq_factors, Tensor& y, Isa isa) {
+  const char* op = "rope";
+  check_xy(op, x, y);
+  CBX_CHECK(x.ndim == 2 || x.ndim == 3, "%s: x %s must be [T, D] or [T, H, D]", op,
+            x.shape_str().c_str());
+  const int64_t T = x.shape[0], H = x.ndim == 3 ? x.shape[1] : 1, D = x.cols();
+  constexpr int64_t kMaxD = 1024;
+  CBX_CHECK(D % 2 == 0 && D <= kMaxD, "%s: head dim %lld of x %s must be even and <= %lld", op,
+            (long long)D, x.shape_str().c_str(), (long long)kMaxD);
+  CBX_CHECK(positions.data && positions.dtype == DType::I32 && positions.numel() == T &&
+                positions.is_contiguous(),
+            "%s: positions %s (%s) must be contiguous i32 [%lld] for x %s", op,
+            positions.shape_str().c_str(), dtype_name(positions.dtype), (long long)T,
+            x.shape_str().c_str());
+  const int64_t half = D / 2;
+  const float* ff = param_vec(op, "freq_factors", freq_factors, half);
+  float inv_freq[kMaxD / 2];
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = float(1.0 / std::pow(double(theta), double(2 * i) / double(D)));
+    if (ff) inv_freq[i] /= ff[i];
+  }
+  const int32_t* pos = positions.ptr<int32_t>();
+  const NnKernels& k = nn_kernels(isa);
+  auto do_rows = [&](int64_t t0, int64_t t1) {
+    float cs[kMaxD / 2], sn[kMaxD / 2];
+    for (int64_t t = t0; t < t1; ++t) {
+      const float p = float(pos[t]);
+      for (int64_t i = 0; i < half; ++i) {
+        float a = p * inv_freq[i];
+        cs[i] = std::cos(a);
+        sn[i] = std::sin(a);
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        int64_t r = t * H + h;
+        k.rope(row_ptr(x, r), row_ptr(y, r), half, cs, sn);
+      }
+    }
+  };
+  if (T * H * D < nn_detail::kParallelMin || T < 2) {
+    do_rows(0, T);
+    return;
+  }
+  pool.run([&](int ith, int nth) {
+    int64_t b, e;
+    ThreadPool::split(T, ith, nth, &b, &e);
+    do_rows(b, e);
+  });
+}
+
+}  // namespace cbx

@@ -1,0 +1,32 @@
+// Normalisations over the last dim, softmax, and rotary position embedding.
+// x, y: F32, up to 4 dims, rows may be strided (innermost dim contiguous); y may be x.
+// Optional parameter tensors are passed as an empty Tensor{} when absent.
+#pragma once
+#include <cstdint>
+
+#include "core/cpu.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace cbx {
+
+// y = (x - mean) / sqrt(var + eps) * w + b over the last dim (biased variance, as
+// nn.LayerNorm). w, b: [D] F32 contiguous, or empty.
+void layer_norm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& b, float eps,
+                Tensor& y, Isa isa = active_isa());
+// y = x / sqrt(mean(x^2) + eps) * w over the last dim; w: [D] or empty.
+void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor& w, float eps, Tensor& y,
+              Isa isa = active_isa());
+// Softmax over the last dim; a row that is all -inf gives zeros (PyTorch gives NaN).
+void softmax(ThreadPool& pool, const Tensor& x, Tensor& y, Isa isa = active_isa());
+
+// NeoX / "rotate-half" RoPE: for each row of D = 2*half values at position p,
+//   (x_i, x_{i+half}) -> (x_i cos a - x_{i+half} sin a, x_{i+half} cos a + x_i sin a),
+//   a = p * inv_freq_i,  inv_freq_i = theta^(-2i/D) / freq_factors_i  (i < half).
+// The angle is formed in f32 as PyTorch does (float(p) * float(inv_freq)), then cos/sin.
+// x, y: [T, D] or [T, H, D] (pass transpose(x, 0, 1) for an [H, T, D] tensor), D even,
+// D <= 1024. positions: I32 [T]. freq_factors: F32 [D/2] (llama3 rope scaling) or empty.
+void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, float theta,
+          const Tensor& freq_factors, Tensor& y, Isa isa = active_isa());
+
+}  // namespace cbx
