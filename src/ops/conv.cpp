@@ -1,0 +1,372 @@
+// Convolutions as GEMMs over the nn kernel's GemmTile (C[m, n] += A[m, k] B[k, n]):
+// rows of A are output channels (weights as stored), columns of B are output positions.
+//   conv1d, stride 1: no im2col; B row (c, k) is the (padded) input row c shifted by
+//     k * dilation, given to the kernel as a table of row offsets.
+//   conv1d, stride > 1, conv2d: im2col in chunks of output positions (~4 MiB each).
+//   conv_transpose1d: Z[(o, k), t] = sum_c w[c, o, k] x[c, t] (A read transposed through
+//     its strides), then col2im adds Z into y[o, t * stride - padding + k * dilation].
+// Work is split into (group, 48-row, 256-column) tiles dealt round-robin to the threads.
+#include "ops/conv.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/nn.h"
+#include "ops/nn_util.h"
+
+namespace cbx {
+namespace {
+
+using nn_detail::check_f32;
+
+constexpr int64_t kTileM = 48, kTileN = 256;
+constexpr int64_t kChunkFloats = int64_t(1) << 20;
+
+// Scratch from the caller's arena (rewound on scope exit) or the heap.
+class Scratch {
+ public:
+  explicit Scratch(Arena* a) : arena_(a), mark_(a ? a->mark() : 0) {}
+  ~Scratch() {
+    if (arena_) arena_->rewind(mark_);
+  }
+  template <class T>
+  T* get(int64_t n, const char* what) {
+    size_t bytes = size_t(std::max<int64_t>(n, 1)) * sizeof(T);
+    if (arena_) return static_cast<T*>(arena_->alloc_bytes(bytes, 64, what));
+    heap_.emplace_back((bytes + 7) / 8);
+    return reinterpret_cast<T*>(heap_.back().data());
+  }
+
+ private:
+  Arena* arena_;
+  size_t mark_;
+  std::vector<std::vector<uint64_t>> heap_;
+};
+
+struct GemmJob {
+  GemmTile t;  // group 0, whole m x n
+  int64_t groups = 1;
+  int64_t a_gs = 0, b_gs = 0, c_gs = 0;  // per-group offsets in floats
+  const float* bias = nullptr;           // per output row over all groups
+};
+
+// Every tile sets its C block to the bias (or zero) and then accumulates A B.
+void run_job(const NnKernels& k, const GemmJob& j, int ith, int nth) {
+  const int64_t mb = (j.t.m + kTileM - 1) / kTileM, nb = (j.t.n + kTileN - 1) / kTileN;
+  const int64_t tasks = j.groups * mb * nb;
+  for (int64_t task = ith; task < tasks; task += nth) {
+    const int64_t g = task / (mb * nb), rem = task % (mb * nb);
+    const int64_t m0 = (rem / nb) * kTileM, n0 = (rem % nb) * kTileN;
+    GemmTile t = j.t;
+    t.m = std::min(kTileM, j.t.m - m0);
+    t.n = std::min(kTileN, j.t.n - n0);
+    t.a = j.t.a + g * j.a_gs + m0 * j.t.a_rs;
+    t.b = j.t.b + g * j.b_gs + n0;
+    t.c = j.t.c + g * j.c_gs + m0 * j.t.c_rs + n0;
+    for (int64_t i = 0; i < t.m; ++i) {
+      float v = j.bias ? j.bias[g * j.t.m + m0 + i] : 0.f;
+      float* c = t.c + i * t.c_rs;
+      for (int64_t n = 0; n < t.n; ++n) c[n] = v;
+    }
+    k.gemm(t);
+  }
+}
+
+const float* check_bias(const char* op, const Tensor& bias, int64_t cout) {
+  if (bias.empty()) return nullptr;
+  check_f32(op, "bias", bias);
+  CBX_CHECK(bias.numel() == cout && bias.is_contiguous(),
+            "%s: bias %s must be a contiguous [%lld]", op, bias.shape_str().c_str(), (long long)cout);
+  return bias.ptr<float>();
+}
+
+int64_t row_stride_floats(const char* op, const char* name, const Tensor& t, int dim) {
+  CBX_CHECK(t.stride[dim] % 4 == 0 && t.stride[dim] >= 0, "%s: %s %s has a misaligned stride", op,
+            name, t.shape_str().c_str());
+  return t.stride[dim] / 4;
+}
+
+template <class F>
+void run_threads(ThreadPool& pool, int64_t work, F&& f) {
+  if (work < nn_detail::kParallelMin || pool.size() <= 1) {
+    f(0, 1);
+  } else {
+    pool.run(f);
+  }
+}
+
+// One batch item: x [Cin, T] (row stride xs), y [Cout, Tout] (row stride ys).
+void conv1d_one(ThreadPool& pool, const NnKernels& k, const float* x, int64_t xs, int64_t Cin,
+                int64_t T, const float* w, int64_t Cout, int64_t K, const float* bias, float* y,
+                int64_t ys, int64_t Tout, const Conv1dParams& p, Arena* arena) {
+  const int64_t G = p.groups, cin_g = Cin / G, cout_g = Cout / G, KK = cin_g * K;
+  const int64_t s = p.stride, d = p.dilation, pl = p.pad_left, pr = p.pad_right;
+  Scratch sc(arena);
+  GemmJob j;
+  j.t.a = w;
+  j.t.a_rs = KK;
+  j.t.a_cs = 1;
+  j.t.c = y;
+  j.t.c_rs = ys;
+  j.t.m = cout_g;
+  j.t.k = KK;
+  j.groups = G;
+  j.a_gs = cout_g * KK;
+  j.c_gs = cout_g * ys;
+  j.bias = bias;
+  const int64_t work = Cout * KK * Tout;
+  if (s == 1) {
+    const bool pad = pl > 0 || pr > 0;
+    const int64_t Tp = T + pl + pr, xse = pad ? Tp : xs;
+    float* xp = pad ? sc.get<float>(Cin * Tp, "conv1d padded input") : nullptr;
+    int64_t* boff = sc.get<int64_t>(KK, "conv1d row offsets");
+    for (int64_t c = 0; c < cin_g; ++c)
+      for (int64_t kk = 0; kk < K; ++kk) boff[c * K + kk] = c * xse + kk * d;
+    j.t.b = pad ? xp : x;
+    j.t.b_off = boff;
+    j.t.n = Tout;
+    j.b_gs = cin_g * xse;
+    run_threads(pool, work, [&](int ith, int nth) {
+      if (pad) {
+        int64_t c0, c1;
+        ThreadPool::split(Cin, ith, nth, &c0, &c1);
+        for (int64_t c = c0; c < c1; ++c) {
+          float* r = xp + c * Tp;
+          std::memset(r, 0, size_t(pl) * 4);
+          std::memcpy(r + pl, x + c * xs, size_t(T) * 4);
+          std::memset(r + pl + T, 0, size_t(pr) * 4);
+        }
+        if (nth > 1) pool.barrier();
+      }
+      run_job(k, j, ith, nth);
+    });
+    return;
+  }
+  // Strided: im2col chunks col[(c, k), t - t0] = x[c, t s + k d - pl].
+  const int64_t rows = Cin * K;
+  const int64_t NT = std::clamp<int64_t>(kChunkFloats / rows, 16, Tout);
+  float* col = sc.get<float>(rows * NT, "conv1d im2col");
+  j.t.b = col;
+  j.t.b_rs = NT;
+  j.b_gs = KK * NT;
+  run_threads(pool, work, [&](int ith, int nth) {
+    for (int64_t t0 = 0; t0 < Tout; t0 += NT) {
+      const int64_t nt = std::min(NT, Tout - t0);
+      int64_t r0, r1;
+      ThreadPool::split(rows, ith, nth, &r0, &r1);
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + (r / K) * xs;
+        const int64_t off = (r % K) * d - pl;
+        float* cr = col + r * NT;
+        for (int64_t t = 0; t < nt; ++t) {
+          int64_t src = (t0 + t) * s + off;
+          cr[t] = src >= 0 && src < T ? xr[src] : 0.f;
+        }
+      }
+      if (nth > 1) pool.barrier();
+      GemmJob jc = j;
+      jc.t.c = y + t0;
+      jc.t.n = nt;
+      run_job(k, jc, ith, nth);
+      if (nth > 1) pool.barrier();
+    }
+  });
+}
+
+}  // namespace
+
+int64_t conv1d_out_len(int64_t T, int64_t K, const Conv1dParams& p) {
+  int64_t num = T + p.pad_left + p.pad_right - p.dilation * (K - 1) - 1;
+  return num < 0 ? 0 : num / p.stride + 1;
+}
+
+void conv1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+            const Conv1dParams& p, Arena* scratch, Isa isa) {
+  const char* op = "conv1d";
+  check_f32(op, "x", x);
+  check_f32(op, "w", w);
+  check_f32(op, "y", y);
+  CBX_CHECK((x.ndim == 2 || x.ndim == 3) && y.ndim == x.ndim,
+            "%s: x %s and y %s must both be [C, T] or [B, C, T]", op, x.shape_str().c_str(),
+            y.shape_str().c_str());
+  CBX_CHECK(w.ndim == 3 && w.is_contiguous(), "%s: w %s must be a contiguous [C_out, C_in/groups, K]",
+            op, w.shape_str().c_str());
+  CBX_CHECK(p.stride >= 1 && p.dilation >= 1 && p.pad_left >= 0 && p.pad_right >= 0 && p.groups >= 1,
+            "%s: bad params stride %lld dilation %lld pad %lld/%lld groups %lld", op,
+            (long long)p.stride, (long long)p.dilation, (long long)p.pad_left,
+            (long long)p.pad_right, (long long)p.groups);
+  const int64_t B = x.ndim == 3 ? x.shape[0] : 1, Cin = x.dim(-2), T = x.dim(-1);
+  const int64_t Cout = w.shape[0], K = w.shape[2];
+  CBX_CHECK(Cin % p.groups == 0 && Cout % p.groups == 0 && w.shape[1] * p.groups == Cin,
+            "%s: w %s does not fit x %s with groups %lld", op, w.shape_str().c_str(),
+            x.shape_str().c_str(), (long long)p.groups);
+  const int64_t Tout = conv1d_out_len(T, K, p);
+  CBX_CHECK(Tout >= 1, "%s: input %s too short for kernel %lld (dilation %lld, pads %lld/%lld)", op,
+            x.shape_str().c_str(), (long long)K, (long long)p.dilation, (long long)p.pad_left,
+            (long long)p.pad_right);
+  CBX_CHECK(y.dim(-2) == Cout && y.dim(-1) == Tout && (x.ndim == 2 || y.shape[0] == B),
+            "%s: y %s must be [%s%lld, %lld] for x %s and w %s", op, y.shape_str().c_str(),
+            x.ndim == 3 ? "B, " : "", (long long)Cout, (long long)Tout, x.shape_str().c_str(),
+            w.shape_str().c_str());
+  const float* bp = check_bias(op, bias, Cout);
+  const int64_t xs = row_stride_floats(op, "x", x, x.ndim - 2);
+  const int64_t ys = row_stride_floats(op, "y", y, y.ndim - 2);
+  const NnKernels& k = nn_kernels(isa);
+  for (int64_t b = 0; b < B; ++b) {
+    const float* xb = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x.data) +
+                                                     (x.ndim == 3 ? b * x.stride[0] : 0));
+    float* yb = reinterpret_cast<float*>(static_cast<uint8_t*>(y.data) + (y.ndim == 3 ? b * y.stride[0] : 0));
+    conv1d_one(pool, k, xb, xs, Cin, T, w.ptr<float>(), Cout, K, bp, yb, ys, Tout, p, scratch);
+  }
+}
+
+int64_t conv_transpose1d_out_len(int64_t T, int64_t K, const ConvTranspose1dParams& p) {
+  return (T - 1) * p.stride - 2 * p.padding + p.dilation * (K - 1) + p.output_padding + 1;
+}
+
+void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias,
+                      Tensor& y, const ConvTranspose1dParams& p, Arena* arena, Isa isa) {
+  const char* op = "conv_transpose1d";
+  check_f32(op, "x", x);
+  check_f32(op, "w", w);
+  check_f32(op, "y", y);
+  CBX_CHECK(x.ndim == 2 && y.ndim == 2, "%s: x %s and y %s must be [C, T]", op,
+            x.shape_str().c_str(), y.shape_str().c_str());
+  CBX_CHECK(w.ndim == 3 && w.is_contiguous() && w.shape[0] == x.shape[0],
+            "%s: w %s must be a contiguous [C_in, C_out, K] with C_in of x %s", op,
+            w.shape_str().c_str(), x.shape_str().c_str());
+  CBX_CHECK(p.stride >= 1 && p.dilation >= 1 && p.padding >= 0 && p.output_padding >= 0 &&
+                p.output_padding < std::max(p.stride, p.dilation),
+            "%s: bad params stride %lld padding %lld output_padding %lld dilation %lld", op,
+            (long long)p.stride, (long long)p.padding, (long long)p.output_padding,
+            (long long)p.dilation);
+  const int64_t Cin = x.shape[0], T = x.shape[1], Cout = w.shape[1], K = w.shape[2];
+  const int64_t Tout = conv_transpose1d_out_len(T, K, p);
+  CBX_CHECK(Tout >= 1 && y.shape[0] == Cout && y.shape[1] == Tout,
+            "%s: y %s must be [%lld, %lld] for x %s and w %s", op, y.shape_str().c_str(),
+            (long long)Cout, (long long)Tout, x.shape_str().c_str(), w.shape_str().c_str());
+  const float* bp = check_bias(op, bias, Cout);
+  const int64_t xs = row_stride_floats(op, "x", x, 0), ys = row_stride_floats(op, "y", y, 0);
+  const NnKernels& k = nn_kernels(isa);
+  const int64_t MK = Cout * K;
+  const int64_t NT = std::clamp<int64_t>(kChunkFloats / MK, 8, T);
+  Scratch sc(arena);
+  float* Z = sc.get<float>(MK * NT, "conv_transpose1d columns");
+  const float* xp = x.ptr<float>();
+  float* yp = y.ptr<float>();
+  GemmJob j;
+  j.t.a = w.ptr<float>();
+  j.t.a_rs = 1;    // A[(o, k), c] = w[c, o, k]
+  j.t.a_cs = MK;
+  j.t.b_rs = xs;
+  j.t.c = Z;
+  j.t.c_rs = NT;
+  j.t.m = MK;
+  j.t.k = Cin;
+  const int64_t s = p.stride, pad = p.padding, d = p.dilation;
+  run_threads(pool, MK * Cin * T, [&](int ith, int nth) {
+    int64_t o0, o1;
+    ThreadPool::split(Cout, ith, nth, &o0, &o1);
+    for (int64_t o = o0; o < o1; ++o) {
+      float v = bp ? bp[o] : 0.f;
+      for (int64_t t = 0; t < Tout; ++t) yp[o * ys + t] = v;
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += NT) {
+      const int64_t nt = std::min(NT, T - t0);
+      GemmJob jc = j;
+      jc.t.b = xp + t0;
+      jc.t.n = nt;
+      run_job(k, jc, ith, nth);
+      if (nth > 1) pool.barrier();
+      for (int64_t o = o0; o < o1; ++o) {
+        float* yr = yp + o * ys;
+        for (int64_t kk = 0; kk < K; ++kk) {
+          const float* zr = Z + (o * K + kk) * NT;
+          const int64_t base = t0 * s - pad + kk * d;
+          for (int64_t t = 0; t < nt; ++t) {
+            int64_t to = base + t * s;
+            if (to >= 0 && to < Tout) yr[to] += zr[t];
+          }
+        }
+      }
+      if (nth > 1) pool.barrier();
+    }
+  });
+}
+
+void conv2d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+            const Conv2dParams& p, Arena* arena, Isa isa) {
+  const char* op = "conv2d";
+  check_f32(op, "x", x);
+  check_f32(op, "w", w);
+  check_f32(op, "y", y);
+  CBX_CHECK(x.ndim == 3 && y.ndim == 3 && y.is_contiguous(),
+            "%s: x %s must be [C, H, W] and y %s a contiguous [C_out, H_out, W_out]", op,
+            x.shape_str().c_str(), y.shape_str().c_str());
+  CBX_CHECK(w.ndim == 4 && w.is_contiguous() && w.shape[1] == x.shape[0],
+            "%s: w %s must be a contiguous [C_out, C_in, kh, kw] with C_in of x %s", op,
+            w.shape_str().c_str(), x.shape_str().c_str());
+  CBX_CHECK(p.stride_h >= 1 && p.stride_w >= 1 && p.pad_h >= 0 && p.pad_w >= 0,
+            "%s: bad params stride (%lld, %lld) padding (%lld, %lld)", op, (long long)p.stride_h,
+            (long long)p.stride_w, (long long)p.pad_h, (long long)p.pad_w);
+  const int64_t Cin = x.shape[0], H = x.shape[1], W = x.shape[2];
+  const int64_t Cout = w.shape[0], kh = w.shape[2], kw = w.shape[3];
+  const int64_t hn = H + 2 * p.pad_h - kh, wn = W + 2 * p.pad_w - kw;
+  const int64_t Ho = hn < 0 ? 0 : hn / p.stride_h + 1, Wo = wn < 0 ? 0 : wn / p.stride_w + 1;
+  CBX_CHECK(Ho >= 1 && Wo >= 1 && y.shape[0] == Cout && y.shape[1] == Ho && y.shape[2] == Wo,
+            "%s: y %s must be [%lld, %lld, %lld] for x %s and w %s", op, y.shape_str().c_str(),
+            (long long)Cout, (long long)Ho, (long long)Wo, x.shape_str().c_str(),
+            w.shape_str().c_str());
+  const float* bp = check_bias(op, bias, Cout);
+  const int64_t xs0 = row_stride_floats(op, "x", x, 0), xs1 = row_stride_floats(op, "x", x, 1);
+  const NnKernels& k = nn_kernels(isa);
+  const int64_t KK = Cin * kh * kw;
+  const int64_t NR = std::clamp<int64_t>(kChunkFloats / (KK * Wo), 1, Ho);
+  const int64_t ncol = NR * Wo;
+  Scratch sc(arena);
+  float* col = sc.get<float>(KK * ncol, "conv2d im2col");
+  const float* xp = x.ptr<float>();
+  GemmJob j;
+  j.t.a = w.ptr<float>();
+  j.t.a_rs = KK;
+  j.t.b = col;
+  j.t.b_rs = ncol;
+  j.t.c_rs = Ho * Wo;
+  j.t.m = Cout;
+  j.t.k = KK;
+  j.bias = bp;
+  run_threads(pool, Cout * KK * Ho * Wo, [&](int ith, int nth) {
+    for (int64_t h0 = 0; h0 < Ho; h0 += NR) {
+      const int64_t nr = std::min(NR, Ho - h0);
+      int64_t r0, r1;
+      ThreadPool::split(KK, ith, nth, &r0, &r1);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t c = r / (kh * kw), ky = (r / kw) % kh, kx = r % kw;
+        float* cr = col + r * ncol;
+        for (int64_t hh = 0; hh < nr; ++hh) {
+          const int64_t hi = (h0 + hh) * p.stride_h + ky - p.pad_h;
+          float* dst = cr + hh * Wo;
+          if (hi < 0 || hi >= H) {
+            std::memset(dst, 0, size_t(Wo) * 4);
+            continue;
+          }
+          const float* xr = xp + c * xs0 + hi * xs1;
+          for (int64_t wo = 0; wo < Wo; ++wo) {
+            const int64_t wi = wo * p.stride_w + kx - p.pad_w;
+            dst[wo] = wi >= 0 && wi < W ? xr[wi] : 0.f;
+          }
+        }
+      }
+      if (nth > 1) pool.barrier();
+      GemmJob jc = j;
+      jc.t.c = y.ptr<float>() + h0 * Wo;
+      jc.t.n = nr * Wo;
+      run_job(k, jc, ith, nth);
+      if (nth > 1) pool.barrier();
+    }
+  });
+}
+
+}  // namespace cbx

@@ -1,0 +1,56 @@
+// Convolutions (PyTorch semantics, zero padding, F32 weights and activations).
+//
+// Layouts: channels-first like PyTorch without the batch dim; conv1d also takes a leading
+// batch dim. Activations may have strided rows (innermost dim contiguous); weights and
+// bias must be contiguous. Scratch (padded input, im2col chunks, b-row offsets) comes from
+// `scratch` when given (rewound before returning), otherwise from a heap buffer, so pass
+// an Arena inside a decode step or a vocoder chunk. Scratch need is bounded: at most
+// C_in*(T+pads) floats for stride-1 conv1d and ~4 MiB chunks otherwise.
+#pragma once
+#include <cstdint>
+
+#include "core/arena.h"
+#include "core/cpu.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace cbx {
+
+struct Conv1dParams {
+  int64_t stride = 1;
+  int64_t dilation = 1;
+  int64_t pad_left = 0;   // zeros before the input (causal convs: pad_left = d (K-1))
+  int64_t pad_right = 0;  // zeros after the input
+  int64_t groups = 1;     // C_in and C_out divisible; groups = C_in is depthwise
+};
+// floor((T + pad_left + pad_right - dilation (K-1) - 1) / stride) + 1
+int64_t conv1d_out_len(int64_t T, int64_t K, const Conv1dParams& p);
+// x: [C_in, T] or [B, C_in, T]; w: [C_out, C_in/groups, K]; bias: [C_out] or empty
+// -> y: [C_out, T_out] or [B, C_out, T_out].
+void conv1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+            const Conv1dParams& p, Arena* scratch = nullptr, Isa isa = active_isa());
+
+struct ConvTranspose1dParams {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t output_padding = 0;
+  int64_t dilation = 1;
+};
+// (T - 1) stride - 2 padding + dilation (K - 1) + output_padding + 1
+int64_t conv_transpose1d_out_len(int64_t T, int64_t K, const ConvTranspose1dParams& p);
+// x: [C_in, T]; w: [C_in, C_out, K] (PyTorch ConvTranspose1d layout, groups = 1);
+// bias: [C_out] or empty -> y: [C_out, T_out].
+void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias,
+                      Tensor& y, const ConvTranspose1dParams& p, Arena* scratch = nullptr,
+                      Isa isa = active_isa());
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;  // symmetric zero padding per axis
+};
+// x: [C_in, H, W]; w: [C_out, C_in, kh, kw]; bias: [C_out] or empty
+// -> y: [C_out, H_out, W_out] (contiguous), H_out = (H + 2 pad_h - kh) / stride_h + 1.
+void conv2d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+            const Conv2dParams& p, Arena* scratch = nullptr, Isa isa = active_isa());
+
+}  // namespace cbx

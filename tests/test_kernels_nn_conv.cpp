@@ -1,0 +1,209 @@
+// conv1d (stride, dilation, asymmetric padding, groups incl. depthwise, batch, strided
+// rows), conv_transpose1d (HiFT upsampling shapes) and conv2d (CAMPPlus shapes): front-end
+// (CBX_FORCE_ISA) vs the generic kernel vs a direct double-precision reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/arena.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "nn_test_util.h"
+#include "ops/conv.h"
+
+using namespace cbx;
+using nn_test::Buf;
+
+namespace {
+
+ThreadPool& pool() {
+  static ThreadPool p(2);
+  return p;
+}
+
+// Tolerance per output: |y - ref| <= 1e-5 * sum_k |w_k x_k| (+ |bias|): f32 accumulation
+// over at most a few thousand terms in blocks, against a double sum.
+struct Check {
+  double worst_ref = 0, worst_gen = 0;
+  void add(float y, float g, double ref, double mag) {
+    double m = 1e-30 + mag;
+    worst_ref = std::max(worst_ref, std::fabs(y - ref) / m);
+    worst_gen = std::max(worst_gen, std::fabs(double(y) - g) / m);
+  }
+};
+constexpr double kConvTol = 1e-5;
+
+struct C1 {
+  int64_t B, Cin, Cout, T, K;
+  Conv1dParams p;
+  bool bias;
+};
+
+void run_conv1d(const C1& c, uint32_t seed) {
+  const int64_t Tout = conv1d_out_len(c.T, c.K, c.p);
+  const int64_t cin_g = c.Cin / c.p.groups, cout_g = c.Cout / c.p.groups;
+  // x with padded rows (strided view) to exercise row strides.
+  Buf xs({c.B, c.Cin, c.T + 3}, seed), w({c.Cout, cin_g, c.K}, seed + 1), b({c.Cout}, seed + 2);
+  Tensor x = slice(xs.t, 2, 1, c.T);
+  Buf y({c.B, c.Cout, Tout}), g({c.B, c.Cout, Tout});
+  Arena arena(64 << 20);
+  Tensor bt = c.bias ? b.t : Tensor{};
+  conv1d(pool(), x, w.t, bt, y.t, c.p, &arena);
+  EXPECT_EQ(arena.used(), 0u);
+  conv1d(pool(), x, w.t, bt, g.t, c.p, nullptr, Isa::Generic);
+  Check chk;
+  for (int64_t bb = 0; bb < c.B; ++bb)
+    for (int64_t o = 0; o < c.Cout; ++o) {
+      const int64_t grp = o / cout_g;
+      for (int64_t t = 0; t < Tout; ++t) {
+        double acc = c.bias ? b.v[size_t(o)] : 0, mag = std::fabs(acc);
+        for (int64_t ci = 0; ci < cin_g; ++ci)
+          for (int64_t kk = 0; kk < c.K; ++kk) {
+            int64_t src = t * c.p.stride + kk * c.p.dilation - c.p.pad_left;
+            if (src < 0 || src >= c.T) continue;
+            double xv = xs.v[size_t((bb * c.Cin + grp * cin_g + ci) * (c.T + 3) + 1 + src)];
+            double wv = w.v[size_t((o * cin_g + ci) * c.K + kk)];
+            acc += xv * wv;
+            mag += std::fabs(xv * wv);
+          }
+        size_t at = size_t((bb * c.Cout + o) * Tout + t);
+        chk.add(y.v[at], g.v[at], acc, mag);
+      }
+    }
+  EXPECT_LE(chk.worst_ref, kConvTol) << "vs reference: Cin " << c.Cin << " Cout " << c.Cout << " T " << c.T
+                                     << " K " << c.K << " s " << c.p.stride << " d " << c.p.dilation
+                                     << " g " << c.p.groups;
+  EXPECT_LE(chk.worst_gen, kConvTol) << "vs generic: Cin " << c.Cin << " T " << c.T;
+}
+
+Conv1dParams P(int64_t s, int64_t d, int64_t pl, int64_t pr, int64_t g) {
+  Conv1dParams p;
+  p.stride = s;
+  p.dilation = d;
+  p.pad_left = pl;
+  p.pad_right = pr;
+  p.groups = g;
+  return p;
+}
+
+}  // namespace
+
+TEST(NnConv, Conv1dShapes) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  const C1 cases[] = {
+      {1, 3, 5, 17, 3, P(1, 1, 1, 1, 1), true},        // same padding
+      {2, 7, 11, 40, 4, P(1, 1, 0, 3, 1), true},       // right pad 3 (pre-lookahead k=4)
+      {1, 9, 13, 50, 5, P(1, 3, 6, 6, 1), false},      // dilated ResBlock conv
+      {1, 6, 6, 33, 3, P(1, 1, 2, 0, 6), true},        // depthwise causal
+      {1, 8, 12, 29, 3, P(1, 2, 4, 0, 4), true},       // grouped, dilated causal
+      {1, 18, 10, 301, 30, P(15, 1, 7, 7, 1), true},   // HiFT source_downs[0]
+      {2, 10, 7, 51, 5, P(2, 1, 2, 2, 1), false},      // tdnn k=5 s=2
+      {1, 5, 4, 9, 3, P(2, 2, 1, 1, 1), true},         // strided + dilated
+      {1, 3, 2, 5, 7, P(1, 1, 3, 3, 1), true},         // kernel longer than input
+      {1, 67, 100, 600, 7, P(1, 1, 3, 3, 1), true},    // several M and N tiles, threaded
+      {1, 40, 50, 1000, 3, P(2, 1, 1, 1, 1), true},    // strided, threaded im2col
+      {1, 20, 8, 1, 1, P(1, 1, 0, 0, 1), true},        // T = 1 (1x1 conv)
+  };
+  uint32_t seed = 1;
+  for (const C1& c : cases) run_conv1d(c, seed += 10);
+}
+
+TEST(NnConv, ConvTranspose1dHiftShapes) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  struct Ct { int64_t Cin, Cout, T, K, s, pad, opad; };
+  const Ct cases[] = {{16, 8, 13, 16, 8, 4, 0}, {8, 6, 21, 11, 5, 3, 0}, {6, 4, 30, 7, 3, 2, 0},
+                      {3, 5, 7, 4, 2, 1, 1},    {5, 3, 1, 3, 1, 0, 0},   {40, 24, 300, 16, 8, 4, 0}};
+  uint32_t seed = 100;
+  for (const Ct& c : cases) {
+    ConvTranspose1dParams p;
+    p.stride = c.s;
+    p.padding = c.pad;
+    p.output_padding = c.opad;
+    const int64_t Tout = conv_transpose1d_out_len(c.T, c.K, p);
+    Buf x({c.Cin, c.T}, seed++), w({c.Cin, c.Cout, c.K}, seed++), b({c.Cout}, seed++);
+    Buf y({c.Cout, Tout}), g({c.Cout, Tout});
+    Arena arena(16 << 20);
+    conv_transpose1d(pool(), x.t, w.t, b.t, y.t, p, &arena);
+    conv_transpose1d(pool(), x.t, w.t, b.t, g.t, p, nullptr, Isa::Generic);
+    std::vector<double> ref(size_t(c.Cout * Tout)), mag(ref.size());
+    for (int64_t o = 0; o < c.Cout; ++o)
+      for (int64_t t = 0; t < Tout; ++t) ref[size_t(o * Tout + t)] = b.v[size_t(o)], mag[size_t(o * Tout + t)] = std::fabs(b.v[size_t(o)]);
+    for (int64_t ci = 0; ci < c.Cin; ++ci)
+      for (int64_t t = 0; t < c.T; ++t)
+        for (int64_t o = 0; o < c.Cout; ++o)
+          for (int64_t kk = 0; kk < c.K; ++kk) {
+            int64_t to = t * c.s - c.pad + kk;
+            if (to < 0 || to >= Tout) continue;
+            double v = double(x.v[size_t(ci * c.T + t)]) * w.v[size_t((ci * c.Cout + o) * c.K + kk)];
+            ref[size_t(o * Tout + to)] += v;
+            mag[size_t(o * Tout + to)] += std::fabs(v);
+          }
+    Check chk;
+    for (size_t i = 0; i < ref.size(); ++i) chk.add(y.v[i], g.v[i], ref[i], mag[i]);
+    EXPECT_LE(chk.worst_ref, kConvTol) << "K " << c.K << " s " << c.s;
+    EXPECT_LE(chk.worst_gen, kConvTol) << "K " << c.K << " s " << c.s;
+  }
+}
+
+TEST(NnConv, Conv2dCampplusShapes) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  struct C2 { int64_t Cin, Cout, H, W, kh, kw, sh, sw, ph, pw; bool bias; };
+  const C2 cases[] = {{1, 4, 20, 31, 3, 3, 1, 1, 1, 1, false}, {4, 4, 20, 31, 3, 3, 2, 1, 1, 1, true},
+                      {3, 5, 9, 7, 1, 1, 2, 1, 0, 0, true},    {2, 3, 5, 6, 3, 2, 1, 2, 0, 1, true},
+                      {8, 16, 40, 250, 3, 3, 2, 1, 1, 1, false}};
+  uint32_t seed = 200;
+  for (const C2& c : cases) {
+    Conv2dParams p;
+    p.stride_h = c.sh;
+    p.stride_w = c.sw;
+    p.pad_h = c.ph;
+    p.pad_w = c.pw;
+    const int64_t Ho = (c.H + 2 * c.ph - c.kh) / c.sh + 1, Wo = (c.W + 2 * c.pw - c.kw) / c.sw + 1;
+    Buf x({c.Cin, c.H, c.W}, seed++), w({c.Cout, c.Cin, c.kh, c.kw}, seed++), b({c.Cout}, seed++);
+    Buf y({c.Cout, Ho, Wo}), g({c.Cout, Ho, Wo});
+    Tensor bt = c.bias ? b.t : Tensor{};
+    conv2d(pool(), x.t, w.t, bt, y.t, p);
+    conv2d(pool(), x.t, w.t, bt, g.t, p, nullptr, Isa::Generic);
+    Check chk;
+    for (int64_t o = 0; o < c.Cout; ++o)
+      for (int64_t i = 0; i < Ho; ++i)
+        for (int64_t j = 0; j < Wo; ++j) {
+          double acc = c.bias ? b.v[size_t(o)] : 0, mag = std::fabs(acc);
+          for (int64_t ci = 0; ci < c.Cin; ++ci)
+            for (int64_t ky = 0; ky < c.kh; ++ky)
+              for (int64_t kx = 0; kx < c.kw; ++kx) {
+                int64_t hi = i * c.sh + ky - c.ph, wi = j * c.sw + kx - c.pw;
+                if (hi < 0 || hi >= c.H || wi < 0 || wi >= c.W) continue;
+                double v = double(x.v[size_t((ci * c.H + hi) * c.W + wi)]) *
+                           w.v[size_t(((o * c.Cin + ci) * c.kh + ky) * c.kw + kx)];
+                acc += v;
+                mag += std::fabs(v);
+              }
+          size_t at = size_t((o * Ho + i) * Wo + j);
+          chk.add(y.v[at], g.v[at], acc, mag);
+        }
+    EXPECT_LE(chk.worst_ref, kConvTol) << c.H << "x" << c.W;
+    EXPECT_LE(chk.worst_gen, kConvTol) << c.H << "x" << c.W;
+  }
+}
+
+TEST(NnConv, ValidationErrors) {
+  Buf x({4, 10}), w({6, 3, 3}), y({6, 8});
+  try {
+    conv1d(pool(), x.t, w.t, Tensor{}, y.t, Conv1dParams{});
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("conv1d"), std::string::npos) << m;
+    EXPECT_NE(m.find("[6, 3, 3]"), std::string::npos) << m;
+    EXPECT_NE(m.find("[4, 10]"), std::string::npos) << m;
+  }
+  Buf w2({6, 4, 3}), ybad({6, 9});
+  EXPECT_THROW(conv1d(pool(), x.t, w2.t, Tensor{}, ybad.t, Conv1dParams{}), Error);  // T_out is 8
+  Buf wt({4, 2, 16}), yt({2, 10});
+  ConvTranspose1dParams pt;
+  pt.stride = 8;
+  EXPECT_THROW(conv_transpose1d(pool(), x.t, wt.t, Tensor{}, yt.t, pt), Error);
+  Buf x2({2, 5, 5}), w4({3, 2, 3, 3}), y2({3, 4, 4});
+  EXPECT_THROW(conv2d(pool(), x2.t, w4.t, Tensor{}, y2.t, Conv2dParams{}), Error);  // 3x3 out
+}
