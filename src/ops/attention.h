@@ -1,0 +1,36 @@
+// Fused scaled dot-product attention (flash style: online softmax over tiles of 64 keys,
+// 4 queries at a time; the Tq x Tk score matrix is never materialised).
+//
+//   out[h, i, :] = sum_j softmax_j(scale * q[h, i, :] . k[h / (H / H_kv), j, :] + mask[i, j]) v[.., j, :]
+//
+// Layouts (all tensors may be strided views; only the innermost dim must be contiguous):
+//   q:    F32 [H, Tq, D]
+//   k, v: [H_kv, Tk, D], both F32 or both F16; H % H_kv == 0 (GQA / MQA). Because any
+//         head/row strides are accepted, k/v can be a [.., 0:Tk, ..] slice of a larger
+//         preallocated KV cache, and [T, H*D] projections can be passed as
+//         transpose(reshape(x, {T, H, D}), 0, 1) without copying.
+//   mask: empty, or F32 [Tq, Tk] (broadcast over heads) or [H, Tq, Tk] (per head, e.g.
+//         a relative-position bias already divided as the caller needs). Added after scaling.
+//   out:  F32 [H, Tq, D] (may be a transposed view of a [Tq, H*D] buffer).
+// causal: query i sees keys j <= q_offset + i (q_offset = number of cached keys before
+// the first query in a decode step). A query row that sees no key, or only -inf
+// scores, gets zeros (PyTorch would give NaN). D <= 512.
+#pragma once
+#include <cstdint>
+
+#include "core/cpu.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace cbx {
+
+struct AttentionParams {
+  float scale = 0.f;  // 0 means 1 / sqrt(D)
+  bool causal = false;
+  int64_t q_offset = 0;
+};
+
+void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Tensor& mask, Tensor& out, const AttentionParams& p, Isa isa = active_isa());
+
+}  // namespace cbx

@@ -1,0 +1,149 @@
+// Fused attention: front-end (CBX_FORCE_ISA) vs the generic kernel vs a double-precision
+// reference that materialises the scores. Covers GQA, causal with a decode offset over a
+// KV-cache slice, F16 K/V, broadcast and per-head masks, fully masked rows, [T, H*D]
+// layouts through transposed views, head dims that are not a multiple of the lane width.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "nn_test_util.h"
+#include "ops/attention.h"
+
+using namespace cbx;
+using nn_test::Buf;
+
+namespace {
+
+ThreadPool& pool() {
+  static ThreadPool p(2);
+  return p;
+}
+
+// Each output is a convex combination of V rows (|v| <= 1): tolerance 1e-5 absolute
+// (f32 dot products of length D, exp at ~2 ulp, online rescaling).
+constexpr double kAttnTol = 1e-5;
+
+float getf(const Tensor& t, int64_t i0, int64_t i1, int64_t i2) {
+  const uint8_t* p = static_cast<const uint8_t*>(t.data) + i0 * t.stride[0] + i1 * t.stride[1] + i2 * t.stride[2];
+  if (t.dtype == DType::F16) return f16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+  return *reinterpret_cast<const float*>(p);
+}
+
+struct Case {
+  int64_t H, Hkv, Tq, Tk, D;
+  bool causal;
+  int64_t q_offset;
+  DType kv;
+  int mask_kind;  // 0 none, 1 [Tq, Tk], 2 [H, Tq, Tk]
+  bool bshd;      // q/out given as transposed views of [T, H*D]
+};
+
+void run_case(const Case& c, uint32_t seed) {
+  const int64_t Tcap = c.Tk + 9;  // KV cache capacity larger than Tk
+  Buf qb({c.H, c.Tq, c.D}, seed, -1.5f, 1.5f);
+  Buf qt({c.Tq, c.H, c.D});  // [T, H, D] copy for the bshd layout
+  Buf kf({c.Hkv, Tcap, c.D}, seed + 1), vf({c.Hkv, Tcap, c.D}, seed + 2);
+  std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+  for (size_t i = 0; i < kf.size(); ++i) kh[i] = f32_to_f16(kf.v[i]), vh[i] = f32_to_f16(vf.v[i]);
+  Tensor kc, vc;
+  if (c.kv == DType::F16) {
+    kc = make_tensor(DType::F16, {c.Hkv, Tcap, c.D}, kh.data(), kh.size() * 2);
+    vc = make_tensor(DType::F16, {c.Hkv, Tcap, c.D}, vh.data(), vh.size() * 2);
+  } else {
+    kc = kf.t;
+    vc = vf.t;
+  }
+  Tensor k = slice(kc, 1, 0, c.Tk), v = slice(vc, 1, 0, c.Tk);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  Buf mask2({c.Tq, c.Tk}, seed + 3, -2, 2), mask3({c.H, c.Tq, c.Tk}, seed + 4, -2, 2);
+  for (int64_t j = 0; j < c.Tk; j += 3) mask2.v[size_t(j)] = ninf;            // row 0 partly masked
+  if (c.Tq > 1)
+    for (int64_t j = 0; j < c.Tk; ++j) mask2.v[size_t(c.Tk + j)] = ninf;      // row 1 fully masked
+  Tensor mask = c.mask_kind == 1 ? mask2.t : c.mask_kind == 2 ? mask3.t : Tensor{};
+
+  Buf ob({c.H, c.Tq, c.D}), gb({c.H, c.Tq, c.D}), ot({c.Tq, c.H, c.D});
+  AttentionParams p;
+  p.causal = c.causal;
+  p.q_offset = c.q_offset;
+  Tensor q = qb.t, out = ob.t;
+  if (c.bshd) {
+    for (int64_t h = 0; h < c.H; ++h)
+      for (int64_t t = 0; t < c.Tq; ++t)
+        for (int64_t d = 0; d < c.D; ++d) qt.v[size_t((t * c.H + h) * c.D + d)] = qb.v[size_t((h * c.Tq + t) * c.D + d)];
+    q = transpose(qt.t, 0, 1);
+    out = transpose(ot.t, 0, 1);
+  }
+  attention(pool(), q, k, v, mask, out, p);
+  attention(pool(), q, k, v, mask, gb.t, p, Isa::Generic);
+
+  const double scale = 1.0 / std::sqrt(double(c.D));
+  double worst = 0, worst_g = 0;
+  std::vector<double> s(size_t(c.Tk));
+  for (int64_t h = 0; h < c.H; ++h) {
+    const int64_t hk = h / (c.H / c.Hkv);
+    for (int64_t i = 0; i < c.Tq; ++i) {
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < c.Tk; ++j) {
+        double acc = 0;
+        for (int64_t d = 0; d < c.D; ++d) acc += double(qb.v[size_t((h * c.Tq + i) * c.D + d)]) * getf(k, hk, j, d);
+        acc *= scale;
+        if (c.mask_kind == 1) acc += mask2.v[size_t(i * c.Tk + j)];
+        if (c.mask_kind == 2) acc += mask3.v[size_t((h * c.Tq + i) * c.Tk + j)];
+        if (c.causal && j > c.q_offset + i) acc = -INFINITY;
+        s[size_t(j)] = acc;
+        mx = std::max(mx, acc);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < c.Tk; ++j) sum += mx == -INFINITY ? 0 : std::exp(s[size_t(j)] - mx);
+      for (int64_t d = 0; d < c.D; ++d) {
+        double o = 0;
+        if (mx != -INFINITY)
+          for (int64_t j = 0; j < c.Tk; ++j) o += std::exp(s[size_t(j)] - mx) / sum * getf(v, hk, j, d);
+        float got = getf(out, h, i, d);
+        worst = std::max(worst, std::fabs(got - o));
+        worst_g = std::max(worst_g, std::fabs(double(got) - gb.v[size_t((h * c.Tq + i) * c.D + d)]));
+      }
+    }
+  }
+  EXPECT_LE(worst, kAttnTol) << "vs reference H " << c.H << " Tq " << c.Tq << " Tk " << c.Tk << " D " << c.D;
+  EXPECT_LE(worst_g, kAttnTol) << "vs generic H " << c.H << " Tq " << c.Tq << " Tk " << c.Tk << " D " << c.D;
+}
+
+}  // namespace
+
+TEST(NnAttention, PrefillDecodeMasksLayouts) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  const Case cases[] = {
+      {4, 2, 37, 37, 64, true, 0, DType::F32, 0, false},      // GQA causal prefill
+      {16, 16, 1, 1400, 64, true, 1399, DType::F16, 0, false}, // decode over a KV-cache slice
+      {2, 1, 1, 300, 64, true, 299, DType::F32, 0, false},    // decode, MQA
+      {3, 3, 5, 70, 36, false, 0, DType::F32, 1, false},      // broadcast mask, odd D
+      {2, 2, 9, 130, 20, false, 0, DType::F16, 2, true},      // per-head mask, [T, H*D] views
+      {2, 1, 7, 20, 64, true, 13, DType::F32, 1, true},       // chunked decode with offset
+      {2, 2, 300, 300, 64, true, 0, DType::F32, 0, false},    // threaded, many key tiles
+      {1, 1, 3, 5, 8, true, 0, DType::F32, 0, false},         // tiny
+  };
+  uint32_t seed = 1;
+  for (const Case& c : cases) run_case(c, seed += 10);
+}
+
+TEST(NnAttention, ValidationErrors) {
+  Buf q({4, 3, 8}), k({3, 5, 8}), v({3, 5, 8}), o({4, 3, 8});
+  try {
+    attention(pool(), q.t, k.t, v.t, Tensor{}, o.t, AttentionParams{});
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("attention"), std::string::npos) << m;
+    EXPECT_NE(m.find("[3, 5, 8]"), std::string::npos) << m;
+  }
+  Buf k2({2, 5, 8}), v2({2, 5, 8}), badmask({3, 4});
+  EXPECT_THROW(attention(pool(), q.t, k2.t, v2.t, badmask.t, o.t, AttentionParams{}), Error);
+  std::vector<uint16_t> h(80);
+  Tensor vh = make_tensor(DType::F16, {2, 5, 8}, h.data(), h.size() * 2);
+  EXPECT_THROW(attention(pool(), q.t, k2.t, vh, Tensor{}, o.t, AttentionParams{}), Error);
+}
