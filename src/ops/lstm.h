@@ -1,0 +1,28 @@
+// LSTM (PyTorch nn.LSTM semantics, gate order i, f, g, o):
+//   gates = x W_ih^T + b_ih + h W_hh^T + b_hh
+//   c' = sigmoid(f) c + sigmoid(i) tanh(g),  h' = sigmoid(o) tanh(c')
+// Weights F32, contiguous. Bias tensors may be empty (treated as zero).
+#pragma once
+#include <cstdint>
+
+#include "core/arena.h"
+#include "core/cpu.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace cbx {
+
+// One time step. gx: [4H] F32 = x W_ih^T + b_ih, precomputed, and overwritten (used as
+// the gate buffer). w_hh: [4H, H]; b_hh: [4H] or empty; h, c: [H], updated in place.
+void lstm_cell(Tensor& gx, const Tensor& w_hh, const Tensor& b_hh, Tensor& h, Tensor& c,
+               Isa isa = active_isa());
+
+// One layer over a whole sequence. x: [T, In]; w_ih: [4H, In]; w_hh: [4H, H];
+// b_ih, b_hh: [4H] or empty; h, c: [H] initial state (zeros for PyTorch's default),
+// left holding the final state; y: [T, H] (may have strided rows).
+// Scratch: T*4H + In*4H floats from `scratch` (rewound) or the heap.
+void lstm_layer(ThreadPool& pool, const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
+                const Tensor& b_ih, const Tensor& b_hh, Tensor& h, Tensor& c, Tensor& y,
+                Arena* scratch = nullptr, Isa isa = active_isa());
+
+}  // namespace cbx
