@@ -1,0 +1,92 @@
+// Matrix-multiply kernels: y[n, m] = sum_k x[n, k] * w[m, k] (PyTorch Linear layout).
+// One table per ISA; the validating front-end is ops/matmul.h. Two paths:
+//   - dot path (few activation rows, decode): activations are converted once into the
+//     weight type's dot format (F32, BF16 or our Q8 activation rows) and each output is
+//     a row-by-row dot product; threads split the weight rows M.
+//   - GEMM path (many activation rows): x and w are packed into micro-panels and a
+//     register-tiled micro-kernel computes [nr x mr] output tiles; quantized and half
+//     weights are widened while packing, so every weight type runs at F32 (or BF16)
+//     GEMM speed.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/cpu.h"
+#include "core/dtype.h"
+
+namespace cbx {
+
+// Activation formats the dot kernels consume.
+enum class ActFormat : int { F32 = 0, BF16 = 1, Q8 = 2 };
+
+// Q8 activation row (our own layout, not GGUF): k elements (k % 32 == 0) quantized per
+// 32-block exactly like Q8_0 (d = max|x| / 127, q = round-half-even(x / d)) but with d
+// kept in f32 and the per-block sum of q precomputed (it turns the unsigned x signed
+// VNNI product into a signed one):
+//   int8 qs[k]; float d[k / 32]; int32 sum[k / 32]
+size_t q8_act_row_bytes(int64_t k);  // multiple of 64
+inline const int8_t* q8_act_qs(const void* row) { return static_cast<const int8_t*>(row); }
+inline const float* q8_act_d(const void* row, int64_t k) {
+  return reinterpret_cast<const float*>(static_cast<const uint8_t*>(row) + k);
+}
+inline const int32_t* q8_act_sum(const void* row, int64_t k) {
+  return reinterpret_cast<const int32_t*>(static_cast<const uint8_t*>(row) + k + k / 8);
+}
+// Bytes of one converted activation row in format f (multiple of 64).
+size_t act_row_bytes(ActFormat f, int64_t k);
+
+// Converts one f32 row of k elements into an activation row (Q8: k % 32 == 0).
+using ActConvertFn = void (*)(const float* x, int64_t k, void* dst);
+
+// y[n * ldy + m] = dot(w row m, activation row n) for m in [m0, m1), n in [0, n_rows).
+// w points at row 0 (rows w_stride bytes apart); act rows are act_stride bytes apart.
+using DotRowsFn = void (*)(const void* w, size_t w_stride, int64_t m0, int64_t m1,
+                           const void* act, size_t act_stride, int64_t n_rows, int64_t k,
+                           float* y, int64_t ldy);
+
+struct DotKernel {
+  ActFormat act;
+  DotRowsFn fn;
+};
+
+// Packed GEMM. Panels hold k in groups of k_pack consecutive values (1 for f32, 2 for
+// bf16 pairs); k is padded with zeros to a multiple of k_pack.
+//   x panel of one n-tile: [kp / k_pack][nr][k_pack]  (kp = k rounded up to k_pack)
+//   w panel of one m-tile: [kc / k_pack][mr][k_pack]
+struct GemmKernel {
+  int nr;          // activation rows per micro-tile (broadcast operand)
+  int mr;          // weight rows per micro-tile (vector operand)
+  int k_pack;      // 1 or 2
+  int elem_bytes;  // 4 (f32) or 2 (bf16)
+  // Packs rows (<= nr, the rest zero) of x, all k columns, into one x panel.
+  void (*pack_x)(const float* x, size_t x_stride, int rows, int64_t k, void* dst);
+  // Packs rows (<= mr, the rest zero) of w, columns [k0, k0 + kc), into one w panel.
+  // For block types k0 and kc are multiples of the block size (kc may end at k).
+  void (*pack_w)(const void* w, size_t w_stride, int rows, int64_t k0, int64_t kc, void* dst);
+  // y[i * ldy + j] (= or +=) sum_k xp[k][i] * wp[k][j] for i < nrows, j < mcols; kc is
+  // a multiple of k_pack (panels already offset to the slice).
+  void (*tile)(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows,
+               int mcols, bool accumulate);
+};
+
+// Weight types the kernels handle, as table slots.
+enum WeightSlot : int { kWF32 = 0, kWF16, kWBF16, kWQ8_0, kWQ4_0, kWeightSlots };
+int matmul_weight_slot(DType t);  // -1 when the type is not a matmul weight type
+
+struct MatmulKernels {
+  Isa isa;
+  ActConvertFn to_q8;    // f32 -> Q8 activation row
+  ActConvertFn to_bf16;  // f32 -> bf16 row (round to nearest even)
+  DotKernel dot[kWeightSlots];
+  GemmKernel gemm[kWeightSlots];  // gemm[kWF32] also serves activations x activations
+};
+
+// The table for isa (an ISA the CPU lacks must not be called).
+const MatmulKernels& matmul_kernels(Isa isa);
+
+// Per-ISA tables (defined in matmul_<isa>.cpp).
+const MatmulKernels& matmul_kernels_generic();
+const MatmulKernels& matmul_kernels_avx2();
+const MatmulKernels& matmul_kernels_avx512();
+
+}  // namespace cbx
