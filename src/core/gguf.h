@@ -6,6 +6,7 @@
 // is wrong. Shapes exposed here are row-major (outermost first), i.e. GGUF dims reversed.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +22,8 @@ enum class GgufType : uint32_t {
   U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
   STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
 };
+
+const char* gguf_type_name(GgufType t);  // "u8", ..., "array"; "unknown" otherwise
 
 struct GgufValue;
 struct GgufArray {
@@ -41,6 +44,15 @@ struct GgufValue {
   std::vector<float> as_float_array() const;
   std::vector<std::string> as_string_array() const;
 };
+
+// Structural equality (types and values; NaN equals NaN). Used by tests and the fuzzer.
+bool same_value(const GgufValue& a, const GgufValue& b);
+
+// Limits the reader enforces beyond the spec (real files are far inside them).
+constexpr int kGgufMaxArrayDepth = 16;        // nested metadata arrays
+constexpr size_t kGgufMaxKeyBytes = 65535;    // metadata key length (spec limit)
+constexpr size_t kGgufMaxNameBytes = 65535;   // tensor name length
+constexpr uint32_t kGgufMaxAlignment = 1u << 30;
 
 struct GgufTensorInfo {
   std::string name;
@@ -63,6 +75,8 @@ class GgufFile {
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   size_t alignment() const { return alignment_; }
+  size_t data_offset() const { return data_offset_; }  // start of the tensor data section
+  size_t size() const { return size_; }                // bytes in the file / image
 
   bool has(const std::string& key) const { return kv_.count(key) != 0; }
   const GgufValue* find(const std::string& key) const;
@@ -115,10 +129,21 @@ class GgufWriter {
   using Producer = void (*)(void* ctx, void* dst, size_t bytes);
   void add_tensor_lazy(const std::string& name, DType dtype, std::vector<int64_t> shape,
                        Producer produce, void* ctx);
+  // Same with a callable. At write time it is called once with a scratch buffer of
+  // exactly the tensor's size, which it must fill; it may throw to abort the write.
+  using ProducerFn = std::function<void(void* dst, size_t bytes)>;
+  void add_tensor_lazy(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                       ProducerFn produce);
 
   void set_alignment(size_t a);  // default 32; written as general.alignment if not 32
   // Writes to `path` (via a temporary file renamed at the end). Throws on I/O errors.
   void write(const std::string& path) const;
+  // The same bytes in memory (tests, fuzzing, small files).
+  std::vector<uint8_t> to_bytes() const;
+
+  size_t tensor_count() const { return tensors_.size(); }
+
+  class Sink;  // byte sink shared by write() and to_bytes() (gguf_writer.cpp)
 
  private:
   struct Pending {
@@ -126,10 +151,12 @@ class GgufWriter {
     DType dtype;
     std::vector<int64_t> shape;
     std::vector<uint8_t> owned;
-    Producer produce = nullptr;
-    void* ctx = nullptr;
+    ProducerFn produce;  // empty: data is in `owned`
     size_t bytes = 0;
   };
+  void emit(Sink& out) const;
+  void add_kv(const std::string& key, GgufValue v);
+  Pending& new_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape);
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<Pending> tensors_;
   size_t alignment_ = 32;
