@@ -1,0 +1,126 @@
+// chatterbox-mkckpt: writes a synthetic Chatterbox checkpoint directory (random weights,
+// upstream file names, formats, tensor names and dtypes; exact upstream shapes at --size full).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+#include "mkckpt.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: chatterbox-mkckpt --variant turbo|mtl --size full|tiny --seed N [--t3-version v2|v3]\n"
+    "                         [--threads N] DIR\n"
+    "\n"
+    "Writes a synthetic Chatterbox checkpoint with random weights into DIR, in exactly the\n"
+    "file formats of the upstream Hugging Face repos, so `chatterbox convert DIR` and every\n"
+    "test run through the path real checkpoints take.\n"
+    "\n"
+    "  --variant turbo   t3_turbo_v1.safetensors, s3gen_meanflow.safetensors, ve.safetensors,\n"
+    "                    conds.pt, vocab.json, merges.txt, added_tokens.json,\n"
+    "                    special_tokens_map.json, tokenizer_config.json\n"
+    "  --variant mtl     t3_mtl23ls_v2.safetensors (v3 with --t3-version v3), s3gen.pt, ve.pt,\n"
+    "                    conds.pt, grapheme_mtl_merged_expanded_v1.json, Cangjie5_TC.json\n"
+    "  --size full       exact upstream shapes (several GB)\n"
+    "  --size tiny       consistent shrink for fast tests (docs/synthetic-checkpoints.md)\n"
+    "  --seed N          same seed -> byte-identical files\n"
+    "  --threads N       generator threads (default: all cores; does not change the output)\n";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr, "chatterbox-mkckpt: %s\n\n%s", msg.c_str(), kUsage);
+  std::exit(2);
+}
+
+void ensure_dir(const std::string& dir) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    if (mkdir(dir.c_str(), 0777) != 0)
+      cbx::fail("cannot create directory %s: %s", dir.c_str(), std::strerror(errno));
+  } else if (!S_ISDIR(st.st_mode)) {
+    cbx::fail("%s exists and is not a directory", dir.c_str());
+  }
+  if (access(dir.c_str(), W_OK) != 0)
+    cbx::fail("directory %s is not writable: %s", dir.c_str(), std::strerror(errno));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mk::Options o;
+  std::string variant, size, dir;
+  bool have_seed = false;
+  o.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--variant") {
+      variant = value();
+    } else if (a == "--size") {
+      size = value();
+    } else if (a == "--seed") {
+      const std::string s = value();
+      char* end = nullptr;
+      errno = 0;
+      o.seed = std::strtoull(s.c_str(), &end, 0);
+      if (s.empty() || *end || errno || s[0] == '-') usage_error("bad --seed '" + s + "' (a non-negative integer)");
+      have_seed = true;
+    } else if (a == "--t3-version") {
+      const std::string v = value();
+      if (v == "v2" || v == "2") o.t3_version = 2;
+      else if (v == "v3" || v == "3") o.t3_version = 3;
+      else usage_error("unknown --t3-version '" + v + "' (v2 or v3)");
+    } else if (a == "--threads") {
+      o.threads = std::atoi(value().c_str());
+      if (o.threads < 1) usage_error("--threads must be >= 1");
+    } else if (!a.empty() && a[0] == '-') {
+      usage_error("unknown option " + a);
+    } else if (dir.empty()) {
+      dir = a;
+    } else {
+      usage_error("more than one DIR given");
+    }
+  }
+  if (variant == "turbo") o.variant = cbx::CkptVariant::Turbo;
+  else if (variant == "mtl") o.variant = cbx::CkptVariant::Mtl;
+  else usage_error(variant.empty() ? "--variant is required" : "unknown variant '" + variant + "' (turbo or mtl)");
+  if (size == "tiny") o.tiny = true;
+  else if (size != "full") usage_error(size.empty() ? "--size is required" : "unknown size '" + size + "' (full or tiny)");
+  if (!have_seed) usage_error("--seed is required");
+  if (dir.empty()) usage_error("DIR is required");
+  if (o.variant == cbx::CkptVariant::Turbo && o.t3_version != 2)
+    usage_error("--t3-version applies to --variant mtl only");
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  o.dir = dir;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ensure_dir(o.dir);
+    std::fprintf(stderr, "chatterbox-mkckpt: %s %s seed %llu -> %s\n", variant.c_str(), size.c_str(),
+                 (unsigned long long)o.seed, o.dir.c_str());
+    if (o.variant == cbx::CkptVariant::Turbo) mk::write_gpt2_tokenizer(o);
+    else mk::write_mtl_tokenizer(o);
+    mk::write_conds(o);
+    mk::write_weight_file(o, cbx::CkptFile::VE);
+    mk::write_weight_file(o, cbx::CkptFile::S3Gen);
+    mk::write_weight_file(o, cbx::CkptFile::T3);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chatterbox-mkckpt: error: %s\n", e.what());
+    return 1;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "chatterbox-mkckpt: done in %.1f s\n", s);
+  return 0;
+}
