@@ -9,14 +9,19 @@ namespace cbx {
 size_t ckpt_elem_size(DType t) {
   switch (t) {
     case DType::F64:
-    case DType::I64: return 8;
+    case DType::I64:
+      return 8;
     case DType::F32:
-    case DType::I32: return 4;
+    case DType::I32:
+      return 4;
     case DType::F16:
     case DType::BF16:
-    case DType::I16: return 2;
-    case DType::I8: return 1;
-    default: fail("checkpoint: dtype %s is not a plain element type", dtype_name(t));
+    case DType::I16:
+      return 2;
+    case DType::I8:
+      return 1;
+    default:
+      fail("checkpoint: dtype %s is not a plain element type", dtype_name(t));
   }
 }
 
@@ -41,9 +46,8 @@ namespace {
 void check_size(const CkptTensor& t) {
   size_t es = ckpt_elem_size(t.dtype);
   int64_t n = ckpt_numel(t.shape, "tensor '" + t.name + "'", es);
-  CBX_CHECK(t.data.size() == size_t(n) * es,
-            "tensor '%s': %zu data bytes for %lld elements of %s", t.name.c_str(), t.data.size(),
-            (long long)n, dtype_name(t.dtype));
+  CBX_CHECK(t.data.size() == size_t(n) * es, "tensor '%s': %zu data bytes for %lld elements of %s",
+            t.name.c_str(), t.data.size(), (long long)n, dtype_name(t.dtype));
 }
 
 template <typename T>
@@ -60,11 +64,20 @@ std::vector<float> CkptTensor::to_f32() const {
   std::vector<float> out(n);
   const uint8_t* p = data.data();
   switch (dtype) {
-    case DType::F32: if (n) std::memcpy(out.data(), p, n * 4); break;
-    case DType::F16: for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(load<uint16_t>(p + 2 * i)); break;
-    case DType::BF16: for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(load<uint16_t>(p + 2 * i)); break;
-    case DType::F64: for (size_t i = 0; i < n; ++i) out[i] = float(load<double>(p + 8 * i)); break;
-    default: fail("tensor '%s': to_f32 on non-float dtype %s", name.c_str(), dtype_name(dtype));
+    case DType::F32:
+      if (n) std::memcpy(out.data(), p, n * 4);
+      break;
+    case DType::F16:
+      for (size_t i = 0; i < n; ++i) out[i] = f16_to_f32(load<uint16_t>(p + 2 * i));
+      break;
+    case DType::BF16:
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(load<uint16_t>(p + 2 * i));
+      break;
+    case DType::F64:
+      for (size_t i = 0; i < n; ++i) out[i] = float(load<double>(p + 8 * i));
+      break;
+    default:
+      fail("tensor '%s': to_f32 on non-float dtype %s", name.c_str(), dtype_name(dtype));
   }
   return out;
 }
@@ -75,11 +88,20 @@ std::vector<int64_t> CkptTensor::to_i64() const {
   std::vector<int64_t> out(n);
   const uint8_t* p = data.data();
   switch (dtype) {
-    case DType::I64: if (n) std::memcpy(out.data(), p, n * 8); break;
-    case DType::I32: for (size_t i = 0; i < n; ++i) out[i] = load<int32_t>(p + 4 * i); break;
-    case DType::I16: for (size_t i = 0; i < n; ++i) out[i] = load<int16_t>(p + 2 * i); break;
-    case DType::I8: for (size_t i = 0; i < n; ++i) out[i] = int8_t(p[i]); break;
-    default: fail("tensor '%s': to_i64 on non-integer dtype %s", name.c_str(), dtype_name(dtype));
+    case DType::I64:
+      if (n) std::memcpy(out.data(), p, n * 8);
+      break;
+    case DType::I32:
+      for (size_t i = 0; i < n; ++i) out[i] = load<int32_t>(p + 4 * i);
+      break;
+    case DType::I16:
+      for (size_t i = 0; i < n; ++i) out[i] = load<int16_t>(p + 2 * i);
+      break;
+    case DType::I8:
+      for (size_t i = 0; i < n; ++i) out[i] = int8_t(p[i]);
+      break;
+    default:
+      fail("tensor '%s': to_i64 on non-integer dtype %s", name.c_str(), dtype_name(dtype));
   }
   return out;
 }

@@ -30,9 +30,9 @@ struct DTypeName {
   DType dtype;
 };
 // U8 and BOOL have no DType of their own: they are read as I8 (same bytes).
-const DTypeName kDTypes[] = {{"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16},
+const DTypeName kDTypes[] = {{"F64", DType::F64},   {"F32", DType::F32}, {"F16", DType::F16},
                              {"BF16", DType::BF16}, {"I64", DType::I64}, {"I32", DType::I32},
-                             {"I16", DType::I16}, {"I8", DType::I8},   {"U8", DType::I8},
+                             {"I16", DType::I16},   {"I8", DType::I8},   {"U8", DType::I8},
                              {"BOOL", DType::I8}};
 
 const char* safetensors_dtype_name(DType t) {
@@ -152,8 +152,9 @@ void SafetensorsFile::parse() {
     if (name == "__metadata__") {
       CBX_CHECK(v.is_object(), "safetensors: '%s': __metadata__ is not an object", file);
       for (auto m = v.begin(); m != v.end(); ++m) {
-        CBX_CHECK(m.value().is_string(), "safetensors: '%s': __metadata__ value '%s' is not a string",
-                  file, m.key().c_str());
+        CBX_CHECK(m.value().is_string(),
+                  "safetensors: '%s': __metadata__ value '%s' is not a string", file,
+                  m.key().c_str());
         metadata_[m.key()] = m.value().get<std::string>();
       }
       continue;

@@ -43,9 +43,15 @@ std::map<std::string, std::shared_ptr<CkptTensor>> flatten_state_dict(const PyOb
 // Writes a torch.save-compatible file (zip + pickle protocol 2 + storages) that real
 // torch.load(weights_only=True) accepts. Only the Kinds above are supported.
 void save_torch_pt(const std::string& path, const PyObject& root);
+struct TorchSaveOptions {
+  std::string archive_name = "archive";  // the zip's top directory
+  bool force_zip64 = false;              // ZIP64 records even when not needed (tests)
+};
+void save_torch_pt(const std::string& path, const PyObject& root, const TorchSaveOptions& opts);
 
 // Helpers to build trees for save_torch_pt.
 PyRef py_none();
+PyRef py_bool(bool v);
 PyRef py_int(int64_t v);
 PyRef py_float(double v);
 PyRef py_str(const std::string& s);
