@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/arena.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -77,8 +78,10 @@ void run_case(const Case& c, uint32_t seed) {
     q = transpose(qt.t, 0, 1);
     out = transpose(ot.t, 0, 1);
   }
-  attention(pool(), q, k, v, mask, out, p);
-  attention(pool(), q, k, v, mask, gb.t, p, Isa::Generic);
+  Arena arena(16 << 20);
+  attention(pool(), q, k, v, mask, out, p, &arena);
+  EXPECT_EQ(arena.used(), 0u);
+  attention(pool(), q, k, v, mask, gb.t, p, nullptr, Isa::Generic);
 
   const double scale = 1.0 / std::sqrt(double(c.D));
   double worst = 0, worst_g = 0;

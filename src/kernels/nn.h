@@ -67,12 +67,17 @@ struct AttnHead {
   float scale = 1.f;
   bool causal = false;
   int64_t q_offset = 0;
+  // Optional copy of K transposed to F32 [d, kt_rs], kt_rs a multiple of kAttnKeyTile
+  // >= tk, zero past tk. SIMD kernels use it for several queries at once (scores become
+  // broadcast-FMAs instead of horizontal sums); the generic kernel ignores it.
+  const float* kt = nullptr;
+  int64_t kt_rs = 0;
 };
-// Floats of scratch attn_rows needs (per calling thread).
 constexpr int64_t kAttnKeyTile = 64;
 constexpr int64_t kAttnQueryBlock = 4;
-inline int64_t attn_scratch_floats(int64_t d) {
-  return kAttnQueryBlock * (kAttnKeyTile + d + 4) + 64;
+// Floats of scratch attn needs (per calling thread).
+constexpr int64_t attn_scratch_floats(int64_t d) {
+  return kAttnQueryBlock * (kAttnKeyTile + 2 * d + 4) + 64;
 }
 
 struct NnKernels {

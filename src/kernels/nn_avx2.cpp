@@ -12,6 +12,7 @@ namespace {
 struct V8 {
   using R = __m256;
   static constexpr int W = 8;
+  static constexpr int kAttnNV = 2;  // attention register tile: 4 queries x 2 vectors
   static __m256i mk(int64_t n) {  // lanes < n all-ones
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }

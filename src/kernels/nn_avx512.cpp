@@ -13,6 +13,7 @@ namespace {
 struct V16 {
   using R = __m512;
   static constexpr int W = 16;
+  static constexpr int kAttnNV = 4;  // attention register tile: 4 queries x 4 vectors
   static __mmask16 mk(int64_t n) { return __mmask16((1u << n) - 1u); }  // n in [0, 16]
   static R zero() { return _mm512_setzero_ps(); }
   static R set1(float v) { return _mm512_set1_ps(v); }

@@ -105,10 +105,38 @@ void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
   }
   const float* q[NQ];
   for (int r = 0; r < NQ; ++r) q[r] = h.q + (i0 + r) * h.q_rs;
-  const R vscale = V::set1(h.scale);
+  const bool use_kt = h.kt != nullptr;
+  float* qs = acc + NQ * d;  // [NQ][d] queries pre-multiplied by scale (kt path)
+  if (use_kt)
+    for (int r = 0; r < NQ; ++r)
+      for (int64_t c = 0; c < d; ++c) qs[r * d + c] = q[r][c] * h.scale;
+  const R vscale = V::set1(use_kt ? 1.f : h.scale);
 
   for (int64_t j0 = 0; j0 < kend; j0 += KT) {
     const int64_t nk = imin(KT, kend - j0);
+    if (use_kt) {
+      // Scores for KS keys x NQ queries in registers: per dim c, NVS loads of K^T row c
+      // and NQ broadcasts of q. Keys past nk (zero padding or causally hidden) are
+      // computed and ignored below.
+      constexpr int NVS = V::kAttnNV;
+      constexpr int64_t KS = NVS * V::W;
+      for (int64_t kv0 = 0; kv0 < nk; kv0 += KS) {
+        R sacc[NQ][NVS];
+        for (int r = 0; r < NQ; ++r)
+          for (int v = 0; v < NVS; ++v) sacc[r][v] = V::zero();
+        const float* kt = h.kt + j0 + kv0;
+        for (int64_t c = 0; c < d; ++c) {
+          R kv[NVS];
+          for (int v = 0; v < NVS; ++v) kv[v] = V::load(kt + c * h.kt_rs + v * V::W);
+          for (int r = 0; r < NQ; ++r) {
+            R qb = V::set1(qs[r * d + c]);
+            for (int v = 0; v < NVS; ++v) sacc[r][v] = V::fma(qb, kv[v], sacc[r][v]);
+          }
+        }
+        for (int r = 0; r < NQ; ++r)
+          for (int v = 0; v < NVS; ++v) V::store(S + r * KT + kv0 + v * V::W, sacc[r][v]);
+      }
+    } else
     // Scores: one K row is loaded once for all NQ queries.
     for (int64_t jj = 0; jj < nk; ++jj) {
       R sacc[NQ];
@@ -154,7 +182,28 @@ void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
       l[r] = l[r] * alpha[r] + V::reduce_add(psum);
       m[r] = mn;
     }
-    // acc = alpha acc + P V, one V row chunk loaded once for all NQ queries.
+    // acc = alpha acc + P V, V row chunks loaded once for all NQ queries.
+    constexpr int NVD = V::kAttnNV;
+    if (d % (NVD * V::W) == 0) {
+      for (int64_t c0 = 0; c0 < d; c0 += NVD * V::W) {
+        R a[NQ][NVD];
+        for (int r = 0; r < NQ; ++r)
+          for (int v = 0; v < NVD; ++v)
+            a[r][v] = V::mul(V::load(acc + r * d + c0 + v * V::W), V::set1(alpha[r]));
+        for (int64_t jj = 0; jj < nk; ++jj) {
+          R vv[NVD];
+          for (int v = 0; v < NVD; ++v)
+            vv[v] = load_kv<V>(h.v, h.kv_dtype, (j0 + jj) * h.v_rs + c0 + v * V::W, V::W);
+          for (int r = 0; r < NQ; ++r) {
+            R p = V::set1(S[r * KT + jj]);
+            for (int v = 0; v < NVD; ++v) a[r][v] = V::fma(p, vv[v], a[r][v]);
+          }
+        }
+        for (int r = 0; r < NQ; ++r)
+          for (int v = 0; v < NVD; ++v) V::store(acc + r * d + c0 + v * V::W, a[r][v]);
+      }
+      continue;
+    }
     for (int64_t c = 0; c < d; c += V::W) {
       int64_t cnt = imin(V::W, d - c);
       R a[NQ];

@@ -1,6 +1,7 @@
 #include "ops/attention.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/nn.h"
@@ -21,7 +22,8 @@ int64_t elem_stride(const char* op, const char* name, const Tensor& t, int dim) 
 }  // namespace
 
 void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& mask, Tensor& out, const AttentionParams& p, Isa isa) {
+               const Tensor& mask, Tensor& out, const AttentionParams& p, Arena* arena,
+               Isa isa) {
   const char* op = "attention";
   nn_detail::check_f32(op, "q", q);
   nn_detail::check_f32(op, "out", out);
@@ -70,7 +72,45 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor&
   const int64_t qb = Tq <= 16 ? Tq : 16;  // queries per task
   const int64_t nqb = (Tq + qb - 1) / qb, tasks = H * nqb;
 
+  // K^T copies (F32, rows padded to whole key tiles) for the multi-query SIMD path.
+  const bool use_kt = kern.isa != Isa::Generic && Tq >= 8 && Tk > 0;
+  const int64_t kt_rs = (Tk + kAttnKeyTile - 1) / kAttnKeyTile * kAttnKeyTile;
+  std::vector<float> heap;
+  const size_t mark = arena ? arena->mark() : 0;
+  float* kt = nullptr;
+  if (use_kt) {
+    const int64_t n = Hkv * D * kt_rs;
+    if (arena) {
+      kt = static_cast<float*>(arena->alloc_bytes(size_t(n) * 4, 64, "attention K^T"));
+    } else {
+      heap.resize(size_t(n));
+      kt = heap.data();
+    }
+  }
+  auto transpose_k = [&](int ith, int nth) {
+    const int64_t rows = Hkv * D;
+    int64_t r0, r1;
+    ThreadPool::split(rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t hk = r / D, d = r % D;
+      float* dst = kt + r * kt_rs;
+      const uint8_t* src = static_cast<const uint8_t*>(k.data) + size_t(hk * k_hs + d) * kv_es;
+      if (k.dtype == DType::F16) {
+        const uint16_t* s16 = reinterpret_cast<const uint16_t*>(src);
+        for (int64_t j = 0; j < Tk; ++j) dst[j] = f16_to_f32(s16[j * k_rs]);
+      } else {
+        const float* s32 = reinterpret_cast<const float*>(src);
+        for (int64_t j = 0; j < Tk; ++j) dst[j] = s32[j * k_rs];
+      }
+      for (int64_t j = Tk; j < kt_rs; ++j) dst[j] = 0.f;
+    }
+  };
+
   auto work = [&](int ith, int nth) {
+    if (use_kt) {
+      transpose_k(ith, nth);
+      if (nth > 1) pool.barrier();
+    }
     alignas(64) float scratch[attn_scratch_floats(kMaxHeadDim)];
     for (int64_t task = ith; task < tasks; task += nth) {
       const int64_t h = task / nqb, q0 = (task % nqb) * qb, q1 = q0 + qb < Tq ? q0 + qb : Tq;
@@ -93,6 +133,10 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor&
       a.scale = scale;
       a.causal = p.causal;
       a.q_offset = p.q_offset;
+      if (use_kt) {
+        a.kt = kt + hk * D * kt_rs;
+        a.kt_rs = kt_rs;
+      }
       kern.attn(a, q0, q1, scratch);
     }
   };
@@ -101,6 +145,7 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor&
   } else {
     pool.run(work);
   }
+  if (arena) arena->rewind(mark);
 }
 
 }  // namespace cbx

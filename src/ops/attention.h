@@ -15,9 +15,12 @@
 // causal: query i sees keys j <= q_offset + i (q_offset = number of cached keys before
 // the first query in a decode step). A query row that sees no key, or only -inf
 // scores, gets zeros (PyTorch would give NaN). D <= 512.
+// Scratch: with 8+ queries the SIMD kernels work from an F32 copy of K transposed,
+// H_kv * D * round_up(Tk, 64) floats, taken from `scratch` (rewound) or the heap.
 #pragma once
 #include <cstdint>
 
+#include "core/arena.h"
 #include "core/cpu.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -31,6 +34,7 @@ struct AttentionParams {
 };
 
 void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& mask, Tensor& out, const AttentionParams& p, Isa isa = active_isa());
+               const Tensor& mask, Tensor& out, const AttentionParams& p,
+               Arena* scratch = nullptr, Isa isa = active_isa());
 
 }  // namespace cbx
