@@ -151,90 +151,133 @@ void dot_bf16(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act,
 constexpr int kNr = 12;
 constexpr int kMr = 32;
 
-void pack_x_f32(const float* x, size_t xs, int rows, int64_t k, void* dst) {
-  auto* p = static_cast<float*>(dst);
-  const float* r[kNr];
-  for (int j = 0; j < kNr; ++j)
-    r[j] = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(x) + (j < rows ? j : 0) * xs);
-  if (rows == kNr) {
-    for (int64_t i = 0; i < k; ++i)
-      for (int j = 0; j < kNr; ++j) p[i * kNr + j] = r[j][i];
-  } else {
-    for (int64_t i = 0; i < k; ++i)
-      for (int j = 0; j < kNr; ++j) p[i * kNr + j] = j < rows ? r[j][i] : 0.f;
+// 16 x 16 transpose of 32-bit elements: r[j] lane c -> r[c] lane j.
+inline void transpose16(__m512 (&r)[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int q = 0; q < 4; ++q) {
+    t[4 * q + 0] = _mm512_unpacklo_ps(r[4 * q], r[4 * q + 1]);
+    t[4 * q + 1] = _mm512_unpackhi_ps(r[4 * q], r[4 * q + 1]);
+    t[4 * q + 2] = _mm512_unpacklo_ps(r[4 * q + 2], r[4 * q + 3]);
+    t[4 * q + 3] = _mm512_unpackhi_ps(r[4 * q + 2], r[4 * q + 3]);
+  }
+  // After this, lane L of r[4q + j] holds column 4L + j of rows 4q .. 4q + 3.
+#pragma GCC unroll 8
+  for (int q = 0; q < 4; ++q) {
+    const __m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * q + 2]), d = _mm512_castps_pd(t[4 * q + 3]);
+    r[4 * q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  // 4 x 4 transpose of 128-bit lanes across the row groups, for each j.
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m512 a = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), b = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xee);
+    const __m512 c = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44),
+                 d = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xee);
+    t[j] = _mm512_shuffle_f32x4(a, c, 0x88);
+    t[4 + j] = _mm512_shuffle_f32x4(a, c, 0xdd);
+    t[8 + j] = _mm512_shuffle_f32x4(b, d, 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(b, d, 0xdd);
+  }
+#pragma GCC unroll 16
+  for (int c = 0; c < 16; ++c) r[c] = t[c];
+}
+
+// dst[c * ld + j] = rows[j][c] for c < len, j < 16 (32-bit elements; a null row reads
+// as zeros); only the lanes in store_mask are written.
+void transpose_rows(const float* const (&rows)[16], int64_t len, float* dst, int64_t ld, __mmask16 store_mask) {
+  for (int64_t i = 0; i < len; i += 16) {
+    const __mmask16 lm = tail_mask16(len - i);
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) r[j] = rows[j] ? _mm512_maskz_loadu_ps(lm, rows[j] + i) : _mm512_setzero_ps();
+    transpose16(r);
+    const int n = len - i < 16 ? int(len - i) : 16;
+    for (int c = 0; c < n; ++c) _mm512_mask_storeu_ps(dst + (i + c) * ld, store_mask, r[c]);
   }
 }
 
-// x rows -> bf16 pairs [k/2][12][2].
+// x rows -> [k][12].
+void pack_x_f32(const float* x, size_t xs, int rows, int64_t k, void* dst) {
+  const float* r[16] = {};
+  for (int j = 0; j < rows && j < kNr; ++j)
+    r[j] = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(x) + j * xs);
+  transpose_rows(r, k, static_cast<float*>(dst), kNr, 0x0fff);
+}
+
+// x rows -> bf16 pairs [k/2][12][2] (k padded with a zero to even).
 void pack_x_bf16(const float* x, size_t xs, int rows, int64_t k, void* dst) {
-  auto* p = static_cast<uint16_t*>(dst);
-  const int64_t kp = (k + 1) & ~int64_t(1);
-  alignas(64) uint16_t buf[kNr][64];
-  for (int64_t i0 = 0; i0 < kp; i0 += 64) {
-    const int64_t len = kp - i0 < 64 ? kp - i0 : 64;
-    for (int j = 0; j < kNr; ++j) {
-      if (j < rows) {
-        const float* xr = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(x) + j * xs);
-        const int64_t valid = k - i0 < 64 ? k - i0 : 64;
-        std::memset(buf[j], 0, sizeof buf[j]);
-        to_bf16_avx512(xr + i0, valid, buf[j]);
-      } else {
-        std::memset(buf[j], 0, sizeof buf[j]);
-      }
+  constexpr int64_t kChunk = 256;
+  alignas(64) uint16_t buf[kNr][kChunk];
+  const float* r[16] = {};
+  for (int64_t i0 = 0; i0 < k; i0 += kChunk) {
+    const int64_t len = k - i0 < kChunk ? k - i0 : kChunk;
+    for (int j = 0; j < rows && j < kNr; ++j) {
+      const float* xr = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(x) + j * xs);
+      to_bf16_avx512(xr + i0, len, buf[j]);
+      if (len & 1) buf[j][len] = 0;
+      r[j] = reinterpret_cast<const float*>(buf[j]);
     }
-    auto* out = reinterpret_cast<uint32_t*>(p + i0 * kNr);
-    for (int64_t i = 0; i < len / 2; ++i)
-      for (int j = 0; j < kNr; ++j) std::memcpy(&out[i * kNr + j], &buf[j][2 * i], 4);
+    transpose_rows(r, (len + 1) / 2, static_cast<float*>(dst) + (i0 / 2) * kNr, kNr, 0x0fff);
   }
 }
 
 // Widens 32 (or fewer) weight rows of [k0, k0 + kc) to f32, transposed to [kc][32].
 template <DType T>
 void pack_w_f32(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void* dst) {
-  auto* p = static_cast<float*>(dst);
-  alignas(64) float buf[512];
-  for (int r = 0; r < kMr; ++r) {
-    if (r >= rows) {
-      for (int64_t i = 0; i < kc; ++i) p[i * kMr + r] = 0.f;
-      continue;
-    }
-    const uint8_t* src = static_cast<const uint8_t*>(w) + r * ws;
-    for (int64_t c = 0; c < kc; c += 512) {
-      const int64_t len = kc - c < 512 ? kc - c : 512;
-      const float* row;
-      if constexpr (T == DType::F32) {
-        row = reinterpret_cast<const float*>(src) + k0 + c;
-      } else if constexpr (T == DType::F16) {
-        const uint16_t* h = reinterpret_cast<const uint16_t*>(src) + k0 + c;
-        for (int64_t i = 0; i < len; i += 16)
-          _mm512_store_ps(buf + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask16(len - i), h + i)));
-        row = buf;
-      } else {
-        dequant_row_avx512(T, src, k0 + c, len, buf);
-        row = buf;
+  constexpr int64_t kChunk = 256;
+  alignas(64) float buf[T == DType::F32 ? 1 : 16][kChunk];
+  for (int64_t c0 = 0; c0 < kc; c0 += kChunk) {
+    const int64_t len = kc - c0 < kChunk ? kc - c0 : kChunk;
+    for (int h = 0; h < 2; ++h) {
+      const float* r[16] = {};
+      for (int j = 0; j < 16 && h * 16 + j < rows; ++j) {
+        const uint8_t* src = static_cast<const uint8_t*>(w) + (h * 16 + j) * ws;
+        if constexpr (T == DType::F32) {
+          r[j] = reinterpret_cast<const float*>(src) + k0 + c0;
+        } else if constexpr (T == DType::F16) {
+          const uint16_t* hp = reinterpret_cast<const uint16_t*>(src) + k0 + c0;
+          for (int64_t i = 0; i < len; i += 16)
+            _mm512_store_ps(buf[j] + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail_mask16(len - i), hp + i)));
+          r[j] = buf[j];
+        } else {
+          dequant_row_avx512(T, src, k0 + c0, len, buf[j]);
+          r[j] = buf[j];
+        }
       }
-      for (int64_t i = 0; i < len; ++i) p[(c + i) * kMr + r] = row[i];
+      transpose_rows(r, len, static_cast<float*>(dst) + c0 * kMr + h * 16, kMr, 0xffff);
     }
   }
 }
 
-// bf16 weight rows -> pairs [kc/2][32][2].
-void pack_w_bf16(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void* dst) {
+}  // namespace
+
+// bf16 weight rows -> pairs [pad_pairs][32][2] for columns [k0, k0 + kc); pairs past kc
+// are zero (pad_pairs >= (kc + 1) / 2).
+void pack_w_bf16_pairs(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void* dst, int64_t pad_pairs) {
+  const int64_t full = kc / 2;
   auto* p = static_cast<uint32_t*>(dst);
-  const int64_t pairs = (kc + 1) / 2;
-  for (int r = 0; r < kMr; ++r) {
-    if (r >= rows) {
-      for (int64_t i = 0; i < pairs; ++i) p[i * kMr + r] = 0;
-      continue;
-    }
-    const uint16_t* src = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w) + r * ws) + k0;
-    for (int64_t i = 0; i < kc / 2; ++i) {
-      uint32_t v;
-      std::memcpy(&v, src + 2 * i, 4);
-      p[i * kMr + r] = v;
-    }
-    if (kc & 1) p[(kc / 2) * kMr + r] = src[kc - 1];
+  for (int h = 0; h < 2; ++h) {
+    const float* r[16] = {};
+    for (int j = 0; j < 16 && h * 16 + j < rows; ++j)
+      r[j] = reinterpret_cast<const float*>(
+          reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w) + (h * 16 + j) * ws) + k0);
+    transpose_rows(r, full, reinterpret_cast<float*>(p) + h * 16, kMr, 0xffff);
   }
+  for (int64_t i = full; i < pad_pairs; ++i)
+    for (int r = 0; r < kMr; ++r) p[i * kMr + r] = 0;
+  if (kc & 1)  // the odd last column pairs with a zero
+    for (int r = 0; r < rows; ++r)
+      p[full * kMr + r] = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w) + r * ws)[k0 + kc - 1];
+}
+
+namespace {
+
+void pack_w_bf16(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void* dst) {
+  pack_w_bf16_pairs(w, ws, rows, k0, kc, dst, (kc + 1) / 2);
 }
 
 inline void store_tile(__m512 (&c)[kNr][2], float* y, int64_t ldy, int nrows, int mcols, bool acc) {

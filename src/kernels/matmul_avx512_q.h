@@ -1,5 +1,5 @@
-// AVX-512 VNNI helpers for the quantized matmul kernels (matmul_q_avx512.cpp); only
-// matmul_avx512.cpp includes this.
+// Helpers shared by the AVX-512 matmul translation units (matmul_avx512.cpp,
+// matmul_q_avx512.cpp, matmul_amx_avx512.cpp); nothing else includes this.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,5 +17,9 @@ void dot_q4_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const voi
                      int64_t n_rows, int64_t k, float* y, int64_t ldy);
 // Dequantizes elements [k0, k0 + len) of one Q8_0 / Q4_0 row (k0, len multiples of 32).
 void dequant_row_avx512(DType t, const uint8_t* row, int64_t k0, int64_t len, float* out);
+
+// bf16 weight rows (rows <= 32) -> pairs [pad_pairs][32][2] for columns [k0, k0 + kc);
+// pairs past the data are zero (matmul_avx512.cpp; the AMX kernels share it).
+void pack_w_bf16_pairs(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void* dst, int64_t pad_pairs);
 
 }  // namespace cbx

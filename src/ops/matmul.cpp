@@ -14,10 +14,9 @@ namespace cbx {
 namespace {
 
 constexpr int64_t kGemmMinRows = 8;
-// Cache blocking of the GEMM path: a [kMcTiles * mr, kKc] weight block stays in L2 while
-// every activation n-tile ([nr, kKc], L1) streams past it.
-constexpr int64_t kKc = 512;  // multiple of 32 (quant blocks) and of 2 (bf16 pairs)
-constexpr int64_t kMcTiles = 8;
+// GEMM cache blocking: one packed weight panel [mr, kKc] (32 KB for f32) stays in L1
+// while the x slices of every n-tile ([N, kKc], L2) stream past it.
+constexpr int64_t kKc = 256;  // multiple of 32 (quant blocks and AMX k-steps)
 
 size_t align64(size_t b) { return (b + 63) & ~size_t(63); }
 
@@ -78,7 +77,7 @@ size_t gemm_x_bytes(const GemmKernel& g, int64_t n, int64_t k) {
 size_t gemm_w_bytes(const GemmKernel& g, int64_t k) {
   int64_t kc = std::min(k, kKc);
   kc = (kc + g.k_pack - 1) / g.k_pack * g.k_pack;
-  return size_t(kMcTiles) * align64(size_t(kc) * g.mr * g.elem_bytes);
+  return align64(size_t(kc) * g.mr * g.elem_bytes);
 }
 
 void run_gemm(const GemmKernel& g, ThreadPool& pool, const Problem& p, uint8_t* scratch) {
@@ -89,8 +88,6 @@ void run_gemm(const GemmKernel& g, ThreadPool& pool, const Problem& p, uint8_t* 
   uint8_t* xpack = scratch;
   uint8_t* wpack0 = scratch + gemm_x_bytes(g, p.n, p.k);
   const size_t wbytes = gemm_w_bytes(g, p.k);
-  const int64_t kc_max = std::min(p.k, kKc);
-  const size_t wpanel = align64(size_t((kc_max + kpk - 1) / kpk * kpk) * mr * eb);
 
   pool.run([&](int ith, int nth) {
     int64_t t0, t1;
@@ -104,25 +101,21 @@ void run_gemm(const GemmKernel& g, ThreadPool& pool, const Problem& p, uint8_t* 
     int64_t mt0 = 0, mt1 = m_tiles, nt0 = 0, nt1 = n_tiles;
     if (m_tiles >= 2 * nth || n_tiles < nth) ThreadPool::split(m_tiles, ith, nth, &mt0, &mt1);
     else ThreadPool::split(n_tiles, ith, nth, &nt0, &nt1);
+    // k blocks outermost: the x slices of all n-tiles ([N, kc], L2) are reused by every
+    // weight panel; one packed weight panel ([mr, kc], L1) is reused by every n-tile.
     uint8_t* wpack = wpack0 + size_t(ith) * wbytes;
-    for (int64_t mb = mt0; mb < mt1; mb += kMcTiles) {
-      const int64_t mbe = std::min(mt1, mb + kMcTiles);
-      for (int64_t k0 = 0; k0 < p.k; k0 += kKc) {
-        const int64_t kc = std::min(kKc, p.k - k0);
-        const int64_t kcp = (kc + kpk - 1) / kpk * kpk;
-        for (int64_t t = mb; t < mbe; ++t)
-          g.pack_w(p.w + t * mr * p.ws, p.ws, int(std::min<int64_t>(mr, p.m - t * mr)), k0, kc,
-                   wpack + (t - mb) * wpanel);
-        for (int64_t nt = nt0; nt < nt1; ++nt) {
-          const uint8_t* xp = xpack + nt * xpanel + size_t(k0) * nr * eb;
-          const int nrows = int(std::min<int64_t>(nr, p.n - nt * nr));
-          for (int64_t t = mb; t < mbe; ++t)
-            g.tile(xp, wpack + (t - mb) * wpanel, kcp, p.y + nt * nr * p.ldy + t * mr, p.ldy, nrows,
-                   int(std::min<int64_t>(mr, p.m - t * mr)), k0 > 0);
-        }
+    for (int64_t k0 = 0; k0 < p.k; k0 += kKc) {
+      const int64_t kc = std::min(kKc, p.k - k0);
+      const int64_t kcp = (kc + kpk - 1) / kpk * kpk;
+      for (int64_t t = mt0; t < mt1; ++t) {
+        const int mcols = int(std::min<int64_t>(mr, p.m - t * mr));
+        g.pack_w(p.w + t * mr * p.ws, p.ws, mcols, k0, kc, wpack);
+        for (int64_t nt = nt0; nt < nt1; ++nt)
+          g.tile(xpack + nt * xpanel + size_t(k0) * nr * eb, wpack, kcp, p.y + nt * nr * p.ldy + t * mr, p.ldy,
+                 int(std::min<int64_t>(nr, p.n - nt * nr)), mcols, k0 > 0);
       }
-      add_bias(p, nt0 * nr, std::min(p.n, nt1 * nr), mb * mr, std::min(p.m, mbe * mr));
     }
+    add_bias(p, nt0 * nr, std::min(p.n, nt1 * nr), mt0 * mr, std::min(p.m, mt1 * mr));
   });
 }
 
