@@ -1,12 +1,12 @@
 // chatterbox-mkckpt: writes a synthetic Chatterbox checkpoint directory (random weights,
 // upstream file names, formats, tensor names and dtypes; exact upstream shapes at --size full).
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -39,13 +39,11 @@ const char* kUsage =
 }
 
 void ensure_dir(const std::string& dir) {
-  struct stat st;
-  if (stat(dir.c_str(), &st) != 0) {
-    if (mkdir(dir.c_str(), 0777) != 0)
-      cbx::fail("cannot create directory %s: %s", dir.c_str(), std::strerror(errno));
-  } else if (!S_ISDIR(st.st_mode)) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
     cbx::fail("%s exists and is not a directory", dir.c_str());
-  }
+  if (!std::filesystem::is_directory(dir, ec) && !std::filesystem::create_directories(dir, ec))
+    cbx::fail("cannot create directory %s: %s", dir.c_str(), ec.message().c_str());
   if (access(dir.c_str(), W_OK) != 0)
     cbx::fail("directory %s is not writable: %s", dir.c_str(), std::strerror(errno));
 }

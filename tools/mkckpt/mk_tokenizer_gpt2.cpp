@@ -3,6 +3,7 @@
 // merge, then <|endoftext|>), merges.txt, added_tokens.json (the 19 paralinguistic tags),
 // special_tokens_map.json, tokenizer_config.json. The merges are synthetic but valid: every
 // merge joins two existing tokens into a new one, never across a word-initial space.
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
@@ -98,7 +99,9 @@ void write_gpt2_tokenizer(const Options& o) {
   while (int64_t(merges.size()) < n_merges) {
     const std::string a = pick(starts);
     const std::string b = pick(conts);
-    if (cp_len(a) + cp_len(b) <= 12) add(a, b);
+    // Longer pieces are rarer: accept with probability 0.7^(len - 2).
+    const size_t len = cp_len(a) + cp_len(b);
+    if (len <= 12 && r.uniform() < std::pow(0.7, double(len) - 2.0)) add(a, b);
   }
 
   ojson vj = ojson::object();

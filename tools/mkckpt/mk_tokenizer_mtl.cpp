@@ -168,8 +168,8 @@ void write_mtl_tokenizer(const Options& o) {
     const auto& ch = pools.chars[size_t(s)];
     if (g.empty() || ch.empty()) continue;
     const double ua = r.uniform(), ub = r.uniform();
-    const std::string a = g[size_t(double(g.size()) * ua * ua)];
-    const std::string b = ch[size_t(double(ch.size()) * ub * ub)];
+    const std::string a = g[size_t(double(g.size()) * ua * ua * ua)];
+    const std::string b = ch[size_t(double(ch.size()) * ub * ub * ub)];
     const std::string ab = a + b;
     if (decode_utf8(ab).size() > 5 || have.count(ab)) continue;
     have.insert(ab);
