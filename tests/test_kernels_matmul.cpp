@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "core/arena.h"
@@ -114,7 +115,9 @@ struct Errors {
   double max_ref = 0, rms_ref = 0, max_gen = 0;
 };
 
-Errors run_case(DType t, int64_t m, int64_t k, int64_t n, bool bias, bool strided, uint32_t seed) {
+// The op under test is matmul/matmul_bias (active ISA), or matmul_with(*op) when op is given.
+Errors run_case(DType t, int64_t m, int64_t k, int64_t n, bool bias, bool strided, uint32_t seed,
+                const MatmulKernels* op = nullptr) {
   Weight w = make_weight(t, m, k, seed, strided ? 64 : 0);
   Mat x = make_mat(n, k, strided ? 5 : 0, seed + 1);
   Mat y = make_mat(n, m, strided ? 3 : 0, seed + 2);
@@ -123,7 +126,8 @@ Errors run_case(DType t, int64_t m, int64_t k, int64_t n, bool bias, bool stride
   for (int64_t i = 0; i < m; ++i) bv[size_t(i)] = 0.1f * float(i % 7) - 0.3f;
   Tensor bt = make_tensor(DType::F32, {m}, bv.data(), bv.size() * 4);
 
-  if (bias) matmul_bias(pool(), w.t, bt, x.t, y.t);
+  if (op) matmul_with(*op, pool(), w.t, bias ? &bt : nullptr, x.t, y.t);
+  else if (bias) matmul_bias(pool(), w.t, bt, x.t, y.t);
   else matmul(pool(), w.t, x.t, y.t);
   matmul_with(matmul_kernels(Isa::Generic), pool(), w.t, bias ? &bt : nullptr, x.t, yg.t);
 
@@ -195,6 +199,18 @@ TEST_P(MatmulTest, AgreesWithGenericAndReference) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, MatmulTest,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0),
                          [](const testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+// On AMX machines the AVX-512 table's BF16 GEMM uses tiles; the vdpbf16ps GEMM it falls
+// back to elsewhere is checked here through the table without AMX (same tolerances).
+TEST(Matmul, Bf16GemmWithoutAmx) {
+  if (forced_isa_unavailable() || active_isa() != Isa::Avx512) GTEST_SKIP() << "AVX-512 only";
+  uint32_t seed = 900;
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{65, 576, 300}, {29, 45, 11}, {40, 96, 9}}) {
+    Errors e = run_case(DType::BF16, m, k, n, true, true, seed += 10, &matmul_kernels_avx512_no_amx());
+    EXPECT_LE(e.max_ref, 4e-3) << "M=" << m << " K=" << k << " N=" << n;
+    EXPECT_LE(e.max_gen, 4e-3) << "M=" << m << " K=" << k << " N=" << n;
+  }
+}
 
 TEST(Matmul, ArenaScratchAndLeadingDims) {
   if (forced_isa_unavailable()) GTEST_SKIP();

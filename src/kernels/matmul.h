@@ -50,13 +50,15 @@ struct DotKernel {
 };
 
 // Packed GEMM. Panels hold k in groups of k_pack consecutive values (1 for f32, 2 for
-// bf16 pairs); k is padded with zeros to a multiple of k_pack.
-//   x panel of one n-tile: [kp / k_pack][nr][k_pack]  (kp = k rounded up to k_pack)
-//   w panel of one m-tile: [kc / k_pack][mr][k_pack]
+// bf16 pairs, 32 for AMX tiles); k is padded with zeros to a multiple of k_pack.
+//   x panel of one n-tile: [kp / k_pack][nr][k_pack]  (kp = k rounded up to k_pack), so
+//     the slice from k0 starts k0 * nr elements in
+//   w panel of one m-tile: kcp * mr elements (kcp = kc rounded up), laid out as the
+//     micro-kernel wants (e.g. [kcp][mr] f32, [kcp / 2][mr][2] bf16)
 struct GemmKernel {
   int nr;          // activation rows per micro-tile (broadcast operand)
   int mr;          // weight rows per micro-tile (vector operand)
-  int k_pack;      // 1 or 2
+  int k_pack;      // 1, 2 or 32
   int elem_bytes;  // 4 (f32) or 2 (bf16)
   // Packs rows (<= nr, the rest zero) of x, all k columns, into one x panel.
   void (*pack_x)(const float* x, size_t x_stride, int rows, int64_t k, void* dst);
@@ -88,5 +90,8 @@ const MatmulKernels& matmul_kernels(Isa isa);
 const MatmulKernels& matmul_kernels_generic();
 const MatmulKernels& matmul_kernels_avx2();
 const MatmulKernels& matmul_kernels_avx512();
+// The AVX-512 table without AMX tiles (its BF16 GEMM uses vdpbf16ps); the same as
+// matmul_kernels_avx512() on CPUs without AMX or with CBX_NO_AMX=1.
+const MatmulKernels& matmul_kernels_avx512_no_amx();
 
 }  // namespace cbx

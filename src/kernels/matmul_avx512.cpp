@@ -2,8 +2,8 @@
 //   dot path: F32 / F16 (F16C) weights with f32 activations; BF16 weights with bf16
 //   activations (vdpbf16ps); Q8_0 / Q4_0 weights with Q8 activations (vpdpbusd).
 //   GEMM path: 12 x 32 register tile (24 zmm accumulators); f32 FMA for every weight type
-//   except BF16, which keeps bf16 panels and uses vdpbf16ps (or AMX tiles, see
-//   matmul_amx_avx512.cpp, when the CPU and OS allow them).
+//   except BF16, which keeps bf16 panels and uses vdpbf16ps, or AMX tiles (see
+//   matmul_amx_avx512.cpp) when the CPU and OS allow them.
 #include <immintrin.h>
 
 #include <cstring>
@@ -340,7 +340,7 @@ constexpr GemmKernel gemm_f32(void (*pack_w)(const void*, size_t, int, int64_t, 
   return GemmKernel{kNr, kMr, 1, 4, pack_x_f32, pack_w, tile_f32};
 }
 
-MatmulKernels make_table() {
+MatmulKernels make_table(bool amx) {
   MatmulKernels t{};
   t.isa = Isa::Avx512;
   t.to_q8 = to_q8_avx512;
@@ -354,14 +354,19 @@ MatmulKernels make_table() {
   t.gemm[kWF16] = gemm_f32(pack_w_f32<DType::F16>);
   t.gemm[kWQ8_0] = gemm_f32(pack_w_f32<DType::Q8_0>);
   t.gemm[kWQ4_0] = gemm_f32(pack_w_f32<DType::Q4_0>);
-  t.gemm[kWBF16] = GemmKernel{kNr, kMr, 2, 2, pack_x_bf16, pack_w_bf16, tile_bf16};
+  t.gemm[kWBF16] = amx ? amx_bf16_gemm_kernel() : GemmKernel{kNr, kMr, 2, 2, pack_x_bf16, pack_w_bf16, tile_bf16};
   return t;
 }
 
 }  // namespace
 
 const MatmulKernels& matmul_kernels_avx512() {
-  static const MatmulKernels t = make_table();
+  static const MatmulKernels t = make_table(amx_bf16_usable());
+  return t;
+}
+
+const MatmulKernels& matmul_kernels_avx512_no_amx() {
+  static const MatmulKernels t = make_table(false);
   return t;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/matmul.h"
 
 namespace cbx {
 
@@ -21,5 +22,10 @@ void dequant_row_avx512(DType t, const uint8_t* row, int64_t k0, int64_t len, fl
 // bf16 weight rows (rows <= 32) -> pairs [pad_pairs][32][2] for columns [k0, k0 + kc);
 // pairs past the data are zero (matmul_avx512.cpp; the AMX kernels share it).
 void pack_w_bf16_pairs(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void* dst, int64_t pad_pairs);
+
+// AMX-BF16 GEMM for BF16 weights (matmul_amx_avx512.cpp): usable when the CPU has the
+// tiles, the OS enables them and CBX_NO_AMX is unset.
+bool amx_bf16_usable();
+GemmKernel amx_bf16_gemm_kernel();
 
 }  // namespace cbx

@@ -1,0 +1,145 @@
+// AMX-BF16 GEMM micro-kernel for BF16 weights (Sapphire Rapids and later), used by the
+// AVX-512 table when the CPU has AMX-TILE + AMX-BF16, the OS enables the tile state and
+// grants this process the permission (Linux arch_prctl). CBX_NO_AMX=1 disables it.
+// vdpbf16ps runs at half the f32 FMA rate on these CPUs, so without tiles a BF16 GEMM is
+// slower than an f32 one; a tile multiply does 16 x 16 x 32 MACs per instruction.
+//
+// Micro-tile: 32 activation rows x 32 weight rows = 4 accumulator tiles (16 x 16 f32),
+// two A tiles (16 rows x 32 bf16 of x) and two B tiles (16 k-pairs x 16 weight rows).
+//   x panel: [kp / 32][32 rows][32 bf16]  (one A tile pair per 32 k, 64-byte rows)
+//   w panel: [kp / 2][32 rows][2 bf16]    (the B tiles are its left and right halves)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/matmul.h"
+#include "kernels/matmul_avx512_q.h"
+
+namespace cbx {
+namespace {
+
+constexpr int kNr = 32;
+constexpr int kMr = 32;
+
+bool probe_amx() {
+  const char* off = std::getenv("CBX_NO_AMX");
+  if (off && *off && std::strcmp(off, "0") != 0) return false;
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
+  if (!amx_bf16 || !amx_tile) return false;
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  const uint64_t xcr0 = (uint64_t(hi) << 32) | lo;
+  if ((xcr0 & (3ull << 17)) != (3ull << 17)) return false;  // XTILECFG + XTILEDATA
+#ifdef __linux__
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile"))) void configure_tiles() {
+  // Every tile is 16 rows x 64 bytes; the configuration is per thread.
+  thread_local bool done = false;
+  if (done) return;
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.rows[i] = 16;
+    cfg.colsb[i] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  done = true;
+}
+
+void pack_x_amx(const float* x, size_t xs, int rows, int64_t k, void* dst) {
+  auto* p = static_cast<uint16_t*>(dst);
+  const int64_t kb_n = (k + 31) / 32;
+  for (int j = 0; j < kNr; ++j) {
+    if (j >= rows) {
+      for (int64_t kb = 0; kb < kb_n; ++kb) _mm512_storeu_si512(p + (kb * kNr + j) * 32, _mm512_setzero_si512());
+      continue;
+    }
+    const float* xr = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(x) + j * xs);
+    for (int64_t kb = 0; kb < kb_n; ++kb) {
+      const int64_t i = kb * 32, left = k - i;
+      const __mmask16 m0 = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+      const __mmask16 m1 = left >= 32 ? __mmask16(0xffff) : left > 16 ? __mmask16((1u << (left - 16)) - 1) : 0;
+      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, xr + i + 16), _mm512_maskz_loadu_ps(m0, xr + i));
+      _mm512_storeu_si512(p + (kb * kNr + j) * 32, (__m512i)v);
+    }
+  }
+}
+
+void pack_w_amx(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void* dst) {
+  pack_w_bf16_pairs(w, ws, rows, k0, kc, dst, (kc + 31) / 32 * 16);
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) void tile_amx(const void* xp, const void* wp, int64_t kc, float* y,
+                                                          int64_t ldy, int nrows, int mcols, bool acc) {
+  configure_tiles();
+  const bool full = nrows == kNr && mcols == kMr;
+  alignas(64) float tmp[kNr * kMr];
+  float* out = y;
+  int64_t ld = ldy;
+  if (!full) {
+    out = tmp;
+    ld = kMr;
+    if (acc)
+      for (int r = 0; r < nrows; ++r) std::memcpy(tmp + r * kMr, y + r * ldy, size_t(mcols) * 4);
+  }
+  const size_t stride = size_t(ld) * 4;
+  if (acc) {
+    _tile_loadd(0, out, stride);
+    _tile_loadd(1, out + 16, stride);
+    _tile_loadd(2, out + 16 * ld, stride);
+    _tile_loadd(3, out + 16 * ld + 16, stride);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const auto* a = static_cast<const uint8_t*>(xp);
+  const auto* b = static_cast<const uint8_t*>(wp);
+  for (int64_t kb = 0; kb < kc / 32; ++kb) {
+    _tile_loadd(4, a + kb * 2048, 64);
+    _tile_loadd(5, a + kb * 2048 + 1024, 64);
+    _tile_loadd(6, b + kb * 2048, 128);
+    _tile_loadd(7, b + kb * 2048 + 64, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, out, stride);
+  _tile_stored(1, out + 16, stride);
+  _tile_stored(2, out + 16 * ld, stride);
+  _tile_stored(3, out + 16 * ld + 16, stride);
+  if (!full)
+    for (int r = 0; r < nrows; ++r) std::memcpy(y + r * ldy, tmp + r * kMr, size_t(mcols) * 4);
+}
+
+}  // namespace
+
+bool amx_bf16_usable() {
+  static const bool ok = probe_amx();
+  return ok;
+}
+
+GemmKernel amx_bf16_gemm_kernel() { return GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_amx, tile_amx}; }
+
+}  // namespace cbx
