@@ -230,6 +230,22 @@ TEST(NnElementwise, ConcatAnyDim) {
   EXPECT_THROW(concat({a.t, b.t}, 1, bad.t), Error);
 }
 
+TEST(NnElementwise, CopyStridedAndUpsample) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  Buf x({5, 7}, 41), xt({7, 5});
+  Tensor tv = transpose(x.t, 0, 1);
+  copy_strided(tv, xt.t);
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 7; ++j) EXPECT_EQ(xt.v[size_t(j * 5 + i)], x.v[size_t(i * 7 + j)]);
+  Buf up({5, 21});
+  upsample_nearest(x.t, 3, up.t);
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 21; ++j) EXPECT_EQ(up.v[size_t(i * 21 + j)], x.v[size_t(i * 7 + j / 3)]);
+  Buf bad({5, 20});
+  EXPECT_THROW(upsample_nearest(x.t, 3, bad.t), Error);
+  EXPECT_THROW(copy_strided(tv, x.t), Error);
+}
+
 TEST(NnElementwise, ValidationErrorsNameOpAndShapes) {
   Buf x({3, 4}), y({4, 3});
   try {

@@ -68,6 +68,29 @@ TEST(NnNorm, LayerNormAndRmsNorm) {
   }
 }
 
+// LayerNorm over channels of [B, C, T] equals layer_norm on the transposed data.
+TEST(NnNorm, LayerNormChannels) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  for (auto [B, C, T] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 13}, {2, 256, 1100}, {1, 80, 1}}) {
+    Buf x({B, C, T}, uint32_t(C + T), -2, 3), w({C}, 2, 0.5f, 1.5f), b({C}, 3), y({B, C, T}), g({B, C, T});
+    layer_norm_channels(pool(), x.t, w.t, b.t, 1e-5f, y.t);
+    layer_norm_channels(pool(), x.t, w.t, b.t, 1e-5f, g.t, Isa::Generic);
+    std::vector<double> ref(x.size());
+    std::vector<float> col(static_cast<size_t>(C));
+    std::vector<double> out(static_cast<size_t>(C));
+    for (int64_t bb = 0; bb < B; ++bb)
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t c = 0; c < C; ++c) col[size_t(c)] = x.v[size_t((bb * C + c) * T + t)];
+        ref_layer_norm(col.data(), out.data(), C, w.p(), b.p(), 1e-5);
+        for (int64_t c = 0; c < C; ++c) ref[size_t((bb * C + c) * T + t)] = out[size_t(c)];
+      }
+    EXPECT_LE(nn_test::max_abs_diff(y.p(), ref.data(), ref.size()), kNormTol) << C << "x" << T;
+    EXPECT_LE(nn_test::max_abs_diff(y.p(), g.p(), ref.size()), kNormTol) << C << "x" << T;
+    layer_norm_channels(pool(), x.t, w.t, b.t, 1e-5f, x.t);  // in place
+    EXPECT_LE(nn_test::max_abs_diff(x.p(), ref.data(), ref.size()), kNormTol);
+  }
+}
+
 // Probabilities: absolute tolerance 1e-6 (exp is ~2 ulp; sums in f32).
 TEST(NnNorm, SoftmaxInPlaceWithMaskedEntries) {
   CBX_SKIP_IF_ISA_UNAVAILABLE();

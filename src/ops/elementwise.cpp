@@ -68,7 +68,7 @@ void run_binary(ThreadPool& pool, const char* op, Binary bop, const Tensor& a, c
 }
 
 // Element-by-element copy of same-shape plain tensors with any strides.
-void copy_strided(const Tensor& src, const Tensor& dst) {
+void copy_strided_impl(const Tensor& src, const Tensor& dst) {
   const size_t es = type_traits(src.dtype).block_bytes;
   const int nd = src.ndim;
   const int64_t cols = src.cols(), rows = src.rows();
@@ -193,6 +193,35 @@ void get_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
   }
 }
 
+void copy_strided(const Tensor& src, Tensor& dst) {
+  const char* op = "copy_strided";
+  CBX_CHECK(src.data && dst.data && src.dtype == dst.dtype && same_shape(src, dst) &&
+                !type_traits(src.dtype).is_quantized,
+            "%s: src %s %s and dst %s %s must be same-shape plain tensors of one dtype", op,
+            dtype_name(src.dtype), src.shape_str().c_str(), dtype_name(dst.dtype),
+            dst.shape_str().c_str());
+  if (src.numel() > 0) copy_strided_impl(src, dst);
+}
+
+void upsample_nearest(const Tensor& x, int64_t s, Tensor& y) {
+  const char* op = "upsample_nearest";
+  check_f32(op, "x", x);
+  check_f32(op, "y", y);
+  CBX_CHECK(s >= 1 && x.ndim == y.ndim && x.rows() == y.rows() && y.cols() == s * x.cols(),
+            "%s: y %s must be x %s with the last dim times %lld", op, y.shape_str().c_str(),
+            x.shape_str().c_str(), (long long)s);
+  for (int i = 0; i + 1 < x.ndim; ++i)
+    CBX_CHECK(x.shape[i] == y.shape[i], "%s: y %s and x %s differ off the last dim", op,
+              y.shape_str().c_str(), x.shape_str().c_str());
+  const int64_t T = x.cols();
+  for (int64_t r = 0; r < x.rows(); ++r) {
+    const float* xr = row_ptr(x, r);
+    float* yr = row_ptr(y, r);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < s; ++j) yr[t * s + j] = xr[t];
+  }
+}
+
 void concat(std::initializer_list<Tensor> inputs, int dim, Tensor& out) {
   concat(inputs.begin(), int(inputs.size()), dim, out);
 }
@@ -223,7 +252,7 @@ void concat(const Tensor* in, int n, int dim, Tensor& out) {
   for (int i = 0; i < n; ++i) {
     if (in[i].shape[d] == 0) continue;
     Tensor dst = slice(out, d, off, in[i].shape[d]);
-    copy_strided(in[i], dst);
+    copy_strided_impl(in[i], dst);
     off += in[i].shape[d];
   }
 }

@@ -56,6 +56,12 @@ void mul(ThreadPool& pool, const Tensor& a, const Tensor& b, Tensor& y, Isa isa 
 // Embedding lookup: table [V, D] (F32, F16, BF16, Q8_0, Q4_0), ids I32 [N] (or any shape
 // with N elements, contiguous) -> out F32 [N, D]. Ids outside [0, V) throw.
 void get_rows(const Tensor& table, const Tensor& ids, Tensor& out);
+// dst = src for same-shape plain (non-quantized) tensors of the same dtype with any
+// strides, innermost included: materialises transposed or sliced views.
+void copy_strided(const Tensor& src, Tensor& dst);
+// Nearest-neighbour upsampling along the last dim (nn.Upsample(scale_factor=s,
+// mode="nearest") on [.., T]): y[.., t] = x[.., t / s]. x: [.., T] -> y: [.., s T], F32.
+void upsample_nearest(const Tensor& x, int64_t s, Tensor& y);
 // Concatenates same-dtype (non-quantized) tensors along dim (negative counts from the end);
 // all other dims must match out's. Inputs and out may be strided views.
 void concat(std::initializer_list<Tensor> inputs, int dim, Tensor& out);

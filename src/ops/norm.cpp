@@ -42,6 +42,54 @@ void layer_norm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor
   });
 }
 
+void layer_norm_channels(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& b,
+                         float eps, Tensor& y, Isa isa) {
+  const char* op = "layer_norm_channels";
+  check_xy(op, x, y);
+  CBX_CHECK(x.ndim == 2 || x.ndim == 3, "%s: x %s must be [C, T] or [B, C, T]", op,
+            x.shape_str().c_str());
+  const int64_t C = x.dim(-2), T = x.dim(-1), B = x.ndim == 3 ? x.shape[0] : 1;
+  const float* wp = param_vec(op, "weight", w, C);
+  const float* bp = param_vec(op, "bias", b, C);
+  const NnKernels& k = nn_kernels(isa);
+  // Column blocks of up to kBlk time steps; per block: mean and variance over the C rows
+  // accumulated with the row kernels, then y = (x - mean) * rstd * w_c + b_c.
+  constexpr int64_t kBlk = 512;
+  const int64_t nblk = (T + kBlk - 1) / kBlk, items = B * nblk;
+  auto run = [&](int64_t i0, int64_t i1) {
+    float mean[kBlk], m2[kBlk], tmp[kBlk];
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t bb = it / nblk, t0 = (it % nblk) * kBlk, n = T - t0 < kBlk ? T - t0 : kBlk;
+      auto xr = [&](int64_t c) { return row_ptr(x, bb * C + c) + t0; };
+      auto yr = [&](int64_t c) { return row_ptr(y, bb * C + c) + t0; };
+      for (int64_t t = 0; t < n; ++t) mean[t] = m2[t] = 0.f;
+      for (int64_t c = 0; c < C; ++c) k.binary(Binary::Add, mean, xr(c), mean, n, false);
+      k.unary(Unary::Scale, mean, mean, n, 1.f / float(C), 0.f);
+      for (int64_t c = 0; c < C; ++c) {
+        k.binary(Binary::Sub, xr(c), mean, tmp, n, false);
+        k.binary(Binary::Mul, tmp, tmp, tmp, n, false);
+        k.binary(Binary::Add, m2, tmp, m2, n, false);
+      }
+      for (int64_t t = 0; t < n; ++t) m2[t] = 1.f / std::sqrt(m2[t] / float(C) + eps);  // rstd
+      for (int64_t c = 0; c < C; ++c) {
+        float* yc = yr(c);
+        k.binary(Binary::Sub, xr(c), mean, yc, n, false);
+        k.binary(Binary::Mul, yc, m2, yc, n, false);
+        k.unary(Unary::Affine, yc, yc, n, wp ? wp[c] : 1.f, bp ? bp[c] : 0.f);
+      }
+    }
+  };
+  if (B * C * T < nn_detail::kParallelMin || items < 2 || pool.size() <= 1) {
+    run(0, items);
+    return;
+  }
+  pool.run([&](int ith, int nth) {
+    int64_t b0, b1;
+    ThreadPool::split(items, ith, nth, &b0, &b1);
+    run(b0, b1);
+  });
+}
+
 void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor& w, float eps, Tensor& y, Isa isa) {
   check_xy("rms_norm", x, y);
   const int64_t D = x.cols();

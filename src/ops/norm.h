@@ -14,6 +14,12 @@ namespace cbx {
 // nn.LayerNorm). w, b: [D] F32 contiguous, or empty.
 void layer_norm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& b, float eps,
                 Tensor& y, Isa isa = active_isa());
+// LayerNorm over the channel dim of channels-first activations, i.e.
+// x.transpose(1, 2) -> nn.LayerNorm(C) -> transpose back, without the transposes.
+// x, y: [C, T] or [B, C, T] (rows may be strided; y may be x); w, b: [C] or empty.
+// Scratch: 3 * min(T, 512) floats per thread on the stack.
+void layer_norm_channels(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& b,
+                         float eps, Tensor& y, Isa isa = active_isa());
 // y = x / sqrt(mean(x^2) + eps) * w over the last dim; w: [D] or empty.
 void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor& w, float eps, Tensor& y,
               Isa isa = active_isa());
