@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "convert/torch_rebuild.h"
 #include "core/error.h"
 
 namespace cbx {
@@ -56,58 +57,10 @@ struct Val {
   bool converting = false;
 };
 
-struct NamedDType {
-  const char* name;
-  DType dtype;
-};
-// uint8 and bool have no DType: their bytes are kept as I8.
-const NamedDType kStorageTypes[] = {
-    {"torch.DoubleStorage", DType::F64}, {"torch.FloatStorage", DType::F32},
-    {"torch.HalfStorage", DType::F16},   {"torch.BFloat16Storage", DType::BF16},
-    {"torch.LongStorage", DType::I64},   {"torch.IntStorage", DType::I32},
-    {"torch.ShortStorage", DType::I16},  {"torch.CharStorage", DType::I8},
-    {"torch.ByteStorage", DType::I8},    {"torch.BoolStorage", DType::I8}};
-const NamedDType kDTypes[] = {{"torch.float64", DType::F64}, {"torch.float32", DType::F32},
-                              {"torch.float16", DType::F16}, {"torch.bfloat16", DType::BF16},
-                              {"torch.int64", DType::I64},   {"torch.int32", DType::I32},
-                              {"torch.int16", DType::I16},   {"torch.int8", DType::I8},
-                              {"torch.uint8", DType::I8},    {"torch.bool", DType::I8}};
-const char* const kCallables[] = {"collections.OrderedDict",
-                                  "torch.Size",
-                                  "torch._utils._rebuild_tensor",
-                                  "torch._utils._rebuild_tensor_v2",
-                                  "torch._utils._rebuild_tensor_v3",
-                                  "torch._utils._rebuild_parameter",
-                                  "torch._utils._rebuild_parameter_with_state",
-                                  "torch._utils._rebuild_from_type_v2",
-                                  "torch.nn.parameter.Parameter",
-                                  "torch.Tensor",
-                                  "torch.UntypedStorage",
-                                  "torch.storage.UntypedStorage",
-                                  "_codecs.encode"};
-
-const NamedDType* find_named(const NamedDType* t, size_t n, const std::string& name) {
-  for (size_t i = 0; i < n; ++i)
-    if (name == t[i].name) return &t[i];
-  return nullptr;
-}
-const NamedDType* storage_type(const std::string& g) {
-  return find_named(kStorageTypes, std::size(kStorageTypes), g);
-}
-const NamedDType* dtype_global(const std::string& g) {
-  return find_named(kDTypes, std::size(kDTypes), g);
-}
-bool allowed_global(const std::string& g) {
-  if (storage_type(g) || dtype_global(g)) return true;
-  for (const char* c : kCallables)
-    if (g == c) return true;
-  return false;
-}
-
 class Unpickler {
  public:
   Unpickler(const uint8_t* data, size_t size, const StorageFetch& fetch, const UnpickleOptions& o)
-      : p_(data), n_(size), fetch_(fetch), o_(o) {}
+      : p_(data), n_(size), fetch_(fetch), o_(o), tensor_budget_(o.max_tensor_bytes) {}
 
   PyRef run();
 
@@ -206,7 +159,7 @@ class Unpickler {
   std::vector<size_t> marks_;
   std::unordered_map<uint32_t, Val*> memo_;
   std::unordered_map<std::string, Val*> storages_;
-  size_t tensor_bytes_ = 0;
+  size_t tensor_budget_;
   bool done_ = false;
 };
 
@@ -456,7 +409,7 @@ void Unpickler::step(uint8_t op) {
       std::string module = line();
       std::string name = line();
       std::string g = module + "." + name;
-      if (!allowed_global(g)) err("refused global '%s'", g.c_str());
+      if (!torch_global_allowed(g)) err("refused global '%s'", g.c_str());
       push(str(Val::Global, g));
       return;
     }
@@ -465,7 +418,7 @@ void Unpickler::step(uint8_t op) {
       Val* module = pop();
       if (name->k != Val::Str || module->k != Val::Str) err("STACK_GLOBAL needs two strings");
       std::string g = module->s + "." + name->s;
-      if (!allowed_global(g)) err("refused global '%s'", g.c_str());
+      if (!torch_global_allowed(g)) err("refused global '%s'", g.c_str());
       push(str(Val::Global, g));
       return;
     }
@@ -517,13 +470,8 @@ Val* Unpickler::persistent_load(Val* pid) {
   const std::string& key = a[2]->s;
   const std::string& type = a[1]->s;
   Val* s = make(Val::Storage);
-  if (const NamedDType* st = storage_type(type)) {
-    s->dtype = st->dtype;
-  } else if (type == "torch.UntypedStorage" || type == "torch.storage.UntypedStorage") {
-    s->untyped = true;
-  } else {
+  if (!torch_storage_type(type, &s->dtype, &s->untyped))
     err("'%s' is not a storage type", type.c_str());
-  }
   s->i = a[4]->i;
   auto it = storages_.find(key);
   if (it != storages_.end()) {
@@ -539,76 +487,31 @@ Val* Unpickler::persistent_load(Val* pid) {
   return s;
 }
 
-// Tensor from (storage, storage_offset, size, stride, ...): copied out contiguous, after
-// checking that every addressed element lies inside the storage.
+// Tensor from (storage, storage_offset, size, stride, ...).
 Val* Unpickler::rebuild(const std::vector<Val*>& a, DType dtype, bool dtype_given) {
   Val* st = a[0];
   if (st->k != Val::Storage) err("tensor storage is not a storage");
-  if (!dtype_given) dtype = st->untyped ? DType::I8 : st->dtype;
-  if (a[1]->k != Val::Int || a[1]->i < 0) err("bad storage offset");
+  if (!dtype_given) dtype = st->dtype;
+  if (a[1]->k != Val::Int) err("bad storage offset");
   auto dims = [&](Val* v, const char* what) {
     if (v->k != Val::Tuple && v->k != Val::List) err("tensor %s is not a tuple", what);
     std::vector<int64_t> d;
     for (Val* x : v->items) {
-      if (x->k != Val::Int || x->i < 0) err("tensor %s entry is not a non-negative int", what);
+      if (x->k != Val::Int) err("tensor %s entry is not an int", what);
       d.push_back(x->i);
     }
     return d;
   };
   std::vector<int64_t> size = dims(a[2], "size"), stride = dims(a[3], "stride");
-  if (size.size() != stride.size()) err("size and stride ranks differ");
-  if (size.size() > 64) err("tensor rank %zu too large", size.size());
-  const size_t es = ckpt_elem_size(dtype);
-  const int64_t storage_elems = st->untyped ? int64_t(uint64_t(st->i) / es) : st->i;
-  const int64_t numel = ckpt_numel(size, "torch.load: '" + o_.file + "': tensor", es);
-  const uint64_t nbytes = uint64_t(numel) * es;
-  if (nbytes > o_.max_tensor_bytes - tensor_bytes_)
-    err("tensors expand to more than %zu bytes", o_.max_tensor_bytes);
-  tensor_bytes_ += size_t(nbytes);
-  const int64_t off = a[1]->i;
-  if (numel > 0) {
-    int64_t last = off;
-    for (size_t d = 0; d < size.size(); ++d) {
-      if (stride[d] != 0 && size[d] - 1 > (INT64_MAX - last) / stride[d])
-        err("tensor extent overflows");
-      last += (size[d] - 1) * stride[d];
-    }
-    if (last >= storage_elems)
-      err("tensor view (offset %lld, last element %lld) exceeds its storage of %lld elements",
-          (long long)off, (long long)last, (long long)storage_elems);
-  }
-  auto t = std::make_shared<CkptTensor>();
-  t->dtype = dtype;
-  t->shape = size;
-  t->data.resize(size_t(nbytes));
-  if (numel > 0) {
-    const uint8_t* src = st->bytes.data;
-    uint8_t* dst = t->data.data();
-    const size_t nd = size.size();
-    const int64_t inner = nd ? size[nd - 1] : 1;
-    const int64_t inner_stride = nd ? stride[nd - 1] : 1;
-    std::vector<int64_t> idx(nd, 0);
-    // Element index of the current row's first element; unsigned so that stepping past
-    // the last row (never dereferenced) cannot overflow.
-    uint64_t base = uint64_t(off);
-    for (int64_t row = 0, rows = numel / inner; row < rows; ++row) {
-      if (inner_stride == 1) {
-        std::memcpy(dst, src + size_t(base) * es, size_t(inner) * es);
-        dst += size_t(inner) * es;
-      } else {
-        for (int64_t j = 0; j < inner; ++j, dst += es)
-          std::memcpy(dst, src + size_t(base + uint64_t(j) * uint64_t(inner_stride)) * es, es);
-      }
-      for (size_t d = nd >= 1 ? nd - 1 : 0; d-- > 0;) {  // odometer over the outer dims
-        base += uint64_t(stride[d]);
-        if (++idx[d] < size[d]) break;
-        base -= uint64_t(stride[d]) * uint64_t(size[d]);
-        idx[d] = 0;
-      }
-    }
-  }
   Val* v = make(Val::Tensor);
-  v->tensor = std::move(t);
+  try {
+    // An untyped storage's count is in bytes; views on it count elements of `dtype`.
+    const int64_t elems = st->untyped ? int64_t(uint64_t(st->i) / ckpt_elem_size(dtype)) : st->i;
+    v->tensor =
+        materialise_view(st->bytes.data, elems, dtype, a[1]->i, size, stride, &tensor_budget_);
+  } catch (const Error& e) {
+    err("%s", e.what());
+  }
   return v;
 }
 
@@ -641,9 +544,10 @@ Val* Unpickler::call(const std::string& g, Val* args, bool allow_type_v2) {
   }
   if (g == "torch._utils._rebuild_tensor_v3") {
     nargs(7, 8);  // ..., hooks, dtype[, metadata]
-    const NamedDType* dt = a[6]->k == Val::Global ? dtype_global(a[6]->s) : nullptr;
-    if (!dt) err("_rebuild_tensor_v3 needs a dtype");
-    return rebuild(a, dt->dtype, true);
+    DType dt;
+    if (a[6]->k != Val::Global || !torch_dtype_global(a[6]->s, &dt))
+      err("_rebuild_tensor_v3 needs a dtype");
+    return rebuild(a, dt, true);
   }
   if (g == "torch._utils._rebuild_parameter" || g == "torch._utils._rebuild_parameter_with_state") {
     nargs(3, 4);
@@ -662,19 +566,7 @@ Val* Unpickler::call(const std::string& g, Val* args, bool allow_type_v2) {
     if (a[0]->k != Val::Str || a[1]->k != Val::Str || (a[1]->s != "latin1" && a[1]->s != "latin-1"))
       err("_codecs.encode supports only latin1 text");
     std::string out;
-    const std::string& s = a[0]->s;
-    for (size_t j = 0; j < s.size();) {
-      const uint8_t c = uint8_t(s[j]);
-      if (c < 0x80) {
-        out.push_back(char(c));
-        j += 1;
-      } else if ((c & 0xe0) == 0xc0 && j + 1 < s.size() && c <= 0xc3) {
-        out.push_back(char(((c & 0x1f) << 6) | (uint8_t(s[j + 1]) & 0x3f)));
-        j += 2;
-      } else {
-        err("_codecs.encode: text is not latin1");
-      }
-    }
+    if (!latin1_from_utf8(a[0]->s, &out)) err("_codecs.encode: text is not latin1");
     return str(Val::Bytes, std::move(out));
   }
   err("global '%s' is not callable here", g.c_str());
@@ -724,7 +616,8 @@ PyRef Unpickler::convert(Val* v, int depth) {
       o->tensor = v->tensor;
       break;
     case Val::Global:
-      if (!dtype_global(v->s)) err("'%s' cannot appear as a value", v->s.c_str());
+      if (DType d; !torch_dtype_global(v->s, &d))
+        err("'%s' cannot appear as a value", v->s.c_str());
       o->kind = PyObject::Kind::String;  // a torch dtype, e.g. "torch.float32"
       o->s = v->s;
       break;
