@@ -9,6 +9,10 @@
 set -euo pipefail
 secs=${1:-60}
 filter=${2:-}
+if ! [[ "$secs" =~ ^[0-9]+$ ]] || [ "$secs" -lt 1 ]; then
+  echo "fuzz.sh: SECONDS_PER_TARGET must be a positive integer (0 would mean no limit)" >&2
+  exit 2
+fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${CBX_FUZZ_BUILD_DIR:-$root/build-fuzz}
 work=${CBX_FUZZ_WORK_DIR:-$build/fuzz-work}
@@ -51,7 +55,7 @@ for name in "${targets[@]}"; do
   log=$work/$name.log
   echo "== $name: ${secs}s, corpus $corpus"
   if "$bin" "${args[@]}" "$corpus" >"$log" 2>&1; then
-    grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "$log" | tail -2 || true
+    grep -E "^Done [0-9]+ runs|^stat::number_of_executed_units" "$log" || true
   else
     rc=$?
     echo "fuzz.sh: $name FAILED (exit $rc); log $log, artifacts in $artifacts" >&2
