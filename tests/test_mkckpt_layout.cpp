@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -11,6 +12,7 @@
 #include "convert/safetensors.h"
 #include "convert/torch_pt.h"
 #include "convert/upstream_layout.h"
+#include "text/gpt2_tokenizer.h"
 
 namespace cbx {
 namespace {
@@ -109,6 +111,15 @@ TEST(MkckptFiles, TinyFilesMatchTable) {
         EXPECT_EQ(it->second.first, t.dtype) << t.name;
         EXPECT_EQ(it->second.second, t.shape) << t.name;
       }
+    }
+    if (v == CkptVariant::Turbo) {  // the tokenizer files load and round-trip
+      const Gpt2Tokenizer tok = Gpt2Tokenizer::from_dir(out);
+      EXPECT_EQ(tok.size(), size_t(upstream_dims(v, true).text_vocab));
+      EXPECT_EQ(tok.token_to_id("[laugh]"), int32_t(tok.size()) - 1);
+      const std::string text = "Hello there, it's 2025 [chuckle] ok.";
+      const auto ids = tok.encode(text);
+      EXPECT_EQ(tok.decode(ids), text);
+      EXPECT_NE(std::find(ids.begin(), ids.end(), tok.token_to_id("[chuckle]")), ids.end());
     }
     const PyRef conds = load_torch_pt(out + "/conds.pt");
     ASSERT_TRUE(conds->get("t3") && conds->get("gen"));
