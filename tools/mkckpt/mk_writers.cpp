@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "convert/torch_pt.h"
@@ -42,8 +43,12 @@ int st_rank(cbx::DType d) { return d == cbx::DType::I64 ? 13 : 11; }
 
 std::string shape_json(const std::vector<int64_t>& s) {
   std::string j = "[";
-  for (size_t i = 0; i < s.size(); ++i) j += (i ? "," : "") + std::to_string(s[i]);
-  return j + "]";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) j += ',';
+    j += std::to_string(s[i]);
+  }
+  j += ']';
+  return j;
 }
 
 struct File {
@@ -82,9 +87,9 @@ void write_safetensors_streaming(const std::string& path,
   size_t off = 0;
   for (const auto* t : order) {
     const size_t n = tensor_bytes(*t);
-    header += ",\"" + t->name + "\":{\"dtype\":\"" + st_dtype(t->dtype) + "\",\"shape\":" +
-              shape_json(t->shape) + ",\"data_offsets\":[" + std::to_string(off) + "," +
-              std::to_string(off + n) + "]}";
+    header.append(",\"").append(t->name).append("\":{\"dtype\":\"").append(st_dtype(t->dtype));
+    header.append("\",\"shape\":").append(shape_json(t->shape)).append(",\"data_offsets\":[");
+    header.append(std::to_string(off)).append(",").append(std::to_string(off + n)).append("]}");
     off += n;
   }
   header += "}";
@@ -98,7 +103,7 @@ void write_safetensors_streaming(const std::string& path,
   out.write(header.data(), header.size());
 
   Progress prog;
-  prog.label = path.substr(path.find_last_of('/') + 1);
+  prog.label = std::filesystem::path(path).filename().string();
   prog.total_bytes = off;
   // Chunks of blocks: each thread fills a contiguous run of blocks of the chunk buffer.
   const int64_t chunk_blocks = 128;  // 8M elements, 32 MB
@@ -141,7 +146,7 @@ void write_torch_state_dict(const std::string& path,
   size_t total = 0;
   for (const auto& t : tensors) total += tensor_bytes(t);
   Progress prog;
-  prog.label = path.substr(path.find_last_of('/') + 1);
+  prog.label = std::filesystem::path(path).filename().string();
   prog.total_bytes = total;
   for (const auto& t : tensors) {
     items.emplace_back(t.name, cbx::py_tensor(make_tensor(t, stream_key(file_key, t.name))));
