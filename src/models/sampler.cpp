@@ -1,0 +1,156 @@
+#include "models/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "core/error.h"
+
+namespace cbx {
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+void Rng::reseed(uint64_t seed) {
+  uint64_t x = seed;
+  for (uint64_t& s : s_) s = splitmix64(x);
+}
+
+uint64_t Rng::next_u64() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::uniform() { return double(next_u64() >> 11) * 0x1.0p-53; }
+
+TurboSampler::TurboSampler(int32_t vocab, const SamplerParams& p) : vocab_(vocab), p_(p), rng_(p.seed) {
+  CBX_CHECK(vocab > 0, "sampler: vocabulary size %d", vocab);
+  CBX_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.f, "sampler: temperature %g", double(p.temperature));
+  CBX_CHECK(p.top_k >= 0, "sampler: top_k %d", p.top_k);
+  CBX_CHECK(p.top_p > 0.0 && p.top_p <= 1.0, "sampler: top_p %g outside (0, 1]", p.top_p);
+  CBX_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.f,
+            "sampler: repetition_penalty %g must be > 0", double(p.repetition_penalty));
+  proc_.resize(size_t(vocab));
+  work_.resize(size_t(vocab));
+  order_.resize(size_t(vocab));
+  prob_.resize(size_t(vocab));
+  seen_.assign(size_t(vocab), 0);
+}
+
+// HF TopKLogitsWarper: remove logits < the k-th largest (ties with it stay).
+void TurboSampler::top_k() {
+  const int64_t k = std::min<int64_t>(std::max(p_.top_k, 1), vocab_);
+  if (k >= vocab_) return;
+  std::copy(proc_.begin(), proc_.end(), work_.begin());
+  std::nth_element(work_.begin(), work_.begin() + (k - 1), work_.end(), std::greater<float>());
+  const float kth = work_[size_t(k - 1)];
+  for (float& v : proc_)
+    if (v < kth) v = kNegInf;
+}
+
+// HF TopPLogitsWarper (min_tokens_to_keep = 1). -inf logits sort first with probability 0,
+// so they are removed either way: only the finite ones are sorted.
+void TurboSampler::top_p() {
+  int64_t n = 0;
+  float mx = kNegInf;
+  for (int32_t i = 0; i < vocab_; ++i)
+    if (proc_[size_t(i)] != kNegInf) {
+      order_[size_t(n++)] = i;
+      mx = std::max(mx, proc_[size_t(i)]);
+    }
+  if (n == 0) return;
+  const float* s = proc_.data();
+  std::sort(order_.begin(), order_.begin() + n, [s](int32_t a, int32_t b) { return s[a] < s[b]; });
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float e = std::exp(s[order_[size_t(j)]] - mx);
+    work_[size_t(j)] = e;
+    sum += e;
+  }
+  // Python forms 1 - top_p in double; the comparison with the f32 tensor rounds it to f32.
+  const float thr = float(1.0 - p_.top_p);
+  const float inv = float(1.0 / sum);
+  double cum = 0;
+  for (int64_t j = 0; j + 1 < n; ++j) {  // the largest is always kept
+    cum += double(work_[size_t(j)] * inv);
+    if (float(cum) <= thr) proc_[size_t(order_[size_t(j)])] = kNegInf;
+    else break;  // cumulative sums only grow
+  }
+}
+
+bool TurboSampler::process(const float* logits, const int32_t* history, int64_t n_history) {
+  const float T = p_.temperature;
+  if (T > 0.f && T != 1.f)
+    for (int32_t i = 0; i < vocab_; ++i) proc_[size_t(i)] = logits[i] / T;
+  else
+    std::copy(logits, logits + vocab_, proc_.begin());
+  if (p_.top_k > 0) top_k();
+  if (p_.top_p < 1.0) top_p();
+  const float r = p_.repetition_penalty;
+  if (r != 1.f && n_history > 0) {
+    if (++stamp_ == 0) {  // wrapped: clear the stamps
+      std::fill(seen_.begin(), seen_.end(), 0u);
+      stamp_ = 1;
+    }
+    for (int64_t j = 0; j < n_history; ++j) {
+      const int32_t id = history[j];
+      CBX_CHECK(id >= 0 && id < vocab_, "sampler: history id %d outside the vocabulary of %d", id, vocab_);
+      if (seen_[size_t(id)] == stamp_) continue;
+      seen_[size_t(id)] = stamp_;
+      float& v = proc_[size_t(id)];
+      v = v < 0.f ? v * r : v / r;
+    }
+  }
+  for (float v : proc_)
+    if (v != kNegInf) return true;
+  return false;
+}
+
+int32_t TurboSampler::pick() {
+  const float* s = proc_.data();
+  int32_t best = 0;
+  for (int32_t i = 1; i < vocab_; ++i)
+    if (s[i] > s[best]) best = i;
+  if (p_.greedy || s[best] == kNegInf) return s[best] == kNegInf ? -1 : best;
+  const float mx = s[best];
+  double sum = 0;
+  for (int32_t i = 0; i < vocab_; ++i) {
+    const double e = s[i] == kNegInf ? 0.0 : std::exp(double(s[i]) - double(mx));
+    prob_[size_t(i)] = e;
+    sum += e;
+  }
+  const double u = rng_.uniform() * sum;
+  double cum = 0;
+  int32_t last = best;
+  for (int32_t i = 0; i < vocab_; ++i) {
+    if (prob_[size_t(i)] == 0.0) continue;
+    cum += prob_[size_t(i)];
+    last = i;
+    if (u < cum) return i;
+  }
+  return last;  // rounding left u at the very top
+}
+
+int32_t TurboSampler::sample(const float* logits, const int32_t* history, int64_t n_history) {
+  if (!process(logits, history, n_history)) return -1;
+  return pick();
+}
+
+}  // namespace cbx

@@ -1,0 +1,71 @@
+// Speech-token sampler, Turbo order (spec §6.7, t3.py inference_turbo), HF processor semantics:
+//   1. temperature   logits / T                                (if T > 0 and T != 1)
+//   2. top-k         keep logits >= the k-th largest            (if k > 0)
+//   3. top-p         sort ascending, softmax, cumsum; drop those with cumulative prob
+//                    <= 1 - p, always keeping the largest        (if p < 1)
+//   4. repetition    for each distinct id in `history`: logit / r if > 0 else logit * r
+//                    (if r != 1)
+//   5. softmax, then one multinomial draw from a seeded PRNG (ours: xoshiro256**, so draws
+//      are deterministic per seed but do not reproduce torch.multinomial).
+// Greedy mode runs the same chain 1-4 and takes the argmax (first index on ties).
+// All buffers are sized for the vocabulary at construction: sampling allocates nothing.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace cbx {
+
+struct SamplerParams {
+  float temperature = 0.8f;
+  int32_t top_k = 1000;
+  double top_p = 0.95;  // double: 1 - top_p is formed as Python does before the f32 compare
+  float repetition_penalty = 1.2f;
+  bool greedy = false;
+  uint64_t seed = 0;
+};
+
+// xoshiro256** seeded through splitmix64.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0) { reseed(seed); }
+  void reseed(uint64_t seed);
+  uint64_t next_u64();
+  double uniform();  // [0, 1), 53 random bits
+
+ private:
+  uint64_t s_[4];
+};
+
+class TurboSampler {
+ public:
+  TurboSampler(int32_t vocab, const SamplerParams& p);
+
+  // Steps 1-4 on raw logits [vocab]; history: the ids the repetition penalty sees. Returns
+  // false when every processed logit is -inf (the caller stops then).
+  bool process(const float* logits, const int32_t* history, int64_t n_history);
+  // Processed logits [vocab] from the last process() call.
+  const float* processed() const { return proc_.data(); }
+  // Greedy: argmax of the processed logits; otherwise softmax + multinomial.
+  int32_t pick();
+  // process + pick; returns -1 when every processed logit is -inf.
+  int32_t sample(const float* logits, const int32_t* history, int64_t n_history);
+
+  const SamplerParams& params() const { return p_; }
+  Rng& rng() { return rng_; }
+
+ private:
+  void top_k();
+  void top_p();
+
+  int32_t vocab_;
+  SamplerParams p_;
+  Rng rng_;
+  std::vector<float> proc_;     // processed logits
+  std::vector<float> work_;     // top-k selection copy / top-p sorted probabilities
+  std::vector<int32_t> order_;  // top-p sort order
+  std::vector<double> prob_;    // sampling probabilities
+  std::vector<uint32_t> seen_;  // repetition penalty: stamp per id
+  uint32_t stamp_ = 0;
+};
+
+}  // namespace cbx

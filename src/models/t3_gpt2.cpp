@@ -1,0 +1,251 @@
+#include "models/t3_gpt2.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/gguf.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "ops/norm.h"
+
+namespace cbx {
+
+void T3Gpt2Weights::for_each_tensor(const T3Config& c, const Visitor& fn) {
+  const int64_t d = c.n_embd, ff = c.n_ff;
+  using K = T3WeightKind;
+  fn("t3.tfmr.wpe.weight", wpe, {c.n_ctx, d}, K::Matrix, true);
+  layers.resize(size_t(c.n_layer));
+  for (int i = 0; i < c.n_layer; ++i) {
+    const std::string p = "t3.tfmr.h." + std::to_string(i);
+    T3Gpt2Layer& L = layers[size_t(i)];
+    fn(p + ".ln_1.weight", L.ln_1_w, {d}, K::Vector, true);
+    fn(p + ".ln_1.bias", L.ln_1_b, {d}, K::Vector, true);
+    fn(p + ".attn.c_attn.weight", L.c_attn_w, {3 * d, d}, K::Matrix, true);
+    fn(p + ".attn.c_attn.bias", L.c_attn_b, {3 * d}, K::Vector, true);
+    fn(p + ".attn.c_proj.weight", L.c_proj_w, {d, d}, K::Matrix, true);
+    fn(p + ".attn.c_proj.bias", L.c_proj_b, {d}, K::Vector, true);
+    fn(p + ".ln_2.weight", L.ln_2_w, {d}, K::Vector, true);
+    fn(p + ".ln_2.bias", L.ln_2_b, {d}, K::Vector, true);
+    fn(p + ".mlp.c_fc.weight", L.fc_w, {ff, d}, K::Matrix, true);
+    fn(p + ".mlp.c_fc.bias", L.fc_b, {ff}, K::Vector, true);
+    fn(p + ".mlp.c_proj.weight", L.proj_w, {d, ff}, K::Matrix, true);
+    fn(p + ".mlp.c_proj.bias", L.proj_b, {d}, K::Vector, true);
+  }
+  fn("t3.tfmr.ln_f.weight", ln_f_w, {d}, K::Vector, true);
+  fn("t3.tfmr.ln_f.bias", ln_f_b, {d}, K::Vector, true);
+  fn("t3.text_emb.weight", text_emb, {c.text_vocab, d}, K::Matrix, true);
+  fn("t3.speech_emb.weight", speech_emb, {c.speech_vocab, d}, K::Matrix, true);
+  fn("t3.speech_head.weight", speech_head_w, {c.speech_vocab, d}, K::Matrix, true);
+  fn("t3.speech_head.bias", speech_head_b, {c.speech_vocab}, K::Vector, c.speech_head_bias);
+  fn("t3.cond_enc.spkr_enc.weight", spkr_enc_w, {d, c.speaker_embed_size}, K::Matrix, true);
+  fn("t3.cond_enc.spkr_enc.bias", spkr_enc_b, {d}, K::Vector, true);
+}
+
+void bind_t3_gpt2(const GgufFile& f, const T3Config& c, T3Gpt2Weights& w) {
+  CBX_CHECK(c.arch == "gpt2", "%s: T3 arch is '%s', the GPT-2 backbone needs 'gpt2'", f.path().c_str(),
+            c.arch.c_str());
+  CBX_CHECK(c.n_layer > 0 && c.n_embd > 0 && c.n_head > 0 && c.head_dim > 0 &&
+                int64_t(c.n_head) * c.head_dim == c.n_embd && c.n_ff > 0 && c.n_ctx > 0,
+            "%s: inconsistent T3 hyper-parameters (n_layer %d, n_embd %d, n_head %d, head_dim %d, "
+            "n_ff %d, n_ctx %d)", f.path().c_str(), c.n_layer, c.n_embd, c.n_head, c.head_dim, c.n_ff,
+            c.n_ctx);
+  CBX_CHECK(c.n_kv_head == c.n_head, "%s: GPT-2 T3 needs n_kv_head == n_head (%d vs %d)",
+            f.path().c_str(), c.n_kv_head, c.n_head);
+  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
+                           T3WeightKind kind, bool required) {
+    const GgufTensorInfo* ti = f.find_tensor(name);
+    if (!ti) {
+      CBX_CHECK(!required, "%s: missing tensor '%s'", f.path().c_str(), name.c_str());
+      slot = Tensor{};
+      return;
+    }
+    bool ok = ti->ndim == int(shape.size());
+    for (int i = 0; ok && i < ti->ndim; ++i) ok = ti->shape[i] == shape[size_t(i)];
+    if (!ok) {
+      std::string want = "[";
+      for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
+      want += "]";
+      Tensor got = f.tensor(*ti);
+      fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(),
+           got.shape_str().c_str(), want.c_str());
+    }
+    const TypeTraits& tr = type_traits(ti->dtype);
+    if (kind == T3WeightKind::Vector)
+      CBX_CHECK(ti->dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(),
+                name.c_str(), tr.name);
+    else
+      CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type",
+                f.path().c_str(), name.c_str(), tr.name);
+    slot = f.tensor(*ti);
+  });
+}
+
+size_t t3_gpt2_decode_weight_bytes(const T3Config& c, const T3Gpt2Weights& w) {
+  size_t total = 0;
+  auto add = [&](const Tensor& t) {
+    if (!t.empty()) total += dtype_row_bytes(t.dtype, t.cols()) * size_t(t.rows());
+  };
+  for (const T3Gpt2Layer& L : w.layers)
+    for (const Tensor* t : {&L.ln_1_w, &L.ln_1_b, &L.c_attn_w, &L.c_attn_b, &L.c_proj_w, &L.c_proj_b,
+                            &L.ln_2_w, &L.ln_2_b, &L.fc_w, &L.fc_b, &L.proj_w, &L.proj_b})
+      add(*t);
+  for (const Tensor* t : {&w.ln_f_w, &w.ln_f_b, &w.speech_head_w, &w.speech_head_b}) add(*t);
+  return total;
+}
+
+namespace {
+
+constexpr size_t kAllocSlack = 64;  // per arena allocation (alignment)
+
+size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
+
+}  // namespace
+
+T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, const T3Gpt2Options& o)
+    : c_(c), w_(w), pool_(pool), kv_type_(o.kv_type) {
+  CBX_CHECK(kv_type_ == DType::F16 || kv_type_ == DType::F32, "t3: KV cache type must be f16 or f32, got %s",
+            dtype_name(kv_type_));
+  CBX_CHECK(int(w.layers.size()) == c.n_layer && !w.wpe.empty(), "t3: weights are not bound");
+  max_ctx_ = o.max_ctx > 0 ? o.max_ctx : c.n_ctx;
+  CBX_CHECK(max_ctx_ <= c.n_ctx, "t3: max_ctx %lld exceeds the %d learned positions", (long long)max_ctx_,
+            c.n_ctx);
+  max_batch_ = o.max_batch > 0 ? std::min(o.max_batch, max_ctx_) : max_ctx_;
+  const int64_t d = c.n_embd, H = c.n_head, D = c.head_dim, ff = c.n_ff, V = c.speech_vocab;
+
+  // KV cache.
+  const size_t es = type_traits(kv_type_).block_bytes;
+  const size_t one = size_t(H * max_ctx_ * D) * es;
+  kv_bytes_ = one * 2 * size_t(c.n_layer);
+  kv_arena_.reserve(kv_bytes_ + 2 * size_t(c.n_layer) * kAllocSlack);
+  for (int l = 0; l < c.n_layer; ++l) {
+    k_cache_.push_back(kv_arena_.alloc(kv_type_, {H, max_ctx_, D}, "t3 K cache"));
+    v_cache_.push_back(kv_arena_.alloc(kv_type_, {H, max_ctx_, D}, "t3 V cache"));
+  }
+
+  // Activations for T = max_batch rows (see forward for the allocation order).
+  const int64_t T = max_batch_;
+  size_t act = f32_bytes(V) + size_t(T) * 4 + kAllocSlack;              // logits, positions
+  act += 5 * f32_bytes(T * d) + f32_bytes(T * 3 * d) + f32_bytes(T * ff);  // x pe h att tmp, qkv, ff
+  act += f32_bytes(d);                                                    // ln_f row
+  // Transient scratch (rewound after each op): the largest matmul or attention need.
+  const int nt = pool.size();
+  size_t transient = 0;
+  for (const T3Gpt2Layer& L : w.layers) {
+    transient = std::max(transient, matmul_scratch_bytes(L.c_attn_w.dtype, T, 3 * d, d, nt));
+    transient = std::max(transient, matmul_scratch_bytes(L.c_proj_w.dtype, T, d, d, nt));
+    transient = std::max(transient, matmul_scratch_bytes(L.fc_w.dtype, T, ff, d, nt));
+    transient = std::max(transient, matmul_scratch_bytes(L.proj_w.dtype, T, d, ff, nt));
+  }
+  transient = std::max(transient, matmul_scratch_bytes(w.speech_head_w.dtype, 1, V, d, nt));
+  transient = std::max(transient, f32_bytes(H * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
+  arena_.reserve(act + transient + 4 * kAllocSlack);
+  logits_ = arena_.alloc(DType::F32, {V}, "t3 logits");
+  call_mark_ = arena_.mark();
+}
+
+void T3Gpt2::store_kv(int layer, const Tensor& qkv, int64_t T) {
+  const int64_t d = c_.n_embd, H = c_.n_head, D = c_.head_dim;
+  const Tensor& kc = k_cache_[size_t(layer)];
+  const Tensor& vc = v_cache_[size_t(layer)];
+  const bool f16 = kv_type_ == DType::F16;
+  const FromFloatFn to16 = type_traits(DType::F16).from_float;
+  auto job = [&](int64_t item) {  // item = (t, kv, h)
+    const int64_t h = item % H, kv = (item / H) % 2, t = item / (2 * H);
+    const float* src = static_cast<const float*>(qkv.row(t)) + (1 + kv) * d + h * D;
+    const Tensor& dst_t = kv ? vc : kc;
+    uint8_t* dst = static_cast<uint8_t*>(dst_t.data) + h * dst_t.stride[0] + (n_past_ + t) * dst_t.stride[1];
+    if (f16) to16(src, dst, D);
+    else std::memcpy(dst, src, size_t(D) * 4);
+  };
+  const int64_t items = T * 2 * H;
+  if (T < 4 || pool_.size() <= 1) {
+    for (int64_t i = 0; i < items; ++i) job(i);
+    return;
+  }
+  pool_.run([&](int ith, int nth) {
+    int64_t b, e;
+    ThreadPool::split(items, ith, nth, &b, &e);
+    for (int64_t i = b; i < e; ++i) job(i);
+  });
+}
+
+const Tensor& T3Gpt2::forward(const Tensor& embeds) {
+  const int64_t d = c_.n_embd, H = c_.n_head, D = c_.head_dim, ff = c_.n_ff;
+  CBX_CHECK(embeds.dtype == DType::F32 && embeds.ndim == 2 && embeds.shape[1] == d && embeds.shape[0] > 0,
+            "t3 forward: embeds must be f32 [T, %lld], got %s %s", (long long)d, dtype_name(embeds.dtype),
+            embeds.shape_str().c_str());
+  const int64_t T = embeds.shape[0];
+  CBX_CHECK(T <= max_batch_, "t3 forward: %lld rows exceed the reserved batch of %lld", (long long)T,
+            (long long)max_batch_);
+  CBX_CHECK(n_past_ + T <= max_ctx_, "t3 forward: %lld cached + %lld new positions exceed the KV cache of %lld",
+            (long long)n_past_, (long long)T, (long long)max_ctx_);
+  arena_.rewind(call_mark_);
+  Arena* scratch = &arena_;
+
+  Tensor pos = arena_.alloc(DType::I32, {T}, "t3 positions");
+  for (int64_t t = 0; t < T; ++t) pos.ptr<int32_t>()[t] = int32_t(n_past_ + t);
+  Tensor x = arena_.alloc(DType::F32, {T, d}, "t3 x");
+  Tensor pe = arena_.alloc(DType::F32, {T, d}, "t3 wpe rows");
+  Tensor h = arena_.alloc(DType::F32, {T, d}, "t3 norm");
+  Tensor att = arena_.alloc(DType::F32, {T, d}, "t3 attention");
+  Tensor tmp = arena_.alloc(DType::F32, {T, d}, "t3 projection");
+  Tensor qkv = arena_.alloc(DType::F32, {T, 3 * d}, "t3 qkv");
+  Tensor f1 = arena_.alloc(DType::F32, {T, ff}, "t3 ffn");
+  Tensor hf = arena_.alloc(DType::F32, {1, d}, "t3 ln_f");
+
+  get_rows(w_.wpe, pos, pe);
+  add(pool_, embeds, pe, x);
+  emit("inp", -1, x);
+
+  // Views of qkv / att as [H, T, D] (heads are 64-wide column blocks of a row).
+  const int64_t hsd[3] = {H, T, D};
+  const int64_t q_st[3] = {D * 4, 3 * d * 4, 4};
+  const int64_t o_st[3] = {D * 4, d * 4, 4};
+  Tensor q = make_view(qkv, 3, hsd, q_st, 0);
+  Tensor o = make_view(att, 3, hsd, o_st, 0);
+  const int64_t Tk = n_past_ + T;
+  AttentionParams ap;
+  ap.causal = true;
+  ap.q_offset = n_past_;
+
+  for (int l = 0; l < c_.n_layer; ++l) {
+    const T3Gpt2Layer& L = w_.layers[size_t(l)];
+    layer_norm(pool_, x, L.ln_1_w, L.ln_1_b, c_.norm_eps, h);
+    emit("attn_norm", l, h);
+    matmul_bias(pool_, L.c_attn_w, L.c_attn_b, h, qkv, scratch);
+    emit("qkv", l, qkv);
+    store_kv(l, qkv, T);
+    const Tensor& kc = k_cache_[size_t(l)];
+    const Tensor& vc = v_cache_[size_t(l)];
+    const int64_t kv_shape[3] = {H, Tk, D};
+    Tensor k = make_view(kc, 3, kv_shape, kc.stride, 0);
+    Tensor v = make_view(vc, 3, kv_shape, vc.stride, 0);
+    attention(pool_, q, k, v, Tensor{}, o, ap, scratch);
+    emit("attn", l, att);
+    matmul_bias(pool_, L.c_proj_w, L.c_proj_b, att, tmp, scratch);
+    add(pool_, x, tmp, x);
+    emit("attn_out", l, x);
+    layer_norm(pool_, x, L.ln_2_w, L.ln_2_b, c_.norm_eps, h);
+    emit("ffn_norm", l, h);
+    matmul_bias(pool_, L.fc_w, L.fc_b, h, f1, scratch);
+    gelu_tanh(pool_, f1, f1);
+    emit("ffn_act", l, f1);
+    matmul_bias(pool_, L.proj_w, L.proj_b, f1, tmp, scratch);
+    add(pool_, x, tmp, x);
+    emit("l_out", l, x);
+  }
+  n_past_ += T;
+
+  Tensor last = slice(x, 0, T - 1, 1);
+  layer_norm(pool_, last, w_.ln_f_w, w_.ln_f_b, c_.norm_eps, hf);
+  emit("ln_f", -1, hf);
+  Tensor lg = reshape(logits_, {1, c_.speech_vocab});
+  if (w_.speech_head_b.empty()) matmul(pool_, w_.speech_head_w, hf, lg, scratch);
+  else matmul_bias(pool_, w_.speech_head_w, w_.speech_head_b, hf, lg, scratch);
+  emit("logits", -1, lg);
+  return logits_;
+}
+
+}  // namespace cbx

@@ -1,0 +1,122 @@
+// T3 backbone for Turbo/Nano: an HF GPT2Model fed with inputs_embeds (no wte), plus the
+// speech head (spec §6.2, §6.3). Pre-LN blocks:
+//   x += c_proj(attn(ln_1(x)));  x += mlp.c_proj(gelu_tanh(mlp.c_fc(ln_2(x))));  ln_f at the end
+// with learned absolute positions wpe[n_past + i] added to the inputs. The converter stores
+// every Conv1D weight as a Linear [out, in] (docs/gguf-format.md), so all projections are
+// y = x W^T + b here.
+//
+// Runtime: one KV cache [n_layer][H, max_ctx, D] (F16 by default, F32 selectable) and one
+// Arena for every activation, both reserved at construction for the worst case (max_ctx
+// keys, max_batch rows per call); a forward call allocates nothing.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "models/model_config.h"
+
+namespace cbx {
+
+class GgufFile;
+
+struct T3Gpt2Layer {
+  Tensor ln_1_w, ln_1_b;      // [d]
+  Tensor c_attn_w, c_attn_b;  // [3d, d], [3d]: rows q | k | v
+  Tensor c_proj_w, c_proj_b;  // [d, d], [d]
+  Tensor ln_2_w, ln_2_b;      // [d]
+  Tensor fc_w, fc_b;          // [n_ff, d], [n_ff]
+  Tensor proj_w, proj_b;      // [d, n_ff], [d]
+};
+
+// Where a tensor may be stored: Vector = F32 only; Matrix = any float/quantized weight type.
+enum class T3WeightKind { Vector, Matrix };
+
+struct T3Gpt2Weights {
+  Tensor wpe;  // [n_ctx, d]
+  std::vector<T3Gpt2Layer> layers;
+  Tensor ln_f_w, ln_f_b;              // [d]
+  Tensor text_emb;                    // [text_vocab, d]
+  Tensor speech_emb;                  // [speech_vocab, d]
+  Tensor speech_head_w;               // [speech_vocab, d]
+  Tensor speech_head_b;               // [speech_vocab] (optional: t3.speech_head_bias)
+  Tensor spkr_enc_w, spkr_enc_b;      // [d, speaker_embed_size], [d]
+
+  // Calls fn(gguf_name, tensor slot, expected row-major shape, kind, required) for every
+  // weight of a config (sizes `layers` first). Serves binding, tests and byte counts.
+  using Visitor = std::function<void(const std::string& name, Tensor& slot,
+                                     const std::vector<int64_t>& shape, T3WeightKind kind,
+                                     bool required)>;
+  void for_each_tensor(const T3Config& c, const Visitor& fn);
+};
+
+// Binds every weight by GGUF name (zero copy), checking presence, shape and dtype; errors
+// name the tensor. The GgufFile must outlive the weights.
+void bind_t3_gpt2(const GgufFile& f, const T3Config& c, T3Gpt2Weights& w);
+// Bytes of the weights one decode step reads: every layer matrix, biases and norms, ln_f
+// and the speech head (embedding rows and the KV cache excluded).
+size_t t3_gpt2_decode_weight_bytes(const T3Config& c, const T3Gpt2Weights& w);
+
+struct T3Gpt2Options {
+  int64_t max_ctx = 0;    // KV cache length (<= n_ctx); 0 = n_ctx
+  int64_t max_batch = 0;  // most rows one forward call takes (the prefill); 0 = max_ctx
+  DType kv_type = DType::F16;  // F16 or F32
+};
+
+// Named intermediates, reported during forward when a capture function is set (layer -1 for
+// the ones outside the blocks). Shapes: [T, width] F32 for the T rows of the call.
+//   "inp"        inputs + wpe                        [T, d]
+//   "attn_norm"  ln_1(x)                             [T, d]      layer i
+//   "qkv"        c_attn(ln_1(x))                     [T, 3d]     layer i
+//   "attn"       softmax(q k^T / sqrt(D)) v, merged  [T, d]      layer i
+//   "attn_out"   x after the attention residual      [T, d]      layer i
+//   "ffn_norm"   ln_2(x)                             [T, d]      layer i
+//   "ffn_act"    gelu_tanh(c_fc(...))                [T, n_ff]   layer i
+//   "l_out"      x after the MLP residual            [T, d]      layer i
+//   "ln_f"       ln_f of the last row                [1, d]
+//   "logits"     speech_head(ln_f)                   [1, speech_vocab]
+using T3Capture = std::function<void(const char* name, int layer, const Tensor& t)>;
+
+class T3Gpt2 {
+ public:
+  T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, const T3Gpt2Options& o);
+
+  // embeds: F32 [T, d], the inputs_embeds of positions n_past() .. n_past()+T-1; appends
+  // their keys/values to the cache and returns the speech logits of the last row
+  // ([speech_vocab] F32, valid until the next call).
+  const Tensor& forward(const Tensor& embeds);
+  void reset() { n_past_ = 0; }
+  int64_t n_past() const { return n_past_; }
+  int64_t max_ctx() const { return max_ctx_; }
+  int64_t max_batch() const { return max_batch_; }
+  void set_capture(T3Capture fn) { capture_ = std::move(fn); }
+  size_t arena_bytes() const { return arena_.capacity(); }
+  size_t arena_high_water() const { return arena_.high_water(); }
+  size_t kv_cache_bytes() const { return kv_bytes_; }
+
+ private:
+  void emit(const char* name, int layer, const Tensor& t) const {
+    if (capture_) capture_(name, layer, t);
+  }
+  void store_kv(int layer, const Tensor& qkv, int64_t T);
+
+  const T3Config& c_;
+  const T3Gpt2Weights& w_;
+  ThreadPool& pool_;
+  DType kv_type_;
+  int64_t max_ctx_ = 0, max_batch_ = 0;
+  int64_t n_past_ = 0;
+  Arena kv_arena_;  // K and V per layer: [H, max_ctx, D] each
+  size_t kv_bytes_ = 0;
+  std::vector<Tensor> k_cache_, v_cache_;
+  Arena arena_;
+  Tensor logits_;  // [speech_vocab], outside the per-call part of the arena
+  size_t call_mark_ = 0;
+  T3Capture capture_;
+};
+
+}  // namespace cbx

@@ -1,0 +1,92 @@
+// T3 Turbo/Nano inference (t3.py inference_turbo; spec §6.4, §6.5, §6.7, §6.8, §7).
+//
+// Prompt (inputs_embeds, wpe added by the backbone at every absolute position):
+//   0          spkr_enc(speaker_emb)                 Linear(S -> d, bias)
+//   1 .. P     speech_emb(prompt_tokens)             P <= cond_prompt_len (375)
+//   P+1 .. +Lt text_emb(text_ids)                    GPT-2 BPE ids, no SOT/EOT
+//   last       speech_emb(6561)                      BOS, once
+// Generation: one token is sampled from the prefill logits (repetition history [6561]);
+// then up to max_new more, each fed back as speech_emb(token), with the generated tokens as
+// the history. The loop stops on EOS 6562 (the prefill token is not checked, as upstream)
+// or when every processed logit is -inf (nothing appended then). A trailing EOS is dropped.
+// Post-processing (tts_turbo.py): keep tokens < 6561, append n_silence_tokens (3) x 4299.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/thread_pool.h"
+#include "models/model_config.h"
+#include "models/sampler.h"
+#include "models/t3_gpt2.h"
+
+namespace cbx {
+
+class GgufFile;
+
+struct T3TurboOptions {
+  int64_t max_text = 1024;   // GPT-2 tokenizer model_max_length (text is truncated there)
+  int64_t max_prompt = 0;    // 0 = t3.cond_prompt_len
+  int64_t max_new = -1;      // tokens after the prefill one; -1 = pipeline.max_new_tokens
+  DType kv_type = DType::F16;
+};
+
+struct T3TurboResult {
+  std::vector<int32_t> tokens;         // as sampled, trailing EOS removed
+  std::vector<int32_t> speech_tokens;  // post-processed for S3Gen
+  bool stopped_eos = false;
+  bool stopped_all_inf = false;
+  int64_t prompt_len = 0;   // prefill rows
+  int64_t n_decode = 0;     // single-token forward calls
+  double prefill_ms = 0, decode_ms = 0;
+};
+
+// Called once per sampled position with the raw speech logits [speech_vocab], the processed
+// ones (sampler steps 1-4) and the token picked (-1 when every processed logit was -inf).
+// step 0 is the prefill. Both pointers are valid during the call only.
+using T3StepFn = std::function<void(int64_t step, const float* logits, const float* processed, int32_t token)>;
+
+class T3Turbo {
+ public:
+  // Reads the config from f and binds the T3 weights (f must outlive this object).
+  T3Turbo(const GgufFile& f, ThreadPool& pool, const T3TurboOptions& o = {});
+  T3Turbo(const ModelConfig& c, const GgufFile& f, ThreadPool& pool, const T3TurboOptions& o = {});
+
+  // Assembles the prompt embeddings (row layout above) into the object's arena:
+  // text_ids [Lt], speaker_emb [speaker_embed_size], prompt_tokens [P] -> [1 + P + Lt + 1, d].
+  Tensor build_prompt(const int32_t* text_ids, int64_t n_text, const float* speaker_emb, int64_t n_speaker,
+                      const int32_t* prompt_tokens, int64_t n_prompt);
+
+  // max_new < 0 uses the options' max_new. Resets the KV cache first.
+  T3TurboResult generate(const int32_t* text_ids, int64_t n_text, const float* speaker_emb, int64_t n_speaker,
+                         const int32_t* prompt_tokens, int64_t n_prompt, const SamplerParams& sp,
+                         int64_t max_new = -1, const T3StepFn& on_step = nullptr);
+
+  // Keep tokens < 6561 and append the silence tokens (spec §7).
+  std::vector<int32_t> postprocess(const std::vector<int32_t>& tokens) const;
+
+  const ModelConfig& config() const { return cfg_; }
+  const T3Gpt2Weights& weights() const { return w_; }
+  T3Gpt2& backbone() { return *gpt_; }
+  int64_t max_new() const { return max_new_; }
+  // The pipeline's defaults (GGUF sampler.* metadata) as sampler parameters.
+  SamplerParams default_sampler() const;
+
+ private:
+  void init(const GgufFile& f, const T3TurboOptions& o);
+
+  ModelConfig cfg_;
+  ThreadPool& pool_;
+  T3Gpt2Weights w_;
+  std::unique_ptr<T3Gpt2> gpt_;
+  int64_t max_text_ = 0, max_prompt_ = 0, max_new_ = 0;
+  Arena arena_;  // prompt embeddings, ids, the single-token embedding
+  Tensor prompt_buf_;  // [max_batch, d]
+  Tensor tok_emb_;     // [1, d]
+  Tensor tok_id_;      // I32 [1]
+  size_t mark_ = 0;
+};
+
+}  // namespace cbx
