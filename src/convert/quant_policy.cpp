@@ -1,0 +1,83 @@
+#include "convert/quant_policy.h"
+
+#include "core/error.h"
+
+namespace cbx {
+
+namespace {
+// Higher = more precise. Only the four storage types a conversion produces.
+int precision_rank(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F16: return 3;
+    case DType::Q8_0: return 2;
+    case DType::Q4_0: return 1;
+    default: return 0;
+  }
+}
+DType at_least(DType t, DType floor) { return precision_rank(t) < precision_rank(floor) ? floor : t; }
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+}  // namespace
+
+DType parse_target_type(const std::string& s) {
+  DType t;
+  try {
+    t = dtype_from_name(s.c_str());
+  } catch (const Error&) {
+    fail("unknown --type '%s' (expected f32, f16, q8_0 or q4_0)", s.c_str());
+  }
+  CBX_CHECK(t == DType::F32 || t == DType::F16 || t == DType::Q8_0 || t == DType::Q4_0,
+            "--type '%s' is not supported (expected f32, f16, q8_0 or q4_0)", s.c_str());
+  return t;
+}
+
+bool policy_matmul_eligible(const std::vector<int64_t>& shape) {
+  return shape.size() == 2 && shape[0] >= kPolicyMinDim && shape[1] >= kPolicyMinDim && shape[1] % 32 == 0;
+}
+
+DType policy_dtype(const std::string& name, const std::vector<int64_t>& shape, TensorClass role,
+                   bool is_int, DType target) {
+  if (is_int) return DType::I32;
+  if (target == DType::F32) return DType::F32;
+  // The voice encoder and CAMPPlus are small and run once per reference clip.
+  if (starts_with(name, "ve.") || starts_with(name, "campplus.")) return DType::F32;
+  switch (role) {
+    case TensorClass::Vector:
+    case TensorClass::Conv:
+    case TensorClass::Data: return DType::F32;
+    case TensorClass::Embedding: return DType::F16;  // exact enough for a lookup, half the bytes
+    case TensorClass::Matmul:
+    case TensorClass::Head: break;
+  }
+  if (!policy_matmul_eligible(shape)) return DType::F32;
+  DType t = target;
+  if (role == TensorClass::Head) t = at_least(t, DType::Q8_0);  // logits feed the sampler
+  // The S3 tokenizer's FSQ rounds tanh outputs to 3 levels: keep it at >= F16.
+  if (starts_with(name, "s3tok.")) t = at_least(t, DType::F16);
+  return t;
+}
+
+uint32_t gguf_file_type(DType target) {
+  switch (target) {
+    case DType::F32: return 0;
+    case DType::F16: return 1;
+    case DType::Q4_0: return 2;
+    case DType::Q8_0: return 7;
+    default: fail("gguf_file_type: unsupported target %s", dtype_name(target));
+  }
+}
+
+void encode_f32(const float* src, int64_t n, DType dt, void* dst) {
+  if (dt == DType::I32) {
+    auto* d = static_cast<int32_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = int32_t(src[i]);
+    return;
+  }
+  const TypeTraits& tt = type_traits(dt);
+  CBX_CHECK(tt.from_float, "encode_f32: dtype %s has no float encoder", tt.name);
+  CBX_CHECK(n % tt.block_size == 0, "encode_f32: %lld elements is not a multiple of the %s block (%lld)",
+            (long long)n, tt.name, (long long)tt.block_size);
+  tt.from_float(src, dst, n);
+}
+
+}  // namespace cbx

@@ -1,0 +1,92 @@
+#include "convert/quantize.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "convert/quant_policy.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "models/model_config.h"
+
+namespace cbx {
+
+QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType target, bool progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  parse_target_type(dtype_name(target));
+  CBX_CHECK(in != out, "quantize: input and output are the same file '%s'", in.c_str());
+  std::unique_ptr<GgufFile> f = GgufFile::open(in);
+  ModelConfig cfg = read_config(*f);  // also checks that this is a chatterbox GGUF
+  std::map<std::string, TensorSpec> specs;
+  for (TensorSpec& s : model_tensor_specs(cfg)) specs[s.name] = std::move(s);
+
+  GgufWriter w;
+  for (const std::string& k : f->keys()) {
+    if (k == "general.alignment") continue;  // the writer emits its own
+    if (k == "general.file_type") {
+      w.set_u32(k, gguf_file_type(target));
+    } else if (k == "chatterbox.convert.type") {
+      w.set_string(k, type_traits(target).name);
+    } else {
+      w.set_value(k, f->get(k));
+    }
+  }
+
+  QuantizeStats st;
+  auto done = std::make_shared<uint64_t>(0);
+  auto last = std::make_shared<int>(-1);
+  uint64_t total = 0;
+  std::vector<std::pair<const GgufTensorInfo*, DType>> plan;
+  for (const GgufTensorInfo& ti : f->tensors()) {
+    std::vector<int64_t> shape(ti.shape, ti.shape + ti.ndim);
+    auto it = specs.find(ti.name);
+    // Tensors outside the table keep their dtype (forward compatibility).
+    DType dt = it == specs.end() ? ti.dtype
+                                 : policy_dtype(ti.name, shape, it->second.role, it->second.is_int, target);
+    if (dt != ti.dtype) {
+      CBX_CHECK(!type_traits(ti.dtype).is_quantized,
+                "%s: tensor '%s' is %s; requantizing needs an F32/F16 source (convert the checkpoint again)",
+                in.c_str(), ti.name.c_str(), dtype_name(ti.dtype));
+      CBX_CHECK(type_traits(ti.dtype).to_float, "%s: tensor '%s' has dtype %s, which has no float form",
+                in.c_str(), ti.name.c_str(), dtype_name(ti.dtype));
+    }
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    size_t bytes = dtype_row_bytes(dt, numel);
+    st.n_tensors++;
+    st.bytes_in += ti.nbytes;
+    st.bytes_out += bytes;
+    st.bytes_per_dtype[dt] += bytes;
+    total += bytes;
+    plan.push_back({&ti, dt});
+  }
+  const GgufFile* fp = f.get();
+  for (auto [ti, dt] : plan) {
+    std::vector<int64_t> shape(ti->shape, ti->shape + ti->ndim);
+    w.add_tensor_lazy(ti->name, dt, shape, [fp, ti, dt, done, last, total, progress](void* dst, size_t nbytes) {
+      Tensor src = fp->tensor(*ti);
+      if (dt == ti->dtype) {
+        CBX_CHECK(nbytes == ti->nbytes, "quantize: '%s' size mismatch", ti->name.c_str());
+        std::memcpy(dst, src.data, nbytes);
+      } else {
+        const int64_t n = src.numel();
+        std::vector<float> tmp(size_t(n), 0.0f);
+        type_traits(ti->dtype).to_float(src.data, tmp.data(), n);
+        encode_f32(tmp.data(), n, dt, dst);
+      }
+      *done += nbytes;
+      int decile = total ? int(*done * 10 / total) : 10;
+      if (progress && decile != *last) {
+        *last = decile;
+        std::fprintf(stderr, "quantize: [%3d%%] %.1f / %.1f MB  %s\n", decile * 10, *done / 1e6, total / 1e6,
+                     ti->name.c_str());
+      }
+    });
+  }
+  w.write(out);
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace cbx

@@ -1,0 +1,24 @@
+// `chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16`: re-encodes an F32/F16
+// chatterbox GGUF under the same dtype policy as `convert` (quant_policy.h). Metadata is
+// copied; general.file_type and chatterbox.convert.type are updated.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace cbx {
+
+struct QuantizeStats {
+  size_t n_tensors = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;
+  std::map<DType, uint64_t> bytes_per_dtype;
+  double seconds = 0;
+};
+
+// Throws when a tensor would need re-encoding from a quantized type (Q8_0/Q4_0 sources
+// only pass through unchanged), naming the tensor.
+QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType target, bool progress = true);
+
+}  // namespace cbx

@@ -1,0 +1,71 @@
+// chatterbox convert DIR -o model.gguf [--type f32|f16|q8_0|q4_0] [--t3 FILE] [--quiet]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "command.h"
+#include "convert/convert.h"
+#include "convert/quant_policy.h"
+
+namespace {
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: chatterbox convert DIR -o MODEL.gguf [--type f32|f16|q8_0|q4_0] [--t3 FILE] [--quiet]\n"
+               "Converts an upstream Chatterbox checkpoint directory (Turbo, Nano or Multilingual,\n"
+               "as downloaded from Hugging Face) into one self-contained GGUF file.\n"
+               "  --type T    dtype of the large matmul weights (default f32); see docs/gguf-format.md\n"
+               "  --t3 FILE   T3 checkpoint to use (e.g. t3_mtl23ls_v3.safetensors; default: detected)\n"
+               "  --quiet     no progress on stderr\n");
+}
+
+int cmd_convert(int argc, char** argv) {
+  cbx::ConvertOptions opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "chatterbox convert: %s needs a value\n", a.c_str());
+        usage(stderr);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (a == "-o" || a == "--out") {
+      opt.out = value();
+    } else if (a == "--type" || a == "-t") {
+      opt.type = cbx::parse_target_type(value());
+    } else if (a == "--t3") {
+      opt.t3_file = value();
+    } else if (a == "--quiet" || a == "-q") {
+      opt.progress = false;
+    } else if (!a.empty() && a[0] == '-') {
+      std::fprintf(stderr, "chatterbox convert: unknown option '%s'\n", a.c_str());
+      usage(stderr);
+      return 2;
+    } else if (opt.dir.empty()) {
+      opt.dir = a;
+    } else {
+      std::fprintf(stderr, "chatterbox convert: unexpected argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  if (opt.dir.empty() || opt.out.empty()) {
+    usage(stderr);
+    return 2;
+  }
+  cbx::ConvertStats st = cbx::convert_checkpoint(opt);
+  std::printf("converted Chatterbox %s: %zu tensors, %.1f MB of tensor data in %.1f s ->  %s\n",
+              cbx::variant_name(st.variant), st.n_tensors, st.tensor_bytes / 1e6, st.seconds, opt.out.c_str());
+  for (const auto& [dt, bytes] : st.bytes_per_dtype)
+    std::printf("  %-5s %5zu tensors %10.1f MB\n", cbx::dtype_name(dt), st.tensors_per_dtype[dt], bytes / 1e6);
+  return 0;
+}
+
+cbx::cli::RegisterCommand reg("convert", "convert an upstream checkpoint directory to one GGUF", cmd_convert);
+
+}  // namespace

@@ -1,0 +1,58 @@
+// chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--quiet]
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "convert/quant_policy.h"
+#include "convert/quantize.h"
+
+namespace {
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--quiet]\n"
+               "Re-encodes an F32 (or F16) chatterbox GGUF with the dtype policy of `convert`.\n");
+}
+
+int cmd_quantize(int argc, char** argv) {
+  std::vector<std::string> pos;
+  std::string type;
+  bool progress = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (a == "--type" || a == "-t") {
+      if (i + 1 >= argc) {
+        usage(stderr);
+        return 2;
+      }
+      type = argv[++i];
+    } else if (a == "--quiet" || a == "-q") {
+      progress = false;
+    } else if (!a.empty() && a[0] == '-') {
+      std::fprintf(stderr, "chatterbox quantize: unknown option '%s'\n", a.c_str());
+      usage(stderr);
+      return 2;
+    } else {
+      pos.push_back(a);
+    }
+  }
+  if (pos.size() != 2 || type.empty()) {
+    usage(stderr);
+    return 2;
+  }
+  cbx::DType target = cbx::parse_target_type(type);
+  cbx::QuantizeStats st = cbx::quantize_gguf(pos[0], pos[1], target, progress);
+  std::printf("quantized %zu tensors: %.1f MB -> %.1f MB in %.1f s -> %s\n", st.n_tensors, st.bytes_in / 1e6,
+              st.bytes_out / 1e6, st.seconds, pos[1].c_str());
+  for (const auto& [dt, bytes] : st.bytes_per_dtype)
+    std::printf("  %-5s %10.1f MB\n", cbx::dtype_name(dt), bytes / 1e6);
+  return 0;
+}
+
+cbx::cli::RegisterCommand reg("quantize", "re-encode a chatterbox GGUF as f16 / q8_0 / q4_0", cmd_quantize);
+
+}  // namespace
