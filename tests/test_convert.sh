@@ -1,0 +1,62 @@
+#!/bin/bash
+# CLI checks of `chatterbox convert | quantize | info` on tiny synthetic checkpoints
+# (chatterbox-mkckpt), and of the error messages for corrupt or incomplete inputs.
+# Usage: test_convert.sh BUILD_DIR   (exit 77 = skipped)
+set -u
+BUILD=${1:?usage: test_convert.sh BUILD_DIR}
+B=$BUILD/bin/chatterbox
+MK=$BUILD/bin/chatterbox-mkckpt
+if [ ! -x "$B" ] || [ ! -x "$MK" ]; then
+  echo "skip: $B or $MK not built"
+  exit 77
+fi
+T=$(mktemp -d /tmp/cbx-test-convert-sh-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+expect_error() {  # expect_error NEEDLE... -- CMD...: CMD fails and stderr holds every NEEDLE
+  local needles=()
+  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
+  shift
+  if "$@" > "$T/out.txt" 2> "$T/err.txt"; then fail "accepted: $*"; fi
+  for n in "${needles[@]}"; do
+    grep -qF -- "$n" "$T/err.txt" || { cat "$T/err.txt"; fail "'$n' not in the error of: $*"; }
+  done
+}
+
+for v in turbo mtl; do
+  "$MK" --variant $v --size tiny --seed 5 --threads 1 "$T/$v" > /dev/null 2>&1 || fail "mkckpt $v"
+  "$B" convert "$T/$v" -o "$T/$v.gguf" --type q8_0 --quiet > "$T/out.txt" || fail "convert $v"
+  grep -q "converted Chatterbox $v" "$T/out.txt" || fail "convert $v summary"
+  "$B" info "$T/$v.gguf" --check > "$T/info.txt" || { cat "$T/info.txt"; fail "info --check $v"; }
+  grep -q "variant $v" "$T/info.txt" || fail "info variant $v"
+  grep -q "check: OK" "$T/info.txt" || fail "info check $v"
+  grep -q "q8_0" "$T/info.txt" || fail "no q8_0 tensors in $v"
+  "$B" convert "$T/$v" -o "$T/$v-f32.gguf" 2> "$T/progress.txt" > /dev/null || fail "convert f32 $v"
+  grep -q "100%" "$T/progress.txt" || fail "no progress on stderr"
+  "$B" quantize "$T/$v-f32.gguf" "$T/$v-q4.gguf" --type q4_0 --quiet > /dev/null || fail "quantize $v"
+  "$B" info "$T/$v-q4.gguf" --check > "$T/info.txt" || { cat "$T/info.txt"; fail "info --check q4 $v"; }
+  grep -q "q4_0" "$T/info.txt" || fail "no q4_0 tensors after quantize $v"
+  grep -q '"q4_0"' "$T/info.txt" || fail "convert.type not updated by quantize"
+done
+grep -q "tokens 1019\|tokens [0-9]" "$T/info.txt" || fail "tokenizer summary"
+
+# Corrupt / incomplete inputs.
+cp -r "$T/turbo" "$T/bad"
+truncate -s 1000 "$T/bad/s3gen_meanflow.safetensors"
+expect_error "s3gen_meanflow.safetensors" -- "$B" convert "$T/bad" -o "$T/bad.gguf" --quiet
+[ ! -e "$T/bad.gguf" ] || fail "output left behind after an error"
+rm "$T/bad/ve.safetensors"
+expect_error "ve.safetensors" "Turbo" -- "$B" convert "$T/bad" -o "$T/bad.gguf" --quiet
+mkdir "$T/empty"
+expect_error "unknown checkpoint" -- "$B" convert "$T/empty" -o "$T/bad.gguf" --quiet
+rm "$T/mtl/grapheme_mtl_merged_expanded_v1.json"
+expect_error "grapheme_mtl_merged_expanded_v1.json" "Multilingual" -- "$B" convert "$T/mtl" -o "$T/bad.gguf" --quiet
+expect_error "q5_k" -- "$B" convert "$T/turbo" -o "$T/bad.gguf" --type q5_k
+expect_error "requantizing needs an F32/F16 source" -- "$B" quantize "$T/turbo.gguf" "$T/bad.gguf" --type q4_0
+head -c 100 "$T/turbo.gguf" > "$T/short.gguf"
+expect_error "short.gguf" -- "$B" info "$T/short.gguf"
+
+echo "test_convert.sh: all checks passed"
