@@ -1,4 +1,4 @@
-// chatterbox-bench kernels [--threads N] [--reps R] [--mb MB]
+// chatterbox-bench kernels [--threads N] [--reps R] [--mb MB] [--clock wall|cpu]
 //
 // 1. Stream read bandwidth (a buffer of --mb MB, default 1024, summed with AVX loads by N
 //    threads; best of R): `kernels op=stream threads=N gbps=...`.
@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,7 +36,18 @@
 namespace cbx::bench {
 namespace {
 
+// --clock wall (default): wall-clock seconds. --clock cpu: process CPU seconds divided by
+// the thread count, an estimate of the unloaded wall time on a machine shared with other
+// work (a descheduled thread accrues no CPU time; the pool's workers spin only briefly).
+bool g_cpu_clock = false;
+int g_threads = 1;
+
 double now_s() {
+  if (g_cpu_clock) {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double(t.tv_sec) + double(t.tv_nsec) * 1e-9) / g_threads;
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
@@ -182,12 +194,14 @@ int run_kernels(int argc, char** argv) {
     if (a == "--threads") threads = {std::max(1, std::atoi(next()))};
     else if (a == "--reps") reps = std::max(3, std::atoi(next()));
     else if (a == "--mb") mb = size_t(std::max(64, std::atoi(next())));
+    else if (a == "--clock") g_cpu_clock = std::string(next()) == "cpu";
     else {
-      std::fprintf(stderr, "usage: chatterbox-bench kernels [--threads N] [--reps R] [--mb MB]\n");
+      std::fprintf(stderr, "usage: chatterbox-bench kernels [--threads N] [--reps R] [--mb MB] [--clock wall|cpu]\n");
       return a == "--help" || a == "-h" ? 0 : 1;
     }
   }
-  std::printf("kernels isa=%s reps=%d working_set_mb=%zu\n", isa_name(active_isa()), reps, mb);
+  std::printf("kernels isa=%s reps=%d working_set_mb=%zu clock=%s\n", isa_name(active_isa()), reps, mb,
+              g_cpu_clock ? "cpu" : "wall");
   const size_t working_set = mb << 20;
   Buffer buf(working_set + (64u << 20));
   std::memset(buf.p, 0, buf.n);  // fault the pages in once
@@ -199,6 +213,7 @@ int run_kernels(int argc, char** argv) {
   const DType types[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
   for (int nt : threads) {
     ThreadPool pool(nt);
+    g_threads = nt;
     Buffer sbuf(working_set);
     std::memset(sbuf.p, 1, sbuf.n);
     const double stream = stream_gbps(pool, sbuf, reps);
@@ -217,25 +232,40 @@ int run_kernels(int argc, char** argv) {
     int64_t m, k, n;
   };
   const GemmShape gshapes[] = {{512, 512, 1000}, {256, 1024, 1000}, {1024, 1024, 500}};
+  // Ours first for every thread count, then OpenBLAS: its idle workers keep spinning for a
+  // while after a call and would take a core from the next measurement.
+  struct GemmResult {
+    double f32, bf16, openblas;
+  };
+  std::vector<GemmResult> res;
   for (int nt : threads) {
     ThreadPool pool(nt);
-    for (const GemmShape& s : gshapes) {
-      const double f32 = gemm_gflops(pool, DType::F32, s.m, s.k, s.n, reps);
-      const double bf16 = gemm_gflops(pool, DType::BF16, s.m, s.k, s.n, reps);
-#ifdef CBX_HAVE_OPENBLAS
-      const double ob = openblas_gflops(nt, s.m, s.k, s.n, reps);
-      std::printf("kernels op=gemm dtype=f32 m=%lld k=%lld n=%lld threads=%d gflops=%.1f openblas_gflops=%.1f "
-                  "ratio_openblas=%.2f\n",
-                  (long long)s.m, (long long)s.k, (long long)s.n, nt, f32, ob, f32 / ob);
-#else
-      std::printf("kernels op=gemm dtype=f32 m=%lld k=%lld n=%lld threads=%d gflops=%.1f\n", (long long)s.m,
-                  (long long)s.k, (long long)s.n, nt, f32);
-#endif
-      std::printf("kernels op=gemm dtype=bf16 m=%lld k=%lld n=%lld threads=%d gflops=%.1f ratio_f32=%.2f\n",
-                  (long long)s.m, (long long)s.k, (long long)s.n, nt, bf16, bf16 / f32);
-      std::fflush(stdout);
-    }
+    g_threads = nt;
+    for (const GemmShape& s : gshapes)
+      res.push_back({gemm_gflops(pool, DType::F32, s.m, s.k, s.n, reps),
+                     gemm_gflops(pool, DType::BF16, s.m, s.k, s.n, reps), 0.0});
   }
+#ifdef CBX_HAVE_OPENBLAS
+  size_t ri = 0;
+  for (int nt : threads) {
+    g_threads = nt;
+    for (const GemmShape& s : gshapes) res[ri++].openblas = openblas_gflops(nt, s.m, s.k, s.n, reps);
+  }
+#endif
+  size_t i = 0;
+  for (int nt : threads)
+    for (const GemmShape& s : gshapes) {
+      const GemmResult& r = res[i++];
+      if (r.openblas > 0)
+        std::printf("kernels op=gemm dtype=f32 m=%lld k=%lld n=%lld threads=%d gflops=%.1f openblas_gflops=%.1f "
+                    "ratio_openblas=%.2f\n",
+                    (long long)s.m, (long long)s.k, (long long)s.n, nt, r.f32, r.openblas, r.f32 / r.openblas);
+      else
+        std::printf("kernels op=gemm dtype=f32 m=%lld k=%lld n=%lld threads=%d gflops=%.1f\n", (long long)s.m,
+                    (long long)s.k, (long long)s.n, nt, r.f32);
+      std::printf("kernels op=gemm dtype=bf16 m=%lld k=%lld n=%lld threads=%d gflops=%.1f ratio_f32=%.2f\n",
+                  (long long)s.m, (long long)s.k, (long long)s.n, nt, r.bf16, r.bf16 / r.f32);
+    }
   return 0;
 }
 

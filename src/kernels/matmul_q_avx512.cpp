@@ -59,42 +59,39 @@ inline int32_t hsum256_epi32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
+// Sum of the 16 per-block dot products of one row group, as 16 int32 lanes in block order.
 template <typename W>
-float dot_row(const uint8_t* wr, const void* act, int64_t k) {
-  const int64_t nb = k / 32;
-  const int8_t* qs = q8_act_qs(act);
-  const float* dx = q8_act_d(act, k);
-  const int32_t* sx = q8_act_sum(act, k);
+inline __m512i block_sums16(const uint8_t* p, const int8_t* q) {
   const __m512i zero = _mm512_setzero_si512();
-  const __m512i gidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                          _mm512_set1_epi32(W::kBytes));
-  // The tree below leaves block sums in the order 0 2 4 6 1 3 5 7 8 10 12 14 9 11 13 15.
-  const __m512i perm = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-  __m512 acc = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 16 <= nb; b += 16) {
-    const uint8_t* p = wr + b * W::kBytes;
-    const int8_t* q = qs + b * 32;
-    __m512i z[8];
+  __m512i z[8];
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j)
-      z[j] = _mm512_dpbusd_epi32(zero, W::build2(p + 2 * j * W::kBytes), _mm512_loadu_si512(q + 64 * j));
-    __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
-    __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
-    __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[4], z[5]), _mm512_unpackhi_epi32(z[4], z[5]));
-    __m512i t3 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[6], z[7]), _mm512_unpackhi_epi32(z[6], z[7]));
-    __m512i u0 = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
-    __m512i u1 = _mm512_add_epi32(_mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3));
-    __m512i s = _mm512_add_epi32(_mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
-    s = _mm512_permutexvar_epi32(perm, s);
-    s = _mm512_sub_epi32(s, _mm512_slli_epi32(_mm512_loadu_si512(sx + b), W::kShift));
-    const __m512i g = _mm512_i32gather_epi32(gidx, p, 1);
-    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_loadu_ps(dx + b)), acc);
-  }
+  for (int j = 0; j < 8; ++j)
+    z[j] = _mm512_dpbusd_epi32(zero, W::build2(p + 2 * j * W::kBytes), _mm512_loadu_si512(q + 64 * j));
+  const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+  const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[4], z[5]), _mm512_unpackhi_epi32(z[4], z[5]));
+  const __m512i t3 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[6], z[7]), _mm512_unpackhi_epi32(z[6], z[7]));
+  const __m512i u0 = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+  const __m512i u1 = _mm512_add_epi32(_mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3));
+  const __m512i s = _mm512_add_epi32(_mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+  // The tree leaves block sums in the order 0 2 4 6 1 3 5 7 8 10 12 14 9 11 13 15.
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), s);
+}
+
+// d_w of the 16 blocks at p (f16 at stride kBytes), gathered and widened.
+template <typename W>
+inline __m512 block_scales16(const uint8_t* p) {
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(W::kBytes));
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(idx, p, 1)));
+}
+
+template <typename W>
+inline float dot_tail(const uint8_t* wr, const int8_t* qs, const float* dx, const int32_t* sx, int64_t b0,
+                      int64_t nb) {
   float tail = 0.f;
-  for (; b < nb; ++b) {
+  for (int64_t b = b0; b < nb; ++b) {
     const uint8_t* p = wr + b * W::kBytes;
     __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W::build1(p),
                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + b * 32)));
@@ -102,17 +99,55 @@ float dot_row(const uint8_t* wr, const void* act, int64_t k) {
     uint16_t h = uint16_t(p[0] | (p[1] << 8));
     tail += _cvtsh_ss(h) * dx[b] * float(s);
   }
-  return _mm512_reduce_add_ps(acc) + tail;
+  return tail;
+}
+
+// R weight rows (rows stride ws apart) against one activation row. Several rows at once
+// keep several DRAM streams in flight, and a software prefetch into L2 runs 128 blocks
+// ahead in each (measured: +25% DRAM throughput for Q4_0 over the hardware prefetcher alone).
+template <typename W, int R>
+inline void dot_rows(const uint8_t* wr, size_t ws, const void* act, int64_t k, float* out) {
+  const int64_t nb = k / 32;
+  const int8_t* qs = q8_act_qs(act);
+  const float* dx = q8_act_d(act, k);
+  const int32_t* sx = q8_act_sum(act, k);
+  __m512 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 16 <= nb; b += 16) {
+    const __m512i corr = _mm512_slli_epi32(_mm512_loadu_si512(sx + b), W::kShift);
+    const __m512 dxv = _mm512_loadu_ps(dx + b);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* p = wr + r * ws + b * W::kBytes;
+#pragma GCC unroll 8
+      for (int l = 0; l < 16 * W::kBytes; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + 128 * W::kBytes + l), _MM_HINT_T1);
+      const __m512i s = _mm512_sub_epi32(block_sums16<W>(p, qs + b * 32), corr);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(block_scales16<W>(p), dxv), acc[r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) + dot_tail<W>(wr + r * ws, qs, dx, sx, b, nb);
 }
 
 template <typename W>
 void dot_q(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
            int64_t k, float* y, int64_t ldy) {
-  for (int64_t m = m0; m < m1; ++m) {
-    const uint8_t* wr = static_cast<const uint8_t*>(w) + m * ws;
-    for (int64_t n = 0; n < n_rows; ++n)
-      y[n * ldy + m] = dot_row<W>(wr, static_cast<const uint8_t*>(act) + n * as, k);
-  }
+  const auto* wb = static_cast<const uint8_t*>(w);
+  int64_t m = m0;
+  float out[4];
+  for (; m + 4 <= m1; m += 4)
+    for (int64_t n = 0; n < n_rows; ++n) {
+      dot_rows<W, 4>(wb + m * ws, ws, static_cast<const uint8_t*>(act) + n * as, k, out);
+      for (int r = 0; r < 4; ++r) y[n * ldy + m + r] = out[r];
+    }
+  for (; m < m1; ++m)
+    for (int64_t n = 0; n < n_rows; ++n) {
+      dot_rows<W, 1>(wb + m * ws, ws, static_cast<const uint8_t*>(act) + n * as, k, out);
+      y[n * ldy + m] = out[0];
+    }
 }
 
 }  // namespace
