@@ -246,6 +246,40 @@ TEST(NnElementwise, CopyStridedAndUpsample) {
   EXPECT_THROW(copy_strided(tv, x.t), Error);
 }
 
+TEST(NnElementwise, Pad1dModes) {
+  Buf x({2, 5}, 51), y({2, 9});
+  const int64_t L = 3, R = 1;
+  // F.pad(x, (3, 1), mode) reference indices for T = 5.
+  const int reflect_idx[9] = {3, 2, 1, 0, 1, 2, 3, 4, 3};
+  const int replicate_idx[9] = {0, 0, 0, 0, 1, 2, 3, 4, 4};
+  for (PadMode m : {PadMode::Zero, PadMode::Reflect, PadMode::Replicate}) {
+    pad1d(x.t, L, R, m, y.t);
+    for (int r = 0; r < 2; ++r)
+      for (int i = 0; i < 9; ++i) {
+        float want = m == PadMode::Zero ? (i >= L && i < L + 5 ? x.v[size_t(r * 5 + i - L)] : 0.f)
+                     : m == PadMode::Reflect ? x.v[size_t(r * 5 + reflect_idx[i])]
+                                             : x.v[size_t(r * 5 + replicate_idx[i])];
+        EXPECT_EQ(y.v[size_t(r * 9 + i)], want) << int(m) << " " << i;
+      }
+  }
+  Buf y2({2, 15});
+  EXPECT_THROW(pad1d(x.t, 5, 5, PadMode::Reflect, y2.t), Error);
+}
+
+// Double accumulation, rounded once: tolerance 1e-6 relative.
+TEST(NnElementwise, RowMeanStd) {
+  Buf x({3, 4, 101}, 61, -2, 5), m({3, 4}), sd({3, 4});
+  row_mean_std(x.t, m.t, sd.t);
+  for (int r = 0; r < 12; ++r) {
+    double s = 0, v = 0;
+    for (int t = 0; t < 101; ++t) s += x.v[size_t(r * 101 + t)];
+    s /= 101;
+    for (int t = 0; t < 101; ++t) v += (x.v[size_t(r * 101 + t)] - s) * (x.v[size_t(r * 101 + t)] - s);
+    EXPECT_NEAR(m.v[size_t(r)], s, 1e-6 * (1 + std::fabs(s)));
+    EXPECT_NEAR(sd.v[size_t(r)], std::sqrt(v / 100), 1e-6);
+  }
+}
+
 TEST(NnElementwise, ValidationErrorsNameOpAndShapes) {
   Buf x({3, 4}), y({4, 3});
   try {

@@ -1,5 +1,6 @@
 #include "ops/elementwise.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -219,6 +220,63 @@ void upsample_nearest(const Tensor& x, int64_t s, Tensor& y) {
     float* yr = row_ptr(y, r);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < s; ++j) yr[t * s + j] = xr[t];
+  }
+}
+
+void pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode, Tensor& y) {
+  const char* op = "pad1d";
+  check_f32(op, "x", x);
+  check_f32(op, "y", y);
+  const int64_t T = x.cols();
+  CBX_CHECK(left >= 0 && right >= 0 && x.ndim == y.ndim && x.rows() == y.rows() &&
+                y.cols() == left + T + right && T >= 1,
+            "%s: y %s must be x %s padded by %lld + %lld", op, y.shape_str().c_str(),
+            x.shape_str().c_str(), (long long)left, (long long)right);
+  CBX_CHECK(mode != PadMode::Reflect || (left < T && right < T),
+            "%s: reflect pads %lld/%lld need more than %lld samples (x %s)", op, (long long)left,
+            (long long)right, (long long)T, x.shape_str().c_str());
+  for (int64_t r = 0; r < x.rows(); ++r) {
+    const float* xr = row_ptr(x, r);
+    float* yr = row_ptr(y, r);
+    std::memmove(yr + left, xr, size_t(T) * 4);
+    for (int64_t i = 0; i < left; ++i) {
+      const int64_t src = left - i;  // y[i] mirrors x[left - i]
+      yr[i] = mode == PadMode::Zero ? 0.f : mode == PadMode::Reflect ? xr[src] : xr[0];
+    }
+    for (int64_t i = 0; i < right; ++i)
+      yr[left + T + i] = mode == PadMode::Zero      ? 0.f
+                         : mode == PadMode::Reflect ? xr[T - 2 - i]
+                                                    : xr[T - 1];
+  }
+}
+
+void row_mean_std(const Tensor& x, Tensor& mean, Tensor& std_out, bool unbiased) {
+  const char* op = "row_mean_std";
+  check_f32(op, "x", x);
+  check_f32(op, "mean", mean);
+  const int64_t R = x.rows(), T = x.cols();
+  CBX_CHECK(mean.numel() == R && mean.is_contiguous(), "%s: mean %s must hold %lld values for x %s",
+            op, mean.shape_str().c_str(), (long long)R, x.shape_str().c_str());
+  float* sp = nullptr;
+  if (!std_out.empty()) {
+    check_f32(op, "std", std_out);
+    CBX_CHECK(std_out.numel() == R && std_out.is_contiguous(),
+              "%s: std %s must hold %lld values for x %s", op, std_out.shape_str().c_str(),
+              (long long)R, x.shape_str().c_str());
+    sp = std_out.ptr<float>();
+  }
+  float* mp = mean.ptr<float>();
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = row_ptr(x, r);
+    double s = 0;
+    for (int64_t t = 0; t < T; ++t) s += xr[t];
+    const double m = s / double(T);
+    if (sp) {
+      double v = 0;
+      for (int64_t t = 0; t < T; ++t) v += (xr[t] - m) * (xr[t] - m);
+      sp[r] = float(std::sqrt(v / double(unbiased ? T - 1 : T)));
+    }
+    mp[r] = float(m);
   }
 }
 

@@ -62,6 +62,15 @@ void copy_strided(const Tensor& src, Tensor& dst);
 // Nearest-neighbour upsampling along the last dim (nn.Upsample(scale_factor=s,
 // mode="nearest") on [.., T]): y[.., t] = x[.., t / s]. x: [.., T] -> y: [.., s T], F32.
 void upsample_nearest(const Tensor& x, int64_t s, Tensor& y);
+// Pads the last dim: y[.., left + t] = x[.., t], and the borders by mode (as F.pad):
+// Zero; Reflect (x[1], x[2].. mirrored without repeating the edge; needs pads < T);
+// Replicate (edge value). x: [.., T] -> y: [.., left + T + right], F32.
+enum class PadMode { Zero, Reflect, Replicate };
+void pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode, Tensor& y);
+// Per-row statistics over the last dim (x: [.., T] F32, outputs [..] or [rows] F32,
+// contiguous; accumulated in double): mean, and std with Bessel's correction when
+// unbiased (torch.std default; T = 1 then gives NaN like torch). std may be empty.
+void row_mean_std(const Tensor& x, Tensor& mean, Tensor& std, bool unbiased = true);
 // Concatenates same-dtype (non-quantized) tensors along dim (negative counts from the end);
 // all other dims must match out's. Inputs and out may be strided views.
 void concat(std::initializer_list<Tensor> inputs, int dim, Tensor& out);
