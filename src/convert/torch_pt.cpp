@@ -109,8 +109,15 @@ void flatten(const PyObject& o, const std::string& prefix, int depth, size_t* vi
   switch (o.kind) {
     case PyObject::Kind::Tensor: {
       CBX_CHECK(!prefix.empty(), "flatten_state_dict: the root is a tensor, not a dict");
-      auto t = std::make_shared<CkptTensor>(*o.tensor);
-      t->name = prefix;
+      // Share the loaded tensor (checkpoints are large); copy only when it already carries
+      // another name, i.e. one tensor object reachable under two keys.
+      std::shared_ptr<CkptTensor> t = o.tensor;
+      if (t->name.empty()) {
+        t->name = prefix;
+      } else if (t->name != prefix) {
+        t = std::make_shared<CkptTensor>(*o.tensor);
+        t->name = prefix;
+      }
       CBX_CHECK(out->emplace(prefix, std::move(t)).second, "flatten_state_dict: duplicate key '%s'",
                 prefix.c_str());
       return;

@@ -37,7 +37,9 @@ struct PyObject {
 PyRef load_torch_pt(const std::string& path);
 PyRef load_torch_pt_memory(const void* data, size_t size, const std::string& name = "<memory>");
 
-// Flattens a (nested) state dict into "a.b.c" -> tensor, as torch's state_dict keys.
+// Flattens a (nested) state dict into "a.b.c" -> tensor, as torch's state_dict keys
+// (list/tuple items by index). The tree's tensors are shared, not copied: an unnamed
+// tensor gets its key as name; one already named otherwise is copied.
 std::map<std::string, std::shared_ptr<CkptTensor>> flatten_state_dict(const PyObject& root);
 
 // Writes a torch.save-compatible file (zip + pickle protocol 2 + storages) that real
