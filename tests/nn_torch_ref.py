@@ -53,3 +53,13 @@ emb = torch.cat([ang, ang], -1)
 cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
 rot = torch.cat([-x[..., D // 2:], x[..., : D // 2]], -1)
 save("rp_x", x); save("rp_ff", ff); save("rp_y", x * cos + rot * sin)
+# llama3 rope scaling of inv_freq (the formula transformers applies), head dim 64
+import math
+D, base, factor, low, high, old = 64, 500000.0, 8.0, 1.0, 4.0, 8192.0
+inv = 1.0 / (base ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+wavelen = 2 * math.pi / inv
+scaled = torch.where(wavelen > old / low, inv / factor, inv)
+smooth = (old / wavelen - low) / (high - low)
+smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+save("l3_inv", torch.where(medium, smoothed, scaled))

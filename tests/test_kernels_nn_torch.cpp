@@ -179,4 +179,18 @@ TEST_F(TorchRef, ActivationsNormsLstmRope) {
   Tensor pt = make_tensor(DType::I32, {6}, pos.data(), pos.size() * 4);
   rope(pool, rx.t, pt, 10000.f, ff.t, ro.t);
   expect_close(ro, load("rp_y", {6, 2, 8}), "rope");
+  // Same through explicit inverse frequencies.
+  F inv = zeros({4});
+  for (int i = 0; i < 4; ++i) inv.v[size_t(i)] = float(1.0 / std::pow(10000.0, 2.0 * i / 8)) / ff.v[size_t(i)];
+  F ro2 = zeros({6, 2, 8});
+  rope_inv_freq(pool, rx.t, pt, inv.t, ro2.t);
+  expect_close(ro2, load("rp_y", {6, 2, 8}), "rope_inv_freq");
+}
+
+// llama3 scaling: relative tolerance 1e-6 per frequency (f32 pow/division order).
+TEST_F(TorchRef, RopeLlama3InvFreq) {
+  F ref = load("l3_inv", {32});
+  std::vector<float> got(32);
+  rope_inv_freq_llama3(64, 500000.f, 8.f, 1.f, 4.f, 8192.f, got.data());
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR(got[size_t(i)], ref.v[size_t(i)], 1e-6 * ref.v[size_t(i)]) << i;
 }

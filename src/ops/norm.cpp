@@ -109,28 +109,76 @@ void softmax(ThreadPool& pool, const Tensor& x, Tensor& y, Isa isa) {
   });
 }
 
-void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, float theta,
-          const Tensor& freq_factors, Tensor& y, Isa isa) {
-  const char* op = "rope";
+namespace {
+
+constexpr int64_t kMaxRopeD = 1024;
+
+void check_rope(const char* op, const Tensor& x, const Tensor& positions, const Tensor& y) {
   check_xy(op, x, y);
   CBX_CHECK(x.ndim == 2 || x.ndim == 3, "%s: x %s must be [T, D] or [T, H, D]", op,
             x.shape_str().c_str());
-  const int64_t T = x.shape[0], H = x.ndim == 3 ? x.shape[1] : 1, D = x.cols();
-  constexpr int64_t kMaxD = 1024;
-  CBX_CHECK(D % 2 == 0 && D <= kMaxD, "%s: head dim %lld of x %s must be even and <= %lld", op,
-            (long long)D, x.shape_str().c_str(), (long long)kMaxD);
+  const int64_t T = x.shape[0], D = x.cols();
+  CBX_CHECK(D % 2 == 0 && D <= kMaxRopeD, "%s: head dim %lld of x %s must be even and <= %lld", op,
+            (long long)D, x.shape_str().c_str(), (long long)kMaxRopeD);
   CBX_CHECK(positions.data && positions.dtype == DType::I32 && positions.numel() == T &&
                 positions.is_contiguous(),
             "%s: positions %s (%s) must be contiguous i32 [%lld] for x %s", op,
             positions.shape_str().c_str(), dtype_name(positions.dtype), (long long)T,
             x.shape_str().c_str());
-  const int64_t half = D / 2;
+}
+
+void rope_apply(ThreadPool& pool, const Tensor& x, const Tensor& positions, const float* inv_freq,
+                Tensor& y, Isa isa);
+
+}  // namespace
+
+void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, float theta,
+          const Tensor& freq_factors, Tensor& y, Isa isa) {
+  const char* op = "rope";
+  check_rope(op, x, positions, y);
+  const int64_t D = x.cols(), half = D / 2;
   const float* ff = param_vec(op, "freq_factors", freq_factors, half);
-  float inv_freq[kMaxD / 2];
+  float inv_freq[kMaxRopeD / 2];
   for (int64_t i = 0; i < half; ++i) {
     inv_freq[i] = float(1.0 / std::pow(double(theta), double(2 * i) / double(D)));
     if (ff) inv_freq[i] /= ff[i];
   }
+  rope_apply(pool, x, positions, inv_freq, y, isa);
+}
+
+void rope_inv_freq(ThreadPool& pool, const Tensor& x, const Tensor& positions,
+                   const Tensor& inv_freq, Tensor& y, Isa isa) {
+  const char* op = "rope_inv_freq";
+  check_rope(op, x, positions, y);
+  const float* f = param_vec(op, "inv_freq", inv_freq, x.cols() / 2);
+  CBX_CHECK(f != nullptr, "%s: inv_freq is empty", op);
+  rope_apply(pool, x, positions, f, y, isa);
+}
+
+void rope_inv_freq_llama3(int64_t D, float theta, float factor, float low, float high,
+                          float orig_max_pos, float* out) {
+  const float two_pi = 6.283185307179586f;
+  for (int64_t i = 0; i < D / 2; ++i) {
+    float inv = 1.f / std::pow(theta, float(2 * i) / float(D));
+    if (factor > 0.f) {
+      const float wavelen = two_pi / inv;
+      if (wavelen > orig_max_pos / low) {
+        inv = inv / factor;
+      } else if (wavelen >= orig_max_pos / high) {
+        const float smooth = (orig_max_pos / wavelen - low) / (high - low);
+        inv = (1.f - smooth) * inv / factor + smooth * inv;
+      }
+    }
+    out[i] = inv;
+  }
+}
+
+namespace {
+
+void rope_apply(ThreadPool& pool, const Tensor& x, const Tensor& positions, const float* inv_freq,
+                Tensor& y, Isa isa) {
+  const int64_t T = x.shape[0], H = x.ndim == 3 ? x.shape[1] : 1, D = x.cols(), half = D / 2;
+  constexpr int64_t kMaxD = kMaxRopeD;
   const int32_t* pos = positions.ptr<int32_t>();
   const NnKernels& k = nn_kernels(isa);
   auto do_rows = [&](int64_t t0, int64_t t1) {
@@ -158,5 +206,7 @@ void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, float thet
     do_rows(b, e);
   });
 }
+
+}  // namespace
 
 }  // namespace cbx

@@ -34,5 +34,17 @@ void softmax(ThreadPool& pool, const Tensor& x, Tensor& y, Isa isa = active_isa(
 // D <= 1024. positions: I32 [T]. freq_factors: F32 [D/2] (llama3 rope scaling) or empty.
 void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, float theta,
           const Tensor& freq_factors, Tensor& y, Isa isa = active_isa());
+// Same with the inverse frequencies given: F32 [D/2] (e.g. from rope_inv_freq_llama3, or
+// copied from a reference implementation for bit-exact angles).
+void rope_inv_freq(ThreadPool& pool, const Tensor& x, const Tensor& positions,
+                   const Tensor& inv_freq, Tensor& y, Isa isa = active_isa());
+// inv_freq[i] = theta^(-2i/D) (computed in f32 like torch), then llama3 rope scaling:
+// wavelengths 2 pi / inv_freq above orig_max_pos / low_freq_factor are divided by
+// `factor`, those below orig_max_pos / high_freq_factor kept, and the band between
+// interpolated with smooth = (orig_max_pos / wavelen - low) / (high - low):
+// inv = (1 - smooth) inv / factor + smooth inv. factor <= 0 disables scaling.
+// out: D/2 floats.
+void rope_inv_freq_llama3(int64_t D, float theta, float factor, float low_freq_factor,
+                          float high_freq_factor, float orig_max_pos, float* out);
 
 }  // namespace cbx
