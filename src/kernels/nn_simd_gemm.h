@@ -156,15 +156,16 @@ void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
     for (int r = 0; r < NQ; ++r) {
       float* s = S + r * KT;
       const float* mk = h.mask ? h.mask + (i0 + r) * h.mask_rs + j0 : nullptr;
-      for (int64_t jj = 0; jj < nk; jj += V::W) {
-        int64_t cnt = imin(V::W, nk - jj);
-        R sv = V::mul(V::load_n(s + jj, cnt), vscale);
-        if (mk) sv = V::add(sv, V::load_n(mk + jj, cnt));
-        V::store_n(s + jj, sv, cnt);
+      if (!use_kt || mk) {  // the kt path has the scale folded into q already
+        for (int64_t jj = 0; jj < nk; jj += V::W) {
+          int64_t cnt = imin(V::W, nk - jj);
+          R sv = V::mul(V::load_n(s + jj, cnt), vscale);
+          if (mk) sv = V::add(sv, V::load_n(mk + jj, cnt));
+          V::store_n(s + jj, sv, cnt);
+        }
       }
       for (int64_t jj = imax(0, kend_q[r] - j0); jj < nk; ++jj) s[jj] = ninf;
-      float mt = ninf;
-      for (int64_t jj = 0; jj < nk; ++jj) mt = (s[jj] > mt ? s[jj] : mt);
+      const float mt = max_of<V>(s, nk);
       float mn = (mt > m[r] ? mt : m[r]);
       if (mn == ninf) {  // nothing visible yet: p = 0, acc unchanged
         for (int64_t jj = 0; jj < nk; ++jj) s[jj] = 0.f;
