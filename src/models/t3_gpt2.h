@@ -83,7 +83,10 @@ using T3Capture = std::function<void(const char* name, int layer, const Tensor& 
 
 class T3Gpt2 {
  public:
+  // c and w are referenced, not copied: they must outlive this object.
   T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, const T3Gpt2Options& o);
+  T3Gpt2(const T3Gpt2&) = delete;
+  T3Gpt2& operator=(const T3Gpt2&) = delete;
 
   // embeds: F32 [T, d], the inputs_embeds of positions n_past() .. n_past()+T-1; appends
   // their keys/values to the cache and returns the speech logits of the last row

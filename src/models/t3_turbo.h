@@ -53,6 +53,8 @@ class T3Turbo {
   // Reads the config from f and binds the T3 weights (f must outlive this object).
   T3Turbo(const GgufFile& f, ThreadPool& pool, const T3TurboOptions& o = {});
   T3Turbo(const ModelConfig& c, const GgufFile& f, ThreadPool& pool, const T3TurboOptions& o = {});
+  T3Turbo(const T3Turbo&) = delete;  // the backbone holds references to cfg_ and w_
+  T3Turbo& operator=(const T3Turbo&) = delete;
 
   // Assembles the prompt embeddings (row layout above) into the object's arena:
   // text_ids [Lt], speaker_emb [speaker_embed_size], prompt_tokens [P] -> [1 + P + Lt + 1, d].

@@ -1,0 +1,175 @@
+// chatterbox-bench t3 -m MODEL.gguf [--threads N] [--steps S] [--prompt P] [--text L]
+//                     [--kv-type f16|f32] [--mb MB] [--seed N]
+//
+// T3 Turbo on random inputs: a prefill of 1 + P prompt speech tokens (default 375, the
+// 15 s voice prompt) + L text tokens (default 30) + BOS, then S decode steps (default 200)
+// with the default sampler; EOS does not stop the run, so every step is timed.
+// Prints on one line:
+//   t3_prefill_ms   the prefill forward (P + L + 2 rows)
+//   t3_tok_s        decode steps per second (forward + sampling)
+//   weight_mb_per_tok  weights one decode step reads (layer matrices, norms, speech head)
+//   kv_mb_per_tok   KV cache read per step, averaged over the run
+//   decode_gbps     (weights + KV) bytes per token x t3_tok_s
+//   stream_gbps     read bandwidth of a --mb MB buffer (default 1024) with the same threads,
+//                   measured in the same run just before the decode
+//   decode_bw_ratio decode_gbps / stream_gbps
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/thread_pool.h"
+#include "models/sampler.h"
+#include "models/t3_turbo.h"
+#include "ops/elementwise.h"
+
+namespace cbx::bench {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+__attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 128 <= n; i += 128) {
+    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_xor_si256(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_xor_si256(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_xor_si256(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  __m256i s = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+  alignas(32) uint64_t t[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(t), s);
+  return t[0] ^ t[1] ^ t[2] ^ t[3];
+}
+
+// Best-of-reps read bandwidth (GB/s) of an mb-MB buffer split over the pool's threads.
+double stream_read_gbps(ThreadPool& pool, size_t mb, int reps) {
+  const size_t n = mb << 20;
+  uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(4096, n));
+  CBX_CHECK(buf, "bench t3: cannot allocate %zu MB", mb);
+  std::memset(buf, 1, n);
+  volatile uint64_t sink = 0;
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    uint64_t part[64] = {};
+    const double t0 = now_s();
+    pool.run([&](int ith, int nth) {
+      int64_t b, e;
+      ThreadPool::split(int64_t(n / 128), ith, nth, &b, &e);
+      part[ith] = read_avx2(buf + size_t(b) * 128, size_t(e - b) * 128);
+    });
+    const double dt = now_s() - t0;
+    sink = sink ^ part[0];
+    best = std::max(best, double(n) / dt / 1e9);
+  }
+  std::free(buf);
+  return best;
+}
+
+int run_t3(int argc, char** argv) {
+  std::string model, kv = "f16";
+  int threads = 2, steps = 200, prompt = 375, text = 30, mb = 1024;
+  uint64_t seed = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      CBX_CHECK(i + 1 < argc, "bench t3: %s needs a value", a.c_str());
+      return argv[++i];
+    };
+    if (a == "-m" || a == "--model") model = next();
+    else if (a == "--threads") threads = std::atoi(next());
+    else if (a == "--steps") steps = std::atoi(next());
+    else if (a == "--prompt") prompt = std::atoi(next());
+    else if (a == "--text") text = std::atoi(next());
+    else if (a == "--kv-type") kv = next();
+    else if (a == "--mb") mb = std::atoi(next());
+    else if (a == "--seed") seed = std::strtoull(next(), nullptr, 10);
+    else fail("bench t3: unknown option '%s' (see bench/bench_t3.cpp)", a.c_str());
+  }
+  CBX_CHECK(!model.empty(), "usage: chatterbox-bench t3 -m MODEL.gguf [--threads N] [--steps S] [--prompt P]");
+  CBX_CHECK(threads > 0 && steps > 0 && prompt >= 0 && text >= 0 && mb > 0, "bench t3: bad arguments");
+
+  auto f = GgufFile::open(model);
+  ThreadPool pool(threads);
+  T3TurboOptions o;
+  o.max_text = std::max(text, 1);
+  o.max_prompt = std::max(prompt, 1);
+  o.max_new = steps;
+  o.kv_type = dtype_from_name(kv.c_str());
+  T3Turbo t3(*f, pool, o);
+  const T3Config& c = t3.config().t3;
+
+  std::mt19937 rng{uint32_t(seed)};
+  std::vector<int32_t> text_ids(static_cast<size_t>(text)), prompt_ids(static_cast<size_t>(prompt));
+  for (int32_t& v : text_ids) v = int32_t(rng() % uint32_t(c.text_vocab));
+  for (int32_t& v : prompt_ids) v = int32_t(rng() % uint32_t(c.start_speech_token));
+  std::vector<float> spk(size_t(c.speaker_embed_size));
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (float& v : spk) v = nd(rng);
+
+  const double stream = stream_read_gbps(pool, size_t(mb), 5);
+
+  SamplerParams sp = t3.default_sampler();
+  sp.seed = seed;
+  TurboSampler sampler(c.speech_vocab, sp);
+  T3Gpt2& gpt = t3.backbone();
+  std::vector<int32_t> history;
+  history.reserve(size_t(steps) + 1);
+
+  double t0 = now_s();
+  Tensor embeds = t3.build_prompt(text_ids.data(), text, spk.data(), int64_t(spk.size()), prompt_ids.data(), prompt);
+  const int64_t n_prompt_rows = embeds.shape[0];
+  gpt.reset();
+  const Tensor& lg0 = gpt.forward(embeds);
+  const int32_t bos = c.start_speech_token;
+  int32_t tok = sampler.sample(lg0.ptr<float>(), &bos, 1);
+  const double prefill_ms = (now_s() - t0) * 1e3;
+  CBX_CHECK(tok >= 0, "bench t3: prefill logits all -inf");
+  history.push_back(tok);
+
+  // Decode: the speech-embedding row, the forward and the sampler, as in T3Turbo::generate.
+  std::vector<float> row(size_t(c.n_embd));
+  Tensor row_t = make_tensor(DType::F32, {1, c.n_embd}, row.data(), row.size() * 4);
+  int32_t id = 0;
+  Tensor id_t = make_tensor(DType::I32, {1}, &id, 4);
+  const Tensor& emb = t3.weights().speech_emb;
+  t0 = now_s();
+  for (int s = 0; s < steps; ++s) {
+    id = tok;
+    get_rows(emb, id_t, row_t);
+    const Tensor& lg = gpt.forward(row_t);
+    tok = sampler.sample(lg.ptr<float>(), history.data(), int64_t(history.size()));
+    CBX_CHECK(tok >= 0, "bench t3: step %d logits all -inf", s);
+    history.push_back(tok);
+  }
+  const double decode_s = now_s() - t0;
+  const double tok_s = steps / decode_s;
+
+  const double wbytes = double(t3_gpt2_decode_weight_bytes(c, t3.weights()));
+  const double es = o.kv_type == DType::F16 ? 2.0 : 4.0;
+  // Step s attends over n_prompt_rows + 1 + s keys: K and V of every layer.
+  const double avg_keys = double(n_prompt_rows) + 1.0 + (steps - 1) / 2.0;
+  const double kvbytes = 2.0 * c.n_layer * double(c.n_head) * c.head_dim * es * avg_keys;
+  const double decode_gbps = (wbytes + kvbytes) * tok_s / 1e9;
+  std::printf("bench t3 model=%s threads=%d kv=%s prompt_rows=%lld steps=%d t3_prefill_ms=%.1f t3_tok_s=%.2f "
+              "weight_mb_per_tok=%.1f kv_mb_per_tok=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f\n",
+              model.c_str(), threads, kv.c_str(), (long long)n_prompt_rows, steps, prefill_ms, tok_s, wbytes / 1e6,
+              kvbytes / 1e6, decode_gbps, stream, decode_gbps / stream);
+  return 0;
+}
+
+RegisterBench reg("t3", "T3 Turbo prefill ms and decode tokens/s vs stream read bandwidth", run_t3);
+
+}  // namespace
+}  // namespace cbx::bench
