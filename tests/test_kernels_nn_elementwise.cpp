@@ -87,6 +87,10 @@ std::vector<UnaryCase> unary_cases() {
        [](double x) { return double(0.37f) * x; }, -5, 5},
       {"affine", [&](const Tensor& x, Tensor& y, Isa i) { affine(P, x, y, 2.f, -0.5f, i); },
        [](double x) { return 2 * x - 0.5; }, -5, 5},
+      {"clamp", [&](const Tensor& x, Tensor& y, Isa i) { clamp(P, x, y, -0.99f, 0.99f, i); },
+       [](double x) { return std::min(std::max(x, double(-0.99f)), double(0.99f)); }, -2, 2},
+      {"abs", [&](const Tensor& x, Tensor& y, Isa i) { abs_op(P, x, y, i); },
+       [](double x) { return std::fabs(x); }, -3, 3},
       {"copy", [&](const Tensor& x, Tensor& y, Isa i) { copy_tensor(P, x, y, i); },
        [](double x) { return x; }, -5, 5},
   };

@@ -28,6 +28,8 @@ enum class Unary : int {
   Softplus,   // log(1 + exp(x)); x for x > 20 (PyTorch threshold)
   Exp,
   Sin,
+  Clamp,      // min(max(x, p0), p1)
+  Abs,
   Count
 };
 

@@ -32,6 +32,8 @@ inline float unary1(Unary op, float x, float p0, float p1) {
     case Unary::Softplus: return x > 20.f ? x : std::log1p(std::exp(x));
     case Unary::Exp: return std::exp(x);
     case Unary::Sin: return std::sin(x);
+    case Unary::Clamp: return std::min(std::max(x, p0), p1);
+    case Unary::Abs: return std::fabs(x);
     case Unary::Count: break;
   }
   return x;

@@ -49,6 +49,8 @@ void unary(Unary op, const float* x, float* y, int64_t n, float p0, float p1) {
     case Unary::Softplus: return map1<V>(x, y, n, [&](R v) { return vsoftplus<V>(v); });
     case Unary::Exp: return map1<V>(x, y, n, [&](R v) { return vexp<V>(v); });
     case Unary::Sin: return map1<V>(x, y, n, [&](R v) { return vsin<V>(v); });
+    case Unary::Clamp: return map1<V>(x, y, n, [&](R v) { return V::min(V::max(v, vp0), vp1); });
+    case Unary::Abs: return map1<V>(x, y, n, [&](R v) { return V::abs(v); });
     case Unary::Count: break;
   }
 }

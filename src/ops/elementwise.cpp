@@ -123,6 +123,11 @@ void scale(ThreadPool& p, const Tensor& x, Tensor& y, float s, Isa isa) {
 void affine(ThreadPool& p, const Tensor& x, Tensor& y, float a, float b, Isa isa) {
   run_unary(p, "affine", Unary::Affine, x, y, a, b, isa);
 }
+void clamp(ThreadPool& p, const Tensor& x, Tensor& y, float lo, float hi, Isa isa) {
+  CBX_CHECK(lo <= hi, "clamp: lo %g > hi %g for x %s", double(lo), double(hi), x.shape_str().c_str());
+  run_unary(p, "clamp", Unary::Clamp, x, y, lo, hi, isa);
+}
+void abs_op(ThreadPool& p, const Tensor& x, Tensor& y, Isa isa) { run_unary(p, "abs", Unary::Abs, x, y, 0, 0, isa); }
 void copy_tensor(ThreadPool& p, const Tensor& x, Tensor& y, Isa isa) {
   run_unary(p, "copy", Unary::Copy, x, y, 0, 0, isa);
 }

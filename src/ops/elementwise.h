@@ -16,7 +16,7 @@
 namespace cbx {
 
 // ---- activations: y = f(x) ----
-// (tanh_op/exp_op/sin_op: plain names would hide std::tanh etc. inside namespace cbx.)
+// (tanh_op/exp_op/sin_op/abs_op: plain names would hide ::tanh etc. inside namespace cbx.)
 void relu(ThreadPool& pool, const Tensor& x, Tensor& y, Isa isa = active_isa());
 void leaky_relu(ThreadPool& pool, const Tensor& x, Tensor& y, float slope, Isa isa = active_isa());
 void elu(ThreadPool& pool, const Tensor& x, Tensor& y, float alpha = 1.f, Isa isa = active_isa());
@@ -35,6 +35,9 @@ void sin_op(ThreadPool& pool, const Tensor& x, Tensor& y, Isa isa = active_isa()
 void scale(ThreadPool& pool, const Tensor& x, Tensor& y, float s, Isa isa = active_isa());
 // y = a * x + b (one scalar pair for the whole tensor).
 void affine(ThreadPool& pool, const Tensor& x, Tensor& y, float a, float b, Isa isa = active_isa());
+// min(max(x, lo), hi) (torch.clamp; HiFT's output clamp and magnitude clip).
+void clamp(ThreadPool& pool, const Tensor& x, Tensor& y, float lo, float hi, Isa isa = active_isa());
+void abs_op(ThreadPool& pool, const Tensor& x, Tensor& y, Isa isa = active_isa());
 void copy_tensor(ThreadPool& pool, const Tensor& x, Tensor& y, Isa isa = active_isa());
 
 // Per-channel ops on channels-first activations x: [C, T] or [B, C, T].
