@@ -64,7 +64,7 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
   const GgufFile* fp = f.get();
   for (auto [ti, dt] : plan) {
     std::vector<int64_t> shape(ti->shape, ti->shape + ti->ndim);
-    w.add_tensor_lazy(ti->name, dt, shape, [fp, ti, dt, done, last, total, progress](void* dst, size_t nbytes) {
+    w.add_tensor_lazy(ti->name, dt, shape, [fp, ti = ti, dt = dt, done, last, total, progress](void* dst, size_t nbytes) {
       Tensor src = fp->tensor(*ti);
       if (dt == ti->dtype) {
         CBX_CHECK(nbytes == ti->nbytes, "quantize: '%s' size mismatch", ti->name.c_str());
