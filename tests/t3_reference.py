@@ -265,7 +265,7 @@ def cmd_sampler(a):
     n_rows = proc.shape[0]
     for i in range(n_rows):
         hist = [SOS] if i == 0 else toks[:i]
-        ref = process(torch.from_numpy(raw[i]), hist).numpy()
+        ref = process(torch.from_numpy(raw[i]), hist, a.temperature, a.top_k, a.top_p, a.rep).numpy()
         got = proc[i]
         ref_inf, got_inf = np.isneginf(ref), np.isneginf(got)
         if not np.array_equal(ref_inf, got_inf):
@@ -311,6 +311,10 @@ def main():
     p.add_argument("ckpt"); p.add_argument("inputs")
     p.add_argument("--logits", required=True); p.add_argument("--tokens", required=True)
     p.add_argument("--processed", required=True)
+    p.add_argument("--temperature", type=float, default=TEMPERATURE)
+    p.add_argument("--top-k", type=int, default=TOP_K)
+    p.add_argument("--top-p", type=float, default=TOP_P)
+    p.add_argument("--rep", type=float, default=REP)
     a = ap.parse_args()
     return {"inputs": cmd_inputs, "greedy": cmd_greedy, "prefill": cmd_prefill, "sampler": cmd_sampler}[a.cmd](a)
 

@@ -7,6 +7,7 @@
 #   2. the sampler chain (temperature, top-k, top-p, repetition penalty) on the C++ raw
 #      logits and token history of a seeded sampled run: same kept sets, values within 1e-6,
 #      every sampled token allowed;
+#      (defaults, and a sharper setting where top-k and top-p cut deep);
 #   3. the same seed gives the same tokens;
 #   4. F16 KV cache: prefill logits within rel. 1e-2.
 # usage: test_t3_parity.sh BUILD_DIR   (exit 77 = skipped)
@@ -49,6 +50,13 @@ echo "== 2. sampler chain (seed 5, defaults 0.8 / 1000 / 0.95 / 1.2)"
   --out-logits "$TMP/s_logits.npy" --out-tokens "$TMP/s_tokens.npy" --out-processed "$TMP/s_proc.npy"
 "$PY" "$REF" sampler "$CK" "$IN" --logits "$TMP/s_logits.npy" --tokens "$TMP/s_tokens.npy" \
   --processed "$TMP/s_proc.npy"
+
+echo "== 2b. sampler chain, sharper: temperature 0.15, top-k 40, top-p 0.7, penalty 1.5"
+sharp=(--temperature 0.15 --top-k 40 --top-p 0.7)
+"$CLI" debug t3 "${common[@]}" --steps 40 --seed 9 --kv-type f32 "${sharp[@]}" --rep-penalty 1.5 \
+  --out-logits "$TMP/p_logits.npy" --out-tokens "$TMP/p_tokens.npy" --out-processed "$TMP/p_proc.npy"
+"$PY" "$REF" sampler "$CK" "$IN" --logits "$TMP/p_logits.npy" --tokens "$TMP/p_tokens.npy" \
+  --processed "$TMP/p_proc.npy" "${sharp[@]}" --rep 1.5
 
 echo "== 3. determinism (same seed twice)"
 "$CLI" debug t3 "${common[@]}" --steps 40 --seed 5 --kv-type f32 --out-tokens "$TMP/s_tokens2.npy" > /dev/null
