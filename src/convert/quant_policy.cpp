@@ -68,11 +68,6 @@ uint32_t gguf_file_type(DType target) {
 }
 
 void encode_f32(const float* src, int64_t n, DType dt, void* dst) {
-  if (dt == DType::I32) {
-    auto* d = static_cast<int32_t*>(dst);
-    for (int64_t i = 0; i < n; ++i) d[i] = int32_t(src[i]);
-    return;
-  }
   const TypeTraits& tt = type_traits(dt);
   CBX_CHECK(tt.from_float, "encode_f32: dtype %s has no float encoder", tt.name);
   CBX_CHECK(n % tt.block_size == 0, "encode_f32: %lld elements is not a multiple of the %s block (%lld)",

@@ -59,7 +59,7 @@ int cmd_convert(int argc, char** argv) {
     return 2;
   }
   cbx::ConvertStats st = cbx::convert_checkpoint(opt);
-  std::printf("converted Chatterbox %s: %zu tensors, %.1f MB of tensor data in %.1f s ->  %s\n",
+  std::printf("converted Chatterbox %s: %zu tensors, %.1f MB of tensor data in %.1f s -> %s\n",
               cbx::variant_name(st.variant), st.n_tensors, st.tensor_bytes / 1e6, st.seconds, opt.out.c_str());
   for (const auto& [dt, bytes] : st.bytes_per_dtype)
     std::printf("  %-5s %5zu tensors %10.1f MB\n", cbx::dtype_name(dt), st.tensors_per_dtype[dt], bytes / 1e6);
