@@ -1,7 +1,7 @@
 // AVX-512 (F/BW/VL/DQ + VNNI + BF16) matmul kernels.
 //   dot path: F32 / F16 (F16C) weights with f32 activations; BF16 weights with bf16
 //   activations (vdpbf16ps); Q8_0 / Q4_0 weights with Q8 activations (vpdpbusd).
-//   GEMM path: 12 x 32 register tile (24 zmm accumulators); f32 FMA for every weight type
+//   GEMM path: 14 x 32 register tile (28 zmm accumulators); f32 FMA for every weight type
 //   except BF16, which keeps bf16 panels and uses vdpbf16ps, or AMX tiles (see
 //   matmul_amx_avx512.cpp) when the CPU and OS allow them.
 #include <immintrin.h>
@@ -162,9 +162,9 @@ void dot_bf16(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act,
   }
 }
 
-// ---- GEMM path: 12 activation rows x 32 weight rows ----
+// ---- GEMM path: 14 activation rows x 32 weight rows (14 measured ~4% faster than 12) ----
 
-constexpr int kNr = 12;
+constexpr int kNr = 14;
 constexpr int kMr = 32;
 
 // 16 x 16 transpose of 32-bit elements: r[j] lane c -> r[c] lane j.
@@ -216,15 +216,15 @@ void transpose_rows(const float* const (&rows)[16], int64_t len, float* dst, int
   }
 }
 
-// x rows -> [k][12].
+// x rows -> [k][14].
 void pack_x_f32(const float* x, size_t xs, int rows, int64_t k, void* dst) {
   const float* r[16] = {};
   for (int j = 0; j < rows && j < kNr; ++j)
     r[j] = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(x) + j * xs);
-  transpose_rows(r, k, static_cast<float*>(dst), kNr, 0x0fff);
+  transpose_rows(r, k, static_cast<float*>(dst), kNr, __mmask16((1u << kNr) - 1));
 }
 
-// x rows -> bf16 pairs [k/2][12][2] (k padded with a zero to even).
+// x rows -> bf16 pairs [k/2][14][2] (k padded with a zero to even).
 void pack_x_bf16(const float* x, size_t xs, int rows, int64_t k, void* dst) {
   constexpr int64_t kChunk = 256;
   alignas(64) uint16_t buf[kNr][kChunk];
@@ -237,7 +237,7 @@ void pack_x_bf16(const float* x, size_t xs, int rows, int64_t k, void* dst) {
       if (len & 1) buf[j][len] = 0;
       r[j] = reinterpret_cast<const float*>(buf[j]);
     }
-    transpose_rows(r, (len + 1) / 2, static_cast<float*>(dst) + (i0 / 2) * kNr, kNr, 0x0fff);
+    transpose_rows(r, (len + 1) / 2, static_cast<float*>(dst) + (i0 / 2) * kNr, kNr, __mmask16((1u << kNr) - 1));
   }
 }
 
@@ -298,7 +298,7 @@ void pack_w_bf16(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, voi
 
 inline void store_tile(__m512 (&c)[kNr][2], float* y, int64_t ldy, int nrows, int mcols, bool acc) {
   const __mmask16 mk0 = tail_mask16(mcols), mk1 = mcols > 16 ? tail_mask16(mcols - 16) : 0;
-#pragma GCC unroll 12
+#pragma GCC unroll 14
   for (int r = 0; r < kNr; ++r) {
     if (r >= nrows) break;
     float* yr = y + r * ldy;
@@ -317,12 +317,12 @@ void tile_f32(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy,
   const float* a = static_cast<const float*>(xp);
   const float* b = static_cast<const float*>(wp);
   __m512 c[kNr][2];
-#pragma GCC unroll 12
+#pragma GCC unroll 14
   for (int r = 0; r < kNr; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
   for (int64_t i = 0; i < kc; ++i) {
     const __m512 b0 = _mm512_load_ps(b + i * kMr), b1 = _mm512_load_ps(b + i * kMr + 16);
     _mm_prefetch(reinterpret_cast<const char*>(b + i * kMr + 8 * kMr), _MM_HINT_T0);
-#pragma GCC unroll 12
+#pragma GCC unroll 14
     for (int r = 0; r < kNr; ++r) {
       const __m512 av = _mm512_set1_ps(a[i * kNr + r]);
       c[r][0] = _mm512_fmadd_ps(av, b0, c[r][0]);
@@ -337,12 +337,12 @@ void tile_bf16(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy
   const int32_t* a = static_cast<const int32_t*>(xp);
   const uint16_t* b = static_cast<const uint16_t*>(wp);
   __m512 c[kNr][2];
-#pragma GCC unroll 12
+#pragma GCC unroll 14
   for (int r = 0; r < kNr; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
   for (int64_t i = 0; i < kc / 2; ++i) {
     const __m512bh b0 = (__m512bh)_mm512_load_si512(b + i * 2 * kMr);
     const __m512bh b1 = (__m512bh)_mm512_load_si512(b + i * 2 * kMr + 32);
-#pragma GCC unroll 12
+#pragma GCC unroll 14
     for (int r = 0; r < kNr; ++r) {
       const __m512bh av = (__m512bh)_mm512_set1_epi32(a[i * kNr + r]);
       c[r][0] = _mm512_dpbf16_ps(c[r][0], av, b0);
