@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "convert/pickle.h"
@@ -25,9 +26,12 @@ volatile uint64_t g_sink;
   std::abort();
 }
 
-bool same(const cbx::PyObject& a, const cbx::PyObject& b) {
+// Trees may share subtrees (a DAG of depth d has 2^d paths): compare each pair once.
+using Seen = std::set<std::pair<const cbx::PyObject*, const cbx::PyObject*>>;
+bool same(const cbx::PyObject& a, const cbx::PyObject& b, Seen& seen) {
   using K = cbx::PyObject::Kind;
   if (a.kind != b.kind) return false;
+  if (!seen.insert({&a, &b}).second) return true;
   switch (a.kind) {
     case K::None:
       return true;
@@ -44,13 +48,13 @@ bool same(const cbx::PyObject& a, const cbx::PyObject& b) {
     case K::Tuple:
       if (a.items.size() != b.items.size()) return false;
       for (size_t i = 0; i < a.items.size(); ++i)
-        if (!same(*a.items[i], *b.items[i])) return false;
+        if (!same(*a.items[i], *b.items[i], seen)) return false;
       return true;
     case K::Dict:
       if (a.dict.size() != b.dict.size()) return false;
       for (size_t i = 0; i < a.dict.size(); ++i)
-        if (!same(*a.dict[i].first, *b.dict[i].first) ||
-            !same(*a.dict[i].second, *b.dict[i].second))
+        if (!same(*a.dict[i].first, *b.dict[i].first, seen) ||
+            !same(*a.dict[i].second, *b.dict[i].second, seen))
           return false;
       return true;
     case K::Tensor:
@@ -75,7 +79,8 @@ void exercise(const cbx::PyObject& root) {
   }
   cbx::PyRef back = cbx::load_torch_pt(path);
   std::remove(path.c_str());
-  if (!same(root, *back)) finding("tree");
+  Seen seen;
+  if (!same(root, *back, seen)) finding("tree");
 }
 
 }  // namespace

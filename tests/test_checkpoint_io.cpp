@@ -358,6 +358,25 @@ TEST(TorchPt, RoundTripTree) {
   }
 }
 
+TEST(TorchPt, SharedSubtreesWrittenOnce) {
+  // 40 levels of [x, x]: 2^40 leaves if expanded; the memo keeps file and load linear.
+  PyRef x = py_tensor(sample_tensors()[0]);
+  for (int k = 0; k < 40; ++k) x = py_list({x, x});
+  const std::string path = tmp_path("dag.pt");
+  save_torch_pt(path, *x);
+  EXPECT_LT(read_all(path).size(), 8192u);
+  PyRef back = load_torch_pt(path);
+  std::remove(path.c_str());
+  const PyObject* p = back.get();
+  for (int k = 0; k < 40; ++k) {
+    ASSERT_EQ(p->kind, PyObject::Kind::List);
+    ASSERT_EQ(p->items.size(), 2u);
+    EXPECT_EQ(p->items[0], p->items[1]) << "sharing preserved";
+    p = p->items[0].get();
+  }
+  EXPECT_EQ(p->tensor->data, sample_tensors()[0].data);
+}
+
 TEST(TorchPt, FlattenAndGet) {
   PyRef tree = sample_tree();
   EXPECT_TRUE(tree->get("t3"));
@@ -696,7 +715,10 @@ TEST(TorchPt, WriterRejectsBadInput) {
       {"enc.w"});
   PyRef cyc = py_list({});
   cyc->items.push_back(cyc);
-  expect_error([&] { save_torch_pt(tmp_path("c.pt"), *cyc); }, {"deeply"});
+  expect_error([&] { save_torch_pt(tmp_path("c.pt"), *cyc); }, {"cyclic"});
+  PyRef deep = py_none();
+  for (int k = 0; k < 600; ++k) deep = py_list({deep});
+  expect_error([&] { save_torch_pt(tmp_path("d.pt"), *deep); }, {"deeply"});
   cyc->items.clear();
   FILE* f = std::fopen(tmp_path("q.pt").c_str(), "rb");
   EXPECT_EQ(f, nullptr) << "a failed save leaves no file";

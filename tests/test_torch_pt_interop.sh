@@ -41,7 +41,9 @@ sd = collections.OrderedDict([
 ])
 torch.save(sd, "sd.pt")
 torch.save(torch.nn.Linear(3, 2).state_dict(), "linear.pt")  # OrderedDict with _metadata
-torch.save({"w": torch.nn.Parameter(torch.randn(2, 2)), "n": [1, -5, 70000, 2**31, -2**63, True], "s": "text", "t": (1, 2)}, "misc.pt")
+x = torch.randn(3)
+torch.save({"w": torch.nn.Parameter(torch.randn(2, 2)), "n": [1, -5, 70000, 2**31, -2**63, True],
+            "s": "text", "t": (1, 2), "dup": [x, x, {"again": x}]}, "misc.pt")  # memoized tensor
 PY
 
 # The reference values torch sees, as JSON comparable with `ckpt-dump --json`.

@@ -132,8 +132,38 @@ class Pickler {
     op('R');
   }
 
+  // Containers and tensors reachable twice are written once and then fetched from the pickle
+  // memo (BINPUT/BINGET, as Python's pickler does), so a shared subtree stays shared.
   void save(const PyObject& o, int depth) {
-    CBX_CHECK(depth < 512, "torch.save: object tree nested too deeply (or cyclic)");
+    CBX_CHECK(depth < 512, "torch.save: object tree nested too deeply");
+    using K = PyObject::Kind;
+    const bool memoizable =
+        o.kind == K::List || o.kind == K::Tuple || o.kind == K::Dict || o.kind == K::Tensor;
+    if (!memoizable) return save_value(o, depth);
+    auto it = memo_.find(&o);
+    if (it != memo_.end()) {
+      CBX_CHECK(it->second != kInProgress,
+                "torch.save: cyclic object tree (a container holds itself)");
+      memo_op(it->second, 'h', 'j');  // BINGET / LONG_BINGET
+      return;
+    }
+    memo_[&o] = kInProgress;
+    save_value(o, depth);
+    const uint32_t idx = next_memo_++;
+    memo_[&o] = idx;
+    memo_op(idx, 'q', 'r');  // BINPUT / LONG_BINPUT
+  }
+  void memo_op(uint32_t idx, uint8_t short_op, uint8_t long_op) {
+    if (idx < 256) {
+      op(short_op);
+      op(uint8_t(idx));
+    } else {
+      op(long_op);
+      le(idx, 4);
+    }
+  }
+
+  void save_value(const PyObject& o, int depth) {
     using K = PyObject::Kind;
     switch (o.kind) {
       case K::None:
@@ -206,6 +236,9 @@ class Pickler {
   std::string out_;
   std::vector<const CkptTensor*>* storages_;
   std::map<const CkptTensor*, size_t> keys_;
+  static constexpr uint32_t kInProgress = UINT32_MAX;
+  std::map<const PyObject*, uint32_t> memo_;
+  uint32_t next_memo_ = 0;
 };
 
 }  // namespace

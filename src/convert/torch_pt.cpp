@@ -103,7 +103,7 @@ namespace {
 
 void flatten(const PyObject& o, const std::string& prefix, int depth, size_t* visits,
              std::map<std::string, std::shared_ptr<CkptTensor>>* out) {
-  CBX_CHECK(depth < 512 && ++*visits < (size_t(1) << 24),
+  CBX_CHECK(depth < 512 && ++*visits < (size_t(1) << 22),
             "flatten_state_dict: structure too deep or too large at '%s'", prefix.c_str());
   auto child = [&](const std::string& k) { return prefix.empty() ? k : prefix + "." + k; };
   switch (o.kind) {
