@@ -1,0 +1,370 @@
+#include "models/flow_encoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/gguf.h"
+#include "ops/attention.h"
+#include "ops/conv.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "ops/norm.h"
+
+namespace cbx {
+
+namespace {
+
+constexpr float kLeakySlope = 0.01f;  // F.leaky_relu default (pre-lookahead layer)
+constexpr size_t kAllocSlack = 64;    // per arena allocation (alignment)
+
+size_t f32_bytes(int64_t n) { return size_t(std::max<int64_t>(n, 1)) * 4 + kAllocSlack; }
+
+void conformer_specs(const FlowConfig& c, const std::string& p, FlowConformerLayer& L,
+                     const FlowEncoderWeights::Visitor& fn) {
+  using K = FlowWeightKind;
+  const int64_t d = c.d_model, ff = c.n_ff;
+  const std::string a = p + ".self_attn.";
+  fn(p + ".norm_mha.weight", L.norm_mha_w, {d}, K::Vector);
+  fn(p + ".norm_mha.bias", L.norm_mha_b, {d}, K::Vector);
+  fn(a + "linear_q.weight", L.q_w, {d, d}, K::Matrix);
+  fn(a + "linear_q.bias", L.q_b, {d}, K::Vector);
+  fn(a + "linear_k.weight", L.k_w, {d, d}, K::Matrix);
+  fn(a + "linear_k.bias", L.k_b, {d}, K::Vector);
+  fn(a + "linear_v.weight", L.v_w, {d, d}, K::Matrix);
+  fn(a + "linear_v.bias", L.v_b, {d}, K::Vector);
+  fn(a + "linear_out.weight", L.out_w, {d, d}, K::Matrix);
+  fn(a + "linear_out.bias", L.out_b, {d}, K::Vector);
+  fn(a + "linear_pos.weight", L.pos_w, {d, d}, K::Matrix);
+  fn(a + "pos_bias_u", L.pos_bias_u, {c.n_head, c.head_dim}, K::Vector);
+  fn(a + "pos_bias_v", L.pos_bias_v, {c.n_head, c.head_dim}, K::Vector);
+  fn(p + ".norm_ff.weight", L.norm_ff_w, {d}, K::Vector);
+  fn(p + ".norm_ff.bias", L.norm_ff_b, {d}, K::Vector);
+  fn(p + ".feed_forward.w_1.weight", L.w1_w, {ff, d}, K::Matrix);
+  fn(p + ".feed_forward.w_1.bias", L.w1_b, {ff}, K::Vector);
+  fn(p + ".feed_forward.w_2.weight", L.w2_w, {d, ff}, K::Matrix);
+  fn(p + ".feed_forward.w_2.bias", L.w2_b, {d}, K::Vector);
+}
+
+std::string shape_string(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// A contiguous [r, c] F32 tensor at the start of `storage`.
+Tensor rows_of(const Tensor& storage, int64_t r, int64_t c) {
+  return make_tensor(DType::F32, {r, c}, storage.data, storage.nbytes());
+}
+
+}  // namespace
+
+void FlowEncoderWeights::for_each_tensor(const FlowConfig& c, const Visitor& fn) {
+  using K = FlowWeightKind;
+  const int64_t d = c.d_model, M = c.mel_dim;
+  fn("flow.input_embedding.weight", input_embedding, {c.vocab, d}, K::Embedding);
+  fn("flow.spk_embed_affine_layer.weight", spk_affine_w, {M, c.spk_embed_dim}, K::Matrix);
+  fn("flow.spk_embed_affine_layer.bias", spk_affine_b, {M}, K::Vector);
+  fn("flow.encoder.embed.out.0.weight", embed_w, {d, d}, K::Matrix);
+  fn("flow.encoder.embed.out.0.bias", embed_b, {d}, K::Vector);
+  fn("flow.encoder.embed.out.1.weight", embed_ln_w, {d}, K::Vector);
+  fn("flow.encoder.embed.out.1.bias", embed_ln_b, {d}, K::Vector);
+  fn("flow.encoder.pre_lookahead_layer.conv1.weight", pre_conv1_w, {d, d, c.pre_lookahead_len + 1}, K::Conv);
+  fn("flow.encoder.pre_lookahead_layer.conv1.bias", pre_conv1_b, {d}, K::Vector);
+  fn("flow.encoder.pre_lookahead_layer.conv2.weight", pre_conv2_w, {d, d, 3}, K::Conv);
+  fn("flow.encoder.pre_lookahead_layer.conv2.bias", pre_conv2_b, {d}, K::Vector);
+  encoders.resize(size_t(c.n_encoders));
+  for (int i = 0; i < c.n_encoders; ++i)
+    conformer_specs(c, "flow.encoder.encoders." + std::to_string(i), encoders[size_t(i)], fn);
+  fn("flow.encoder.up_layer.conv.weight", up_conv_w, {d, d, c.up_kernel}, K::Conv);
+  fn("flow.encoder.up_layer.conv.bias", up_conv_b, {d}, K::Vector);
+  fn("flow.encoder.up_embed.out.0.weight", up_embed_w, {d, d}, K::Matrix);
+  fn("flow.encoder.up_embed.out.0.bias", up_embed_b, {d}, K::Vector);
+  fn("flow.encoder.up_embed.out.1.weight", up_embed_ln_w, {d}, K::Vector);
+  fn("flow.encoder.up_embed.out.1.bias", up_embed_ln_b, {d}, K::Vector);
+  up_encoders.resize(size_t(c.n_up_encoders));
+  for (int i = 0; i < c.n_up_encoders; ++i)
+    conformer_specs(c, "flow.encoder.up_encoders." + std::to_string(i), up_encoders[size_t(i)], fn);
+  fn("flow.encoder.after_norm.weight", after_norm_w, {d}, K::Vector);
+  fn("flow.encoder.after_norm.bias", after_norm_b, {d}, K::Vector);
+  fn("flow.encoder_proj.weight", proj_w, {M, d}, K::Matrix);
+  fn("flow.encoder_proj.bias", proj_b, {M}, K::Vector);
+}
+
+void bind_flow_encoder(const GgufFile& f, const FlowConfig& c, FlowEncoderWeights& w) {
+  CBX_CHECK(c.d_model > 0 && c.n_head > 0 && c.head_dim > 0 && int64_t(c.n_head) * c.head_dim == c.d_model &&
+                c.n_ff > 0 && c.vocab > 0 && c.mel_dim > 0 && c.spk_embed_dim > 0 && c.n_encoders >= 0 &&
+                c.n_up_encoders >= 0 && c.pre_lookahead_len >= 0,
+            "%s: inconsistent flow hyper-parameters (d_model %d, n_head %d, head_dim %d, n_ff %d, vocab %d, "
+            "mel_dim %d, spk_embed_dim %d)", f.path().c_str(), c.d_model, c.n_head, c.head_dim, c.n_ff, c.vocab,
+            c.mel_dim, c.spk_embed_dim);
+  CBX_CHECK(c.up_stride >= 1 && c.up_kernel == 2 * c.up_stride + 1,
+            "%s: flow up_kernel %d must be 2 * up_stride + 1 (up_stride %d) as in Upsample1D", f.path().c_str(),
+            c.up_kernel, c.up_stride);
+  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
+                           FlowWeightKind kind) {
+    const GgufTensorInfo* ti = f.find_tensor(name);
+    CBX_CHECK(ti, "%s: missing tensor '%s'", f.path().c_str(), name.c_str());
+    bool ok = ti->ndim == int(shape.size());
+    for (int i = 0; ok && i < ti->ndim; ++i) ok = ti->shape[i] == shape[size_t(i)];
+    if (!ok) {
+      Tensor got = f.tensor(*ti);
+      fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(), got.shape_str().c_str(),
+           shape_string(shape).c_str());
+    }
+    const TypeTraits& tr = type_traits(ti->dtype);
+    if (kind == FlowWeightKind::Vector || kind == FlowWeightKind::Conv)
+      CBX_CHECK(ti->dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(), name.c_str(),
+                tr.name);
+    else
+      CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type", f.path().c_str(),
+                name.c_str(), tr.name);
+    slot = f.tensor(*ti);
+  });
+}
+
+// Per-call buffers, each sized for T = 2 L rows of the current call.
+struct FlowEncoder::Bufs {
+  Tensor x, xn, q, k, v, qv, att, tmp;  // [T, d]
+  Tensor p;                             // [2T-1, d]
+  Tensor bd;                            // H * T * (2T-1) floats
+  Tensor hid;                           // [T, n_ff]
+  Tensor ct0, ct1, ct2;                 // d * T floats (channels-first)
+};
+
+FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, ThreadPool& pool,
+                         const FlowEncoderOptions& o)
+    : c_(c), w_(w), pool_(pool), max_tokens_(o.max_tokens) {
+  CBX_CHECK(max_tokens_ > 0, "flow encoder: max_tokens must be > 0, got %lld", (long long)max_tokens_);
+  CBX_CHECK(int(w.encoders.size()) == c.n_encoders && int(w.up_encoders.size()) == c.n_up_encoders &&
+                !w.input_embedding.empty() && !w.proj_w.empty(),
+            "flow encoder: weights are not bound");
+  const int64_t d = c.d_model, H = c.n_head, D = c.head_dim, F = c.n_ff, M = c.mel_dim, S = c.spk_embed_dim;
+  const int64_t L = max_tokens_, T = c.up_stride * L, P = 2 * T - 1;
+  const int nt = pool.size();
+
+  size_t persistent = f32_bytes(P * d);
+  size_t act = size_t(L) * 4 + kAllocSlack;                           // ids
+  act += 8 * f32_bytes(T * d) + f32_bytes(P * d) + f32_bytes(H * T * P) + f32_bytes(T * F);
+  act += 3 * f32_bytes(d * T);                                        // channels-first
+  act += f32_bytes(T * M) + 2 * f32_bytes(M * T) + f32_bytes(M) + f32_bytes(S);  // proj, mu, cond, spks, x-vec
+  // Transient scratch (rewound after each op): the largest single op's need.
+  size_t tr = 0;
+  auto mm = [&](const Tensor& wt, int64_t n) {
+    tr = std::max(tr, matmul_scratch_bytes(wt.dtype, n, wt.shape[0], wt.shape[1], nt));
+  };
+  mm(w.spk_affine_w, 1);
+  mm(w.embed_w, T), mm(w.up_embed_w, T), mm(w.proj_w, T);
+  for (const auto* layers : {&w.encoders, &w.up_encoders})
+    for (const FlowConformerLayer& Ly : *layers) {
+      mm(Ly.q_w, T), mm(Ly.k_w, T), mm(Ly.v_w, T), mm(Ly.out_w, T), mm(Ly.pos_w, P);
+      mm(Ly.w1_w, T), mm(Ly.w2_w, T);
+    }
+  tr = std::max(tr, matmul_scratch_bytes(DType::F32, T, P, D, nt));          // (q + v) p^T per head
+  tr = std::max(tr, f32_bytes(H * D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T
+  const int64_t Kmax = std::max<int64_t>({c.pre_lookahead_len + 1, 3, c.up_kernel});
+  tr = std::max(tr, f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack);  // conv1d
+  arena_.reserve(persistent + act + tr + (size_t(1) << 16));
+
+  // Relative-position table (EspnetRelPositionalEncoding): row r holds position q = Tmax-1-r,
+  // [sin(q w_i), cos(q w_i)] interleaved, w_i = exp(2i * -(ln 10000 / d)), formed in f32 as
+  // torch does (|q| * w rounded to f32, the sign applied after).
+  pos_ = arena_.alloc(DType::F32, {P, d}, "flow relative-position table");
+  const float step = float(-(std::log(10000.0) / double(d)));
+  std::vector<float> freq(size_t(d / 2));
+  for (int64_t i = 0; i < d / 2; ++i) freq[size_t(i)] = float(std::exp(double(float(2 * i) * step)));
+  for (int64_t r = 0; r < P; ++r) {
+    const int64_t q = T - 1 - r;
+    const float aq = float(q < 0 ? -q : q), sgn = q < 0 ? -1.f : 1.f;
+    float* row = pos_.ptr<float>() + r * d;
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double a = double(sgn * (aq * freq[size_t(i)]));
+      row[2 * i] = float(std::sin(a));
+      row[2 * i + 1] = float(std::cos(a));
+    }
+  }
+  call_mark_ = arena_.mark();
+}
+
+Tensor FlowEncoder::pos_table(int64_t n) const {
+  const int64_t Tmax = (pos_.shape[0] + 1) / 2;
+  return slice(pos_, 0, Tmax - n, 2 * n - 1);
+}
+
+void FlowEncoder::embed(const Tensor& w, const Tensor& bias, const Tensor& ln_w, const Tensor& ln_b, Tensor& x,
+                        Tensor& tmp) {
+  matmul_bias(pool_, w, bias, x, tmp, &arena_);
+  layer_norm(pool_, tmp, ln_w, ln_b, c_.ln_eps, x);
+  scale(pool_, x, x, float(std::sqrt(double(c_.d_model))));
+}
+
+void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const Tensor& pos, const Bufs& b,
+                                  const std::string& name) {
+  const int64_t n = x.shape[0], d = c_.d_model, H = c_.n_head, D = c_.head_dim, P = 2 * n - 1;
+  Tensor xn = rows_of(b.xn, n, d), q = rows_of(b.q, n, d), k = rows_of(b.k, n, d), v = rows_of(b.v, n, d);
+  Tensor qv = rows_of(b.qv, n, d), att = rows_of(b.att, n, d), tmp = rows_of(b.tmp, n, d);
+  Tensor p = rows_of(b.p, P, d), hid = rows_of(b.hid, n, c_.n_ff);
+  Arena* sc = &arena_;
+
+  layer_norm(pool_, x, W.norm_mha_w, W.norm_mha_b, c_.layer_ln_eps, xn);
+  matmul_bias(pool_, W.q_w, W.q_b, xn, q, sc);
+  matmul_bias(pool_, W.k_w, W.k_b, xn, k, sc);
+  matmul_bias(pool_, W.v_w, W.v_b, xn, v, sc);
+  matmul(pool_, W.pos_w, pos, p, sc);
+  // Both score terms carry the 1/sqrt(D) here, so the attention op runs with scale 1.
+  const float s = 1.f / std::sqrt(float(D));
+  add(pool_, q, reshape(W.pos_bias_v, {H * D}), qv);
+  scale(pool_, qv, qv, s);
+  add(pool_, q, reshape(W.pos_bias_u, {H * D}), q);
+  scale(pool_, q, q, s);
+
+  // bd_raw[h] = (q + v_h) p_h^T: [n, 2n-1]; bd[h, i, j] = bd_raw[h, i, n-1-i+j] (rel_shift).
+  Tensor bd = make_tensor(DType::F32, {H, n, P}, b.bd.data, b.bd.nbytes());
+  for (int64_t h = 0; h < H; ++h) {
+    Tensor a = slice(qv, 1, h * D, D), ph = slice(p, 1, h * D, D);
+    Tensor out = slice(bd, 0, h, 1);
+    out = reshape(out, {n, P});
+    gemm_f32(pool_, a, ph, out, sc);
+  }
+  const int64_t mshape[3] = {H, n, n};
+  const int64_t mstride[3] = {n * P * 4, (n > 1 ? P - 1 : 1) * 4, 4};
+  Tensor mask = make_view(bd, 3, mshape, mstride, (n - 1) * 4);
+
+  const int64_t hs[3] = {H, n, D};
+  const int64_t st[3] = {D * 4, d * 4, 4};
+  Tensor qh = make_view(q, 3, hs, st, 0), kh = make_view(k, 3, hs, st, 0), vh = make_view(v, 3, hs, st, 0);
+  Tensor oh = make_view(att, 3, hs, st, 0);
+  AttentionParams ap;
+  ap.scale = 1.f;
+  attention(pool_, qh, kh, vh, mask, oh, ap, sc);
+  matmul_bias(pool_, W.out_w, W.out_b, att, tmp, sc);
+  add(pool_, x, tmp, x);
+  emit(name + ".attn", x);
+
+  layer_norm(pool_, x, W.norm_ff_w, W.norm_ff_b, c_.layer_ln_eps, xn);
+  matmul_bias(pool_, W.w1_w, W.w1_b, xn, hid, sc);
+  silu(pool_, hid, hid);
+  matmul_bias(pool_, W.w2_w, W.w2_b, hid, tmp, sc);
+  add(pool_, x, tmp, x);
+  emit(name + ".out", x);
+}
+
+FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_prompt, const int32_t* tokens,
+                                       int64_t n_tokens, const float* prompt_feat, int64_t n_prompt_frames,
+                                       const float* embedding, int64_t n_embedding) {
+  const int64_t d = c_.d_model, M = c_.mel_dim, S = c_.spk_embed_dim, H = c_.n_head;
+  const int64_t L = n_prompt + n_tokens, T = c_.up_stride * L;
+  CBX_CHECK(n_prompt >= 0 && n_tokens >= 0 && L > 0, "flow encoder: no tokens (prompt %lld, generated %lld)",
+            (long long)n_prompt, (long long)n_tokens);
+  CBX_CHECK(L <= max_tokens_, "flow encoder: %lld prompt + %lld tokens exceed the reserved %lld",
+            (long long)n_prompt, (long long)n_tokens, (long long)max_tokens_);
+  CBX_CHECK(n_embedding == S && embedding, "flow encoder: speaker embedding has %lld values, expected %lld",
+            (long long)n_embedding, (long long)S);
+  CBX_CHECK(n_prompt_frames >= 0 && n_prompt_frames <= T && (n_prompt_frames == 0 || prompt_feat),
+            "flow encoder: %lld prompt frames do not fit the %lld output frames", (long long)n_prompt_frames,
+            (long long)T);
+  arena_.rewind(call_mark_);
+
+  // Tokens, prompt first (flow.py concatenates prompt_token and token).
+  Tensor ids = arena_.alloc(DType::I32, {L}, "flow token ids");
+  for (int64_t i = 0; i < L; ++i) {
+    const int32_t t = i < n_prompt ? prompt_tokens[i] : tokens[i - n_prompt];
+    CBX_CHECK(t >= 0 && t < c_.vocab, "flow encoder: %s token %lld at %lld is outside [0, %d)",
+              i < n_prompt ? "prompt" : "speech", (long long)t, (long long)(i < n_prompt ? i : i - n_prompt),
+              c_.vocab);
+    ids.ptr<int32_t>()[i] = t;
+  }
+  Bufs b;
+  b.x = arena_.alloc(DType::F32, {T, d}, "flow x");
+  b.xn = arena_.alloc(DType::F32, {T, d}, "flow norm");
+  b.q = arena_.alloc(DType::F32, {T, d}, "flow q");
+  b.k = arena_.alloc(DType::F32, {T, d}, "flow k");
+  b.v = arena_.alloc(DType::F32, {T, d}, "flow v");
+  b.qv = arena_.alloc(DType::F32, {T, d}, "flow q + pos_bias_v");
+  b.att = arena_.alloc(DType::F32, {T, d}, "flow attention");
+  b.tmp = arena_.alloc(DType::F32, {T, d}, "flow projection");
+  b.p = arena_.alloc(DType::F32, {2 * T - 1, d}, "flow linear_pos");
+  b.bd = arena_.alloc(DType::F32, {H * T * (2 * T - 1)}, "flow position scores");
+  b.hid = arena_.alloc(DType::F32, {T, c_.n_ff}, "flow ffn");
+  b.ct0 = arena_.alloc(DType::F32, {d * T}, "flow channels-first 0");
+  b.ct1 = arena_.alloc(DType::F32, {d * T}, "flow channels-first 1");
+  b.ct2 = arena_.alloc(DType::F32, {d * T}, "flow channels-first 2");
+  Tensor proj = arena_.alloc(DType::F32, {T, M}, "flow encoder_proj");
+  FlowEncoderOutput out;
+  out.mu = arena_.alloc(DType::F32, {M, T}, "flow mu");
+  out.cond = arena_.alloc(DType::F32, {M, T}, "flow cond");
+  out.spks = arena_.alloc(DType::F32, {M}, "flow spks");
+  Tensor xvec = arena_.alloc(DType::F32, {1, S}, "flow x-vector");
+  out.n_frames = T;
+  out.n_prompt_frames = n_prompt_frames;
+
+  // Speaker: F.normalize (x / max(|x|, 1e-12)) then the affine layer.
+  double ss = 0;
+  for (int64_t i = 0; i < S; ++i) ss += double(embedding[i]) * embedding[i];
+  const double nrm = std::max(std::sqrt(ss), 1e-12);
+  for (int64_t i = 0; i < S; ++i) xvec.ptr<float>()[i] = float(embedding[i] / nrm);
+  Tensor spks2 = reshape(out.spks, {1, M});
+  matmul_bias(pool_, w_.spk_affine_w, w_.spk_affine_b, xvec, spks2, &arena_);
+  emit("flow_encoder.spks", out.spks);
+
+  // Token embedding, embed, pre-lookahead.
+  Tensor x = rows_of(b.x, L, d), tmp = rows_of(b.tmp, L, d);
+  get_rows(w_.input_embedding, ids, x);
+  emit("flow_encoder.embedding", x);
+  embed(w_.embed_w, w_.embed_b, w_.embed_ln_w, w_.embed_ln_b, x, tmp);
+  emit("flow_encoder.embed", x);
+  Tensor pos = pos_table(L);
+  emit("flow_encoder.pos_emb", pos);
+  {
+    Tensor xt = rows_of(b.ct0, d, L), c1 = rows_of(b.ct1, d, L);
+    copy_strided(transpose(x, 0, 1), xt);
+    Conv1dParams p1;
+    p1.pad_right = c_.pre_lookahead_len;
+    conv1d(pool_, xt, w_.pre_conv1_w, w_.pre_conv1_b, c1, p1, &arena_);
+    leaky_relu(pool_, c1, c1, kLeakySlope);
+    Conv1dParams p2;
+    p2.pad_left = 2;
+    conv1d(pool_, c1, w_.pre_conv2_w, w_.pre_conv2_b, xt, p2, &arena_);
+    copy_strided(transpose(xt, 0, 1), tmp);
+    add(pool_, x, tmp, x);
+  }
+  emit("flow_encoder.pre_lookahead", x);
+  for (int i = 0; i < c_.n_encoders; ++i)
+    conformer_layer(w_.encoders[size_t(i)], x, pos, b, "flow_encoder.layer" + std::to_string(i));
+
+  // Upsample1D: nearest x stride, left pad 2 stride, conv (kernel 2 stride + 1).
+  {
+    Tensor xt = rows_of(b.ct0, d, L), up = rows_of(b.ct1, d, T), c2 = rows_of(b.ct2, d, T);
+    copy_strided(transpose(x, 0, 1), xt);
+    upsample_nearest(xt, c_.up_stride, up);
+    Conv1dParams pu;
+    pu.pad_left = c_.up_kernel - 1;
+    conv1d(pool_, up, w_.up_conv_w, w_.up_conv_b, c2, pu, &arena_);
+    x = rows_of(b.x, T, d);
+    copy_strided(transpose(c2, 0, 1), x);
+  }
+  emit("flow_encoder.up_layer", x);
+  tmp = rows_of(b.tmp, T, d);
+  embed(w_.up_embed_w, w_.up_embed_b, w_.up_embed_ln_w, w_.up_embed_ln_b, x, tmp);
+  emit("flow_encoder.up_embed", x);
+  pos = pos_table(T);
+  emit("flow_encoder.up_pos_emb", pos);
+  for (int i = 0; i < c_.n_up_encoders; ++i)
+    conformer_layer(w_.up_encoders[size_t(i)], x, pos, b, "flow_encoder.up_layer" + std::to_string(i));
+  layer_norm(pool_, x, w_.after_norm_w, w_.after_norm_b, c_.ln_eps, x);
+  emit("flow_encoder.after_norm", x);
+
+  // mu = encoder_proj(h)^T; cond = prompt_feat^T in the first Tm frames.
+  matmul_bias(pool_, w_.proj_w, w_.proj_b, x, proj, &arena_);
+  copy_strided(transpose(proj, 0, 1), out.mu);
+  std::memset(out.cond.data, 0, size_t(M * T) * 4);
+  float* cd = out.cond.ptr<float>();
+  for (int64_t t = 0; t < n_prompt_frames; ++t)
+    for (int64_t m = 0; m < M; ++m) cd[m * T + t] = prompt_feat[t * M + m];
+  emit("flow_encoder.mu", out.mu);
+  emit("flow_encoder.cond", out.cond);
+  return out;
+}
+
+}  // namespace cbx
