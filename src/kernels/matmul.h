@@ -17,7 +17,16 @@
 namespace cbx {
 
 // Activation formats the dot kernels consume.
-enum class ActFormat : int { F32 = 0, BF16 = 1, Q8 = 2 };
+enum class ActFormat : int {
+  F32 = 0,
+  BF16 = 1,
+  Q8 = 2,
+  // Q8 with qs reordered inside every full group of 16 blocks, per 4 blocks b0..b3:
+  // [b0[0:16] b1[0:16] b2[0:16] b3[0:16] b0[16:32] b1[16:32] b2[16:32] b3[16:32]], so one
+  // zmm of Q4_0 low (high) nibbles of 4 blocks meets its activations in one load. Blocks
+  // after the last full group keep the Q8 order; d and sum are as in Q8.
+  Q8Nib = 3,
+};
 
 // Q8 activation row (our own layout, not GGUF): k elements (k % 32 == 0) quantized per
 // 32-block exactly like Q8_0 (d = max|x| / 127, q = round-half-even(x / d)) but with d
@@ -46,6 +55,7 @@ using DotRowsFn = void (*)(const void* w, size_t w_stride, int64_t m0, int64_t m
 
 struct DotKernel {
   ActFormat act;
+  ActConvertFn convert;  // f32 row -> act (nullptr for F32: x is used in place)
   DotRowsFn fn;
 };
 

@@ -368,11 +368,11 @@ MatmulKernels make_table(bool amx) {
   t.isa = Isa::Avx512;
   t.to_q8 = to_q8_avx512;
   t.to_bf16 = to_bf16_avx512;
-  t.dot[kWF32] = {ActFormat::F32, dot_float<LoadF32>};
-  t.dot[kWF16] = {ActFormat::F32, dot_float<LoadF16>};
-  t.dot[kWBF16] = {ActFormat::BF16, dot_bf16};
-  t.dot[kWQ8_0] = {ActFormat::Q8, dot_q8_0_avx512};
-  t.dot[kWQ4_0] = {ActFormat::Q8, dot_q4_0_avx512};
+  t.dot[kWF32] = {ActFormat::F32, nullptr, dot_float<LoadF32>};
+  t.dot[kWF16] = {ActFormat::F32, nullptr, dot_float<LoadF16>};
+  t.dot[kWBF16] = {ActFormat::BF16, to_bf16_avx512, dot_bf16};
+  t.dot[kWQ8_0] = {ActFormat::Q8, to_q8_avx512, dot_q8_0_avx512};
+  t.dot[kWQ4_0] = {ActFormat::Q8Nib, to_q8_nib_avx512, dot_q4_0_avx512};
   t.gemm[kWF32] = gemm_f32(pack_w_f32<DType::F32>);
   t.gemm[kWF16] = gemm_f32(pack_w_f32<DType::F16>);
   t.gemm[kWQ8_0] = gemm_f32(pack_w_f32<DType::Q8_0>);

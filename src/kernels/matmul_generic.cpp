@@ -18,7 +18,8 @@ size_t act_row_bytes(ActFormat f, int64_t k) {
   switch (f) {
     case ActFormat::F32: b = size_t(k) * 4; break;
     case ActFormat::BF16: b = size_t(k) * 2; break;
-    case ActFormat::Q8: return q8_act_row_bytes(k);
+    case ActFormat::Q8:
+    case ActFormat::Q8Nib: return q8_act_row_bytes(k);
   }
   return (b + 63) & ~size_t(63);
 }
@@ -206,11 +207,11 @@ const MatmulKernels kGeneric = {
     Isa::Generic,
     to_q8_generic,
     to_bf16_generic,
-    {{ActFormat::F32, dot_f32},
-     {ActFormat::F32, dot_f16},
-     {ActFormat::F32, dot_bf16},
-     {ActFormat::Q8, dot_q8_0},
-     {ActFormat::Q8, dot_q4_0}},
+    {{ActFormat::F32, nullptr, dot_f32},
+     {ActFormat::F32, nullptr, dot_f16},
+     {ActFormat::F32, nullptr, dot_bf16},
+     {ActFormat::Q8, to_q8_generic, dot_q8_0},
+     {ActFormat::Q8, to_q8_generic, dot_q4_0}},
     {gemm_generic(pack_w_generic<DType::F32>), gemm_generic(pack_w_generic<DType::F16>),
      gemm_generic(pack_w_generic<DType::BF16>), gemm_generic(pack_w_generic<DType::Q8_0>),
      gemm_generic(pack_w_generic<DType::Q4_0>)},

@@ -119,15 +119,13 @@ void run_gemm(const GemmKernel& g, ThreadPool& pool, const Problem& p, uint8_t* 
   });
 }
 
-void run_dot(const DotKernel& d, const MatmulKernels& kern, ThreadPool& pool, const Problem& p,
-             uint8_t* scratch) {
+void run_dot(const DotKernel& d, ThreadPool& pool, const Problem& p, uint8_t* scratch) {
   const uint8_t* act = p.x;
   size_t as = p.xs;
   if (d.act != ActFormat::F32) {
     as = act_row_bytes(d.act, p.k);
-    ActConvertFn conv = d.act == ActFormat::Q8 ? kern.to_q8 : kern.to_bf16;
     for (int64_t n = 0; n < p.n; ++n)
-      conv(reinterpret_cast<const float*>(p.x + n * p.xs), p.k, scratch + n * as);
+      d.convert(reinterpret_cast<const float*>(p.x + n * p.xs), p.k, scratch + n * as);
     act = scratch;
   }
   // Chunks of 16 rows keep the threads' output lines apart.
@@ -199,7 +197,7 @@ void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w,
   const size_t mark = arena ? arena->mark() : 0;
   uint8_t* scratch = get_scratch(arena, std::max<size_t>(64, scratch_bytes(kern, slot, n, k, pool.size())));
   try {
-    if (n < kGemmMinRows) run_dot(kern.dot[slot], kern, pool, p, scratch);
+    if (n < kGemmMinRows) run_dot(kern.dot[slot], pool, p, scratch);
     else run_gemm(kern.gemm[slot], pool, p, scratch);
   } catch (...) {
     if (arena) arena->rewind(mark);
