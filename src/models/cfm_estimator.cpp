@@ -1,0 +1,435 @@
+#include "models/cfm_estimator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/gguf.h"
+#include "ops/attention.h"
+#include "ops/conv.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "ops/norm.h"
+
+namespace cbx {
+
+namespace {
+
+constexpr float kLnEps = 1e-5f;          // nn.LayerNorm default (decoder.py, diffusers block)
+constexpr float kTimeScale = 1000.f;     // SinusoidalPosEmb.forward(scale=1000)
+constexpr double kMaxPeriod = 10000.0;   // log(10000) / (half - 1)
+constexpr size_t kAllocSlack = 64;
+
+size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
+
+std::string idx(const std::string& p, int i) { return p + "." + std::to_string(i); }
+
+std::string shape_string(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+int64_t inner_dim(const CfmConfig& c) { return int64_t(c.n_head) * c.head_dim; }
+
+void check_config(const CfmConfig& c, const std::string& file) {
+  const char* f = file.c_str();
+  CBX_CHECK(c.channels > 0 && c.out_channels > 0 && c.in_channels == 4 * c.out_channels,
+            "%s: cfm in_channels %d must be 4 x out_channels %d (x, mu, spks, cond) and channels %d > 0", f,
+            c.in_channels, c.out_channels, c.channels);
+  CBX_CHECK(c.conv_kernel >= 1 && c.n_blocks >= 0 && c.n_mid_blocks >= 0,
+            "%s: bad cfm conv_kernel %d / n_blocks %d / n_mid_blocks %d", f, c.conv_kernel, c.n_blocks,
+            c.n_mid_blocks);
+  CBX_CHECK(c.n_head > 0 && c.head_dim > 0 && c.head_dim <= 512 && c.ff_dim > 0,
+            "%s: bad cfm n_head %d / head_dim %d / ff_dim %d", f, c.n_head, c.head_dim, c.ff_dim);
+  CBX_CHECK(c.time_emb_dim > 0 && c.time_sin_dim >= 4 && c.time_sin_dim % 2 == 0,
+            "%s: bad cfm time_emb_dim %d / time_sin_dim %d (must be even, >= 4)", f, c.time_emb_dim,
+            c.time_sin_dim);
+}
+
+void resnet_tensors(const CfmConfig& c, const std::string& p, int64_t in, CfmResnetWeights& r,
+                    const CfmEstimatorWeights::Visitor& fn) {
+  using K = CfmWeightKind;
+  const int64_t C = c.channels, k = c.conv_kernel;
+  fn(p + ".block1.block.0.weight", r.conv1_w, {C, in, k}, K::Conv);
+  fn(p + ".block1.block.0.bias", r.conv1_b, {C}, K::Vector);
+  fn(p + ".block1.block.2.weight", r.ln1_w, {C}, K::Vector);
+  fn(p + ".block1.block.2.bias", r.ln1_b, {C}, K::Vector);
+  fn(p + ".block2.block.0.weight", r.conv2_w, {C, C, k}, K::Conv);
+  fn(p + ".block2.block.0.bias", r.conv2_b, {C}, K::Vector);
+  fn(p + ".block2.block.2.weight", r.ln2_w, {C}, K::Vector);
+  fn(p + ".block2.block.2.bias", r.ln2_b, {C}, K::Vector);
+  fn(p + ".mlp.1.weight", r.mlp_w, {C, c.time_emb_dim}, K::Matrix);
+  fn(p + ".mlp.1.bias", r.mlp_b, {C}, K::Vector);
+  fn(p + ".res_conv.weight", r.res_w, {C, in, 1}, K::Conv);
+  fn(p + ".res_conv.bias", r.res_b, {C}, K::Vector);
+}
+
+void stage_tensors(const CfmConfig& c, const std::string& p, int64_t in, bool conv, CfmStageWeights& s,
+                   const CfmEstimatorWeights::Visitor& fn) {
+  using K = CfmWeightKind;
+  const int64_t C = c.channels, inner = inner_dim(c), F = c.ff_dim;
+  resnet_tensors(c, p + ".0", in, s.resnet, fn);
+  s.blocks.resize(size_t(c.n_blocks));
+  for (int j = 0; j < c.n_blocks; ++j) {
+    const std::string q = idx(p + ".1", j);
+    CfmTransformerWeights& b = s.blocks[size_t(j)];
+    fn(q + ".norm1.weight", b.norm1_w, {C}, K::Vector);
+    fn(q + ".norm1.bias", b.norm1_b, {C}, K::Vector);
+    fn(q + ".attn1.to_q.weight", b.to_q, {inner, C}, K::Matrix);
+    fn(q + ".attn1.to_k.weight", b.to_k, {inner, C}, K::Matrix);
+    fn(q + ".attn1.to_v.weight", b.to_v, {inner, C}, K::Matrix);
+    fn(q + ".attn1.to_out.0.weight", b.to_out_w, {C, inner}, K::Matrix);
+    fn(q + ".attn1.to_out.0.bias", b.to_out_b, {C}, K::Vector);
+    fn(q + ".norm3.weight", b.norm3_w, {C}, K::Vector);
+    fn(q + ".norm3.bias", b.norm3_b, {C}, K::Vector);
+    fn(q + ".ff.net.0.proj.weight", b.ff1_w, {F, C}, K::Matrix);
+    fn(q + ".ff.net.0.proj.bias", b.ff1_b, {F}, K::Vector);
+    fn(q + ".ff.net.2.weight", b.ff2_w, {C, F}, K::Matrix);
+    fn(q + ".ff.net.2.bias", b.ff2_b, {C}, K::Vector);
+  }
+  if (conv) {
+    fn(p + ".2.weight", s.conv_w, {C, C, c.conv_kernel}, K::Conv);
+    fn(p + ".2.bias", s.conv_b, {C}, K::Vector);
+  }
+}
+
+// Zeroes frames [n_valid, T) of a channels-first [B, Ch, T] activation (x * mask for a prefix mask).
+void mask_tail(Tensor& x, int64_t n_valid) {
+  const int64_t T = x.dim(-1);
+  if (n_valid >= T) return;
+  for (int64_t r = 0; r < x.rows(); ++r) {
+    float* p = static_cast<float*>(x.row(r));
+    std::memset(p + n_valid, 0, size_t(T - n_valid) * 4);
+  }
+}
+
+// [B, C, T] <-> [B, T, C] (dst contiguous).
+void transpose_into(const Tensor& src, Tensor& dst) { copy_strided(transpose(src, 1, 2), dst); }
+
+// View of columns [c0, c0 + n) of a [B, R, W] buffer as [B, R, n] (rows keep their stride).
+Tensor cols(const Tensor& t, int64_t c0, int64_t n) { return slice(t, t.ndim - 1, c0, n); }
+
+}  // namespace
+
+void CfmEstimatorWeights::for_each_tensor(const CfmConfig& c, const Visitor& fn) {
+  using K = CfmWeightKind;
+  const int64_t C = c.channels, E = c.time_emb_dim;
+  fn("cfm.time_mlp.linear_1.weight", time1_w, {E, c.time_sin_dim}, K::Matrix);
+  fn("cfm.time_mlp.linear_1.bias", time1_b, {E}, K::Vector);
+  fn("cfm.time_mlp.linear_2.weight", time2_w, {E, E}, K::Matrix);
+  fn("cfm.time_mlp.linear_2.bias", time2_b, {E}, K::Vector);
+  if (c.meanflow) fn("cfm.time_embed_mixer.weight", mixer_w, {E, 2 * E}, K::Matrix);
+  else mixer_w = Tensor{};
+  stage_tensors(c, "cfm.down_blocks.0", c.in_channels, true, down, fn);
+  mid.resize(size_t(c.n_mid_blocks));
+  for (int i = 0; i < c.n_mid_blocks; ++i) stage_tensors(c, idx("cfm.mid_blocks", i), C, false, mid[size_t(i)], fn);
+  stage_tensors(c, "cfm.up_blocks.0", 2 * C, true, up, fn);
+  fn("cfm.final_block.block.0.weight", final_conv_w, {C, C, c.conv_kernel}, K::Conv);
+  fn("cfm.final_block.block.0.bias", final_conv_b, {C}, K::Vector);
+  fn("cfm.final_block.block.2.weight", final_ln_w, {C}, K::Vector);
+  fn("cfm.final_block.block.2.bias", final_ln_b, {C}, K::Vector);
+  fn("cfm.final_proj.weight", proj_w, {c.out_channels, C, 1}, K::Conv);
+  fn("cfm.final_proj.bias", proj_b, {c.out_channels}, K::Vector);
+}
+
+void bind_cfm_estimator(const GgufFile& f, const CfmConfig& c, CfmEstimatorWeights& w) {
+  check_config(c, f.path());
+  w.owned.clear();
+  const char* path = f.path().c_str();
+  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
+                           CfmWeightKind kind) {
+    const GgufTensorInfo* ti = f.find_tensor(name);
+    CBX_CHECK(ti != nullptr, "%s: missing tensor '%s' %s", path, name.c_str(), shape_string(shape).c_str());
+    bool ok = ti->ndim == int(shape.size());
+    for (int i = 0; ok && i < ti->ndim; ++i) ok = ti->shape[i] == shape[size_t(i)];
+    if (!ok) {
+      Tensor got = f.tensor(*ti);
+      fail("%s: tensor '%s' has shape %s, expected %s", path, name.c_str(), got.shape_str().c_str(),
+           shape_string(shape).c_str());
+    }
+    const TypeTraits& tr = type_traits(ti->dtype);
+    if (ti->dtype == DType::F32) {
+      slot = f.tensor(*ti);
+      return;
+    }
+    CBX_CHECK(kind != CfmWeightKind::Vector, "%s: tensor '%s' must be f32, got %s", path, name.c_str(), tr.name);
+    if (kind == CfmWeightKind::Matrix) {
+      CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type", path,
+                name.c_str(), tr.name);
+      slot = f.tensor(*ti);
+      return;
+    }
+    CBX_CHECK(ti->dtype == DType::F16 || ti->dtype == DType::BF16,
+              "%s: conv tensor '%s' has dtype %s; it must be f32, f16 or bf16", path, name.c_str(), tr.name);
+    Tensor src = f.tensor(*ti);
+    std::vector<float>& buf = w.owned.emplace_back(size_t(src.numel()));
+    tr.to_float(src.data, buf.data(), src.numel());
+    slot = make_tensor(DType::F32, src.ndim, src.shape, buf.data(), buf.size() * 4);
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+// Per-call activations, allocated in this order by forward (sizes for the reservation).
+size_t activation_bytes(const CfmConfig& c, int64_t B, int64_t T) {
+  const int64_t C = c.channels, E = c.time_emb_dim, S = c.time_sin_dim, inner = inner_dim(c);
+  const int64_t n_res = 2 + c.n_mid_blocks;
+  size_t b = 0;
+  b += f32_bytes(2 * B * S) + 2 * f32_bytes(2 * B * E) + 2 * f32_bytes(B * E);  // time embedding
+  b += f32_bytes(n_res * B * C);                                                 // resnet time projections
+  b += f32_bytes(B * c.in_channels * T) + f32_bytes(B * 2 * C * T);              // x_in, [h | skip]
+  b += 2 * f32_bytes(B * C * T);                                                 // t0, t1
+  b += 2 * f32_bytes(B * T * C) + f32_bytes(B * T * 3 * inner) + f32_bytes(B * T * inner);
+  b += f32_bytes(B * T * c.ff_dim);
+  return b;
+}
+
+}  // namespace
+
+CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, ThreadPool& pool,
+                           const CfmEstimatorOptions& o)
+    : c_(c), w_(w), pool_(pool) {
+  check_config(c, "cfm estimator");
+  CBX_CHECK(!w.time1_w.empty() && w.mid.size() == size_t(c.n_mid_blocks) && (!c.meanflow || !w.mixer_w.empty()),
+            "cfm estimator: weights are not bound");
+  CBX_CHECK(o.max_frames >= 1 && o.max_batch >= 1, "cfm estimator: bad max_frames %lld / max_batch %lld",
+            (long long)o.max_frames, (long long)o.max_batch);
+  max_frames_ = o.max_frames;
+  max_batch_ = o.max_batch;
+  const int64_t B = max_batch_, T = max_frames_, C = c.channels, inner = inner_dim(c);
+  const int64_t N = B * T, K = c.conv_kernel;
+  const int nt = pool.size();
+
+  // Transient scratch (rewound after each op): the largest matmul, conv or attention need.
+  size_t transient = 0;
+  auto mm = [&](const Tensor& wt, int64_t rows) {
+    transient = std::max(transient, matmul_scratch_bytes(wt.dtype, rows, wt.shape[0], wt.shape[1], nt));
+  };
+  mm(w.time1_w, 2 * B);
+  mm(w.time2_w, 2 * B);
+  if (c.meanflow) mm(w.mixer_w, B);
+  auto stage_mm = [&](const CfmStageWeights& s) {
+    mm(s.resnet.mlp_w, B);
+    for (const CfmTransformerWeights& b : s.blocks) {
+      for (const Tensor* t : {&b.to_q, &b.to_k, &b.to_v, &b.to_out_w, &b.ff1_w, &b.ff2_w}) mm(*t, N);
+    }
+  };
+  stage_mm(w.down);
+  for (const CfmStageWeights& s : w.mid) stage_mm(s);
+  stage_mm(w.up);
+  const int64_t cin_max = std::max<int64_t>(c.in_channels, 2 * C);
+  transient = std::max(transient, f32_bytes(cin_max * (T + K - 1)) + size_t(cin_max * K) * 8 + 2 * kAllocSlack);
+  transient = std::max(transient, f32_bytes(inner * ((T + 63) / 64 * 64)));  // attention K^T
+
+  arena_.reserve(f32_bytes(B * c.out_channels * T) + activation_bytes(c, B, T) + transient + 32 * kAllocSlack);
+  out_buf_ = arena_.alloc(DType::F32, {B, c.out_channels, T}, "cfm output");
+  call_mark_ = arena_.mark();
+}
+
+// Time embedding of B rows: t (and r for meanflow) -> temb [B, E].
+void CfmEstimator::time_embedding(const float* t, const float* r, int64_t B, Tensor& temb) {
+  const int64_t S = c_.time_sin_dim, half = S / 2, E = c_.time_emb_dim;
+  const int64_t n = c_.meanflow ? 2 * B : B;  // meanflow rows: t_0, r_0, t_1, r_1, ...
+  Tensor sin_in = arena_.alloc(DType::F32, {n, S}, "cfm sinusoid");
+  Tensor h1 = arena_.alloc(DType::F32, {n, E}, "cfm time mlp");
+  Tensor h2 = arena_.alloc(DType::F32, {n, E}, "cfm time mlp out");
+  // As torch computes it in f32: exp(arange(half) * -(ln(1e4) / (half - 1))), then (1000 t) f_i.
+  const float neg = float(-std::log(kMaxPeriod) / double(half - 1));
+  for (int64_t i = 0; i < n; ++i) {
+    const float tv = c_.meanflow ? (i % 2 ? r[i / 2] : t[i / 2]) : t[i];
+    const float st = kTimeScale * tv;
+    float* row = static_cast<float*>(sin_in.row(i));
+    for (int64_t k = 0; k < half; ++k) {
+      const float a = st * std::exp(float(k) * neg);
+      row[k] = std::sin(a);
+      row[half + k] = std::cos(a);
+    }
+  }
+  matmul_bias(pool_, w_.time1_w, w_.time1_b, sin_in, h1, &arena_);
+  silu(pool_, h1, h1);
+  if (!c_.meanflow) {
+    matmul_bias(pool_, w_.time2_w, w_.time2_b, h1, temb, &arena_);
+    return;
+  }
+  matmul_bias(pool_, w_.time2_w, w_.time2_b, h1, h2, &arena_);
+  Tensor cat = reshape(h2, {B, 2 * E});  // row b = [t_emb | r_emb]
+  matmul(pool_, w_.mixer_w, cat, temb, &arena_);
+}
+
+// y = mish(LayerNorm_channels(CausalConv1d(x))) * m; x must already be masked.
+void CfmEstimator::causal_block(const Tensor& x, const Tensor& conv_w, const Tensor& conv_b, const Tensor& ln_w,
+                                const Tensor& ln_b, Tensor& y, int64_t n_valid) {
+  Conv1dParams p;
+  p.pad_left = conv_w.shape[2] - 1;
+  conv1d(pool_, x, conv_w, conv_b, y, p, &arena_);
+  layer_norm_channels(pool_, y, ln_w, ln_b, kLnEps, y);
+  mish(pool_, y, y);
+  mask_tail(y, n_valid);
+}
+
+// y = block2(block1(x m) + tproj) + res_conv(x m). x is masked in place; tmp: [B, C, T].
+void CfmEstimator::resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& tproj, Tensor& y, Tensor& tmp,
+                          int64_t n_valid) {
+  mask_tail(x, n_valid);
+  causal_block(x, rw.conv1_w, rw.conv1_b, rw.ln1_w, rw.ln1_b, tmp, n_valid);
+  const int64_t B = tmp.shape[0], C = tmp.shape[1];
+  const int64_t sh[3] = {B, C, 1}, st[3] = {C * 4, 4, 4};
+  add(pool_, tmp, make_view(tproj, 3, sh, st, 0), tmp);
+  mask_tail(tmp, n_valid);
+  causal_block(tmp, rw.conv2_w, rw.conv2_b, rw.ln2_w, rw.ln2_b, y, n_valid);
+  conv1d(pool_, x, rw.res_w, rw.res_b, tmp, Conv1dParams{}, &arena_);
+  add(pool_, y, tmp, y);
+}
+
+// One BasicTransformerBlock on xt [B, T, C] in place.
+void CfmEstimator::transformer(const CfmTransformerWeights& tw, Tensor& xt, Tensor& norm, Tensor& qkv, Tensor& att,
+                               Tensor& ff, int64_t n_valid) {
+  const int64_t B = xt.shape[0], T = xt.shape[1], H = c_.n_head, D = c_.head_dim, inner = H * D;
+  layer_norm(pool_, xt, tw.norm1_w, tw.norm1_b, kLnEps, norm);
+  Tensor q = cols(qkv, 0, inner), k = cols(qkv, inner, inner), v = cols(qkv, 2 * inner, inner);
+  matmul(pool_, tw.to_q, norm, q, &arena_);
+  matmul(pool_, tw.to_k, norm, k, &arena_);
+  matmul(pool_, tw.to_v, norm, v, &arena_);
+  const int64_t qs[3] = {D * 4, 3 * inner * 4, 4}, os[3] = {D * 4, inner * 4, 4};
+  const int64_t q_shape[3] = {H, T, D}, kv_shape[3] = {H, n_valid, D};
+  AttentionParams ap;
+  ap.scale = 1.f / std::sqrt(float(D));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t base = b * T * 3 * inner * 4;
+    Tensor qb = make_view(qkv, 3, q_shape, qs, base);
+    Tensor kb = make_view(qkv, 3, kv_shape, qs, base + inner * 4);
+    Tensor vb = make_view(qkv, 3, kv_shape, qs, base + 2 * inner * 4);
+    Tensor ob = make_view(att, 3, q_shape, os, b * T * inner * 4);
+    attention(pool_, qb, kb, vb, Tensor{}, ob, ap, &arena_);
+  }
+  matmul_bias(pool_, tw.to_out_w, tw.to_out_b, att, norm, &arena_);
+  add(pool_, xt, norm, xt);
+  layer_norm(pool_, xt, tw.norm3_w, tw.norm3_b, kLnEps, norm);
+  matmul_bias(pool_, tw.ff1_w, tw.ff1_b, norm, ff, &arena_);
+  gelu(pool_, ff, ff);
+  matmul_bias(pool_, tw.ff2_w, tw.ff2_b, ff, norm, &arena_);
+  add(pool_, xt, norm, xt);
+}
+
+// out = transformers(resnet(x)) (channels-first); t0, t1: [B, C, T] temporaries (out may be x).
+void CfmEstimator::stage(const CfmStageWeights& sw, const char* resnet_name, const char* tfm_name, int index,
+                         Tensor& x, Tensor& out, const Tensor& tproj, Bufs& b, int64_t n_valid) {
+  resnet(sw.resnet, x, tproj, b.t0, b.t1, n_valid);
+  emit(resnet_name, index, b.t0);
+  transpose_into(b.t0, b.xt);
+  for (const CfmTransformerWeights& tw : sw.blocks) transformer(tw, b.xt, b.norm, b.qkv, b.att, b.ff, n_valid);
+  emit(tfm_name, index, b.xt);
+  transpose_into(b.xt, out);
+}
+
+const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const Tensor& mu, const float* t,
+                                    const Tensor& spks, const Tensor& cond, const float* r) {
+  const int64_t M = c_.out_channels, C = c_.channels, E = c_.time_emb_dim, inner = inner_dim(c_);
+  CBX_CHECK(x.dtype == DType::F32 && (x.ndim == 2 || x.ndim == 3) && x.dim(-2) == M,
+            "cfm forward: x must be f32 [B, %lld, T] or [%lld, T], got %s %s", (long long)M, (long long)M,
+            dtype_name(x.dtype), x.shape_str().c_str());
+  const int64_t B = x.ndim == 3 ? x.shape[0] : 1, T = x.dim(-1);
+  CBX_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= max_frames_,
+            "cfm forward: x %s exceeds the reserved batch %lld / frames %lld", x.shape_str().c_str(),
+            (long long)max_batch_, (long long)max_frames_);
+  auto as3 = [&](const Tensor& a, const char* what) {
+    CBX_CHECK(a.dtype == DType::F32 && a.ndim == x.ndim && a.numel() == B * M * T && a.dim(-2) == M &&
+                  a.dim(-1) == T,
+              "cfm forward: %s must be f32 with x's shape %s, got %s", what, x.shape_str().c_str(),
+              a.shape_str().c_str());
+    if (a.ndim == 3) return a;
+    const int64_t sh[3] = {1, M, T}, st[3] = {M * a.stride[0], a.stride[0], a.stride[1]};
+    return make_view(a, 3, sh, st, 0);
+  };
+  const Tensor x3 = as3(x, "x"), mu3 = as3(mu, "mu"), cond3 = as3(cond, "cond");
+  CBX_CHECK(spks.dtype == DType::F32 && spks.numel() == B * M && spks.is_contiguous(),
+            "cfm forward: spks must be a contiguous f32 [B, %lld], got %s", (long long)M, spks.shape_str().c_str());
+  CBX_CHECK(t != nullptr && (!c_.meanflow || r != nullptr), "cfm forward: t%s missing", c_.meanflow ? " or r" : "");
+  int64_t n_valid = T;
+  if (!mask.empty()) {
+    CBX_CHECK(mask.dtype == DType::F32 && mask.numel() == T && mask.is_contiguous(),
+              "cfm forward: mask must be a contiguous f32 [%lld], got %s", (long long)T, mask.shape_str().c_str());
+    const float* m = mask.ptr<float>();
+    n_valid = 0;
+    while (n_valid < T && m[n_valid] == 1.f) ++n_valid;
+    for (int64_t i = n_valid; i < T; ++i)
+      CBX_CHECK(m[i] == 0.f, "cfm forward: mask must be ones followed by zeros (a length mask); frame %lld is %g",
+                (long long)i, double(m[i]));
+    CBX_CHECK(n_valid > 0, "cfm forward: the mask has no valid frame");
+  }
+
+  arena_.rewind(call_mark_);
+  const int64_t n_res = 2 + c_.n_mid_blocks;
+  Tensor temb = arena_.alloc(DType::F32, {B, E}, "cfm temb");
+  time_embedding(t, r, B, temb);
+  emit("temb", -1, temb);
+  Tensor temb_act = arena_.alloc(DType::F32, {B, E}, "cfm mish(temb)");
+  mish(pool_, temb, temb_act);
+  Tensor tproj = arena_.alloc(DType::F32, {n_res, B, C}, "cfm time projections");
+  auto tp = [&](int64_t i) { return slice(tproj, 0, i, 1); };
+  auto proj = [&](const CfmResnetWeights& rw, int64_t i) {
+    Tensor o = reshape(tp(i), {B, C});
+    matmul_bias(pool_, rw.mlp_w, rw.mlp_b, temb_act, o, &arena_);
+  };
+  proj(w_.down.resnet, 0);
+  for (int i = 0; i < c_.n_mid_blocks; ++i) proj(w_.mid[size_t(i)].resnet, 1 + i);
+  proj(w_.up.resnet, n_res - 1);
+
+  Tensor xin = arena_.alloc(DType::F32, {B, c_.in_channels, T}, "cfm x_in");
+  Tensor hs = arena_.alloc(DType::F32, {B, 2 * C, T}, "cfm [h | skip]");
+  Bufs bf;
+  bf.t0 = arena_.alloc(DType::F32, {B, C, T}, "cfm t0");
+  bf.t1 = arena_.alloc(DType::F32, {B, C, T}, "cfm t1");
+  bf.xt = arena_.alloc(DType::F32, {B, T, C}, "cfm xt");
+  bf.norm = arena_.alloc(DType::F32, {B, T, C}, "cfm norm");
+  bf.qkv = arena_.alloc(DType::F32, {B, T, 3 * inner}, "cfm qkv");
+  bf.att = arena_.alloc(DType::F32, {B, T, inner}, "cfm attention");
+  bf.ff = arena_.alloc(DType::F32, {B, T, c_.ff_dim}, "cfm ff");
+
+  // x_in = [x | mu | spks over T | cond] along channels.
+  {
+    Tensor dx = slice(xin, 1, 0, M), dm = slice(xin, 1, M, M), dc = slice(xin, 1, 3 * M, M);
+    copy_strided(x3, dx);
+    copy_strided(mu3, dm);
+    copy_strided(cond3, dc);
+    const float* sp = spks.ptr<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t ch = 0; ch < M; ++ch) {
+        float* row = static_cast<float*>(xin.row(b * c_.in_channels + 2 * M + ch));
+        std::fill(row, row + T, sp[b * M + ch]);
+      }
+  }
+  emit("x_in", -1, xin);
+
+  Tensor h = slice(hs, 1, 0, C), skip = slice(hs, 1, C, C);
+  Conv1dParams causal;
+  causal.pad_left = c_.conv_kernel - 1;
+
+  // down: skip = transformers(resnet(x_in)); h = conv(skip m)
+  stage(w_.down, "down.resnet", "down.tfm", -1, xin, skip, tp(0), bf, n_valid);
+  mask_tail(skip, n_valid);
+  conv1d(pool_, skip, w_.down.conv_w, w_.down.conv_b, h, causal, &arena_);
+  emit("down.out", -1, h);
+  for (int i = 0; i < c_.n_mid_blocks; ++i)
+    stage(w_.mid[size_t(i)], "mid.resnet", "mid.tfm", i, h, h, tp(1 + i), bf, n_valid);
+  // up: h = transformers(resnet([h | skip])); t0 = conv(h m)
+  stage(w_.up, "up.resnet", "up.tfm", -1, hs, h, tp(n_res - 1), bf, n_valid);
+  mask_tail(h, n_valid);
+  conv1d(pool_, h, w_.up.conv_w, w_.up.conv_b, bf.t0, causal, &arena_);
+  emit("up.out", -1, bf.t0);
+  mask_tail(bf.t0, n_valid);
+  causal_block(bf.t0, w_.final_conv_w, w_.final_conv_b, w_.final_ln_w, w_.final_ln_b, bf.t1, n_valid);
+  emit("final_block", -1, bf.t1);
+  const int64_t osh[3] = {B, M, T}, ost[3] = {M * T * 4, T * 4, 4};
+  out_ = make_view(out_buf_, 3, osh, ost, 0);
+  conv1d(pool_, bf.t1, w_.proj_w, w_.proj_b, out_, Conv1dParams{}, &arena_);
+  mask_tail(out_, n_valid);
+  emit("out", -1, out_);
+  return out_;
+}
+
+}  // namespace cbx
