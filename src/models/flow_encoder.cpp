@@ -128,7 +128,7 @@ void bind_flow_encoder(const GgufFile& f, const FlowConfig& c, FlowEncoderWeight
 struct FlowEncoder::Bufs {
   Tensor x, xn, q, k, v, qv, att, tmp;  // [T, d]
   Tensor p;                             // [2T-1, d]
-  Tensor bd;                            // H * T * (2T-1) floats
+  Tensor bd;                            // T * (2T-1) floats (one head)
   Tensor hid;                           // [T, n_ff]
   Tensor ct0, ct1, ct2;                 // d * T floats (channels-first)
 };
@@ -140,13 +140,13 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   CBX_CHECK(int(w.encoders.size()) == c.n_encoders && int(w.up_encoders.size()) == c.n_up_encoders &&
                 !w.input_embedding.empty() && !w.proj_w.empty(),
             "flow encoder: weights are not bound");
-  const int64_t d = c.d_model, H = c.n_head, D = c.head_dim, F = c.n_ff, M = c.mel_dim, S = c.spk_embed_dim;
+  const int64_t d = c.d_model, D = c.head_dim, F = c.n_ff, M = c.mel_dim, S = c.spk_embed_dim;
   const int64_t L = max_tokens_, T = c.up_stride * L, P = 2 * T - 1;
   const int nt = pool.size();
 
   size_t persistent = f32_bytes(P * d);
   size_t act = size_t(L) * 4 + kAllocSlack;                           // ids
-  act += 8 * f32_bytes(T * d) + f32_bytes(P * d) + f32_bytes(H * T * P) + f32_bytes(T * F);
+  act += 8 * f32_bytes(T * d) + f32_bytes(P * d) + f32_bytes(T * P) + f32_bytes(T * F);
   act += 3 * f32_bytes(d * T);                                        // channels-first
   act += f32_bytes(T * M) + 2 * f32_bytes(M * T) + f32_bytes(M) + f32_bytes(S);  // proj, mu, cond, spks, x-vec
   // Transient scratch (rewound after each op): the largest single op's need.
@@ -162,7 +162,7 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
       mm(Ly.w1_w, T), mm(Ly.w2_w, T);
     }
   tr = std::max(tr, matmul_scratch_bytes(DType::F32, T, P, D, nt));          // (q + v) p^T per head
-  tr = std::max(tr, f32_bytes(H * D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T
+  tr = std::max(tr, f32_bytes(D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T (one head)
   const int64_t Kmax = std::max<int64_t>({c.pre_lookahead_len + 1, 3, c.up_kernel});
   tr = std::max(tr, f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack);  // conv1d
   arena_.reserve(persistent + act + tr + (size_t(1) << 16));
@@ -219,25 +219,24 @@ void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const 
   add(pool_, q, reshape(W.pos_bias_u, {H * D}), q);
   scale(pool_, q, q, s);
 
-  // bd_raw[h] = (q + v_h) p_h^T: [n, 2n-1]; bd[h, i, j] = bd_raw[h, i, n-1-i+j] (rel_shift).
-  Tensor bd = make_tensor(DType::F32, {H, n, P}, b.bd.data, b.bd.nbytes());
-  for (int64_t h = 0; h < H; ++h) {
-    Tensor a = slice(qv, 1, h * D, D), ph = slice(p, 1, h * D, D);
-    Tensor out = slice(bd, 0, h, 1);
-    out = reshape(out, {n, P});
-    gemm_f32(pool_, a, ph, out, sc);
-  }
-  const int64_t mshape[3] = {H, n, n};
-  const int64_t mstride[3] = {n * P * 4, (n > 1 ? P - 1 : 1) * 4, 4};
-  Tensor mask = make_view(bd, 3, mshape, mstride, (n - 1) * 4);
-
-  const int64_t hs[3] = {H, n, D};
-  const int64_t st[3] = {D * 4, d * 4, 4};
-  Tensor qh = make_view(q, 3, hs, st, 0), kh = make_view(k, 3, hs, st, 0), vh = make_view(v, 3, hs, st, 0);
-  Tensor oh = make_view(att, 3, hs, st, 0);
+  // One head at a time, so the position scores need [n, 2n-1] floats, not H times that:
+  // bd_raw = (q + v_h) p_h^T: [n, 2n-1]; the rel_shift bd[i, j] = bd_raw[i, n-1-i+j] is the
+  // view with row stride 2n-2 starting at n-1, passed to the attention as its additive mask.
+  Tensor bd = make_tensor(DType::F32, {n, P}, b.bd.data, b.bd.nbytes());
+  const int64_t mshape[2] = {n, n};
+  const int64_t mstride[2] = {(n > 1 ? P - 1 : 1) * 4, 4};
+  const Tensor mask = make_view(bd, 2, mshape, mstride, (n - 1) * 4);
+  const int64_t hs[3] = {1, n, D};
+  const int64_t st[3] = {d * 4, d * 4, 4};
   AttentionParams ap;
   ap.scale = 1.f;
-  attention(pool_, qh, kh, vh, mask, oh, ap, sc);
+  for (int64_t h = 0; h < H; ++h) {
+    gemm_f32(pool_, slice(qv, 1, h * D, D), slice(p, 1, h * D, D), bd, sc);
+    const int64_t off = h * D * 4;
+    Tensor oh = make_view(att, 3, hs, st, off);
+    attention(pool_, make_view(q, 3, hs, st, off), make_view(k, 3, hs, st, off), make_view(v, 3, hs, st, off),
+              mask, oh, ap, sc);
+  }
   matmul_bias(pool_, W.out_w, W.out_b, att, tmp, sc);
   add(pool_, x, tmp, x);
   emit(name + ".attn", x);
@@ -253,7 +252,7 @@ void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const 
 FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_prompt, const int32_t* tokens,
                                        int64_t n_tokens, const float* prompt_feat, int64_t n_prompt_frames,
                                        const float* embedding, int64_t n_embedding) {
-  const int64_t d = c_.d_model, M = c_.mel_dim, S = c_.spk_embed_dim, H = c_.n_head;
+  const int64_t d = c_.d_model, M = c_.mel_dim, S = c_.spk_embed_dim;
   const int64_t L = n_prompt + n_tokens, T = c_.up_stride * L;
   CBX_CHECK(n_prompt >= 0 && n_tokens >= 0 && L > 0, "flow encoder: no tokens (prompt %lld, generated %lld)",
             (long long)n_prompt, (long long)n_tokens);
@@ -285,7 +284,7 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
   b.att = arena_.alloc(DType::F32, {T, d}, "flow attention");
   b.tmp = arena_.alloc(DType::F32, {T, d}, "flow projection");
   b.p = arena_.alloc(DType::F32, {2 * T - 1, d}, "flow linear_pos");
-  b.bd = arena_.alloc(DType::F32, {H * T * (2 * T - 1)}, "flow position scores");
+  b.bd = arena_.alloc(DType::F32, {T * (2 * T - 1)}, "flow position scores");
   b.hid = arena_.alloc(DType::F32, {T, c_.n_ff}, "flow ffn");
   b.ct0 = arena_.alloc(DType::F32, {d * T}, "flow channels-first 0");
   b.ct1 = arena_.alloc(DType::F32, {d * T}, "flow channels-first 1");
