@@ -26,7 +26,7 @@
 #      That is inherent in the model (the PyTorch f32 result moves as much under a different
 #      BLAS), hence the split into 2 and 3;
 #   4. the seeded generator: same seed -> identical output for 1 and 3 threads, another seed
-#      -> a different one; a wrongly shaped noise file is refused.
+#      -> a different one; a wrongly shaped noise file is refused; a missing weight is named.
 # usage: test_hift_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
@@ -82,5 +82,12 @@ if "$CLI" debug hift -m "$TMP/b.gguf" --mel "$TMP/in/mel.npy" --phases "$TMP/in/
   echo "FAIL: a wrongly shaped noise file was accepted"; exit 1
 fi
 grep -q "want \[9, 11520\]" "$TMP/err.txt" || { echo "FAIL: unexpected error text:"; cat "$TMP/err.txt"; exit 1; }
+# A GGUF without hift.conv_post.weight (renamed in place, same length): the loader names it.
+"$PY" -c "import sys; p = sys.argv[1]; b = open(p, 'rb').read(); n = b.count(b'hift.conv_post.weight')
+assert n == 1, n; open(p, 'wb').write(b.replace(b'hift.conv_post.weight', b'hift.conv_post.weighX'))" "$TMP/b.gguf"
+if "$CLI" debug hift -m "$TMP/b.gguf" --mel "$TMP/in/mel.npy" --out "$TMP/x.npy" 2> "$TMP/err.txt"; then
+  echo "FAIL: a GGUF without hift.conv_post.weight was accepted"; exit 1
+fi
+grep -q "missing tensor 'hift.conv_post.weight'" "$TMP/err.txt" || { echo "FAIL: unexpected error text:"; cat "$TMP/err.txt"; exit 1; }
 
 echo "PASS"
