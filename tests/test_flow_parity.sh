@@ -6,7 +6,8 @@
 # (max|diff| / max|ref|), and cond (prompt_feat^T then zeros) exactly:
 #   1. 25 prompt tokens + 40 generated, 50 prompt frames (the tiny conds.pt sizes);
 #   2. no prompt (Tp = Tm = 0) and a single token (L = 1: the rel_shift degenerate case);
-#   3. the built-in voice of the GGUF (voice.prompt_token / prompt_feat / embedding).
+#   3. the built-in voice of the GGUF (voice.prompt_token / prompt_feat / embedding);
+#   4. an out-of-range token is refused with its value and position.
 # usage: test_flow_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
@@ -58,5 +59,13 @@ IN=$TMP/voice
 "$PY" "$REF" voice-inputs "$CK" "$IN"
 "$PY" "$REF" compare "$CK" "$IN" --mu "$IN/mu_voice.npy" --cond "$IN/cond_voice.npy" \
   --spks "$IN/spks_voice.npy" --rtol 1e-4
+
+echo "== 4. errors name the offending input"
+"$PY" -c "import numpy as np; np.save('$IN/bad.npy', np.array([5, 6561, 7], dtype=np.int32))"
+if out=$("$CLI" debug flow -m "$TMP/m.gguf" --tokens "$IN/bad.npy" 2>&1); then
+  echo "FAIL: token 6561 was accepted"; exit 1
+fi
+grep -q "speech token 6561 at 1 is outside \[0, 6561)" <<< "$out" || { echo "FAIL: unexpected error: $out"; exit 1; }
+echo "ok   $out"
 
 echo "PASS"

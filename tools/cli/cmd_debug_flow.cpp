@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "command.h"
@@ -30,6 +31,7 @@ const char* kUsage =
     "  --out-spks F        float32 [80]: spk_embed_affine_layer(normalize(embedding))\n"
     "  --dump-dir DIR      write every named intermediate as DIR/NAME.npy\n"
     "  --repeat N          run the forward N times and print the best time (default 1)\n"
+    "  --timings           print the time spent up to each named intermediate (last run)\n"
     "  --threads N         (default 2)\n";
 
 std::vector<int32_t> load_ids(const std::string& path) {
@@ -75,6 +77,7 @@ void save_tensor(const std::string& path, const cbx::Tensor& t) {
 int run(int argc, char** argv) {
   std::string model, tok_path, ptok_path, feat_path, emb_path, out_mu, out_cond, out_spks, dump_dir;
   int threads = 2, repeat = 1;
+  bool timings = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -95,6 +98,7 @@ int run(int argc, char** argv) {
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
     else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "--timings") timings = true;
     else cbx::fail("debug flow: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !tok_path.empty(), "debug flow: -m and --tokens are required\n%s", kUsage);
@@ -138,12 +142,20 @@ int run(int argc, char** argv) {
 
   double best_ms = 1e30;
   cbx::FlowEncoderOutput r;
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::pair<std::string, Clock::time_point>> marks;
   for (int it = 0; it < repeat; ++it) {
     if (it == 0 && !dump_dir.empty())
       enc.set_capture([&](const std::string& name, const cbx::Tensor& t) {
         save_tensor(dump_dir + "/" + name + ".npy", t);
       });
+    else if (timings && it == repeat - 1) {
+      marks.clear();
+      marks.reserve(64);
+      enc.set_capture([&](const std::string& name, const cbx::Tensor&) { marks.emplace_back(name, Clock::now()); });
+    }
     const auto t0 = std::chrono::steady_clock::now();
+    if (timings && it == repeat - 1) marks.emplace_back("start", t0);
     r = enc.forward(ptoks.data(), int64_t(ptoks.size()), tokens.data(), int64_t(tokens.size()), feat.data(),
                     n_frames, emb.data(), int64_t(emb.size()));
     const auto t1 = std::chrono::steady_clock::now();
@@ -160,6 +172,9 @@ int run(int argc, char** argv) {
               double(enc.arena_bytes()) / 1e6, double(enc.arena_high_water()) / 1e6);
   if (best_ms < 1e30) std::printf(" best_ms=%.1f", best_ms);
   std::printf("\n");
+  for (size_t i = 1; i < marks.size(); ++i)
+    std::printf("  %-34s %8.2f ms\n", marks[i].first.c_str(),
+                std::chrono::duration<double, std::milli>(marks[i].second - marks[i - 1].second).count());
   return 0;
 }
 
