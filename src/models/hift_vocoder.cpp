@@ -489,9 +489,13 @@ void HiftVocoder::make_source(const Tensor& f0, const float* phases, const float
   });
 }
 
-void HiftVocoder::run_resblock(const HiftResBlockWeights& rb, Tensor& x, Tensor& t1, Tensor& t2) {
+// out = ResBlock(in); in may be out. The first residual add writes out = in + ..., so the
+// input need not be copied first.
+void HiftVocoder::run_resblock(const HiftResBlockWeights& rb, const Tensor& in, Tensor& out, Tensor& t1,
+                               Tensor& t2) {
   const int64_t k = rb.kernel;
   for (size_t j = 0; j < rb.dilations.size(); ++j) {
+    const Tensor& x = j == 0 ? in : out;
     const int64_t d = rb.dilations[j];
     snake(pool_, x, rb.alpha1[j], t1);
     Conv1dParams p1;
@@ -502,7 +506,7 @@ void HiftVocoder::run_resblock(const HiftResBlockWeights& rb, Tensor& x, Tensor&
     Conv1dParams p2;
     p2.pad_left = p2.pad_right = (k - 1) / 2;
     conv1d(pool_, t2, rb.conv2_w[j], rb.conv2_b[j], t1, p2, &arena_);
-    add(pool_, x, t1, x);
+    add(pool_, x, t1, out);
   }
 }
 
@@ -561,7 +565,7 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
   emit("s_stft", -1, s_stft);
 
   // 4. decode. Slab roles per stage: cur = x; up = upsampled x; acc = resblock sum;
-  // x's slab is reused for the source branch and the resblock copies; two temporaries.
+  // x's slab is reused for the source branch and the later resblock outputs; two temporaries.
   t0 = Clock::now();
   int cur = 0;
   {
@@ -610,7 +614,7 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
       p.stride = sd.stride;
       p.pad_left = p.pad_right = sd.pad;
       conv1d(pool_, s_stft, w_.source_downs_w[size_t(i)], w_.source_downs_b[size_t(i)], sb, p, &arena_);
-      run_resblock(w_.source_resblocks[size_t(i)], sb, t1, t2);
+      run_resblock(w_.source_resblocks[size_t(i)], sb, sb, t1, t2);
     }
     emit("source_branch", i, sb);
     add(pool_, xu, sb, xu);
@@ -618,11 +622,9 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
 
     t0 = Clock::now();
     Tensor acc = view(acc_i, C, Li);
-    copy_tensor(pool_, xu, acc);
-    run_resblock(w_.resblocks[size_t(i * n_kernels_)], acc, t1, t2);
+    run_resblock(w_.resblocks[size_t(i * n_kernels_)], xu, acc, t1, t2);
     for (int j = 1; j < n_kernels_; ++j) {
-      copy_tensor(pool_, xu, sb);
-      run_resblock(w_.resblocks[size_t(i * n_kernels_ + j)], sb, t1, t2);
+      run_resblock(w_.resblocks[size_t(i * n_kernels_ + j)], xu, sb, t1, t2);
       add(pool_, acc, sb, acc);
     }
     scale(pool_, acc, acc, 1.f / float(n_kernels_));

@@ -143,7 +143,7 @@ class HiftVocoder {
   void emit(const char* name, int stage, const Tensor& t) const {
     if (capture_) capture_(name, stage, t);
   }
-  void run_resblock(const HiftResBlockWeights& rb, Tensor& x, Tensor& t1, Tensor& t2);
+  void run_resblock(const HiftResBlockWeights& rb, const Tensor& in, Tensor& out, Tensor& t1, Tensor& t2);
   void generate_draws(int64_t n);
   void f0_predict(const Tensor& mel, Tensor& h0, Tensor& h1, Tensor& f0);
   void make_source(const Tensor& f0, const float* phases, const float* noise, int64_t n, Tensor& src);
