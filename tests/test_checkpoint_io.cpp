@@ -724,3 +724,23 @@ TEST(TorchPt, WriterRejectsBadInput) {
   EXPECT_EQ(f, nullptr) << "a failed save leaves no file";
   if (f) std::fclose(f);
 }
+
+TEST(TorchPt, Torch2Forms) {
+  const auto st = std::vector<std::pair<std::string, std::string>>{{"data/0", floats(4)}};
+  // _rebuild_from_type_v2(_rebuild_tensor_v2, torch.Tensor, (storage, 0, (2,), (1,), False,
+  // OrderedDict(), {}), {}) -- a tensor with metadata, as newer torch writes subclasses.
+  Pk p;
+  p.global("torch._utils", "_rebuild_from_type_v2").op('(');
+  p.global("torch._utils", "_rebuild_tensor_v2").global("torch", "Tensor").op('(');
+  p.storage("FloatStorage", "0", 4).i(1).ints({2}).ints({1}).op(0x89);
+  p.global("collections", "OrderedDict").op(')').op('R').op('}').op('t').op('}').op('t').op('R');
+  PyRef r = load_pkl(p.done(), st);
+  ASSERT_EQ(r->kind, PyObject::Kind::Tensor);
+  EXPECT_EQ(r->tensor->to_f32(), (std::vector<float>{1, 2}));
+  // The nested call may not recurse into _rebuild_from_type_v2 again.
+  Pk q;
+  q.global("torch._utils", "_rebuild_from_type_v2").op('(');
+  q.global("torch._utils", "_rebuild_from_type_v2").global("torch", "Tensor").op(')').op('}');
+  q.op('t').op('R');
+  pkl_expect_error(q.done(), {"not callable"}, st);
+}

@@ -74,42 +74,50 @@ def norm(o):
     if isinstance(o, list):
         return [norm(v) for v in o]
     return o
-mode, pt, ours = sys.argv[1], sys.argv[2], sys.argv[3]
-if mode == "read":       # our reader on a torch-written file
+def diff(a, b, path=""):
+    if type(a) != type(b):
+        print(f"{path}: {str(a)[:200]} != {str(b)[:200]}")
+    elif isinstance(a, dict):
+        for k in set(a) | set(b):
+            diff(a.get(k), b.get(k), path + "." + k)
+    elif isinstance(a, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            diff(x, y, f"{path}[{i}]")
+    elif a != b:
+        print(f"{path}: {str(a)[:200]} != {str(b)[:200]}")
+def check(mode, pt, ours):
     expect = norm(ref(torch.load(pt, weights_only=True)))
-    got = norm(json.load(open(ours)))
-else:                    # torch (weights_only) on our file vs torch on the original
-    expect = norm(ref(torch.load(pt, weights_only=True)))
-    got = norm(ref(torch.load(ours, weights_only=True)))
-if json.dumps(expect, sort_keys=True) != json.dumps(got, sort_keys=True):
-    def diff(a, b, path=""):
-        if type(a) != type(b): print(f"{path}: {str(a)[:200]} != {str(b)[:200]}"); return
-        if isinstance(a, dict):
-            for k in set(a) | set(b): diff(a.get(k), b.get(k), path + "." + k)
-        elif isinstance(a, list) and len(a) == len(b):
-            for i, (x, y) in enumerate(zip(a, b)): diff(x, y, f"{path}[{i}]")
-        elif a != b: print(f"{path}: {str(a)[:200]} != {str(b)[:200]}")
-    diff(expect, got)
-    sys.exit(f"{mode} mismatch for {pt}")
-print(f"ok {mode} {pt}")
+    if mode == "read":  # our reader on a torch-written file
+        got = norm(json.load(open(ours)))
+    else:               # torch (weights_only) on our file vs torch on the original
+        got = norm(ref(torch.load(ours, weights_only=True)))
+    if json.dumps(expect, sort_keys=True) != json.dumps(got, sort_keys=True):
+        diff(expect, got)
+        sys.exit(f"{mode} mismatch for {pt} ({ours})")
+    print(f"ok {mode} {pt} ({ours})")
+args = sys.argv[1:]  # triples: MODE TORCH_FILE OUR_FILE
+for i in range(0, len(args), 3):
+    check(*args[i:i + 3])
 PY
 
+checks=()
 for f in conds sd linear misc; do
   "$CLI" ckpt-dump "$f.pt" --json > "$f.json"
-  "$PY" compare.py read "$f.pt" "$f.json"
+  checks+=(read "$f.pt" "$f.json")
 done
 
 # (b) our writer -> torch.load(weights_only=True). misc.pt holds a bool inside a list,
 # which our tree keeps as Bool, so it round-trips too.
 for f in conds sd linear misc; do
   "$CLI" ckpt-dump "$f.pt" --save-pt "ours_$f.pt" > /dev/null
-  "$PY" compare.py write "$f.pt" "ours_$f.pt"
   "$CLI" ckpt-dump "$f.pt" --save-pt "ours64_$f.pt" --zip64 > /dev/null
-  "$PY" compare.py write "$f.pt" "ours64_$f.pt"
-  "$PY" -c "import zipfile,sys; z=zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None" "ours64_$f.pt"
   "$CLI" ckpt-dump "ours64_$f.pt" --json > "ours64_$f.json"
-  "$PY" compare.py read "$f.pt" "ours64_$f.json"
+  checks+=(write "$f.pt" "ours_$f.pt" write "$f.pt" "ours64_$f.pt" read "$f.pt" "ours64_$f.json")
 done
+"$PY" -c "
+import sys, zipfile
+for f in sys.argv[1:]:
+    assert zipfile.ZipFile(f).testzip() is None, f" ours_*.pt ours64_*.pt
 
 # (c) Python's zipfile repacks: forced ZIP64 entries are read; deflated entries refused clearly.
 "$PY" - <<'PY'
@@ -124,7 +132,8 @@ with zipfile.ZipFile("sd_deflate.pt", "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr(i.filename, src.read(i.filename))
 PY
 "$CLI" ckpt-dump sd_zip64.pt --json > sd_zip64.json
-"$PY" compare.py read sd.pt sd_zip64.json
+checks+=(read sd.pt sd_zip64.json)
+"$PY" compare.py "${checks[@]}"
 if "$CLI" ckpt-dump sd_deflate.pt > /dev/null 2> deflate.err; then
   echo "deflated archive was accepted"; exit 1
 fi
