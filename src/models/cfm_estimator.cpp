@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "core/gguf.h"
-#include "ops/attention.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -20,6 +19,7 @@ constexpr float kLnEps = 1e-5f;          // nn.LayerNorm default (decoder.py, di
 constexpr float kTimeScale = 1000.f;     // SinusoidalPosEmb.forward(scale=1000)
 constexpr double kMaxPeriod = 10000.0;   // log(10000) / (half - 1)
 constexpr size_t kAllocSlack = 64;
+constexpr int64_t kQueryChunk = 128;     // attention queries per work item
 
 size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 
@@ -105,8 +105,36 @@ void mask_tail(Tensor& x, int64_t n_valid) {
   }
 }
 
-// [B, C, T] <-> [B, T, C] (dst contiguous).
-void transpose_into(const Tensor& src, Tensor& dst) { copy_strided(transpose(src, 1, 2), dst); }
+// Head hd of batch row b of a [B, T, W] buffer (or a column slice of one): [rows, D], strided rows.
+Tensor head_view(const Tensor& buf, int64_t b, int64_t hd, int64_t D, int64_t rows) {
+  const int64_t sh[2] = {rows, D}, st[2] = {buf.stride[1], 4};
+  return make_view(buf, 2, sh, st, b * buf.stride[0] + hd * D * 4);
+}
+
+// dst [B, N, M] = src [B, M, N] with the last two dims swapped (rows of either may be strided,
+// innermost contiguous), in 32 x 32 tiles split over the pool.
+void transpose_into(ThreadPool& pool, const Tensor& src, Tensor& dst) {
+  CBX_ASSERT(src.ndim == 3 && dst.ndim == 3 && src.shape[0] == dst.shape[0] && src.shape[1] == dst.shape[2] &&
+             src.shape[2] == dst.shape[1]);
+  constexpr int64_t kTile = 32;
+  const int64_t B = src.shape[0], M = src.shape[1], N = src.shape[2];
+  const int64_t tm = (M + kTile - 1) / kTile, tn = (N + kTile - 1) / kTile, tiles = B * tm * tn;
+  const int64_t ss = src.stride[1] / 4, ds = dst.stride[1] / 4;
+  auto job = [&](int ith, int nth) {
+    int64_t t0, t1;
+    ThreadPool::split(tiles, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / (tm * tn), i0 = (t / tn) % tm * kTile, j0 = t % tn * kTile;
+      const float* sp = reinterpret_cast<const float*>(static_cast<const uint8_t*>(src.data) + b * src.stride[0]);
+      float* dp = reinterpret_cast<float*>(static_cast<uint8_t*>(dst.data) + b * dst.stride[0]);
+      const int64_t i1 = std::min(M, i0 + kTile), j1 = std::min(N, j0 + kTile);
+      for (int64_t j = j0; j < j1; ++j)
+        for (int64_t i = i0; i < i1; ++i) dp[j * ds + i] = sp[i * ss + j];
+    }
+  };
+  if (B * M * N < (int64_t(1) << 15) || pool.size() <= 1) job(0, 1);
+  else pool.run(job);
+}
 
 // View of columns [c0, c0 + n) of a [B, R, W] buffer as [B, R, n] (rows keep their stride).
 Tensor cols(const Tensor& t, int64_t c0, int64_t n) { return slice(t, t.ndim - 1, c0, n); }
@@ -184,7 +212,7 @@ size_t activation_bytes(const CfmConfig& c, int64_t B, int64_t T) {
   b += f32_bytes(B * c.in_channels * T) + f32_bytes(B * 2 * C * T);              // x_in, [h | skip]
   b += 2 * f32_bytes(B * C * T);                                                 // t0, t1
   b += 2 * f32_bytes(B * T * C) + f32_bytes(B * T * 3 * inner) + f32_bytes(B * T * inner);
-  b += f32_bytes(B * T * c.ff_dim);
+  b += f32_bytes(B * T * c.ff_dim) + f32_bytes(B * inner * T);
   return b;
 }
 
@@ -200,7 +228,7 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
             (long long)o.max_frames, (long long)o.max_batch);
   max_frames_ = o.max_frames;
   max_batch_ = o.max_batch;
-  const int64_t B = max_batch_, T = max_frames_, C = c.channels, inner = inner_dim(c);
+  const int64_t B = max_batch_, T = max_frames_, C = c.channels;
   const int64_t N = B * T, K = c.conv_kernel;
   const int nt = pool.size();
 
@@ -223,7 +251,17 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
   stage_mm(w.up);
   const int64_t cin_max = std::max<int64_t>(c.in_channels, 2 * C);
   transient = std::max(transient, f32_bytes(cin_max * (T + K - 1)) + size_t(cin_max * K) * 8 + 2 * kAllocSlack);
-  transient = std::max(transient, f32_bytes(inner * ((T + 63) / 64 * 64)));  // attention K^T
+  // Attention: per thread, scores + v^T of one item and the GEMMs' single-thread scratch.
+  {
+    const int64_t Qc = std::min<int64_t>(T, kQueryChunk), D = c.head_dim;
+    const size_t gemm = std::max(matmul_scratch_bytes(DType::F32, Qc, T, D, 1),
+                                 matmul_scratch_bytes(DType::F32, Qc, D, T, 1));
+    const size_t per_thread = f32_bytes(Qc * T) + gemm + 4 * kAllocSlack;
+    for (int i = 0; i < nt; ++i) {
+      solo_.push_back(std::make_unique<ThreadPool>(1));
+      solo_arena_.emplace_back(per_thread);
+    }
+  }
 
   arena_.reserve(f32_bytes(B * c.out_channels * T) + activation_bytes(c, B, T) + transient + 32 * kAllocSlack);
   out_buf_ = arena_.alloc(DType::F32, {B, c.out_channels, T}, "cfm output");
@@ -286,26 +324,39 @@ void CfmEstimator::resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& t
 }
 
 // One BasicTransformerBlock on xt [B, T, C] in place.
-void CfmEstimator::transformer(const CfmTransformerWeights& tw, Tensor& xt, Tensor& norm, Tensor& qkv, Tensor& att,
-                               Tensor& ff, int64_t n_valid) {
+void CfmEstimator::transformer(const CfmTransformerWeights& tw, Bufs& bf, int64_t n_valid) {
+  Tensor &xt = bf.xt, &norm = bf.norm, &qkv = bf.qkv, &att = bf.att, &ff = bf.ff, &vt_all = bf.vt;
   const int64_t B = xt.shape[0], T = xt.shape[1], H = c_.n_head, D = c_.head_dim, inner = H * D;
   layer_norm(pool_, xt, tw.norm1_w, tw.norm1_b, kLnEps, norm);
   Tensor q = cols(qkv, 0, inner), k = cols(qkv, inner, inner), v = cols(qkv, 2 * inner, inner);
   matmul(pool_, tw.to_q, norm, q, &arena_);
   matmul(pool_, tw.to_k, norm, k, &arena_);
   matmul(pool_, tw.to_v, norm, v, &arena_);
-  const int64_t qs[3] = {D * 4, 3 * inner * 4, 4}, os[3] = {D * 4, inner * 4, 4};
-  const int64_t q_shape[3] = {H, T, D}, kv_shape[3] = {H, n_valid, D};
-  AttentionParams ap;
-  ap.scale = 1.f / std::sqrt(float(D));
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t base = b * T * 3 * inner * 4;
-    Tensor qb = make_view(qkv, 3, q_shape, qs, base);
-    Tensor kb = make_view(qkv, 3, kv_shape, qs, base + inner * 4);
-    Tensor vb = make_view(qkv, 3, kv_shape, qs, base + 2 * inner * 4);
-    Tensor ob = make_view(att, 3, q_shape, os, b * T * inner * 4);
-    attention(pool_, qb, kb, vb, Tensor{}, ob, ap, &arena_);
-  }
+  // Items (row b, head, chunk of queries) run on the pool's threads, each with single-threaded
+  // GEMMs and its own scratch: S = (q / 8) k^T [nq, Tk], softmax, out = S v. The scale 1/sqrt(64)
+  // is a power of two, so pre-scaling q is exact. This beats the flash kernel here (full
+  // bidirectional attention, D = 64, no KV cache) and needs one pool dispatch per block.
+  scale(pool_, q, q, 1.f / std::sqrt(float(D)));
+  const int64_t Tk = n_valid;
+  Tensor vt = slice(vt_all, 2, 0, Tk);  // [B, inner, Tk]: head hd's v^T is rows hd D .. hd D + D - 1
+  transpose_into(pool_, slice(v, 1, 0, Tk), vt);
+  const int64_t n_chunks = (T + kQueryChunk - 1) / kQueryChunk, items = B * H * n_chunks;
+  pool_.run([&](int ith, int nth) {
+    ThreadPool& solo = *solo_[size_t(ith)];
+    Arena& ar = solo_arena_[size_t(ith)];
+    for (int64_t it = ith; it < items; it += nth) {
+      const int64_t b = it / (H * n_chunks), hd = (it / n_chunks) % H, q0 = (it % n_chunks) * kQueryChunk;
+      const int64_t nq = std::min(kQueryChunk, T - q0);
+      ar.reset();
+      Tensor sc = ar.alloc(DType::F32, {nq, Tk}, "cfm attention scores");
+      const int64_t vsh[2] = {D, Tk}, vst[2] = {vt.stride[1], 4};
+      const Tensor vth = make_view(vt, 2, vsh, vst, b * vt.stride[0] + hd * D * vt.stride[1]);
+      gemm_f32(solo, slice(head_view(q, b, hd, D, T), 0, q0, nq), head_view(k, b, hd, D, Tk), sc, &ar);
+      softmax(solo, sc, sc);
+      Tensor oq = slice(head_view(att, b, hd, D, T), 0, q0, nq);
+      gemm_f32(solo, sc, vth, oq, &ar);
+    }
+  });
   matmul_bias(pool_, tw.to_out_w, tw.to_out_b, att, norm, &arena_);
   add(pool_, xt, norm, xt);
   layer_norm(pool_, xt, tw.norm3_w, tw.norm3_b, kLnEps, norm);
@@ -320,10 +371,10 @@ void CfmEstimator::stage(const CfmStageWeights& sw, const char* resnet_name, con
                          Tensor& x, Tensor& out, const Tensor& tproj, Bufs& b, int64_t n_valid) {
   resnet(sw.resnet, x, tproj, b.t0, b.t1, n_valid);
   emit(resnet_name, index, b.t0);
-  transpose_into(b.t0, b.xt);
-  for (const CfmTransformerWeights& tw : sw.blocks) transformer(tw, b.xt, b.norm, b.qkv, b.att, b.ff, n_valid);
+  transpose_into(pool_, b.t0, b.xt);
+  for (const CfmTransformerWeights& tw : sw.blocks) transformer(tw, b, n_valid);
   emit(tfm_name, index, b.xt);
-  transpose_into(b.xt, out);
+  transpose_into(pool_, b.xt, out);
 }
 
 const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const Tensor& mu, const float* t,
@@ -389,6 +440,7 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
   bf.qkv = arena_.alloc(DType::F32, {B, T, 3 * inner}, "cfm qkv");
   bf.att = arena_.alloc(DType::F32, {B, T, inner}, "cfm attention");
   bf.ff = arena_.alloc(DType::F32, {B, T, c_.ff_dim}, "cfm ff");
+  bf.vt = arena_.alloc(DType::F32, {B, inner, T}, "cfm v^T");
 
   // x_in = [x | mu | spks over T | cond] along channels.
   {

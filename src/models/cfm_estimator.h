@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,7 @@ class CfmEstimator {
     Tensor t0, t1;                    // [B, C, T]
     Tensor xt, norm;                  // [B, T, C]
     Tensor qkv, att, ff;              // [B, T, 3 inner], [B, T, inner], [B, T, F]
+    Tensor vt;                        // [B, inner, T]: v transposed
   };
   void emit(const char* name, int index, const Tensor& t) const {
     if (capture_) capture_(name, index, t);
@@ -141,8 +143,7 @@ class CfmEstimator {
                     const Tensor& ln_b, Tensor& y, int64_t n_valid);
   void resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& tproj, Tensor& y, Tensor& tmp,
               int64_t n_valid);
-  void transformer(const CfmTransformerWeights& tw, Tensor& xt, Tensor& norm, Tensor& qkv, Tensor& att,
-                   Tensor& ff, int64_t n_valid);
+  void transformer(const CfmTransformerWeights& tw, Bufs& b, int64_t n_valid);
   void stage(const CfmStageWeights& sw, const char* resnet_name, const char* tfm_name, int index, Tensor& x,
              Tensor& out, const Tensor& tproj, Bufs& b, int64_t n_valid);
 
@@ -151,6 +152,8 @@ class CfmEstimator {
   ThreadPool& pool_;
   int64_t max_frames_ = 0, max_batch_ = 0;
   Arena arena_;
+  std::vector<std::unique_ptr<ThreadPool>> solo_;  // one single-thread pool per pool thread (attention)
+  std::vector<Arena> solo_arena_;                  // their scratch
   Tensor out_buf_;  // [max_batch, 80, max_frames]
   Tensor out_;      // view for the last call
   size_t call_mark_ = 0;
