@@ -1,5 +1,5 @@
 // data.pkl writer: pickle protocol 2 using only opcodes and globals that
-// torch.load(weights_only=True) accepts (Python floats and bytes excepted: see pickle.h).
+// torch.load(weights_only=True) accepts (floats and bytes excepted: see save_torch_pt).
 #include <cstring>
 #include <map>
 

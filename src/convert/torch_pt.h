@@ -43,7 +43,11 @@ PyRef load_torch_pt_memory(const void* data, size_t size, const std::string& nam
 std::map<std::string, std::shared_ptr<CkptTensor>> flatten_state_dict(const PyObject& root);
 
 // Writes a torch.save-compatible file (zip + pickle protocol 2 + storages) that real
-// torch.load(weights_only=True) accepts. Only the Kinds above are supported.
+// torch.load(weights_only=True) accepts. Only the Kinds above are supported. Float and
+// Bytes values are written as BINFLOAT / BINBYTES, which torch 1.13's weights_only
+// unpickler refuses (plain torch.load reads them); tensors, ints, strings, None, bools and
+// containers load everywhere. Subtrees reachable twice are written once (pickle memo);
+// cyclic trees are refused.
 void save_torch_pt(const std::string& path, const PyObject& root);
 struct TorchSaveOptions {
   std::string archive_name = "archive";  // the zip's top directory
