@@ -107,7 +107,7 @@ float MelMatrix::dot_row(int r, const float* x) const {
 
 // ---- (a) S3 tokenizer ----
 S3TokenizerMel::S3TokenizerMel()
-    : stft_(kNFft, kHop, make_window(WindowKind::HannPeriodic, kNFft), true, PadMode::Reflect),
+    : stft_(kNFft, kHop, make_window(WindowKind::HannPeriodic, kNFft), true, StftPad::Reflect),
       mel_(mel_filterbank(kSampleRate, kNFft, kMels, 0.0, 0.0, MelScale::Slaney, MelNorm::Slaney),
            kMels, kNFft / 2 + 1) {}
 
@@ -141,7 +141,7 @@ constexpr int kS3GenPad = (S3GenMel::kNFft - S3GenMel::kHop) / 2;  // 720
 }
 
 S3GenMel::S3GenMel()
-    : stft_(kNFft, kHop, make_window(WindowKind::HannPeriodic, kNFft), false, PadMode::Constant),
+    : stft_(kNFft, kHop, make_window(WindowKind::HannPeriodic, kNFft), false, StftPad::Constant),
       mel_(
           mel_filterbank(kSampleRate, kNFft, kMels, 0.0, 8000.0, MelScale::Slaney, MelNorm::Slaney),
           kMels, kNFft / 2 + 1) {}
@@ -228,7 +228,7 @@ std::vector<float> KaldiFbank::compute(const float* x, size_t n, bool mean_norm,
 
 // ---- (d) voice encoder ----
 VoiceEncoderMel::VoiceEncoderMel()
-    : stft_(kNFft, kHop, make_window(WindowKind::HannPeriodic, kNFft), true, PadMode::Reflect),
+    : stft_(kNFft, kHop, make_window(WindowKind::HannPeriodic, kNFft), true, StftPad::Reflect),
       mel_(
           mel_filterbank(kSampleRate, kNFft, kMels, 0.0, 8000.0, MelScale::Slaney, MelNorm::Slaney),
           kMels, kNFft / 2 + 1) {}

@@ -45,7 +45,7 @@ std::vector<float> pad_window(const std::vector<float>& w, int n_fft, const char
 }
 }  // namespace
 
-Stft::Stft(int n_fft, int hop, const std::vector<float>& window, bool center, PadMode pad)
+Stft::Stft(int n_fft, int hop, const std::vector<float>& window, bool center, StftPad pad)
     : n_fft_(n_fft), hop_(hop), center_(center), pad_(pad) {
   CBX_CHECK(n_fft >= 2 && hop >= 1, "Stft: bad n_fft %d / hop %d", n_fft, hop);
   window_ = pad_window(window, n_fft, "Stft");
@@ -61,7 +61,7 @@ int64_t Stft::num_frames(size_t n) const {
 }
 
 void Stft::check_input(size_t n) const {
-  if (center_ && pad_ == PadMode::Reflect)
+  if (center_ && pad_ == StftPad::Reflect)
     CBX_CHECK(n > size_t(n_fft_ / 2),
               "stft: reflect padding of %d needs more than %d input samples, got %zu", n_fft_ / 2,
               n_fft_ / 2, n);
@@ -76,7 +76,7 @@ void Stft::frame(const float* x, size_t n, int64_t f, std::complex<float>* out) 
     float v;
     if (p >= 0 && p < sn) {
       v = x[p];
-    } else if (pad_ == PadMode::Reflect) {
+    } else if (pad_ == StftPad::Reflect) {
       int64_t q = p < 0 ? -p : 2 * (sn - 1) - p;
       v = (q >= 0 && q < sn) ? x[q] : 0.0f;  // q always valid after check_input
     } else {

@@ -30,12 +30,12 @@ enum class WindowKind {
 // Computed in double, rounded to float.
 std::vector<float> make_window(WindowKind kind, int length);
 
-enum class PadMode { Reflect, Constant };
+enum class StftPad { Reflect, Constant };
 
 class Stft {
  public:
   Stft(int n_fft, int hop, const std::vector<float>& window, bool center = true,
-       PadMode pad = PadMode::Reflect);
+       StftPad pad = StftPad::Reflect);
   int n_fft() const { return n_fft_; }
   int hop() const { return hop_; }
   int bins() const { return n_fft_ / 2 + 1; }
@@ -60,7 +60,7 @@ class Stft {
  private:
   int n_fft_, hop_;
   bool center_;
-  PadMode pad_;
+  StftPad pad_;
   std::vector<float> window_;  // n_fft long (padded)
   std::vector<float> buf_;
   std::vector<std::complex<float>> row_;

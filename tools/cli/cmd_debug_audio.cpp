@@ -132,7 +132,7 @@ int run(int argc, char** argv) {
     cbx::npy_save(out, cbx::DType::I64, {2}, v);
   } else if (kind == "stft") {
     cbx::Stft stft(n_fft, hop, cbx::make_window(cbx::WindowKind::HannPeriodic, n_fft), true,
-                   cbx::PadMode::Reflect);
+                   cbx::StftPad::Reflect);
     T = stft.num_frames(n);
     std::vector<std::complex<float>> y(size_t(T) * stft.bins());
     stft.forward(x.data(), n, y.data(), stft.bins(), 1);
