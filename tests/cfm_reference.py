@@ -8,12 +8,13 @@ tests/test_cfm_parity.sh.
   cfm_reference.py inputs OUT_DIR --seed N --prompt P --gen G
       mu.npy [80, T], cond.npy [80, T] (a prompt mel in the first P frames, zeros after),
       spks.npy [80] and noise.npy [80, T] ~ N(0, 1), T = P + G
-  cfm_reference.py check CKPT_DIR IN_DIR --steps PFX --mel MEL.npy [--dump-dir D] [--rtol R]
+  cfm_reference.py check CKPT_DIR IN_DIR --steps PFX --mel MEL.npy [--dump-dir D] [--rtol R] [--valid N]
       runs the solver of the checkpoint's variant (meanflow: 2 Euler steps on [0, 0.5, 1];
       otherwise 10 cosine-scheduled Euler steps with CFG 0.7 as a batch of two) from the shared
       noise and compares the C++ state after each step (PFX.K.npy), the mel (prompt frames
       dropped) and, with --dump-dir, the intermediates of the first estimator call.
-      Error measure: max|c++ - ref| / max|ref|.
+      --valid N masks frames N.. as upstream's length mask would (mask_to_bias on the keys,
+      x * mask in the blocks). Error measure: max|c++ - ref| / max|ref|.
 
 Exit 0 on success, 1 on a mismatch (with a message).
 """
@@ -208,6 +209,8 @@ def cmd_check(a):
     T = mu.shape[-1]
     prompt = int((cond[0].abs().sum(0) != 0).nonzero().max()) + 1
     mask = torch.ones(1, 1, T)
+    if a.valid is not None:
+        mask[..., a.valid:] = 0
     ok = True
     captured = {}
     est.capture = captured
@@ -269,6 +272,7 @@ def main():
     p.add_argument("--mel", required=True)
     p.add_argument("--dump-dir")
     p.add_argument("--rtol", type=float, default=1e-4)
+    p.add_argument("--valid", type=int, help="length mask: frames from VALID on are padding")
     a = ap.parse_args()
     return cmd_inputs(a) or 0 if a.cmd == "inputs" else cmd_check(a)
 

@@ -5,7 +5,9 @@
 #   1. Turbo (mean-flow, 2 Euler steps): the state after each step, the mel and every named
 #      intermediate of the first estimator call within rel. 1e-4 (max|diff| / max|ref|);
 #   2. Multilingual (10 cosine Euler steps, CFG 0.7 as a batch of two): the same checks;
-#   3. generated noise: the same seed twice gives the same mel.
+#   3. a length mask (frames 90.. padding; upstream never pads at batch 1, but the estimator
+#      takes the mask): Turbo steps and mel within rel. 1e-4;
+#   4. generated noise: the same seed twice gives the same mel.
 # usage: test_cfm_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
@@ -39,6 +41,11 @@ for variant in turbo mtl; do
   "$PY" "$REF" check "$CK" "$TMP/in" --steps "$TMP/step_$variant" --mel "$TMP/mel_$variant.npy" \
     --dump-dir "$D" --rtol 1e-4
 done
+
+echo "== turbo, length mask (90 of 100 frames valid)"
+"$CLI" debug-cfm -m "$TMP/turbo.gguf" "${inputs[@]}" --noise "$TMP/in/noise.npy" --valid-frames 90 \
+  --out-mel "$TMP/mel_mask.npy" --steps-out "$TMP/step_mask" --threads 2
+"$PY" "$REF" check "$TMP/ck_turbo" "$TMP/in" --steps "$TMP/step_mask" --mel "$TMP/mel_mask.npy" --valid 90 --rtol 1e-4
 
 echo "== generated noise: determinism"
 for i in 1 2; do

@@ -3,6 +3,7 @@
 // injectable) and timing. Registered as `debug-cfm`; `chatterbox debug cfm ...` forwards to it.
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <string>
@@ -28,6 +29,7 @@ const char* kUsage =
     "  --noise F          float32 [80, T]: z ~ N(0, 1) (default: the seeded generator)\n"
     "  --out-mel F        float32 [80, T - P]: the mel after the prompt frames are dropped\n"
     "  --prompt-frames P  frames dropped (default: up to the last non-zero frame of cond)\n"
+    "  --valid-frames N   mask frames from N on (upstream's length mask; default: none masked)\n"
     "  --steps-out PFX    write x after step k (all T frames) as PFX.K.npy\n"
     "  --dump-dir DIR     write the estimator intermediates of the first call as DIR/NAME[.I].npy\n"
     "  --seed N           generator seed (default 0)\n"
@@ -75,7 +77,7 @@ void save_tensor(const std::string& path, const cbx::Tensor& t) {
 
 int run(int argc, char** argv) {
   std::string model, mu_path, cond_path, spks_path, noise_path, out_path, steps_out, dump_dir;
-  int64_t prompt = -1;
+  int64_t prompt = -1, valid = -1;
   uint64_t seed = 0;
   int threads = 2, repeat = 1;
   bool timing = false;
@@ -95,6 +97,7 @@ int run(int argc, char** argv) {
     else if (a == "--noise") noise_path = next();
     else if (a == "--out-mel") out_path = next();
     else if (a == "--prompt-frames") prompt = std::atoll(next().c_str());
+    else if (a == "--valid-frames") valid = std::atoll(next().c_str());
     else if (a == "--steps-out") steps_out = next();
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
@@ -135,6 +138,16 @@ int run(int argc, char** argv) {
         }
   }
 
+  std::vector<float> mask_buf;
+  cbx::Tensor mask;
+  if (valid >= 0) {
+    CBX_CHECK(valid >= 1 && valid <= T, "debug cfm: --valid-frames %lld must lie in [1, %lld]", (long long)valid,
+              (long long)T);
+    mask_buf.assign(size_t(T), 0.f);
+    std::fill(mask_buf.begin(), mask_buf.begin() + valid, 1.f);
+    mask = cbx::make_tensor(cbx::DType::F32, {T}, mask_buf.data(), mask_buf.size() * 4);
+  }
+
   cbx::CfmEstimatorWeights w;
   cbx::bind_cfm_estimator(*f, cfg.cfm, w);
   cbx::ThreadPool pool(threads);
@@ -158,7 +171,7 @@ int run(int argc, char** argv) {
         if (std::strcmp(name, "out") == 0) dumped = true;
       });
     const double cpu0 = process_cpu_s();
-    mel = &solver.solve(mu, spks, cond, prompt, noise);
+    mel = &solver.solve(mu, spks, cond, prompt, noise, mask);
     const double cpu_ms = 1e3 * (process_cpu_s() - cpu0);
     if (timing) {
       double total = 0;
