@@ -1,0 +1,182 @@
+// chatterbox-bench turbo -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] [--mb MB]
+//
+// The whole Turbo pipeline with generation forced to N speech tokens (EOS ignored; default 250,
+// ~10 s of audio): T3 prefill on a fixed sentence with the built-in voice, N - 1 decode steps,
+// then the flow encoder + mean-flow CFM and HiFT on the post-processed tokens. One line:
+//   t3_prefill_ms   prompt forward + first sample
+//   t3_tok_s        decode steps per second (forward + sampling)
+//   decode_bw_ratio (decode weights + average KV bytes per step) x t3_tok_s / stream read GB/s,
+//                   the stream read (--mb MB, same threads) measured in the same run, after the
+//                   pipeline (so its buffer is not in peak_rss_mb)
+//   s3gen_ms        flow encoder + CFM (2 estimator calls)
+//   hift_ms         vocoder + trim/fade
+//   rtf             (prefill + decode + s3gen + hift) / audio seconds
+//   peak_rss_mb     VmHWM of this process
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "models/sampler.h"
+#include "models/t3_turbo.h"
+#include "ops/elementwise.h"
+#include "pipeline/turbo_pipeline.h"
+
+namespace cbx::bench {
+namespace {
+
+const char* kText = "The quick brown fox jumps over the lazy dog, and then it runs back home before the rain starts.";
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double peak_rss_mb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
+  return 0;
+}
+
+// Best-of-reps read bandwidth (GB/s) of an mb-MB buffer split over the pool's threads.
+double stream_gbps(ThreadPool& pool, size_t mb, int reps) {
+  const size_t n = (mb << 20) / 8;
+  std::vector<uint64_t> buf(n, 1);
+  double best = 0;
+  volatile uint64_t sink = 0;
+  for (int r = 0; r < reps; ++r) {
+    uint64_t part[256] = {};
+    const double t0 = now_ms();
+    pool.run([&](int ith, int nth) {
+      int64_t b, e;
+      ThreadPool::split(int64_t(n / 8), ith, nth, &b, &e);
+      uint64_t a[8] = {};
+      for (int64_t i = b * 8; i < e * 8; i += 8)
+        for (int k = 0; k < 8; ++k) a[k] ^= buf[size_t(i + k)];
+      part[ith] = a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7];
+    });
+    const double dt = (now_ms() - t0) / 1e3;
+    sink = sink ^ part[0];
+    best = std::max(best, double(n * 8) / dt / 1e9);
+  }
+  return best;
+}
+
+int run_turbo(int argc, char** argv) {
+  std::string model, kv = "f16";
+  int threads = 0, tokens = 250, mb = 1024;
+  uint64_t seed = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      CBX_CHECK(i + 1 < argc, "bench turbo: %s needs a value", a.c_str());
+      return argv[++i];
+    };
+    if (a == "-m" || a == "--model") model = next();
+    else if (a == "--tokens") tokens = std::atoi(next());
+    else if (a == "--threads") threads = std::atoi(next());
+    else if (a == "--kv-type") kv = next();
+    else if (a == "--seed") seed = std::strtoull(next(), nullptr, 10);
+    else if (a == "--mb") mb = std::atoi(next());
+    else if (a == "--help" || a == "-h") {
+      std::puts("usage: chatterbox-bench turbo -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] "
+                "[--seed S] [--mb MB]  (see bench/bench_turbo.cpp)");
+      return 0;
+    } else fail("bench turbo: unknown option '%s' (see bench/bench_turbo.cpp)", a.c_str());
+  }
+  CBX_CHECK(!model.empty(), "usage: chatterbox-bench turbo -m MODEL.gguf [--tokens N] [--threads T]");
+  CBX_CHECK(tokens >= 1 && threads >= 0 && mb > 0 && (kv == "f16" || kv == "f32"), "bench turbo: bad arguments");
+
+  TurboLoadParams lp;
+  lp.n_threads = threads;
+  lp.kv_type = kv == "f16" ? DType::F16 : DType::F32;
+  lp.max_new_tokens = tokens - 1;
+  const double t_load = now_ms();
+  TurboPipeline pipe(model, lp);
+  const double load_ms = now_ms() - t_load;
+  T3Turbo& t3 = pipe.t3();
+  const T3Config& c = t3.config().t3;
+
+  std::vector<std::string> chunks = pipe.split_text(kText, 1000);
+  std::vector<int32_t> text_ids = pipe.tokenize(chunks.at(0));
+  const std::vector<float>& spk = pipe.speaker_emb();
+  const std::vector<int32_t>& prompt = pipe.cond_prompt_tokens();
+
+  SamplerParams sp = t3.default_sampler();
+  sp.seed = seed;
+  TurboSampler sampler(c.speech_vocab, sp);
+  T3Gpt2& gpt = t3.backbone();
+  std::vector<int32_t> history;
+  history.reserve(size_t(tokens));
+
+  // Prefill + the first token, then decode steps that ignore EOS (as T3Turbo::generate otherwise).
+  double t0 = now_ms();
+  Tensor embeds = t3.build_prompt(text_ids.data(), int64_t(text_ids.size()), spk.data(), int64_t(spk.size()),
+                                  prompt.data(), int64_t(prompt.size()));
+  const int64_t n_prompt_rows = embeds.shape[0];
+  gpt.reset();
+  const Tensor& lg0 = gpt.forward(embeds);
+  const int32_t bos = c.start_speech_token;
+  int32_t tok = sampler.sample(lg0.ptr<float>(), &bos, 1);
+  CBX_CHECK(tok >= 0, "bench turbo: prefill logits all -inf");
+  const double prefill_ms = now_ms() - t0;
+  history.push_back(tok);
+
+  std::vector<float> row(size_t(c.n_embd));
+  Tensor row_t = make_tensor(DType::F32, {1, c.n_embd}, row.data(), row.size() * 4);
+  int32_t id = 0;
+  Tensor id_t = make_tensor(DType::I32, {1}, &id, 4);
+  const int steps = tokens - 1;
+  t0 = now_ms();
+  for (int s = 0; s < steps; ++s) {
+    id = tok;
+    get_rows(t3.weights().speech_emb, id_t, row_t);
+    const Tensor& lg = gpt.forward(row_t);
+    tok = sampler.sample(lg.ptr<float>(), history.data(), int64_t(history.size()));
+    CBX_CHECK(tok >= 0, "bench turbo: step %d logits all -inf", s);
+    history.push_back(tok);
+  }
+  const double decode_ms = now_ms() - t0;
+  const double tok_s = steps > 0 ? steps / (decode_ms / 1e3) : 0.0;
+
+  std::vector<int32_t> speech = t3.postprocess(history);
+  TurboTimings tm;
+  pipe.reseed_s3gen(seed);
+  std::vector<float> audio = pipe.tokens_to_audio(speech, &tm);
+  const double s3gen_ms = tm.flow_ms + tm.cfm_ms;
+  const double audio_s = double(audio.size()) / pipe.sample_rate();
+  const double rtf = (prefill_ms + decode_ms + s3gen_ms + tm.hift_ms) / 1e3 / audio_s;
+
+  // The stream buffer comes after the peak-RSS reading so it does not count.
+  const double rss_mb = peak_rss_mb();
+  double stream = 0;
+  {
+    ThreadPool pool(pipe.n_threads());
+    stream = stream_gbps(pool, size_t(mb), 5);
+  }
+  const double wbytes = double(t3_gpt2_decode_weight_bytes(c, t3.weights()));
+  const double es = lp.kv_type == DType::F16 ? 2.0 : 4.0;
+  const double avg_keys = double(n_prompt_rows) + 1.0 + std::max(0, steps - 1) / 2.0;
+  const double kvbytes = 2.0 * c.n_layer * double(c.n_head) * c.head_dim * es * avg_keys;
+  const double decode_gbps = (wbytes + kvbytes) * tok_s / 1e9;
+  std::printf("bench turbo model=%s threads=%d kv=%s load_ms=%.0f prompt_rows=%lld tokens=%d s3gen_tokens=%zu "
+              "audio_s=%.2f t3_prefill_ms=%.1f t3_tok_s=%.2f decode_gbps=%.2f stream_gbps=%.2f "
+              "decode_bw_ratio=%.3f flow_ms=%.1f cfm_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f peak_rss_mb=%.0f\n",
+              model.c_str(), pipe.n_threads(), kv.c_str(), load_ms, (long long)n_prompt_rows, tokens, speech.size(),
+              audio_s, prefill_ms, tok_s, decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, s3gen_ms,
+              tm.hift_ms, rtf, rss_mb);
+  return 0;
+}
+
+RegisterBench reg("turbo", "Turbo end to end, N forced speech tokens: T3, S3Gen, HiFT, rtf, peak RSS", run_turbo);
+
+}  // namespace
+}  // namespace cbx::bench

@@ -1,0 +1,121 @@
+/* chatterbox.cpp C API: Chatterbox Turbo text-to-speech from one GGUF file.
+ *
+ *   cbx_model_params mp = cbx_model_default_params();
+ *   cbx_model* m = NULL;
+ *   if (cbx_model_load("turbo.gguf", &mp, &m) != CBX_OK) fprintf(stderr, "%s\n", cbx_last_error());
+ *   cbx_synth_params sp = cbx_synth_default_params();
+ *   float* audio = NULL; size_t n = 0;
+ *   if (cbx_synthesize(m, "Hello.", &sp, &audio, &n, NULL) == CBX_OK) { ... 24 kHz mono ... }
+ *   cbx_audio_free(audio);
+ *   cbx_model_free(m);
+ *
+ * Rules:
+ *  - No function throws or exits. Failures return a status; cbx_last_error() then gives a
+ *    message (thread-local, valid until the next failing call on the same thread).
+ *  - Parameter structs carry struct_size (set by the *_default_params functions). A caller
+ *    built against an older header passes a smaller struct: fields it does not know keep their
+ *    defaults. Always start from the default function, then change fields.
+ *  - A model may be used from several threads; synthesize calls on one model are serialised.
+ *  - Supported: Turbo and Nano GGUFs (chatterbox convert). A Multilingual GGUF is refused
+ *    with CBX_ERR_UNSUPPORTED_MODEL.
+ *  - Long text is split at sentence boundaries into chunks that fit one generation and the
+ *    audio is concatenated (src/pipeline/turbo_pipeline.h).
+ *  - The upstream Perth watermark is NOT applied: output audio is not watermarked.
+ */
+#ifndef CHATTERBOX_H
+#define CHATTERBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CBX_API_VERSION 1
+
+typedef enum cbx_status {
+  CBX_OK = 0,
+  CBX_ERR_INVALID_ARGUMENT = 1,  /* NULL pointer, bad struct_size, out-of-range parameter */
+  CBX_ERR_MODEL_LOAD = 2,        /* missing / corrupt / incomplete GGUF */
+  CBX_ERR_UNSUPPORTED_MODEL = 3, /* a valid model this pipeline cannot run (e.g. Multilingual) */
+  CBX_ERR_TEXT = 4,              /* empty text or invalid UTF-8 */
+  CBX_ERR_ABORTED = 5,           /* the abort or audio callback asked to stop */
+  CBX_ERR_OUT_OF_MEMORY = 6,
+  CBX_ERR_INTERNAL = 7           /* anything else; see cbx_last_error() */
+} cbx_status;
+
+typedef enum cbx_kv_type { CBX_KV_F16 = 0, CBX_KV_F32 = 1 } cbx_kv_type;
+
+typedef struct cbx_model cbx_model; /* opaque */
+
+/* Load-time parameters: the thread pool and every buffer are reserved once per model. */
+typedef struct cbx_model_params {
+  size_t struct_size;       /* sizeof(cbx_model_params) */
+  int32_t n_threads;        /* 0 = all hardware threads */
+  int32_t kv_type;          /* cbx_kv_type: the T3 KV cache (default F16) */
+  int32_t max_new_tokens;   /* speech tokens per generation; <= 0 = the model's (1000, ~40 s) */
+} cbx_model_params;
+
+/* Per-call parameters. Negative values mean "the model's default" (GGUF sampler.* metadata;
+ * Turbo: temperature 0.8, top_k 1000, top_p 0.95, repetition_penalty 1.2). */
+typedef struct cbx_synth_params {
+  size_t struct_size;       /* sizeof(cbx_synth_params) */
+  uint64_t seed;            /* same text + params + seed -> same samples */
+  float temperature;
+  int32_t top_k;            /* 0 disables top-k */
+  float top_p;              /* (0, 1] */
+  float repetition_penalty; /* > 0; 1 disables */
+  int32_t max_chunk_tokens; /* text tokens per chunk of long text; <= 0 = 80 */
+} cbx_synth_params;
+
+/* Audio of one finished text chunk (samples valid during the call). Return non-zero to stop
+ * (cbx_synthesize then returns CBX_ERR_ABORTED). */
+typedef int (*cbx_audio_callback)(const float* samples, size_t n_samples, int32_t sample_rate, void* user_data);
+/* Polled between decode steps and stages; return non-zero to abort. */
+typedef int (*cbx_abort_callback)(void* user_data);
+
+typedef struct cbx_callbacks {
+  size_t struct_size;       /* sizeof(cbx_callbacks) */
+  cbx_audio_callback on_audio;
+  cbx_abort_callback should_abort;
+  void* user_data;
+} cbx_callbacks;
+
+/* Wall times of the last successful cbx_synthesize on a model, in ms. */
+typedef struct cbx_timings {
+  size_t struct_size;       /* sizeof(cbx_timings) */
+  double text_ms, t3_prefill_ms, t3_decode_ms, flow_ms, cfm_ms, hift_ms, total_ms;
+  int64_t n_chunks, n_text_tokens, n_speech_tokens;
+  int64_t chunks_at_limit;  /* chunks whose generation hit max_new_tokens without EOS */
+  int64_t n_samples;
+  double rtf;               /* total_ms / audio duration */
+} cbx_timings;
+
+int32_t cbx_api_version(void);
+const char* cbx_status_string(cbx_status s);
+/* Message of the last failure on this thread ("" if none). */
+const char* cbx_last_error(void);
+
+cbx_model_params cbx_model_default_params(void);
+cbx_synth_params cbx_synth_default_params(void);
+
+/* params may be NULL (defaults). On failure *model is set to NULL. */
+cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_model** model);
+void cbx_model_free(cbx_model* model); /* NULL is fine */
+int32_t cbx_model_sample_rate(const cbx_model* model); /* 24000; 0 for NULL */
+
+/* text: UTF-8. params, callbacks: may be NULL. audio/n_samples: may both be NULL when the
+ * audio callback consumes the audio; otherwise *audio receives a buffer to release with
+ * cbx_audio_free (NULL and 0 on failure). */
+cbx_status cbx_synthesize(cbx_model* model, const char* text, const cbx_synth_params* params, float** audio,
+                          size_t* n_samples, const cbx_callbacks* callbacks);
+void cbx_audio_free(float* audio); /* NULL is fine */
+
+cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* timings);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CHATTERBOX_H */

@@ -1,0 +1,222 @@
+// include/chatterbox.h over TurboPipeline. Every entry point catches everything.
+#include "chatterbox.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "pipeline/turbo_pipeline.h"
+
+struct cbx_model {
+  std::unique_ptr<cbx::TurboPipeline> pipe;
+  mutable std::mutex mu;  // one synthesis at a time per model
+  cbx::TurboTimings last;
+  bool have_last = false;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+cbx_status set_error(cbx_status s, const std::string& msg) {
+  g_last_error = msg;
+  return s;
+}
+
+// Copies a caller's versioned struct over the defaults: fields past its struct_size keep them.
+template <typename T>
+bool read_versioned(const T* in, T& out, const char* what) {
+  if (!in) return true;
+  if (in->struct_size < sizeof(size_t) || in->struct_size > 65536) {
+    set_error(CBX_ERR_INVALID_ARGUMENT, std::string(what) + ": struct_size " + std::to_string(in->struct_size) +
+                                            " is invalid (start from the *_default_params function)");
+    return false;
+  }
+  std::memcpy(static_cast<void*>(&out), in, std::min(in->struct_size, sizeof(T)));
+  out.struct_size = sizeof(T);
+  return true;
+}
+
+// Runs fn, mapping exceptions to status codes and messages.
+template <typename Fn>
+cbx_status guarded(cbx_status fallback, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const cbx::TextError& e) {
+    return set_error(CBX_ERR_TEXT, e.what());
+  } catch (const cbx::UnsupportedModelError& e) {
+    return set_error(CBX_ERR_UNSUPPORTED_MODEL, e.what());
+  } catch (const cbx::AbortedError& e) {
+    return set_error(CBX_ERR_ABORTED, e.what());
+  } catch (const std::bad_alloc&) {
+    return set_error(CBX_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return set_error(fallback, e.what());
+  } catch (...) {
+    return set_error(CBX_ERR_INTERNAL, "unknown exception");
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t cbx_api_version(void) { return CBX_API_VERSION; }
+
+const char* cbx_status_string(cbx_status s) {
+  switch (s) {
+    case CBX_OK: return "ok";
+    case CBX_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case CBX_ERR_MODEL_LOAD: return "model load failed";
+    case CBX_ERR_UNSUPPORTED_MODEL: return "unsupported model";
+    case CBX_ERR_TEXT: return "invalid text";
+    case CBX_ERR_ABORTED: return "aborted";
+    case CBX_ERR_OUT_OF_MEMORY: return "out of memory";
+    case CBX_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+const char* cbx_last_error(void) { return g_last_error.c_str(); }
+
+cbx_model_params cbx_model_default_params(void) {
+  cbx_model_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  p.n_threads = 0;
+  p.kv_type = CBX_KV_F16;
+  p.max_new_tokens = 0;
+  return p;
+}
+
+cbx_synth_params cbx_synth_default_params(void) {
+  cbx_synth_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  p.seed = 0;
+  p.temperature = -1;
+  p.top_k = -1;
+  p.top_p = -1;
+  p.repetition_penalty = -1;
+  p.max_chunk_tokens = 0;
+  return p;
+}
+
+cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_model** model) {
+  if (!model) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_load: model is NULL");
+  *model = nullptr;
+  if (!path) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_load: path is NULL");
+  cbx_model_params p = cbx_model_default_params();
+  if (!read_versioned(params, p, "cbx_model_load: params")) return CBX_ERR_INVALID_ARGUMENT;
+  if (p.n_threads < 0 || p.n_threads > 256)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_load: n_threads " + std::to_string(p.n_threads));
+  if (p.kv_type != CBX_KV_F16 && p.kv_type != CBX_KV_F32)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_load: kv_type " + std::to_string(p.kv_type));
+  return guarded(CBX_ERR_MODEL_LOAD, [&]() {
+    cbx::TurboLoadParams lp;
+    lp.n_threads = p.n_threads;
+    lp.kv_type = p.kv_type == CBX_KV_F32 ? cbx::DType::F32 : cbx::DType::F16;
+    lp.max_new_tokens = p.max_new_tokens > 0 ? p.max_new_tokens : -1;
+    auto m = std::make_unique<cbx_model>();
+    m->pipe = std::make_unique<cbx::TurboPipeline>(path, lp);
+    *model = m.release();
+    return CBX_OK;
+  });
+}
+
+void cbx_model_free(cbx_model* model) {
+  try {
+    delete model;
+  } catch (...) {
+  }
+}
+
+int32_t cbx_model_sample_rate(const cbx_model* model) { return model ? model->pipe->sample_rate() : 0; }
+
+cbx_status cbx_synthesize(cbx_model* model, const char* text, const cbx_synth_params* params, float** audio,
+                          size_t* n_samples, const cbx_callbacks* callbacks) {
+  if (audio) *audio = nullptr;
+  if (n_samples) *n_samples = 0;
+  if (!model) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: model is NULL");
+  if (!text) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: text is NULL");
+  if ((audio == nullptr) != (n_samples == nullptr))
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: give both audio and n_samples, or neither");
+  cbx_synth_params p = cbx_synth_default_params();
+  if (!read_versioned(params, p, "cbx_synthesize: params")) return CBX_ERR_INVALID_ARGUMENT;
+  cbx_callbacks cb;
+  std::memset(&cb, 0, sizeof cb);
+  cb.struct_size = sizeof cb;
+  if (!read_versioned(callbacks, cb, "cbx_synthesize: callbacks")) return CBX_ERR_INVALID_ARGUMENT;
+  if (!audio && !cb.on_audio)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: no audio output and no audio callback");
+  if (p.top_p > 1 || p.top_p == 0)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: top_p must be in (0, 1]");
+  if (p.repetition_penalty == 0)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: repetition_penalty must be > 0");
+  return guarded(CBX_ERR_INTERNAL, [&]() {
+    std::lock_guard<std::mutex> lock(model->mu);
+    cbx::TurboSynthParams sp;
+    sp.seed = p.seed;
+    sp.temperature = p.temperature;
+    sp.top_k = p.top_k;
+    sp.top_p = p.top_p < 0 ? -1.0 : double(p.top_p);
+    sp.repetition_penalty = p.repetition_penalty;
+    sp.max_chunk_tokens = p.max_chunk_tokens > 0 ? p.max_chunk_tokens : 0;
+    const int32_t sr = model->pipe->sample_rate();
+    cbx::TurboAudioFn on_audio;
+    if (cb.on_audio)
+      on_audio = [&](const float* s, int64_t n, int64_t, int64_t) {
+        return cb.on_audio(s, size_t(n), sr, cb.user_data) == 0;
+      };
+    cbx::TurboAbortFn should_abort;
+    if (cb.should_abort) should_abort = [&]() { return cb.should_abort(cb.user_data) != 0; };
+    cbx::TurboTimings tm;
+    std::vector<float> wave = model->pipe->synthesize(text, sp, &tm, on_audio, should_abort);
+    model->last = tm;
+    model->have_last = true;
+    if (audio) {
+      float* buf = static_cast<float*>(std::malloc(std::max<size_t>(1, wave.size()) * sizeof(float)));
+      if (!buf) throw std::bad_alloc();
+      if (!wave.empty()) std::memcpy(buf, wave.data(), wave.size() * sizeof(float));
+      *audio = buf;
+      *n_samples = wave.size();
+    }
+    return CBX_OK;
+  });
+}
+
+void cbx_audio_free(float* audio) { std::free(audio); }
+
+cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* timings) {
+  if (!model || !timings) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_last_timings: NULL argument");
+  if (timings->struct_size < sizeof(size_t) || timings->struct_size > 65536)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_last_timings: struct_size is invalid");
+  std::lock_guard<std::mutex> lock(model->mu);
+  if (!model->have_last)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_last_timings: no successful synthesis yet");
+  const cbx::TurboTimings& t = model->last;
+  cbx_timings o;
+  std::memset(&o, 0, sizeof o);
+  o.struct_size = std::min(timings->struct_size, sizeof o);
+  o.text_ms = t.text_ms;
+  o.t3_prefill_ms = t.t3_prefill_ms;
+  o.t3_decode_ms = t.t3_decode_ms;
+  o.flow_ms = t.flow_ms;
+  o.cfm_ms = t.cfm_ms;
+  o.hift_ms = t.hift_ms;
+  o.total_ms = t.total_ms;
+  o.n_chunks = t.n_chunks;
+  o.n_text_tokens = t.n_text_tokens;
+  o.n_speech_tokens = t.n_speech_tokens;
+  o.chunks_at_limit = t.chunks_at_limit;
+  o.n_samples = t.n_samples;
+  o.rtf = t.rtf();
+  std::memcpy(static_cast<void*>(timings), &o, o.struct_size);
+  return CBX_OK;
+}
+
+}  // extern "C"

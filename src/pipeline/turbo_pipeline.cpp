@@ -1,0 +1,360 @@
+#include "pipeline/turbo_pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "core/gguf.h"
+#include "core/thread_pool.h"
+#include "models/cfm_estimator.h"
+#include "models/cfm_solver.h"
+#include "models/flow_encoder.h"
+#include "models/hift_vocoder.h"
+#include "models/sampler.h"
+#include "models/t3_turbo.h"
+#include "text/gpt2_tokenizer.h"
+#include "text/punc_norm.h"
+
+namespace cbx {
+
+namespace {
+
+constexpr int64_t kDefaultChunkTokens = 80;
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+template <typename T>
+std::vector<T> voice_tensor(const GgufFile& f, const char* name, DType dt, int64_t want_cols = 0,
+                            int64_t* rows = nullptr) {
+  Tensor t = f.tensor(name);
+  CBX_CHECK(t.dtype == dt && t.is_contiguous(), "%s: %s must be a contiguous %s tensor", f.path().c_str(), name,
+            dtype_name(dt));
+  if (want_cols > 0)
+    CBX_CHECK(t.ndim == 2 && t.shape[1] == want_cols, "%s: %s has shape %s, expected [n, %lld]", f.path().c_str(),
+              name, t.shape_str().c_str(), (long long)want_cols);
+  if (rows) *rows = t.ndim == 2 ? t.shape[0] : t.numel();
+  return std::vector<T>(t.ptr<T>(), t.ptr<T>() + t.numel());
+}
+
+// The GPT-2 tokenizer from the GGUF metadata (docs/gguf-format.md, "Tokenizer").
+std::unique_ptr<Gpt2Tokenizer> tokenizer_from_gguf(const GgufFile& f) {
+  const GgufValue* model = f.find("tokenizer.ggml.model");
+  CBX_CHECK(model && model->type == GgufType::STRING, "%s: no tokenizer.ggml.model", f.path().c_str());
+  CBX_CHECK(model->as_string() == "gpt2", "%s: tokenizer '%s' is not the GPT-2 BPE Turbo uses", f.path().c_str(),
+            model->as_string().c_str());
+  std::vector<std::string> tokens = f.get("tokenizer.ggml.tokens").as_string_array();
+  std::vector<std::string> merges = f.get("tokenizer.ggml.merges").as_string_array();
+  std::vector<int64_t> types;
+  if (const GgufValue* v = f.find("tokenizer.ggml.token_type")) types = v->as_int_array();
+  std::vector<Gpt2AddedToken> added;
+  std::vector<bool> is_added(tokens.size(), false);
+  if (f.has("chatterbox.tokenizer.added_tokens")) {
+    std::vector<std::string> at = f.get("chatterbox.tokenizer.added_tokens").as_string_array();
+    std::vector<int64_t> ids = f.get("chatterbox.tokenizer.added_token_ids").as_int_array();
+    CBX_CHECK(at.size() == ids.size(), "%s: %zu added tokens but %zu ids", f.path().c_str(), at.size(), ids.size());
+    for (size_t i = 0; i < at.size(); ++i) {
+      CBX_CHECK(ids[i] >= 0 && ids[i] < int64_t(tokens.size()), "%s: added token '%s' id %lld out of range",
+                f.path().c_str(), at[i].c_str(), (long long)ids[i]);
+      added.push_back({at[i], int32_t(ids[i])});
+      is_added[size_t(ids[i])] = true;
+    }
+  }
+  // Control tokens (<|endoftext|>) are special tokens HF matches whole in text.
+  for (size_t i = 0; i < types.size() && i < tokens.size(); ++i)
+    if (types[i] == 3 && !is_added[i]) added.push_back({tokens[i], int32_t(i)});
+  // Added tags at the tail of the id space are not byte-level vocabulary entries.
+  size_t n_vocab = tokens.size();
+  while (n_vocab > 0 && is_added[n_vocab - 1]) --n_vocab;
+  tokens.resize(n_vocab);
+  int64_t max_len = 1024;
+  if (const GgufValue* v = f.find("chatterbox.tokenizer.model_max_length")) max_len = v->as_int();
+  CBX_CHECK(max_len > 0, "%s: model_max_length %lld", f.path().c_str(), (long long)max_len);
+  return std::make_unique<Gpt2Tokenizer>(std::move(tokens), merges, std::move(added), size_t(max_len));
+}
+
+bool is_space(char c) { return c == ' '; }
+
+// Splits s after each position where `boundary(i)` holds for a space at i; trims the pieces.
+template <typename Pred>
+std::vector<std::string> split_at_spaces(const std::string& s, Pred boundary) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (is_space(s[i]) && boundary(i)) {
+      if (i > start) out.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (start < s.size()) out.push_back(s.substr(start));
+  return out;
+}
+
+// Space at i ends a sentence: the text before it ends with . ! ? (then closing quotes/brackets).
+bool sentence_end(const std::string& s, size_t i) {
+  size_t j = i;
+  while (j > 0 && std::strchr("\"')]", s[j - 1])) --j;
+  return j > 0 && std::strchr(".!?", s[j - 1]) != nullptr;
+}
+
+bool clause_end(const std::string& s, size_t i) { return i > 0 && std::strchr(",;:", s[i - 1]) != nullptr; }
+
+// At most max_bytes bytes per piece, cut at code-point boundaries (byte-level BPE gives at most
+// one token per byte, so each piece has at most max_bytes tokens).
+std::vector<std::string> split_bytes(const std::string& s, size_t max_bytes) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < s.size()) {
+    size_t end = std::min(s.size(), start + max_bytes);
+    while (end < s.size() && end > start + 1 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+    out.push_back(s.substr(start, end - start));
+    start = end;
+  }
+  return out;
+}
+
+}  // namespace
+
+struct TurboPipeline::Impl {
+  std::unique_ptr<GgufFile> f;
+  ModelConfig cfg;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Gpt2Tokenizer> tok;
+  std::unique_ptr<T3Turbo> t3;
+  FlowEncoderWeights flow_w;
+  std::unique_ptr<FlowEncoder> flow;
+  CfmEstimatorWeights cfm_w;
+  std::unique_ptr<CfmSolver> cfm;
+  std::unique_ptr<HiftVocoder> hift;
+  // built-in voice
+  std::vector<float> speaker_emb, prompt_feat, embedding;
+  std::vector<int32_t> cond_prompt_tokens, prompt_tokens;
+  int64_t n_prompt_frames = 0;
+  int64_t max_new = 0, max_speech = 0;
+
+  int64_t count_tokens(const std::string& s) const { return int64_t(tok->encode(s).size()); }
+};
+
+TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) : m_(std::make_unique<Impl>()) {
+  Impl& m = *m_;
+  m.f = GgufFile::open(path);
+  const GgufFile& f = *m.f;
+  m.cfg = read_config(f);
+  const ModelConfig& c = m.cfg;
+  if (c.variant != Variant::Turbo && c.variant != Variant::Nano)
+    throw UnsupportedModelError(std::string(path) + ": model variant '" + variant_name(c.variant) +
+                                "' is not supported by the Turbo pipeline (only turbo and nano models can be "
+                                "synthesised; Multilingual synthesis is not implemented yet)");
+  CBX_CHECK(c.t3.arch == "gpt2", "%s: T3 arch '%s', the Turbo pipeline needs gpt2", path.c_str(), c.t3.arch.c_str());
+  CBX_CHECK(c.cfm.meanflow, "%s: the Turbo pipeline needs the mean-flow CFM (cfm.meanflow)", path.c_str());
+  CBX_CHECK(p.kv_type == DType::F16 || p.kv_type == DType::F32, "turbo pipeline: KV cache type must be f16 or f32");
+  int n_threads = p.n_threads;
+  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  CBX_CHECK(n_threads <= 256, "turbo pipeline: %d threads", n_threads);
+  m.pool = std::make_unique<ThreadPool>(n_threads);
+  m.tok = tokenizer_from_gguf(f);
+
+  m.speaker_emb = voice_tensor<float>(f, "voice.speaker_emb", DType::F32);
+  m.cond_prompt_tokens = voice_tensor<int32_t>(f, "voice.cond_prompt_tokens", DType::I32);
+  m.prompt_tokens = voice_tensor<int32_t>(f, "voice.prompt_token", DType::I32);
+  m.prompt_feat = voice_tensor<float>(f, "voice.prompt_feat", DType::F32, c.flow.mel_dim, &m.n_prompt_frames);
+  m.embedding = voice_tensor<float>(f, "voice.embedding", DType::F32);
+
+  m.max_new = p.max_new_tokens >= 0 ? p.max_new_tokens : c.pipeline.max_new_tokens;
+  CBX_CHECK(m.max_new >= 0 && m.max_new <= 100000, "turbo pipeline: max_new_tokens %lld", (long long)m.max_new);
+  T3TurboOptions to;
+  to.max_text = int64_t(m.tok->model_max_length() == Gpt2Tokenizer::kNoMaxLength ? 1024 : m.tok->model_max_length());
+  to.max_prompt = std::max<int64_t>(1, int64_t(m.cond_prompt_tokens.size()));
+  to.max_new = m.max_new;
+  to.kv_type = p.kv_type;
+  m.t3 = std::make_unique<T3Turbo>(c, f, *m.pool, to);
+
+  // One generation: the prefill token + max_new, then the silence tokens.
+  m.max_speech = 1 + m.max_new + c.pipeline.n_silence_tokens;
+  const int64_t max_flow_tokens = int64_t(m.prompt_tokens.size()) + m.max_speech;
+  bind_flow_encoder(f, c.flow, m.flow_w);
+  FlowEncoderOptions fo;
+  fo.max_tokens = max_flow_tokens;
+  m.flow = std::make_unique<FlowEncoder>(c.flow, m.flow_w, *m.pool, fo);
+  CBX_CHECK(m.n_prompt_frames <= c.flow.token_mel_ratio * int64_t(m.prompt_tokens.size()),
+            "%s: voice.prompt_feat has %lld frames for %zu prompt tokens", path.c_str(), (long long)m.n_prompt_frames,
+            m.prompt_tokens.size());
+
+  bind_cfm_estimator(f, c.cfm, m.cfm_w);
+  CfmSolverOptions co;
+  co.max_frames = c.flow.token_mel_ratio * max_flow_tokens;
+  m.cfm = std::make_unique<CfmSolver>(c.cfm, m.cfm_w, *m.pool, co);
+
+  HiftOptions ho;
+  ho.max_frames = c.flow.token_mel_ratio * max_flow_tokens - m.n_prompt_frames;
+  m.hift = std::make_unique<HiftVocoder>(c, f, *m.pool, ho);
+}
+
+TurboPipeline::~TurboPipeline() = default;
+
+const ModelConfig& TurboPipeline::config() const { return m_->cfg; }
+int TurboPipeline::sample_rate() const { return m_->cfg.pipeline.sample_rate; }
+int TurboPipeline::n_threads() const { return m_->pool->size(); }
+int64_t TurboPipeline::max_new_tokens() const { return m_->max_new; }
+T3Turbo& TurboPipeline::t3() { return *m_->t3; }
+const std::vector<float>& TurboPipeline::speaker_emb() const { return m_->speaker_emb; }
+const std::vector<int32_t>& TurboPipeline::cond_prompt_tokens() const { return m_->cond_prompt_tokens; }
+
+std::vector<int32_t> TurboPipeline::tokenize(const std::string& normalized) const {
+  return m_->tok->encode(normalized, /*truncate=*/false);
+}
+
+std::vector<std::string> TurboPipeline::split_text(const std::string& text, int64_t max_chunk_tokens) const {
+  const Impl& m = *m_;
+  try {
+    utf8_check(text);
+  } catch (const Error& e) {
+    throw TextError(e.what());
+  }
+  bool blank = true;
+  for (size_t i = 0; i < text.size() && blank;) {
+    char32_t cp = 0;
+    const size_t n = utf8_next(text, i, &cp);
+    // Python str.isspace for the common cases; punc_norm would turn "" into a stock sentence.
+    if (!(cp == ' ' || (cp >= 0x09 && cp <= 0x0D) || cp == 0x1C || cp == 0x1D || cp == 0x1E || cp == 0x1F ||
+          cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+          cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000))
+      blank = false;
+    i += n;
+  }
+  if (blank) throw TextError("text: the text is empty (nothing to synthesise)");
+
+  const int64_t budget = max_chunk_tokens > 0 ? max_chunk_tokens : kDefaultChunkTokens;
+  const int64_t t3_max = int64_t(m.tok->model_max_length() == Gpt2Tokenizer::kNoMaxLength ? 1024
+                                                                                          : m.tok->model_max_length());
+  CBX_CHECK(budget <= t3_max, "text: chunk size %lld exceeds the %lld text tokens T3 takes", (long long)budget,
+            (long long)t3_max);
+  const std::string norm = punc_norm(text, PuncNormFlavor::Turbo);
+  if (m.count_tokens(norm) <= budget) return {norm};
+
+  // Chunk boundaries at the highest level that fits: sentences are packed greedily; a sentence
+  // over the budget is cut into its clauses (packed among themselves), a clause into words, a
+  // word into byte runs. Packed units are rejoined with one space, as in the normalised text.
+  std::vector<std::string> chunks;
+  auto fits = [&](const std::string& u) { return m.count_tokens(u) <= budget; };
+  std::function<void(const std::string&, int)> split_level = [&](const std::string& s, int level) {
+    if (level == 3) {
+      for (std::string& b : split_bytes(s, size_t(budget))) chunks.push_back(std::move(b));
+      return;
+    }
+    std::vector<std::string> units =
+        level == 0 ? split_at_spaces(s, [&](size_t i) { return sentence_end(s, i); })
+        : level == 1 ? split_at_spaces(s, [&](size_t i) { return clause_end(s, i); })
+                     : split_at_spaces(s, [](size_t) { return true; });
+    std::string cur;
+    for (const std::string& u : units) {
+      if (!fits(u)) {
+        if (!cur.empty()) chunks.push_back(cur), cur.clear();
+        split_level(u, level + 1);
+      } else if (cur.empty()) {
+        cur = u;
+      } else if (fits(cur + " " + u)) {
+        cur += " " + u;
+      } else {
+        chunks.push_back(cur);
+        cur = u;
+      }
+    }
+    if (!cur.empty()) chunks.push_back(cur);
+  };
+  split_level(norm, 0);
+  // A chunk cut inside a sentence ends with "," (a Turbo sentence ender, continuation prosody)
+  // rather than the "." punc_norm would append; the text's own ending stays on the last chunk.
+  for (std::string& ch : chunks) {
+    size_t j = ch.size();
+    while (j > 0 && std::strchr("\"')]", ch[j - 1])) --j;
+    if (j == 0 || !std::strchr(".!?-,", ch[j - 1])) ch += ",";
+  }
+  return chunks;
+}
+
+void TurboPipeline::reseed_s3gen(uint64_t seed) {
+  m_->cfm->set_seed(seed);
+  m_->hift->set_seed(seed ^ 0x5851F42D4C957F2Dull);
+}
+
+std::vector<float> TurboPipeline::tokens_to_audio(const std::vector<int32_t>& speech, TurboTimings* tm) {
+  Impl& m = *m_;
+  CBX_CHECK(!speech.empty() && int64_t(speech.size()) <= m.max_speech,
+            "turbo pipeline: %zu speech tokens (1 .. %lld)", speech.size(), (long long)m.max_speech);
+  double t0 = now_ms();
+  FlowEncoderOutput fo =
+      m.flow->forward(m.prompt_tokens.data(), int64_t(m.prompt_tokens.size()), speech.data(), int64_t(speech.size()),
+                      m.prompt_feat.data(), m.n_prompt_frames, m.embedding.data(), int64_t(m.embedding.size()));
+  double t1 = now_ms();
+  const Tensor& mel = m.cfm->solve(fo.mu, fo.spks, fo.cond, fo.n_prompt_frames);
+  double t2 = now_ms();
+  const Tensor& wave = m.hift->forward(mel);
+  std::vector<float> out(wave.ptr<float>(), wave.ptr<float>() + wave.numel());
+  hift_trim_fade(out.data(), int64_t(out.size()), m.cfg.pipeline.trim_fade_samples);
+  double t3 = now_ms();
+  if (tm) {
+    tm->flow_ms += t1 - t0;
+    tm->cfm_ms += t2 - t1;
+    tm->hift_ms += t3 - t2;
+  }
+  return out;
+}
+
+std::vector<float> TurboPipeline::synthesize(const std::string& text, const TurboSynthParams& p, TurboTimings* timings,
+                                             const TurboAudioFn& on_audio, const TurboAbortFn& should_abort) {
+  Impl& m = *m_;
+  TurboTimings tm;
+  tm.sample_rate = sample_rate();
+  const double t_start = now_ms();
+  auto check_abort = [&]() {
+    if (should_abort && should_abort()) throw AbortedError("synthesis aborted by the caller");
+  };
+
+  SamplerParams sp = m.t3->default_sampler();
+  if (p.temperature >= 0) sp.temperature = p.temperature;
+  if (p.top_k >= 0) sp.top_k = p.top_k;
+  if (p.top_p >= 0) sp.top_p = p.top_p;
+  if (p.repetition_penalty >= 0) sp.repetition_penalty = p.repetition_penalty;
+  CBX_CHECK(sp.top_p > 0 && sp.top_p <= 1, "synthesize: top_p %g must be in (0, 1]", sp.top_p);
+  CBX_CHECK(sp.repetition_penalty > 0, "synthesize: repetition_penalty %g must be > 0", double(sp.repetition_penalty));
+
+  std::vector<std::string> chunks = split_text(text, p.max_chunk_tokens);
+  std::vector<std::vector<int32_t>> ids;
+  for (const std::string& c : chunks) {
+    ids.push_back(tokenize(c));
+    tm.n_text_tokens += int64_t(ids.back().size());
+  }
+  tm.n_chunks = int64_t(chunks.size());
+  tm.text_ms = now_ms() - t_start;
+
+  reseed_s3gen(p.seed);
+  std::vector<float> audio;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    check_abort();
+    sp.seed = p.seed + uint64_t(k) * 0x9E3779B97F4A7C15ull;
+    auto on_step = [&](int64_t, const float*, const float*, int32_t) { check_abort(); };
+    T3TurboResult r = m.t3->generate(ids[k].data(), int64_t(ids[k].size()), m.speaker_emb.data(),
+                                     int64_t(m.speaker_emb.size()), m.cond_prompt_tokens.data(),
+                                     int64_t(m.cond_prompt_tokens.size()), sp, m.max_new, on_step);
+    tm.t3_prefill_ms += r.prefill_ms;
+    tm.t3_decode_ms += r.decode_ms;
+    tm.n_decode_steps += r.n_decode;
+    tm.n_speech_tokens += int64_t(r.tokens.size());
+    if (!r.stopped_eos && !r.stopped_all_inf && r.n_decode >= m.max_new) ++tm.chunks_at_limit;
+    check_abort();
+    std::vector<float> wave = tokens_to_audio(r.speech_tokens, &tm);
+    audio.insert(audio.end(), wave.begin(), wave.end());
+    if (on_audio && !on_audio(wave.data(), int64_t(wave.size()), int64_t(k), int64_t(chunks.size())))
+      throw AbortedError("synthesis stopped by the audio callback");
+  }
+  tm.n_samples = int64_t(audio.size());
+  tm.total_ms = now_ms() - t_start;
+  if (timings) *timings = tm;
+  return audio;
+}
+
+}  // namespace cbx

@@ -1,0 +1,123 @@
+// Chatterbox Turbo / Nano end to end (spec §3.1, §7, §10): text -> punc_norm (Turbo) -> GPT-2 BPE
+// -> T3 Turbo -> speech-token post-processing -> S3Gen flow encoder -> mean-flow CFM -> HiFT ->
+// start trim/fade -> float audio at 24 kHz, with the GGUF's built-in voice.
+//
+// Loading reads the GGUF once and reserves every buffer for the worst case (one generation of
+// max_new_tokens speech tokens plus the voice prompt); synthesize allocates only the output.
+//
+// Long text. One T3 generation holds at most max_new_tokens (+1) speech tokens (1000 ~ 40 s).
+// Upstream would cut longer speech silently. Here the normalised text is split into chunks of
+// about max_chunk_tokens BPE tokens (default 80, ~20-25 s of speech at a normal rate), at the
+// highest level that fits: whole sentences (. ! ? then a space) are packed greedily; a longer
+// sentence is cut at clause punctuation (, ; :), a longer clause between words, a longer word
+// into byte runs. A chunk cut inside a sentence ends with "," (continuation prosody; may add one
+// token). Each chunk is synthesised on its own (its own 40 ms start trim/fade, its own 3 silence
+// tokens ~ 120 ms at the end) and the audio is concatenated. Text that fits in one chunk goes
+// through exactly the upstream path. A chunk whose generation reaches max_new_tokens without EOS
+// is reported (chunks_at_limit), never silently dropped.
+//
+// Watermark: upstream applies the Perth neural watermark to every output. It is NOT ported:
+// the audio produced here carries no watermark.
+//
+// Randomness: the sampler, the CFM noise and the HiFT source draws come from seeded
+// generators, so the same text, parameters and seed give the same samples (any thread count
+// of the same build). Upstream is unseeded; draws do not reproduce torch's.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "models/model_config.h"
+
+namespace cbx {
+
+class GgufFile;
+class Gpt2Tokenizer;
+class T3Turbo;
+
+// Error kinds the C API maps to status codes; all are cbx::Error.
+struct TextError : Error {  // empty text, invalid UTF-8
+  using Error::Error;
+};
+struct UnsupportedModelError : Error {  // a model the Turbo pipeline cannot run (e.g. MTL)
+  using Error::Error;
+};
+struct AbortedError : Error {  // the abort callback asked to stop
+  using Error::Error;
+};
+
+struct TurboLoadParams {
+  int n_threads = 0;               // 0 = hardware threads
+  DType kv_type = DType::F16;      // T3 KV cache: F16 or F32
+  int64_t max_new_tokens = -1;     // speech tokens per generation after the first; -1 = the GGUF's (1000)
+};
+
+struct TurboSynthParams {
+  uint64_t seed = 0;
+  // Negative = the GGUF's sampler.* defaults (Turbo: 0.8, 1000, 0.95, 1.2).
+  float temperature = -1;
+  int32_t top_k = -1;  // 0 disables top-k
+  double top_p = -1;
+  float repetition_penalty = -1;
+  int64_t max_chunk_tokens = 0;  // BPE tokens per text chunk; 0 = 80
+};
+
+// Wall times of one synthesize call, summed over chunks (ms).
+struct TurboTimings {
+  double text_ms = 0, t3_prefill_ms = 0, t3_decode_ms = 0, flow_ms = 0, cfm_ms = 0, hift_ms = 0, total_ms = 0;
+  int64_t n_chunks = 0, n_text_tokens = 0, n_speech_tokens = 0, n_decode_steps = 0;
+  int64_t chunks_at_limit = 0;  // chunks whose generation hit max_new_tokens without EOS
+  int64_t n_samples = 0;
+  int sample_rate = 24000;
+  double audio_s() const { return double(n_samples) / double(sample_rate); }
+  double rtf() const { return n_samples ? total_ms / 1000.0 / audio_s() : 0.0; }
+};
+
+// Audio of one finished text chunk (valid during the call). Return false to stop.
+using TurboAudioFn = std::function<bool(const float* samples, int64_t n, int64_t chunk_index, int64_t n_chunks)>;
+// Polled before the prefill and between decode steps and stages; return true to abort.
+using TurboAbortFn = std::function<bool()>;
+
+class TurboPipeline {
+ public:
+  // Throws cbx::Error naming the file on any problem, UnsupportedModelError for a non-Turbo model.
+  explicit TurboPipeline(const std::string& gguf_path, const TurboLoadParams& p = {});
+  ~TurboPipeline();
+  TurboPipeline(const TurboPipeline&) = delete;
+  TurboPipeline& operator=(const TurboPipeline&) = delete;
+
+  // text (UTF-8) -> mono float audio at sample_rate(). Not reentrant: one call at a time.
+  // Throws TextError (empty / invalid UTF-8), AbortedError, cbx::Error.
+  std::vector<float> synthesize(const std::string& text, const TurboSynthParams& p, TurboTimings* timings = nullptr,
+                                const TurboAudioFn& on_audio = nullptr, const TurboAbortFn& should_abort = nullptr);
+
+  // The text front-end: punc_norm (Turbo), then chunking (see the header comment). Each chunk
+  // is ready for the tokenizer. Throws TextError.
+  std::vector<std::string> split_text(const std::string& text, int64_t max_chunk_tokens = 0) const;
+  std::vector<int32_t> tokenize(const std::string& normalized) const;
+
+  // Post-processed speech tokens (< 6561, silence appended) -> audio with the built-in voice:
+  // flow encoder, CFM, HiFT, start trim/fade. Adds to t's flow/cfm/hift times.
+  std::vector<float> tokens_to_audio(const std::vector<int32_t>& speech_tokens, TurboTimings* t = nullptr);
+  // Restart the CFM and HiFT generators (synthesize does this with its seed).
+  void reseed_s3gen(uint64_t seed);
+
+  const ModelConfig& config() const;
+  int sample_rate() const;
+  int n_threads() const;
+  int64_t max_new_tokens() const;
+  T3Turbo& t3();
+  // Built-in voice (conds.pt) as the pipeline uses it.
+  const std::vector<float>& speaker_emb() const;
+  const std::vector<int32_t>& cond_prompt_tokens() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_;
+};
+
+}  // namespace cbx

@@ -1,0 +1,184 @@
+/* C API (include/chatterbox.h) checked from C on a tiny synthetic Turbo model.
+ * Usage: test_c_api BUILD_DIR   (exit 77 = skipped: chatterbox / chatterbox-mkckpt not built) */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chatterbox.h"
+
+static int g_failures = 0;
+#define CHECK(cond)                                                              \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              cbx_last_error());                                                 \
+      ++g_failures;                                                              \
+    }                                                                            \
+  } while (0)
+
+typedef struct {
+  size_t n_samples;
+  int calls;
+  int abort_after;  /* polls before aborting; < 0 = never */
+  int polls;
+} cb_state;
+
+static int on_audio(const float* s, size_t n, int32_t sr, void* user) {
+  cb_state* st = (cb_state*)user;
+  (void)s;
+  if (sr != 24000) return 1;
+  st->n_samples += n;
+  st->calls++;
+  return 0;
+}
+
+static int should_abort(void* user) {
+  cb_state* st = (cb_state*)user;
+  st->polls++;
+  return st->abort_after >= 0 && st->polls > st->abort_after;
+}
+
+int main(int argc, char** argv) {
+  char cmd[4096], dir[] = "/tmp/cbx-test-c-api-XXXXXX", gguf[1024], bin[1024];
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_c_api BUILD_DIR\n");
+    return 2;
+  }
+  snprintf(bin, sizeof bin, "%s/bin/chatterbox-mkckpt", argv[1]);
+  if (access(bin, X_OK) != 0) {
+    printf("skip: %s not built\n", bin);
+    return 77;
+  }
+  if (!mkdtemp(dir)) return 2;
+  snprintf(gguf, sizeof gguf, "%s/m.gguf", dir);
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/chatterbox-mkckpt' --variant turbo --size tiny --seed 1 '%s/ckpt' > /dev/null 2>&1 && "
+           "'%s/bin/chatterbox' convert '%s/ckpt' -o '%s' --type f32 --quiet > /dev/null 2>&1",
+           argv[1], dir, argv[1], dir, gguf);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "FAIL: could not build the tiny model: %s\n", cmd);
+    return 1;
+  }
+
+  CHECK(cbx_api_version() == CBX_API_VERSION);
+  CHECK(strcmp(cbx_status_string(CBX_OK), "ok") == 0);
+  cbx_model_free(NULL);
+  cbx_audio_free(NULL);
+  CHECK(cbx_model_sample_rate(NULL) == 0);
+
+  /* argument and load errors */
+  cbx_model* m = (cbx_model*)1;
+  CHECK(cbx_model_load(NULL, NULL, &m) == CBX_ERR_INVALID_ARGUMENT && m == NULL);
+  CHECK(strstr(cbx_last_error(), "path") != NULL);
+  CHECK(cbx_model_load(gguf, NULL, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(cbx_model_load("/nonexistent/x.gguf", NULL, &m) == CBX_ERR_MODEL_LOAD && m == NULL);
+  CHECK(strstr(cbx_last_error(), "/nonexistent/x.gguf") != NULL);
+  cbx_model_params mp = cbx_model_default_params();
+  mp.struct_size = 3;
+  CHECK(cbx_model_load(gguf, &mp, &m) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(cbx_last_error(), "struct_size") != NULL);
+  mp = cbx_model_default_params();
+  mp.kv_type = 7;
+  CHECK(cbx_model_load(gguf, &mp, &m) == CBX_ERR_INVALID_ARGUMENT);
+
+  mp = cbx_model_default_params();
+  mp.n_threads = 2;
+  mp.max_new_tokens = 40; /* random weights rarely stop: keep the test short */
+  CHECK(cbx_model_load(gguf, &mp, &m) == CBX_OK);
+  if (!m) {
+    fprintf(stderr, "FAIL: model did not load: %s\n", cbx_last_error());
+    return 1;
+  }
+  CHECK(cbx_model_sample_rate(m) == 24000);
+
+  /* synthesis: determinism per seed */
+  cbx_synth_params sp = cbx_synth_default_params();
+  sp.seed = 1;
+  float *a = NULL, *b = NULL, *c = NULL;
+  size_t na = 0, nb = 0, nc = 0;
+  CHECK(cbx_synthesize(m, "Hello world.", &sp, &a, &na, NULL) == CBX_OK);
+  CHECK(a != NULL && na > 0 && na % 960 == 0);
+  for (size_t i = 0; a && i < na; ++i)
+    if (!isfinite(a[i]) || fabsf(a[i]) > 1.0f) {
+      CHECK(!"sample finite and within [-1, 1]");
+      break;
+    }
+  for (size_t i = 0; a && i < 480 && i < na; ++i) CHECK(a[i] == 0.0f); /* start trim */
+  CHECK(cbx_synthesize(m, "Hello world.", &sp, &b, &nb, NULL) == CBX_OK);
+  CHECK(na == nb && a && b && memcmp(a, b, na * sizeof(float)) == 0);
+  sp.seed = 2;
+  CHECK(cbx_synthesize(m, "Hello world.", &sp, &c, &nc, NULL) == CBX_OK);
+  CHECK(c != NULL && (nc != na || memcmp(a, c, na * sizeof(float)) != 0));
+
+  cbx_timings tm;
+  memset(&tm, 0, sizeof tm);
+  tm.struct_size = sizeof tm;
+  CHECK(cbx_model_last_timings(m, &tm) == CBX_OK);
+  CHECK(tm.n_samples == (int64_t)nc && tm.n_chunks == 1 && tm.n_speech_tokens > 0 && tm.total_ms > 0);
+
+  /* an older caller's smaller struct: fields it lacks keep their defaults */
+  cbx_synth_params old = cbx_synth_default_params();
+  old.seed = 1;
+  old.struct_size = offsetof(cbx_synth_params, temperature);
+  float* d = NULL;
+  size_t nd = 0;
+  CHECK(cbx_synthesize(m, "Hello world.", &old, &d, &nd, NULL) == CBX_OK);
+  CHECK(nd == na && d && a && memcmp(a, d, na * sizeof(float)) == 0);
+  cbx_audio_free(d);
+
+  /* text errors */
+  float* e = (float*)1;
+  size_t ne = 5;
+  CHECK(cbx_synthesize(m, "", &sp, &e, &ne, NULL) == CBX_ERR_TEXT && e == NULL && ne == 0);
+  CHECK(strstr(cbx_last_error(), "empty") != NULL);
+  CHECK(cbx_synthesize(m, "  \n\t ", &sp, &e, &ne, NULL) == CBX_ERR_TEXT);
+  CHECK(cbx_synthesize(m, "ab\xff" "cd", &sp, &e, &ne, NULL) == CBX_ERR_TEXT);
+  CHECK(strstr(cbx_last_error(), "UTF-8") != NULL);
+  CHECK(cbx_synthesize(m, NULL, &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(cbx_synthesize(NULL, "x", &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(cbx_synthesize(m, "x", &sp, NULL, NULL, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  sp.top_p = 1.5f;
+  CHECK(cbx_synthesize(m, "x", &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  sp.top_p = -1;
+
+  /* callbacks: streamed audio adds up; abort stops */
+  cb_state st = {0, 0, -1, 0};
+  cbx_callbacks cb;
+  memset(&cb, 0, sizeof cb);
+  cb.struct_size = sizeof cb;
+  cb.on_audio = on_audio;
+  cb.should_abort = should_abort;
+  cb.user_data = &st;
+  sp.seed = 1;
+  sp.max_chunk_tokens = 4; /* several chunks */
+  CHECK(cbx_synthesize(m, "One two three four five. Six seven eight nine ten. Eleven.", &sp, NULL, NULL, &cb) ==
+        CBX_OK);
+  CHECK(st.calls >= 2 && st.n_samples > 0 && st.polls > 0);
+  CHECK(cbx_model_last_timings(m, &tm) == CBX_OK && tm.n_chunks == st.calls && tm.n_samples == (int64_t)st.n_samples);
+  st.abort_after = 3;
+  st.polls = 0;
+  st.calls = 0;
+  float* f = NULL;
+  size_t nf = 0;
+  CHECK(cbx_synthesize(m, "Hello world.", &sp, &f, &nf, &cb) == CBX_ERR_ABORTED && f == NULL && nf == 0);
+  CHECK(strstr(cbx_last_error(), "abort") != NULL);
+  CHECK(st.calls == 0);
+
+  cbx_audio_free(a);
+  cbx_audio_free(b);
+  cbx_audio_free(c);
+  cbx_model_free(m);
+
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+  if (g_failures) {
+    fprintf(stderr, "FAIL: %d checks failed\n", g_failures);
+    return 1;
+  }
+  printf("test_c_api: all checks passed\n");
+  return 0;
+}

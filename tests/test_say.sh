@@ -1,0 +1,101 @@
+#!/bin/bash
+# `chatterbox say` end to end on a tiny synthetic Turbo model: determinism per seed, WAV / raw PCM
+# output, text from argument / --file / stdin, text errors, a Multilingual model refused, long
+# text split into chunks.
+# Usage: test_say.sh BUILD_DIR   (exit 77 = skipped)
+set -u
+BUILD=${1:?usage: test_say.sh BUILD_DIR}
+B=$BUILD/bin/chatterbox
+MK=$BUILD/bin/chatterbox-mkckpt
+if [ ! -x "$B" ] || [ ! -x "$MK" ]; then
+  echo "skip: $B or $MK not built"
+  exit 77
+fi
+T=$(mktemp -d /tmp/cbx-test-say-sh-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+expect_error() {  # expect_error NEEDLE... -- CMD...: CMD fails and stderr holds every NEEDLE
+  local needles=()
+  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
+  shift
+  if "$@" > "$T/out.txt" 2> "$T/err.txt"; then fail "accepted: $*"; fi
+  for n in "${needles[@]}"; do
+    grep -qF -- "$n" "$T/err.txt" || { cat "$T/err.txt"; fail "'$n' not in the error of: $*"; }
+  done
+}
+
+"$MK" --variant turbo --size tiny --seed 1 --threads 1 "$T/turbo" > /dev/null 2>&1 || fail "mkckpt turbo"
+"$B" convert "$T/turbo" -o "$T/m.gguf" --type f32 --quiet > /dev/null || fail "convert turbo"
+# Random weights rarely sample EOS: cap each generation so the test stays short.
+SAY=("$B" say -m "$T/m.gguf" --max-tokens 40 --threads 2)
+
+"$B" say --help | grep -q "NOT ported" || fail "--help does not mention the watermark"
+
+"${SAY[@]}" "Hello world." -o "$T/a.wav" --seed 7 2> "$T/a.err" || { cat "$T/a.err"; fail "say a"; }
+"${SAY[@]}" "Hello world." -o "$T/b.wav" --seed 7 2> /dev/null || fail "say b"
+cmp -s "$T/a.wav" "$T/b.wav" || fail "same seed gave different WAVs"
+"${SAY[@]}" "Hello world." -o "$T/c.wav" --seed 8 2> /dev/null || fail "say c"
+cmp -s "$T/a.wav" "$T/c.wav" && fail "different seeds gave identical WAVs"
+"${SAY[@]}" "Hello world." -o "$T/t1.wav" --seed 7 --threads 1 2> /dev/null || fail "say 1 thread"
+cmp -s "$T/a.wav" "$T/t1.wav" || echo "note: 1 and 2 threads differ (allowed, not byte-identical across thread counts)"
+
+[ "$(head -c 4 "$T/a.wav")" = "RIFF" ] || fail "not a RIFF file"
+size=$(stat -c %s "$T/a.wav")
+n=$(( (size - 44) / 2 ))
+[ $n -gt 0 ] && [ $((n % 960)) -eq 0 ] || fail "WAV holds $n samples, not a positive multiple of 960"
+grep -q "warning: 1 of 1 text chunks reached the 41 speech-token limit" "$T/a.err" ||
+  { cat "$T/a.err"; fail "hitting the token limit was not reported"; }
+
+# Raw PCM on stdout = the WAV's data; text from stdin and --file.
+"${SAY[@]}" "Hello world." -o - --seed 7 > "$T/a.pcm" 2> /dev/null || fail "say -o -"
+tail -c +45 "$T/a.wav" | cmp -s - "$T/a.pcm" || fail "raw PCM differs from the WAV data"
+echo "Hello world." | "${SAY[@]}" -o "$T/d.wav" --seed 7 2> /dev/null || fail "say from stdin"
+cmp -s "$T/a.wav" "$T/d.wav" || fail "stdin text gave different audio"
+printf 'Hello\n  world.' > "$T/text.txt"
+"${SAY[@]}" --file "$T/text.txt" -o "$T/e.wav" --seed 7 2> /dev/null || fail "say --file"
+cmp -s "$T/a.wav" "$T/e.wav" || fail "--file text gave different audio"
+
+# Verbose timings.
+"${SAY[@]}" "Hello world." -o "$T/v.wav" -v 2> "$T/v.err" || fail "say -v"
+for k in chunks=1 t3_prefill_ms= t3_decode_ms= flow_ms= cfm_ms= hift_ms= rtf= "watermark: none"; do
+  grep -qF "$k" "$T/v.err" || { cat "$T/v.err"; fail "-v output lacks $k"; }
+done
+
+# Text errors.
+expect_error "empty" -- "${SAY[@]}" "" -o "$T/x.wav"
+expect_error "empty" -- "${SAY[@]}" "   " -o "$T/x.wav"
+expect_error "invalid UTF-8 at byte 2" -- "${SAY[@]}" $'ab\xffcd' -o "$T/x.wav"
+[ ! -e "$T/x.wav" ] || fail "output written after a text error"
+expect_error "-m MODEL.gguf" -- "$B" say "Hi." -o "$T/x.wav"
+expect_error "missing.gguf" -- "$B" say -m "$T/missing.gguf" "Hi." -o "$T/x.wav"
+
+# Long text: split at sentence boundaries into chunks of at most --chunk-tokens text tokens.
+LONG="The first sentence is here. A second one follows it! Is this the third? Yes, and the fourth one ends it."
+"${SAY[@]}" "$LONG" -o "$T/long1.wav" --seed 3 -v 2> "$T/long1.err" || { cat "$T/long1.err"; fail "long, one chunk"; }
+grep -q "chunks=1 " "$T/long1.err" || { cat "$T/long1.err"; fail "default chunking split a short text"; }
+"${SAY[@]}" "$LONG" -o "$T/long.wav" --seed 3 --chunk-tokens 12 -v 2> "$T/long.err" ||
+  { cat "$T/long.err"; fail "long text"; }
+chunks=$(sed -n 's/.*chunks=\([0-9]*\) .*/\1/p' "$T/long.err")
+[ -n "$chunks" ] && [ "$chunks" -ge 2 ] || { cat "$T/long.err"; fail "long text was not split (chunks=$chunks)"; }
+lsize=$(stat -c %s "$T/long.wav")
+ln=$(( (lsize - 44) / 2 ))
+samples=$(sed -n 's/.*samples=\([0-9]*\) .*/\1/p' "$T/long.err")
+[ "$ln" = "$samples" ] || fail "long WAV has $ln samples, -v reported $samples"
+[ $((ln % 960)) -eq 0 ] || fail "joined audio is not whole tokens"
+"${SAY[@]}" "$LONG" -o "$T/long2.wav" --seed 3 --chunk-tokens 12 2> /dev/null || fail "long text again"
+cmp -s "$T/long.wav" "$T/long2.wav" || fail "long text is not deterministic"
+# A single word longer than a chunk is still spoken in full (split between bytes, never dropped).
+"${SAY[@]}" "Supercalifragilisticexpialidocious antidisestablishmentarianism." -o "$T/w.wav" \
+  --chunk-tokens 10 -v 2> "$T/w.err" || { cat "$T/w.err"; fail "long word"; }
+wchunks=$(sed -n 's/.*chunks=\([0-9]*\) .*/\1/p' "$T/w.err")
+[ -n "$wchunks" ] && [ "$wchunks" -ge 3 ] || { cat "$T/w.err"; fail "long word was not split (chunks=$wchunks)"; }
+
+# A Multilingual model is refused with a clear message.
+"$MK" --variant mtl --size tiny --seed 1 --threads 1 "$T/mtl" > /dev/null 2>&1 || fail "mkckpt mtl"
+"$B" convert "$T/mtl" -o "$T/mtl.gguf" --type f32 --quiet > /dev/null || fail "convert mtl"
+expect_error "variant 'mtl' is not supported" -- "$B" say -m "$T/mtl.gguf" "Hello." -o "$T/x.wav"
+
+echo "test_say: OK"

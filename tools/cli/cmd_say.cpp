@@ -1,0 +1,149 @@
+// chatterbox say: text -> speech with a Turbo / Nano GGUF and its built-in voice.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "audio/audio_file.h"
+#include "command.h"
+#include "core/error.h"
+#include "pipeline/turbo_pipeline.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: chatterbox say -m MODEL.gguf [TEXT] -o OUT.wav [options]\n"
+    "  Synthesises TEXT (UTF-8) with a Turbo or Nano model and its built-in voice, 24 kHz mono.\n"
+    "  Without TEXT the text is read from --file F, or else from stdin.\n"
+    "  -m, --model F           GGUF from `chatterbox convert` (turbo or nano variant)\n"
+    "  -o, --output F          16-bit PCM WAV; '-' writes raw 16-bit little-endian PCM to stdout,\n"
+    "                          chunk by chunk as each text chunk finishes\n"
+    "  --file F                read the text from F\n"
+    "  --seed N                sampler / CFM noise / vocoder seed (default 0); same seed, same audio\n"
+    "  --temperature T         (default: the model's, 0.8)\n"
+    "  --top-k K               (default 1000; 0 disables)\n"
+    "  --top-p P               (default 0.95)\n"
+    "  --repetition-penalty R  (default 1.2)\n"
+    "  --threads N             (default: all hardware threads)\n"
+    "  --kv-type f16|f32       T3 KV cache type (default f16)\n"
+    "  --max-tokens N          speech tokens per generation (default: the model's, 1000 ~ 40 s)\n"
+    "  --chunk-tokens N        text tokens per chunk of long text (default 80)\n"
+    "  -v, --verbose           per-stage timings on stderr\n"
+    "Long text is split at sentence boundaries (then clauses, then words) into chunks that fit one\n"
+    "generation; each chunk is synthesised and the audio joined. A chunk that reaches the speech-token\n"
+    "limit without ending is reported on stderr.\n"
+    "Note: upstream Chatterbox watermarks its output with Perth; that watermark is NOT ported, so this\n"
+    "audio carries no watermark.\n";
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string read_all(std::istream& in) { return std::string(std::istreambuf_iterator<char>(in), {}); }
+
+int run(int argc, char** argv) {
+  std::string model, out, text, file;
+  bool have_text = false, verbose = false;
+  cbx::TurboLoadParams lp;
+  cbx::TurboSynthParams sp;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      CBX_CHECK(i + 1 < argc, "say: %s needs a value", a.c_str());
+      return argv[++i];
+    };
+    auto num = [&](const std::string& v) {
+      char* end = nullptr;
+      const double d = std::strtod(v.c_str(), &end);
+      CBX_CHECK(end && *end == '\0' && !v.empty(), "say: %s: '%s' is not a number", a.c_str(), v.c_str());
+      return d;
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "-m" || a == "--model") model = next();
+    else if (a == "-o" || a == "--output") out = next();
+    else if (a == "--file") file = next();
+    else if (a == "--seed") sp.seed = std::strtoull(next().c_str(), nullptr, 10);
+    else if (a == "--temperature") sp.temperature = float(num(next()));
+    else if (a == "--top-k") sp.top_k = int32_t(num(next()));
+    else if (a == "--top-p") sp.top_p = num(next());
+    else if (a == "--repetition-penalty") sp.repetition_penalty = float(num(next()));
+    else if (a == "--threads") lp.n_threads = int(num(next()));
+    else if (a == "--kv-type") {
+      const std::string k = next();
+      CBX_CHECK(k == "f16" || k == "f32", "say: --kv-type must be f16 or f32, got '%s'", k.c_str());
+      lp.kv_type = k == "f16" ? cbx::DType::F16 : cbx::DType::F32;
+    } else if (a == "--max-tokens") lp.max_new_tokens = int64_t(num(next()));
+    else if (a == "--chunk-tokens") sp.max_chunk_tokens = int64_t(num(next()));
+    else if (a == "-v" || a == "--verbose") verbose = true;
+    else if (a.size() > 1 && a[0] == '-') cbx::fail("say: unknown option '%s'\n%s", a.c_str(), kUsage);
+    else {
+      CBX_CHECK(!have_text, "say: more than one text argument (quote the text)");
+      text = a;
+      have_text = true;
+    }
+  }
+  CBX_CHECK(!model.empty(), "say: -m MODEL.gguf is required\n%s", kUsage);
+  CBX_CHECK(!out.empty(), "say: -o OUT.wav (or -o - for raw PCM on stdout) is required");
+  CBX_CHECK(lp.n_threads >= 0 && lp.max_new_tokens >= -1 && sp.max_chunk_tokens >= 0,
+            "say: --threads, --max-tokens and --chunk-tokens must not be negative");
+  CBX_CHECK(!(have_text && !file.empty()), "say: give the text as an argument or with --file, not both");
+  if (!file.empty()) {
+    std::ifstream in(file, std::ios::binary);
+    CBX_CHECK(in, "say: cannot open '%s'", file.c_str());
+    text = read_all(in);
+  } else if (!have_text) {
+    CBX_CHECK(!isatty(0), "say: no text (give it as an argument, with --file, or on stdin)");
+    text = read_all(std::cin);
+  }
+
+  const bool to_stdout = out == "-";
+  double t0 = now_ms();
+  cbx::TurboPipeline pipe(model, lp);
+  const double load_ms = now_ms() - t0;
+  const int sr = pipe.sample_rate();
+  if (verbose)
+    std::fprintf(stderr, "say: loaded %s (%s, %d threads) in %.0f ms; watermark: none (Perth not ported)\n",
+                 model.c_str(), cbx::variant_name(pipe.config().variant), pipe.n_threads(), load_ms);
+
+  cbx::TurboAudioFn on_audio;
+  if (to_stdout)
+    on_audio = [&](const float* s, int64_t n, int64_t, int64_t) {
+      std::vector<uint8_t> b = cbx::encode_pcm16(s, size_t(n));
+      CBX_CHECK(std::fwrite(b.data(), 1, b.size(), stdout) == b.size() && std::fflush(stdout) == 0,
+                "say: writing PCM to stdout failed");
+      return true;
+    };
+  cbx::TurboTimings tm;
+  std::vector<float> audio = pipe.synthesize(text, sp, &tm, on_audio);
+  if (!to_stdout) cbx::write_wav_pcm16(out, audio.data(), audio.size(), sr);
+
+  if (tm.chunks_at_limit > 0)
+    std::fprintf(stderr,
+                 "say: warning: %lld of %lld text chunks reached the %lld speech-token limit without ending; "
+                 "their speech may be cut (use a smaller --chunk-tokens)\n",
+                 (long long)tm.chunks_at_limit, (long long)tm.n_chunks, (long long)pipe.max_new_tokens() + 1);
+  if (verbose) {
+    const double tok_s = tm.t3_decode_ms > 0 ? 1000.0 * double(tm.n_decode_steps) / tm.t3_decode_ms : 0.0;
+    std::fprintf(stderr,
+                 "say: chunks=%lld text_tokens=%lld speech_tokens=%lld samples=%lld audio_s=%.2f\n"
+                 "say: text_ms=%.1f t3_prefill_ms=%.1f t3_decode_ms=%.1f t3_tok_s=%.1f flow_ms=%.1f cfm_ms=%.1f "
+                 "hift_ms=%.1f total_ms=%.1f rtf=%.3f\n",
+                 (long long)tm.n_chunks, (long long)tm.n_text_tokens, (long long)tm.n_speech_tokens,
+                 (long long)tm.n_samples, tm.audio_s(), tm.text_ms, tm.t3_prefill_ms, tm.t3_decode_ms, tok_s,
+                 tm.flow_ms, tm.cfm_ms, tm.hift_ms, tm.total_ms, tm.rtf());
+  }
+  return 0;
+}
+
+cbx::cli::RegisterCommand reg("say", "text -> speech WAV with a Turbo GGUF (built-in voice; no watermark)", run);
+
+}  // namespace
