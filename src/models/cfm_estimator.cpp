@@ -333,8 +333,8 @@ void CfmEstimator::transformer(const CfmTransformerWeights& tw, Bufs& bf, int64_
   matmul(pool_, tw.to_k, norm, k, &arena_);
   matmul(pool_, tw.to_v, norm, v, &arena_);
   // Items (row b, head, chunk of queries) run on the pool's threads, each with single-threaded
-  // GEMMs and its own scratch: S = (q / 8) k^T [nq, Tk], softmax, out = S v. The scale 1/sqrt(64)
-  // is a power of two, so pre-scaling q is exact. This beats the flash kernel here (full
+  // GEMMs and its own scratch: S = (q / sqrt(D)) k^T [nq, Tk], softmax, out = S v. For D = 64
+  // the scale 1/8 is a power of two, so pre-scaling q is exact. This beats the flash kernel here (full
   // bidirectional attention, D = 64, no KV cache) and needs one pool dispatch per block.
   scale(pool_, q, q, 1.f / std::sqrt(float(D)));
   const int64_t Tk = n_valid;

@@ -23,8 +23,8 @@
 // which is what restricting the keys to the valid prefix computes.
 //
 // Batch: rows are independent (B = 2 is the CFG pair of the Multilingual solver).
-// Runtime: one Arena reserved at construction for max_batch x max_frames; forward allocates
-// nothing.
+// Runtime: one Arena reserved at construction for max_batch x max_frames, plus one small scratch
+// Arena per pool thread for the attention work items; forward allocates nothing.
 #pragma once
 #include <cstdint>
 #include <deque>
