@@ -58,6 +58,10 @@ printf 'Hello\n  world.' > "$T/text.txt"
 "${SAY[@]}" --file "$T/text.txt" -o "$T/e.wav" --seed 7 2> /dev/null || fail "say --file"
 cmp -s "$T/a.wav" "$T/e.wav" || fail "--file text gave different audio"
 
+# Text starting with '-' after --.
+"${SAY[@]}" -o "$T/dash.wav" -- "-5 degrees outside." 2> /dev/null || fail "say -- TEXT"
+[ -s "$T/dash.wav" ] || fail "say -- TEXT wrote nothing"
+
 # Verbose timings.
 "${SAY[@]}" "Hello world." -o "$T/v.wav" -v 2> "$T/v.err" || fail "say -v"
 for k in chunks=1 t3_prefill_ms= t3_decode_ms= flow_ms= cfm_ms= hift_ms= rtf= "watermark: none"; do

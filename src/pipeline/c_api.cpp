@@ -2,6 +2,7 @@
 #include "chatterbox.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -39,6 +40,17 @@ bool read_versioned(const T* in, T& out, const char* what) {
   std::memcpy(static_cast<void*>(&out), in, std::min(in->struct_size, sizeof(T)));
   out.struct_size = sizeof(T);
   return true;
+}
+
+// The double a user meant by a float parameter (0.95f -> 0.95): the shortest decimal that
+// reads back as the same float. The sampler forms 1 - top_p in double, as Python does.
+double float_as_decimal(float v) {
+  char buf[64];
+  for (int prec = 6; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, double(v));
+    if (std::strtof(buf, nullptr) == v) return std::strtod(buf, nullptr);
+  }
+  return double(v);
 }
 
 // Runs fn, mapping exceptions to status codes and messages.
@@ -163,7 +175,7 @@ cbx_status cbx_synthesize(cbx_model* model, const char* text, const cbx_synth_pa
     sp.seed = p.seed;
     sp.temperature = p.temperature;
     sp.top_k = p.top_k;
-    sp.top_p = p.top_p < 0 ? -1.0 : double(p.top_p);
+    sp.top_p = p.top_p < 0 ? -1.0 : float_as_decimal(p.top_p);
     sp.repetition_penalty = p.repetition_penalty;
     sp.max_chunk_tokens = p.max_chunk_tokens > 0 ? p.max_chunk_tokens : 0;
     const int32_t sr = model->pipe->sample_rate();

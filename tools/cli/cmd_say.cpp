@@ -19,7 +19,7 @@
 namespace {
 
 const char* kUsage =
-    "usage: chatterbox say -m MODEL.gguf [TEXT] -o OUT.wav [options]\n"
+    "usage: chatterbox say -m MODEL.gguf [TEXT] -o OUT.wav [options]   (-- TEXT for text starting with '-')\n"
     "  Synthesises TEXT (UTF-8) with a Turbo or Nano model and its built-in voice, 24 kHz mono.\n"
     "  Without TEXT the text is read from --file F, or else from stdin.\n"
     "  -m, --model F           GGUF from `chatterbox convert` (turbo or nano variant)\n"
@@ -65,7 +65,11 @@ int run(int argc, char** argv) {
       CBX_CHECK(end && *end == '\0' && !v.empty(), "say: %s: '%s' is not a number", a.c_str(), v.c_str());
       return d;
     };
-    if (a == "--help" || a == "-h") {
+    if (a == "--" && i + 1 < argc) {  // the rest is text (for text starting with '-')
+      CBX_CHECK(!have_text && i + 2 == argc, "say: give one text argument after --");
+      text = argv[++i];
+      have_text = true;
+    } else if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (a == "-m" || a == "--model") model = next();
