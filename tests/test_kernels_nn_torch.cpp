@@ -56,10 +56,14 @@ class TorchRef : public ::testing::Test {
       std::system(("rm -rf '" + tmp + "'").c_str());
       return;
     }
-    std::system(("rm -rf '" + dir + "'").c_str());
+    // Never delete a directory another process may be reading: a stale one is moved
+    // aside atomically, and if another process installed a fresh one first, ours is
+    // used as it is.
+    if (stat((dir + "/rp_y.bin").c_str(), &ds) == 0 && ds.st_mtime < ss.st_mtime)
+      std::rename(dir.c_str(), (tmp + ".stale").c_str());
     if (std::rename(tmp.c_str(), dir.c_str()) == 0) {
       dir_ = dir;
-    } else {  // another process won the race; use ours
+    } else {
       dir_ = tmp;
     }
     ok_ = true;
