@@ -15,7 +15,8 @@
  *  - Parameter structs carry struct_size (set by the *_default_params functions). A caller
  *    built against an older header passes a smaller struct: fields it does not know keep their
  *    defaults. Always start from the default function, then change fields.
- *  - A model may be used from several threads; synthesize calls on one model are serialised.
+ *  - A model may be used from several threads; synthesize calls on one model are serialised
+ *    (a callback must not call cbx_synthesize on the model that called it).
  *  - Supported: Turbo and Nano GGUFs (chatterbox convert). A Multilingual GGUF is refused
  *    with CBX_ERR_UNSUPPORTED_MODEL.
  *  - Long text is split at sentence boundaries into chunks that fit one generation and the

@@ -167,6 +167,11 @@ int main(int argc, char** argv) {
   CHECK(cbx_synthesize(m, "Hello world.", &sp, &f, &nf, &cb) == CBX_ERR_ABORTED && f == NULL && nf == 0);
   CHECK(strstr(cbx_last_error(), "abort") != NULL);
   CHECK(st.calls == 0);
+  /* the model is usable after an abort, and gives the same audio as before */
+  sp.max_chunk_tokens = 0;
+  CHECK(cbx_synthesize(m, "Hello world.", &sp, &f, &nf, NULL) == CBX_OK);
+  CHECK(nf == na && f && a && memcmp(a, f, na * sizeof(float)) == 0);
+  cbx_audio_free(f);
 
   cbx_audio_free(a);
   cbx_audio_free(b);
