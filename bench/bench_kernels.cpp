@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "stream_read.h"
 #include "core/cpu.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -68,62 +69,6 @@ struct Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 };
-
-__attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-  float t[8];
-  _mm256_storeu_ps(t, s);
-  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
-
-// The same bytes read as 4 interleaved sequential streams with an L2 software prefetch
-// ahead of each: on some CPUs one core gets ~25% more DRAM bandwidth this way, which is
-// how the matvec kernels read their weights, so the reference takes the better of both.
-__attribute__((target("avx2"))) float sum4_avx2(const float* p, size_t n) {
-  const size_t part = n / 4 / 16 * 16;
-  __m256 a[4];
-  for (auto& v : a) v = _mm256_setzero_ps();
-  for (size_t i = 0; i < part; i += 16)
-    for (int s = 0; s < 4; ++s) {
-      const float* q = p + s * part + i;
-      _mm_prefetch(reinterpret_cast<const char*>(q + 512), _MM_HINT_T1);
-      a[s] = _mm256_add_ps(a[s], _mm256_add_ps(_mm256_load_ps(q), _mm256_load_ps(q + 8)));
-    }
-  float t[8];
-  _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
-  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
-
-// Best-of-reps read bandwidth of buf with the pool's threads (contiguous chunks), the
-// better of one sequential stream and four interleaved streams per thread.
-double stream_gbps(ThreadPool& pool, const Buffer& buf, int reps) {
-  const size_t nf = buf.n / 4;
-  volatile float sink = 0.f;
-  double best = 0;
-  for (int variant = 0; variant < 2; ++variant)
-    for (int r = 0; r < reps + 1; ++r) {
-      float part[64] = {};
-      double t0 = now_s();
-      pool.run([&](int ith, int nth) {
-        int64_t b, e;
-        ThreadPool::split(int64_t(nf / 64), ith, nth, &b, &e);
-        const float* p = reinterpret_cast<const float*>(buf.p) + b * 64;
-        const size_t n = size_t(e - b) * 64;
-        part[ith] = variant == 0 ? sum_avx2(p, n) : sum4_avx2(p, n);
-      });
-      double dt = now_s() - t0;
-      sink = sink + part[0];
-      if (r > 0) best = std::max(best, double(buf.n) / dt / 1e9);
-    }
-  return best;
-}
 
 void fill_random(float* p, size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -239,7 +184,7 @@ int run_kernels(int argc, char** argv) {
     g_threads = nt;
     Buffer sbuf(working_set);
     std::memset(sbuf.p, 1, sbuf.n);
-    const double stream = stream_gbps(pool, sbuf, reps);
+    const double stream = stream_read_gbps(pool, sbuf.p, sbuf.n, reps, now_s);
     std::printf("kernels op=stream threads=%d gbps=%.1f\n", nt, stream);
     std::fflush(stdout);
     for (const Shape& s : shapes)

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "stream_read.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
@@ -37,44 +38,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-__attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, size_t n) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 128 <= n; i += 128) {
-    a0 = _mm256_xor_si256(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
-    a1 = _mm256_xor_si256(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    a2 = _mm256_xor_si256(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    a3 = _mm256_xor_si256(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
-  }
-  __m256i s = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
-  alignas(32) uint64_t t[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(t), s);
-  return t[0] ^ t[1] ^ t[2] ^ t[3];
-}
-
-// Best-of-reps read bandwidth (GB/s) of an mb-MB buffer split over the pool's threads.
-double stream_read_gbps(ThreadPool& pool, size_t mb, int reps) {
-  const size_t n = mb << 20;
-  uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(4096, n));
-  CBX_CHECK(buf, "bench t3: cannot allocate %zu MB", mb);
-  std::memset(buf, 1, n);
-  volatile uint64_t sink = 0;
-  double best = 0;
-  for (int r = 0; r < reps; ++r) {
-    uint64_t part[64] = {};
-    const double t0 = now_s();
-    pool.run([&](int ith, int nth) {
-      int64_t b, e;
-      ThreadPool::split(int64_t(n / 128), ith, nth, &b, &e);
-      part[ith] = read_avx2(buf + size_t(b) * 128, size_t(e - b) * 128);
-    });
-    const double dt = now_s() - t0;
-    sink = sink ^ part[0];
-    best = std::max(best, double(n) / dt / 1e9);
-  }
-  std::free(buf);
-  return best;
 }
 
 int run_t3(int argc, char** argv) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "stream_read.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "models/sampler.h"
@@ -44,30 +45,6 @@ double peak_rss_mb() {
   while (std::getline(in, line))
     if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
   return 0;
-}
-
-// Best-of-reps read bandwidth (GB/s) of an mb-MB buffer split over the pool's threads.
-double stream_gbps(ThreadPool& pool, size_t mb, int reps) {
-  const size_t n = (mb << 20) / 8;
-  std::vector<uint64_t> buf(n, 1);
-  double best = 0;
-  volatile uint64_t sink = 0;
-  for (int r = 0; r < reps; ++r) {
-    uint64_t part[256] = {};
-    const double t0 = now_ms();
-    pool.run([&](int ith, int nth) {
-      int64_t b, e;
-      ThreadPool::split(int64_t(n / 8), ith, nth, &b, &e);
-      uint64_t a[8] = {};
-      for (int64_t i = b * 8; i < e * 8; i += 8)
-        for (int k = 0; k < 8; ++k) a[k] ^= buf[size_t(i + k)];
-      part[ith] = a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7];
-    });
-    const double dt = (now_ms() - t0) / 1e3;
-    sink = sink ^ part[0];
-    best = std::max(best, double(n * 8) / dt / 1e9);
-  }
-  return best;
 }
 
 int run_turbo(int argc, char** argv) {
@@ -160,7 +137,7 @@ int run_turbo(int argc, char** argv) {
   double stream = 0;
   {
     ThreadPool pool(pipe.n_threads());
-    stream = stream_gbps(pool, size_t(mb), 5);
+    stream = stream_read_gbps(pool, size_t(mb), 5);
   }
   const double wbytes = double(t3_gpt2_decode_weight_bytes(c, t3.weights()));
   const double es = lp.kv_type == DType::F16 ? 2.0 : 4.0;

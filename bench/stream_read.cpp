@@ -1,0 +1,86 @@
+#include "stream_read.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace cbx::bench {
+namespace {
+
+__attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  float t[8];
+  _mm256_storeu_ps(t, s);
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+// Four interleaved sequential streams with an L2 software prefetch ahead of each: on
+// some CPUs one core gets ~25% more DRAM bandwidth this way.
+__attribute__((target("avx2"))) float sum4_avx2(const float* p, size_t n) {
+  const size_t part = n / 4 / 16 * 16;
+  __m256 a[4];
+  for (auto& v : a) v = _mm256_setzero_ps();
+  for (size_t i = 0; i < part; i += 16)
+    for (int s = 0; s < 4; ++s) {
+      const float* q = p + s * part + i;
+      _mm_prefetch(reinterpret_cast<const char*>(q + 512), _MM_HINT_T1);
+      a[s] = _mm256_add_ps(a[s], _mm256_add_ps(_mm256_load_ps(q), _mm256_load_ps(q + 8)));
+    }
+  float t[8];
+  _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+}  // namespace
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double stream_read_gbps(ThreadPool& pool, const uint8_t* buf, size_t bytes, int reps,
+                        double (*clock_s)()) {
+  const size_t nf = bytes / 4;
+  volatile float sink = 0.f;
+  double best = 0;
+  for (int variant = 0; variant < 2; ++variant)
+    for (int r = 0; r < reps + 1; ++r) {  // the first pass of each variant warms up
+      float part[1024] = {};
+      const double t0 = clock_s();
+      pool.run([&](int ith, int nth) {
+        int64_t b, e;
+        ThreadPool::split(int64_t(nf / 64), ith, nth, &b, &e);
+        const float* p = reinterpret_cast<const float*>(buf) + b * 64;
+        const size_t n = size_t(e - b) * 64;
+        part[ith] = variant == 0 ? sum_avx2(p, n) : sum4_avx2(p, n);
+      });
+      const double dt = clock_s() - t0;
+      sink = sink + part[0];
+      if (r > 0 && dt > 0) best = std::max(best, double(nf / 64 * 64 * 4) / dt / 1e9);
+    }
+  return best;
+}
+
+double stream_read_gbps(ThreadPool& pool, size_t mb, int reps) {
+  const size_t bytes = mb << 20;
+  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
+  CBX_CHECK(buf, "bench: cannot allocate %zu MB for the stream read", mb);
+  std::memset(buf, 1, bytes);
+  double g = stream_read_gbps(pool, buf, bytes, reps);
+  std::free(buf);
+  return g;
+}
+
+}  // namespace cbx::bench

@@ -1,0 +1,23 @@
+// The stream-read bandwidth every bench divides by, measured one way for all of them so
+// their ratios compare: the better of one sequential stream and four interleaved streams
+// with an L2 prefetch per thread (how the matvec kernels read weights), best of reps.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace cbx {
+class ThreadPool;
+}
+
+namespace cbx::bench {
+
+double wall_seconds();
+
+// Read bandwidth (GB/s) of `bytes` at `buf` (64-byte aligned) with the pool's threads.
+// `clock_s` measures time (wall by default; bench kernels can pass its CPU clock).
+double stream_read_gbps(ThreadPool& pool, const uint8_t* buf, size_t bytes, int reps,
+                        double (*clock_s)() = wall_seconds);
+// The same over a freshly allocated and touched buffer of `mb` MiB (freed on return).
+double stream_read_gbps(ThreadPool& pool, size_t mb, int reps);
+
+}  // namespace cbx::bench
