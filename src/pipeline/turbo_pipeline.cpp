@@ -16,6 +16,7 @@
 #include "models/t3_turbo.h"
 #include "text/gpt2_tokenizer.h"
 #include "text/punc_norm.h"
+#include "text/utf8.h"
 
 namespace cbx {
 

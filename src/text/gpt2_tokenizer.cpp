@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "text/punc_norm.h"
+#include "text/utf8.h"
 
 namespace cbx {
 
