@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "command.h"
+#include "debug_npy.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
@@ -37,19 +38,10 @@ const char* kUsage =
     "  --timing           print per-step estimator times\n"
     "  --threads N        (default 2)\n";
 
-cbx::NpyArray load_f32(const std::string& path) {
-  cbx::NpyArray a = cbx::npy_load(path);
-  CBX_CHECK(a.dtype == cbx::DType::F32, "debug cfm: '%s' must be float32", path.c_str());
-  return a;
-}
+cbx::NpyArray load_f32(const std::string& path) { return cbx::cli::load_f32_npy("debug cfm", path); }
 
-// Drops leading dims of size 1 until `want` dims remain.
 std::vector<int64_t> squeeze_to(const cbx::NpyArray& a, size_t want, const std::string& path) {
-  std::vector<int64_t> s = a.shape;
-  while (s.size() > want && s.front() == 1) s.erase(s.begin());
-  CBX_CHECK(s.size() == want, "debug cfm: '%s' has shape %s, want %zu dims", path.c_str(), a.shape_str().c_str(),
-            want);
-  return s;
+  return cbx::cli::squeeze_to("debug cfm", a, want, path);
 }
 
 cbx::Tensor mel_tensor(cbx::NpyArray& a, const std::string& path, int64_t M) {
