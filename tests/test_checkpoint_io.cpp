@@ -17,6 +17,8 @@
 #include "convert/pickle.h"
 #include "convert/safetensors.h"
 #include "convert/torch_pt.h"
+#include <unistd.h>
+
 #include "convert/zip_archive.h"
 #include "core/error.h"
 
@@ -25,7 +27,8 @@ using namespace cbx;
 namespace {
 
 std::string tmp_path(const std::string& name) {
-  return std::string(CBX_BINARY_DIR) + "/test_checkpoint_io_" + name;
+  // Unique per process: ctest runs each TEST as its own process, in parallel.
+  return std::string(CBX_BINARY_DIR) + "/test_checkpoint_io_" + std::to_string(::getpid()) + "_" + name;
 }
 
 std::vector<uint8_t> read_all(const std::string& path) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "text/gpt2_tokenizer.h"
 #include "text/punc_norm.h"
@@ -173,7 +175,8 @@ TEST(Gpt2Tokenizer, Truncation) {
 
 TEST(Gpt2Tokenizer, TokenizerConfig) {
   REQUIRE_DATA();
-  const auto dir = std::filesystem::temp_directory_path() / "cbx_test_text_gpt2_cfg";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("cbx_test_text_gpt2_cfg_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string cfg = (dir / "tokenizer_config.json").string();
   std::ofstream(cfg) << R"({"model_max_length": 8, "eos_token": "<|endoftext|>",
