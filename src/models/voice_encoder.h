@@ -1,0 +1,41 @@
+// Voice encoder: T3's 256-d speaker embedding (upstream models/voice_encoder/*.py,
+// VoiceEncoder.embeds_from_wavs; spec §5.2, §11.1).
+//
+//   wav [n] 16 kHz  ->  mel [T, 40] (linear power mel, no log; audio/mel.h ve_mel)
+//   partials: frames of 160 mels starting every step = round(16000 / 1.3 / 160) frames,
+//             the tail padded with zeros as upstream does (coverage 0.8)
+//   per partial: 3-layer LSTM(40 -> 256 -> 256 -> 256), last hidden h_T of the top layer
+//                e = relu(proj(h_T)) / ||.||      (proj: Linear 256 -> 256)
+//   speaker_emb = mean_partials(e) / ||.||   (embeds_from_wavs averages and re-normalises)
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace cbx {
+
+class GgufFile;
+class ThreadPool;
+struct ModelConfig;
+
+class VoiceEncoder {
+ public:
+  // Binds ve.* weights (zero copy; errors name the tensor); reserves all scratch for inputs of up
+  // to max_samples samples at 16 kHz. Throws cbx::Error.
+  VoiceEncoder(const GgufFile& f, const ModelConfig& c, int64_t max_samples);
+  ~VoiceEncoder();
+  VoiceEncoder(const VoiceEncoder&) = delete;
+  VoiceEncoder& operator=(const VoiceEncoder&) = delete;
+
+  // wav: mono float at 16 kHz, already cut by the caller to what upstream feeds (prepare_conditionals:
+  // ref_16k_wav[:ENC_COND_LEN]). Returns T3's speaker_emb [c.ve.embed_size=256] exactly as upstream
+  // computes it (VoiceEncoder.embeds_from_wavs + the mean upstream takes). Throws cbx::Error (too
+  // short, n > max_samples).
+  std::vector<float> embed(ThreadPool& pool, const float* wav, int64_t n);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cbx
