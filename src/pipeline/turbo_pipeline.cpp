@@ -24,10 +24,6 @@ namespace {
 
 constexpr int64_t kDefaultChunkTokens = 80;
 
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 template <typename T>
 std::vector<T> voice_tensor(const GgufFile& f, const char* name, DType dt, int64_t want_cols = 0,
                             int64_t* rows = nullptr) {
@@ -75,46 +71,6 @@ std::unique_ptr<Gpt2Tokenizer> tokenizer_from_gguf(const GgufFile& f) {
   if (const GgufValue* v = f.find("chatterbox.tokenizer.model_max_length")) max_len = v->as_int();
   CBX_CHECK(max_len > 0, "%s: model_max_length %lld", f.path().c_str(), (long long)max_len);
   return std::make_unique<Gpt2Tokenizer>(std::move(tokens), merges, std::move(added), size_t(max_len));
-}
-
-bool is_space(char c) { return c == ' '; }
-
-// Splits s after each position where `boundary(i)` holds for a space at i; trims the pieces.
-template <typename Pred>
-std::vector<std::string> split_at_spaces(const std::string& s, Pred boundary) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (is_space(s[i]) && boundary(i)) {
-      if (i > start) out.push_back(s.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  if (start < s.size()) out.push_back(s.substr(start));
-  return out;
-}
-
-// Space at i ends a sentence: the text before it ends with . ! ? (then closing quotes/brackets).
-bool sentence_end(const std::string& s, size_t i) {
-  size_t j = i;
-  while (j > 0 && std::strchr("\"')]", s[j - 1])) --j;
-  return j > 0 && std::strchr(".!?", s[j - 1]) != nullptr;
-}
-
-bool clause_end(const std::string& s, size_t i) { return i > 0 && std::strchr(",;:", s[i - 1]) != nullptr; }
-
-// At most max_bytes bytes per piece, cut at code-point boundaries (byte-level BPE gives at most
-// one token per byte, so each piece has at most max_bytes tokens).
-std::vector<std::string> split_bytes(const std::string& s, size_t max_bytes) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start < s.size()) {
-    size_t end = std::min(s.size(), start + max_bytes);
-    while (end < s.size() && end > start + 1 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-    out.push_back(s.substr(start, end - start));
-    start = end;
-  }
-  return out;
 }
 
 }  // namespace
@@ -210,71 +166,16 @@ std::vector<int32_t> TurboPipeline::tokenize(const std::string& normalized) cons
 
 std::vector<std::string> TurboPipeline::split_text(const std::string& text, int64_t max_chunk_tokens) const {
   const Impl& m = *m_;
-  try {
-    utf8_check(text);
-  } catch (const Error& e) {
-    throw TextError(e.what());
-  }
-  bool blank = true;
-  for (size_t i = 0; i < text.size() && blank;) {
-    char32_t cp = 0;
-    const size_t n = utf8_next(text, i, &cp);
-    // Python str.isspace for the common cases; punc_norm would turn "" into a stock sentence.
-    if (!(cp == ' ' || (cp >= 0x09 && cp <= 0x0D) || cp == 0x1C || cp == 0x1D || cp == 0x1E || cp == 0x1F ||
-          cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-          cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000))
-      blank = false;
-    i += n;
-  }
-  if (blank) throw TextError("text: the text is empty (nothing to synthesise)");
-
+  check_synth_text(text);
   const int64_t budget = max_chunk_tokens > 0 ? max_chunk_tokens : kDefaultChunkTokens;
   const int64_t t3_max = int64_t(m.tok->model_max_length() == Gpt2Tokenizer::kNoMaxLength ? 1024
                                                                                           : m.tok->model_max_length());
   CBX_CHECK(budget <= t3_max, "text: chunk size %lld exceeds the %lld text tokens T3 takes", (long long)budget,
             (long long)t3_max);
-  const std::string norm = punc_norm(text, PuncNormFlavor::Turbo);
-  if (m.count_tokens(norm) <= budget) return {norm};
-
-  // Chunk boundaries at the highest level that fits: sentences are packed greedily; a sentence
-  // over the budget is cut into its clauses (packed among themselves), a clause into words, a
-  // word into byte runs. Packed units are rejoined with one space, as in the normalised text.
-  std::vector<std::string> chunks;
-  auto fits = [&](const std::string& u) { return m.count_tokens(u) <= budget; };
-  std::function<void(const std::string&, int)> split_level = [&](const std::string& s, int level) {
-    if (level == 3) {
-      for (std::string& b : split_bytes(s, size_t(budget))) chunks.push_back(std::move(b));
-      return;
-    }
-    std::vector<std::string> units =
-        level == 0 ? split_at_spaces(s, [&](size_t i) { return sentence_end(s, i); })
-        : level == 1 ? split_at_spaces(s, [&](size_t i) { return clause_end(s, i); })
-                     : split_at_spaces(s, [](size_t) { return true; });
-    std::string cur;
-    for (const std::string& u : units) {
-      if (!fits(u)) {
-        if (!cur.empty()) chunks.push_back(cur), cur.clear();
-        split_level(u, level + 1);
-      } else if (cur.empty()) {
-        cur = u;
-      } else if (fits(cur + " " + u)) {
-        cur += " " + u;
-      } else {
-        chunks.push_back(cur);
-        cur = u;
-      }
-    }
-    if (!cur.empty()) chunks.push_back(cur);
-  };
-  split_level(norm, 0);
   // A chunk cut inside a sentence ends with "," (a Turbo sentence ender, continuation prosody)
   // rather than the "." punc_norm would append; the text's own ending stays on the last chunk.
-  for (std::string& ch : chunks) {
-    size_t j = ch.size();
-    while (j > 0 && std::strchr("\"')]", ch[j - 1])) --j;
-    if (j == 0 || !std::strchr(".!?-,", ch[j - 1])) ch += ",";
-  }
-  return chunks;
+  return split_into_chunks(punc_norm(text, PuncNormFlavor::Turbo), budget,
+                           [&](const std::string& s) { return m.count_tokens(s); }, ChunkRules{});
 }
 
 void TurboPipeline::reseed_s3gen(uint64_t seed) {
@@ -286,17 +187,17 @@ std::vector<float> TurboPipeline::tokens_to_audio(const std::vector<int32_t>& sp
   Impl& m = *m_;
   CBX_CHECK(!speech.empty() && int64_t(speech.size()) <= m.max_speech,
             "turbo pipeline: %zu speech tokens (1 .. %lld)", speech.size(), (long long)m.max_speech);
-  double t0 = now_ms();
+  double t0 = pipeline_now_ms();
   FlowEncoderOutput fo =
       m.flow->forward(m.prompt_tokens.data(), int64_t(m.prompt_tokens.size()), speech.data(), int64_t(speech.size()),
                       m.prompt_feat.data(), m.n_prompt_frames, m.embedding.data(), int64_t(m.embedding.size()));
-  double t1 = now_ms();
+  double t1 = pipeline_now_ms();
   const Tensor& mel = m.cfm->solve(fo.mu, fo.spks, fo.cond, fo.n_prompt_frames);
-  double t2 = now_ms();
+  double t2 = pipeline_now_ms();
   const Tensor& wave = m.hift->forward(mel);
   std::vector<float> out(wave.ptr<float>(), wave.ptr<float>() + wave.numel());
   hift_trim_fade(out.data(), int64_t(out.size()), m.cfg.pipeline.trim_fade_samples);
-  double t3 = now_ms();
+  double t3 = pipeline_now_ms();
   if (tm) {
     tm->flow_ms += t1 - t0;
     tm->cfm_ms += t2 - t1;
@@ -310,7 +211,7 @@ std::vector<float> TurboPipeline::synthesize(const std::string& text, const Turb
   Impl& m = *m_;
   TurboTimings tm;
   tm.sample_rate = sample_rate();
-  const double t_start = now_ms();
+  const double t_start = pipeline_now_ms();
   auto check_abort = [&]() {
     if (should_abort && should_abort()) throw AbortedError("synthesis aborted by the caller");
   };
@@ -330,7 +231,7 @@ std::vector<float> TurboPipeline::synthesize(const std::string& text, const Turb
     tm.n_text_tokens += int64_t(ids.back().size());
   }
   tm.n_chunks = int64_t(chunks.size());
-  tm.text_ms = now_ms() - t_start;
+  tm.text_ms = pipeline_now_ms() - t_start;
 
   reseed_s3gen(p.seed);
   std::vector<float> audio;
@@ -353,7 +254,7 @@ std::vector<float> TurboPipeline::synthesize(const std::string& text, const Turb
       throw AbortedError("synthesis stopped by the audio callback");
   }
   tm.n_samples = int64_t(audio.size());
-  tm.total_ms = now_ms() - t_start;
+  tm.total_ms = pipeline_now_ms() - t_start;
   if (timings) *timings = tm;
   return audio;
 }

@@ -32,23 +32,13 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "models/model_config.h"
+#include "pipeline/pipeline_common.h"
 
 namespace cbx {
 
 class GgufFile;
 class Gpt2Tokenizer;
 class T3Turbo;
-
-// Error kinds the C API maps to status codes; all are cbx::Error.
-struct TextError : Error {  // empty text, invalid UTF-8
-  using Error::Error;
-};
-struct UnsupportedModelError : Error {  // a model the Turbo pipeline cannot run (e.g. MTL)
-  using Error::Error;
-};
-struct AbortedError : Error {  // the abort callback asked to stop
-  using Error::Error;
-};
 
 struct TurboLoadParams {
   int n_threads = 0;               // 0 = hardware threads
@@ -66,21 +56,10 @@ struct TurboSynthParams {
   int64_t max_chunk_tokens = 0;  // BPE tokens per text chunk; 0 = 80
 };
 
-// Wall times of one synthesize call, summed over chunks (ms).
-struct TurboTimings {
-  double text_ms = 0, t3_prefill_ms = 0, t3_decode_ms = 0, flow_ms = 0, cfm_ms = 0, hift_ms = 0, total_ms = 0;
-  int64_t n_chunks = 0, n_text_tokens = 0, n_speech_tokens = 0, n_decode_steps = 0;
-  int64_t chunks_at_limit = 0;  // chunks whose generation hit max_new_tokens without EOS
-  int64_t n_samples = 0;
-  int sample_rate = 24000;
-  double audio_s() const { return double(n_samples) / double(sample_rate); }
-  double rtf() const { return n_samples ? total_ms / 1000.0 / audio_s() : 0.0; }
-};
-
-// Audio of one finished text chunk (valid during the call). Return false to stop.
-using TurboAudioFn = std::function<bool(const float* samples, int64_t n, int64_t chunk_index, int64_t n_chunks)>;
-// Polled before the prefill and between decode steps and stages; return true to abort.
-using TurboAbortFn = std::function<bool()>;
+// Shared with the Multilingual pipeline (pipeline/pipeline_common.h).
+using TurboTimings = SynthTimings;
+using TurboAudioFn = SynthAudioFn;
+using TurboAbortFn = SynthAbortFn;
 
 class TurboPipeline {
  public:
