@@ -153,4 +153,127 @@ int32_t TurboSampler::sample(const float* logits, const int32_t* history, int64_
   return pick();
 }
 
+// ---- Multilingual order ----
+
+MtlSampler::MtlSampler(int32_t vocab, const MtlSamplerParams& p) : vocab_(vocab), p_(p), rng_(p.seed) {
+  CBX_CHECK(vocab > 0, "sampler: vocabulary size %d", vocab);
+  CBX_CHECK(std::isfinite(p.cfg_weight), "sampler: cfg_weight %g", double(p.cfg_weight));
+  CBX_CHECK(std::isfinite(p.temperature) && p.temperature > 0.f, "sampler: temperature %g must be > 0",
+            double(p.temperature));
+  CBX_CHECK(p.min_p >= 0.f && p.min_p <= 1.f, "sampler: min_p %g outside [0, 1]", double(p.min_p));
+  CBX_CHECK(p.top_p > 0.0 && p.top_p <= 1.0, "sampler: top_p %g outside (0, 1]", p.top_p);
+  CBX_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.f,
+            "sampler: repetition_penalty %g must be > 0", double(p.repetition_penalty));
+  cfg_.resize(size_t(vocab));
+  proc_.resize(size_t(vocab));
+  work_.resize(size_t(vocab));
+  order_.resize(size_t(vocab));
+  prob_.resize(size_t(vocab));
+  seen_.assign(size_t(vocab), 0);
+}
+
+// HF MinPLogitsWarper: probabilities from the softmax of the current logits; drop those
+// below min_p * the largest (the top token always stays).
+void MtlSampler::min_p() {
+  float mx = kNegInf;
+  for (float v : proc_) mx = std::max(mx, v);
+  if (mx == kNegInf) return;
+  float sum = 0;
+  for (int32_t i = 0; i < vocab_; ++i) {
+    const float e = proc_[size_t(i)] == kNegInf ? 0.f : std::exp(proc_[size_t(i)] - mx);
+    work_[size_t(i)] = e;
+    sum += e;
+  }
+  const float inv = 1.f / sum;
+  const float thr = p_.min_p * inv;  // min_p * max prob (the max has e = 1)
+  for (int32_t i = 0; i < vocab_; ++i)
+    if (work_[size_t(i)] * inv < thr) proc_[size_t(i)] = kNegInf;
+}
+
+// HF TopPLogitsWarper (same as TurboSampler::top_p).
+void MtlSampler::top_p() {
+  int64_t n = 0;
+  float mx = kNegInf;
+  for (int32_t i = 0; i < vocab_; ++i)
+    if (proc_[size_t(i)] != kNegInf) {
+      order_[size_t(n++)] = i;
+      mx = std::max(mx, proc_[size_t(i)]);
+    }
+  if (n == 0) return;
+  const float* s = proc_.data();
+  std::sort(order_.begin(), order_.begin() + n, [s](int32_t a, int32_t b) { return s[a] < s[b]; });
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float e = std::exp(s[order_[size_t(j)]] - mx);
+    work_[size_t(j)] = e;
+    sum += e;
+  }
+  const float thr = float(1.0 - p_.top_p);
+  const float inv = float(1.0 / sum);
+  double cum = 0;
+  for (int64_t j = 0; j + 1 < n; ++j) {
+    cum += double(work_[size_t(j)] * inv);
+    if (float(cum) <= thr) proc_[size_t(order_[size_t(j)])] = kNegInf;
+    else break;
+  }
+}
+
+bool MtlSampler::process(const float* cond, const float* uncond, const int32_t* history, int64_t n_history) {
+  const float w = p_.cfg_weight;
+  if (uncond)
+    for (int32_t i = 0; i < vocab_; ++i) cfg_[size_t(i)] = cond[i] + w * (cond[i] - uncond[i]);
+  else
+    std::copy(cond, cond + vocab_, cfg_.begin());
+  std::copy(cfg_.begin(), cfg_.end(), proc_.begin());
+  const float r = p_.repetition_penalty;
+  if (r != 1.f && n_history > 0) {
+    if (++stamp_ == 0) {
+      std::fill(seen_.begin(), seen_.end(), 0u);
+      stamp_ = 1;
+    }
+    for (int64_t j = 0; j < n_history; ++j) {
+      const int32_t id = history[j];
+      CBX_CHECK(id >= 0 && id < vocab_, "sampler: history id %d outside the vocabulary of %d", id, vocab_);
+      if (seen_[size_t(id)] == stamp_) continue;
+      seen_[size_t(id)] = stamp_;
+      float& v = proc_[size_t(id)];
+      v = v < 0.f ? v * r : v / r;
+    }
+  }
+  const float T = p_.temperature;
+  if (T != 1.f)
+    for (float& v : proc_) v /= T;
+  if (p_.min_p > 0.f) min_p();
+  if (p_.top_p < 1.0) top_p();
+  for (float v : proc_)
+    if (v != kNegInf) return true;
+  return false;
+}
+
+int32_t MtlSampler::pick() {
+  const float* s = proc_.data();
+  int32_t best = 0;
+  for (int32_t i = 1; i < vocab_; ++i)
+    if (s[i] > s[best]) best = i;
+  if (s[best] == kNegInf) return -1;
+  if (p_.greedy) return best;
+  const float mx = s[best];
+  double sum = 0;
+  for (int32_t i = 0; i < vocab_; ++i) {
+    const double e = s[i] == kNegInf ? 0.0 : std::exp(double(s[i]) - double(mx));
+    prob_[size_t(i)] = e;
+    sum += e;
+  }
+  const double u = rng_.uniform() * sum;
+  double cum = 0;
+  int32_t last = best;
+  for (int32_t i = 0; i < vocab_; ++i) {
+    if (prob_[size_t(i)] == 0.0) continue;
+    cum += prob_[size_t(i)];
+    last = i;
+    if (u < cum) return i;
+  }
+  return last;
+}
+
 }  // namespace cbx

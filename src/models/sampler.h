@@ -68,4 +68,43 @@ class TurboSampler {
   uint32_t stamp_ = 0;
 };
 
+// Multilingual / original order (spec §6.7, t3.py T3.inference), HF processor semantics:
+//   1. CFG           logits = cond + w (cond - uncond)             (uncond may be null: cond)
+//   2. repetition    as above, history = BOS + the generated tokens (if r != 1)
+//   3. temperature   logits / T                                    (if T != 1)
+//   4. min-p         softmax; drop p < min_p * max p, keep the top (if min_p > 0)
+//   5. top-p         as above                                      (if p < 1)
+//   6. softmax, one multinomial draw (xoshiro256**); greedy: argmax after 1-5.
+struct MtlSamplerParams {
+  float cfg_weight = 0.5f, temperature = 0.8f, min_p = 0.05f;
+  double top_p = 1.0;
+  float repetition_penalty = 1.2f;
+  bool greedy = false;
+  uint64_t seed = 0;
+};
+
+class MtlSampler {
+ public:
+  MtlSampler(int32_t vocab, const MtlSamplerParams& p);
+  // Steps 1-5; returns false when every processed logit is -inf.
+  bool process(const float* cond, const float* uncond, const int32_t* history, int64_t n_history);
+  const float* guided() const { return cfg_.data(); }     // after step 1
+  const float* processed() const { return proc_.data(); }  // after step 5
+  int32_t pick();  // greedy argmax or multinomial; -1 when all -inf
+  const MtlSamplerParams& params() const { return p_; }
+
+ private:
+  void min_p();
+  void top_p();
+
+  int32_t vocab_;
+  MtlSamplerParams p_;
+  Rng rng_;
+  std::vector<float> cfg_, proc_, work_;
+  std::vector<int32_t> order_;
+  std::vector<double> prob_;
+  std::vector<uint32_t> seen_;
+  uint32_t stamp_ = 0;
+};
+
 }  // namespace cbx

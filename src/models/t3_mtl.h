@@ -45,10 +45,15 @@ struct T3MtlSampling {
 };
 
 struct T3MtlStats {
-  double prefill_ms = 0, decode_ms = 0;
-  int64_t n_steps = 0;
-  bool hit_limit = false;
-  double weight_bytes_per_step = 0, kv_bytes_per_step = 0;
+  double prefill_ms = 0, decode_ms = 0;  // prefill: cond encoder + prompt + first forward; decode: the rest
+  int64_t n_steps = 0;                   // tokens sampled (= returned tokens)
+  bool hit_limit = false;                // stopped by max_new_tokens (no EOS)
+  double weight_bytes_per_step = 0, kv_bytes_per_step = 0;  // per decode forward (kv: mean over the run)
+  // additions
+  int64_t n_decode = 0;      // single-token forward calls after the prefill (decode tok/s = n_decode / decode_ms)
+  int64_t prompt_len = 0;    // prefill tokens per row
+  int64_t n_rows = 0;        // batch rows run (2 with CFG, 1 when cfg_weight <= 0)
+  bool aborted = false;      // should_abort returned true
 };
 
 // Debug view of one sampled step (pointers valid during the callback only). uncond is null

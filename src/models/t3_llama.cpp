@@ -1,0 +1,274 @@
+#include "models/t3_llama.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/gguf.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+#include "ops/norm.h"
+
+namespace cbx {
+
+void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
+                    T3WeightKind kind, bool required) {
+  const GgufTensorInfo* ti = f.find_tensor(name);
+  if (!ti) {
+    CBX_CHECK(!required, "%s: missing tensor '%s'", f.path().c_str(), name.c_str());
+    slot = Tensor{};
+    return;
+  }
+  bool ok = ti->ndim == int(shape.size());
+  for (int i = 0; ok && i < ti->ndim; ++i) ok = ti->shape[i] == shape[size_t(i)];
+  if (!ok) {
+    std::string want = "[";
+    for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
+    want += "]";
+    Tensor got = f.tensor(*ti);
+    fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(), got.shape_str().c_str(),
+         want.c_str());
+  }
+  const TypeTraits& tr = type_traits(ti->dtype);
+  if (kind == T3WeightKind::Vector)
+    CBX_CHECK(ti->dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(), name.c_str(),
+              tr.name);
+  else
+    CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type", f.path().c_str(),
+              name.c_str(), tr.name);
+  slot = f.tensor(*ti);
+}
+
+void T3LlamaWeights::for_each_tensor(const T3Config& c, const Visitor& fn) {
+  const int64_t d = c.n_embd, ff = c.n_ff, q = int64_t(c.n_head) * c.head_dim,
+                kv = int64_t(c.n_kv_head) * c.head_dim;
+  using K = T3WeightKind;
+  layers.resize(size_t(c.n_layer));
+  for (int i = 0; i < c.n_layer; ++i) {
+    const std::string p = "t3.tfmr.layers." + std::to_string(i);
+    T3LlamaLayer& L = layers[size_t(i)];
+    fn(p + ".self_attn.q_proj.weight", L.wq, {q, d}, K::Matrix, true);
+    fn(p + ".self_attn.k_proj.weight", L.wk, {kv, d}, K::Matrix, true);
+    fn(p + ".self_attn.v_proj.weight", L.wv, {kv, d}, K::Matrix, true);
+    fn(p + ".self_attn.o_proj.weight", L.wo, {d, q}, K::Matrix, true);
+    fn(p + ".mlp.gate_proj.weight", L.w_gate, {ff, d}, K::Matrix, true);
+    fn(p + ".mlp.up_proj.weight", L.w_up, {ff, d}, K::Matrix, true);
+    fn(p + ".mlp.down_proj.weight", L.w_down, {d, ff}, K::Matrix, true);
+    fn(p + ".input_layernorm.weight", L.attn_norm, {d}, K::Vector, true);
+    fn(p + ".post_attention_layernorm.weight", L.ffn_norm, {d}, K::Vector, true);
+  }
+  fn("t3.tfmr.norm.weight", norm, {d}, K::Vector, true);
+  fn("t3.speech_head.weight", speech_head_w, {c.speech_vocab, d}, K::Matrix, true);
+}
+
+void bind_t3_llama(const GgufFile& f, const T3Config& c, T3LlamaWeights& w) {
+  CBX_CHECK(c.arch == "llama", "%s: T3 arch is '%s', the Llama backbone needs 'llama'", f.path().c_str(),
+            c.arch.c_str());
+  CBX_CHECK(c.n_layer > 0 && c.n_embd > 0 && c.n_head > 0 && c.n_kv_head > 0 && c.head_dim > 0 &&
+                c.head_dim % 2 == 0 && c.n_head % c.n_kv_head == 0 && c.n_ff > 0 && c.speech_vocab > 0,
+            "%s: inconsistent Llama T3 hyper-parameters (n_layer %d, n_embd %d, n_head %d, n_kv_head %d, "
+            "head_dim %d, n_ff %d, speech_vocab %d)",
+            f.path().c_str(), c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.n_ff, c.speech_vocab);
+  CBX_CHECK(c.rope_theta > 0, "%s: Llama T3 needs chatterbox.t3.rope.theta > 0, got %g", f.path().c_str(),
+            double(c.rope_theta));
+  CBX_CHECK(!c.speech_head_bias, "%s: the Llama T3 speech head has no bias", f.path().c_str());
+  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
+                           T3WeightKind kind, bool required) { bind_t3_tensor(f, name, slot, shape, kind, required); });
+}
+
+size_t t3_llama_decode_weight_bytes(const T3LlamaWeights& w) {
+  size_t total = 0;
+  auto add = [&](const Tensor& t) {
+    if (!t.empty()) total += dtype_row_bytes(t.dtype, t.cols()) * size_t(t.rows());
+  };
+  for (const T3LlamaLayer& L : w.layers)
+    for (const Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.attn_norm, &L.ffn_norm})
+      add(*t);
+  add(w.norm);
+  add(w.speech_head_w);
+  return total;
+}
+
+namespace {
+constexpr size_t kAllocSlack = 64;
+size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
+}  // namespace
+
+T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, const T3LlamaOptions& o)
+    : c_(c), w_(w), pool_(pool), kv_type_(o.kv_type) {
+  CBX_CHECK(kv_type_ == DType::F16 || kv_type_ == DType::F32, "t3 llama: KV cache type must be f16 or f32, got %s",
+            dtype_name(kv_type_));
+  CBX_CHECK(int(w.layers.size()) == c.n_layer && !w.norm.empty(), "t3 llama: weights are not bound");
+  CBX_CHECK(o.max_ctx > 0 && o.n_rows > 0 && o.max_tokens >= 0,
+            "t3 llama: bad options (max_ctx %lld, n_rows %lld, max_tokens %lld)", (long long)o.max_ctx,
+            (long long)o.n_rows, (long long)o.max_tokens);
+  CBX_CHECK(c.n_ctx <= 0 || o.max_ctx <= c.n_ctx, "t3 llama: max_ctx %lld exceeds max_position_embeddings %d",
+            (long long)o.max_ctx, c.n_ctx);
+  max_ctx_ = o.max_ctx;
+  max_tokens_ = o.max_tokens > 0 ? std::min(o.max_tokens, max_ctx_) : max_ctx_;
+  n_rows_ = o.n_rows;
+  const int64_t d = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, ff = c.n_ff, V = c.speech_vocab;
+
+  inv_freq_.resize(size_t(D / 2));
+  rope_inv_freq_llama3(D, c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+                       float(c.rope_orig_max_pos), inv_freq_.data());
+  inv_freq_t_ = make_tensor(DType::F32, {D / 2}, inv_freq_.data(), inv_freq_.size() * 4);
+
+  const size_t es = type_traits(kv_type_).block_bytes;
+  const size_t one = size_t(Hkv * max_ctx_ * D) * es;
+  const size_t n_caches = size_t(c.n_layer) * size_t(n_rows_);
+  kv_bytes_ = one * 2 * n_caches;
+  kv_arena_.reserve(kv_bytes_ + 2 * n_caches * kAllocSlack);
+  for (size_t i = 0; i < n_caches; ++i) {
+    k_cache_.push_back(kv_arena_.alloc(kv_type_, {Hkv, max_ctx_, D}, "t3 llama K cache"));
+    v_cache_.push_back(kv_arena_.alloc(kv_type_, {Hkv, max_ctx_, D}, "t3 llama V cache"));
+  }
+
+  // Activations for R = n_rows * max_tokens rows (allocation order in forward).
+  const int64_t R = n_rows_ * max_tokens_;
+  size_t act = f32_bytes(n_rows_ * V) + size_t(R) * 4 + kAllocSlack;  // logits, positions
+  act += 3 * f32_bytes(R * d);                                        // x, h, tmp
+  act += 2 * f32_bytes(R * H * D) + 2 * f32_bytes(R * Hkv * D);       // q, att, k, v
+  act += 2 * f32_bytes(R * ff);                                       // gate, up
+  act += f32_bytes(n_rows_ * d);                                      // final norm rows
+  const int nt = pool.size();
+  size_t transient = 0;
+  for (const T3LlamaLayer& L : w.layers) {
+    transient = std::max(transient, matmul_scratch_bytes(L.wq.dtype, R, H * D, d, nt));
+    transient = std::max(transient, matmul_scratch_bytes(L.wk.dtype, R, Hkv * D, d, nt));
+    transient = std::max(transient, matmul_scratch_bytes(L.wv.dtype, R, Hkv * D, d, nt));
+    transient = std::max(transient, matmul_scratch_bytes(L.wo.dtype, R, d, H * D, nt));
+    transient = std::max(transient, matmul_scratch_bytes(L.w_gate.dtype, R, ff, d, nt));
+    transient = std::max(transient, matmul_scratch_bytes(L.w_up.dtype, R, ff, d, nt));
+    transient = std::max(transient, matmul_scratch_bytes(L.w_down.dtype, R, d, ff, nt));
+  }
+  transient = std::max(transient, matmul_scratch_bytes(w.speech_head_w.dtype, n_rows_, V, d, nt));
+  transient = std::max(transient, f32_bytes(Hkv * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
+  arena_.reserve(act + transient + 4 * kAllocSlack);
+  logits_ = arena_.alloc(DType::F32, {n_rows_, V}, "t3 llama logits");
+  call_mark_ = arena_.mark();
+}
+
+size_t T3Llama::kv_step_bytes(int64_t B) const {
+  const size_t es = type_traits(kv_type_).block_bytes;
+  return size_t(2 * c_.n_layer) * size_t(B) * size_t(c_.n_kv_head) * size_t(n_past_) * size_t(c_.head_dim) * es;
+}
+
+// k, v: [B*T, Hkv*D] (RoPE applied to k) -> cache rows n_past .. n_past+T-1 of each sequence.
+void T3Llama::store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, int64_t T) {
+  const int64_t Hkv = c_.n_kv_head, D = c_.head_dim;
+  const bool f16 = kv_type_ == DType::F16;
+  const FromFloatFn to16 = type_traits(DType::F16).from_float;
+  auto job = [&](int64_t item) {  // item = ((b * T + t) * 2 + kv) * Hkv + h
+    const int64_t h = item % Hkv, kv = (item / Hkv) % 2, r = item / (2 * Hkv), b = r / T, t = r % T;
+    const float* src = static_cast<const float*>((kv ? v : k).row(r)) + h * D;
+    const Tensor& dst_t = (kv ? v_cache_ : k_cache_)[size_t(layer) * size_t(n_rows_) + size_t(b)];
+    uint8_t* dst = static_cast<uint8_t*>(dst_t.data) + h * dst_t.stride[0] + (n_past_ + t) * dst_t.stride[1];
+    if (f16) to16(src, dst, D);
+    else std::memcpy(dst, src, size_t(D) * 4);
+  };
+  const int64_t items = B * T * 2 * Hkv;
+  if (B * T < 4 || pool_.size() <= 1) {
+    for (int64_t i = 0; i < items; ++i) job(i);
+    return;
+  }
+  pool_.run([&](int ith, int nth) {
+    int64_t b, e;
+    ThreadPool::split(items, ith, nth, &b, &e);
+    for (int64_t i = b; i < e; ++i) job(i);
+  });
+}
+
+Tensor T3Llama::forward(const Tensor& embeds, int64_t B) {
+  const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff;
+  CBX_CHECK(B >= 1 && B <= n_rows_, "t3 llama forward: %lld sequences (1..%lld)", (long long)B, (long long)n_rows_);
+  CBX_CHECK(embeds.dtype == DType::F32 && embeds.ndim == 2 && embeds.shape[1] == d && embeds.shape[0] > 0 &&
+                embeds.shape[0] % B == 0,
+            "t3 llama forward: embeds must be f32 [B*T, %lld] with B = %lld, got %s %s", (long long)d, (long long)B,
+            dtype_name(embeds.dtype), embeds.shape_str().c_str());
+  const int64_t R = embeds.shape[0], T = R / B;
+  CBX_CHECK(T <= max_tokens_, "t3 llama forward: %lld tokens exceed the reserved %lld per call", (long long)T,
+            (long long)max_tokens_);
+  CBX_CHECK(n_past_ + T <= max_ctx_, "t3 llama forward: %lld cached + %lld new positions exceed the KV cache of %lld",
+            (long long)n_past_, (long long)T, (long long)max_ctx_);
+  arena_.rewind(call_mark_);
+  Arena* scratch = &arena_;
+
+  Tensor pos = arena_.alloc(DType::I32, {R}, "t3 llama positions");
+  for (int64_t r = 0; r < R; ++r) pos.ptr<int32_t>()[r] = int32_t(n_past_ + r % T);
+  Tensor x = arena_.alloc(DType::F32, {R, d}, "t3 llama x");
+  Tensor h = arena_.alloc(DType::F32, {R, d}, "t3 llama norm");
+  Tensor tmp = arena_.alloc(DType::F32, {R, d}, "t3 llama projection");
+  Tensor q = arena_.alloc(DType::F32, {R, H * D}, "t3 llama q");
+  Tensor att = arena_.alloc(DType::F32, {R, H * D}, "t3 llama attention");
+  Tensor k = arena_.alloc(DType::F32, {R, Hkv * D}, "t3 llama k");
+  Tensor v = arena_.alloc(DType::F32, {R, Hkv * D}, "t3 llama v");
+  Tensor g = arena_.alloc(DType::F32, {R, ff}, "t3 llama gate");
+  Tensor u = arena_.alloc(DType::F32, {R, ff}, "t3 llama up");
+  Tensor hn = arena_.alloc(DType::F32, {B, d}, "t3 llama final norm");
+
+  copy_tensor(pool_, embeds, x);
+  emit("inp", -1, x);
+  // RoPE views [R, heads, D] of q and k (rows contiguous).
+  const int64_t q3[3] = {R, H, D}, k3[3] = {R, Hkv, D};
+  const int64_t q3s[3] = {H * D * 4, D * 4, 4}, k3s[3] = {Hkv * D * 4, D * 4, 4};
+  Tensor qr = make_view(q, 3, q3, q3s, 0);
+  Tensor kr = make_view(k, 3, k3, k3s, 0);
+  const int64_t Tk = n_past_ + T;
+  AttentionParams ap;
+  ap.causal = true;
+  ap.q_offset = n_past_;
+
+  for (int l = 0; l < c_.n_layer; ++l) {
+    const T3LlamaLayer& L = w_.layers[size_t(l)];
+    rms_norm(pool_, x, L.attn_norm, c_.norm_eps, h);
+    emit("attn_norm", l, h);
+    matmul(pool_, L.wq, h, q, scratch);
+    matmul(pool_, L.wk, h, k, scratch);
+    matmul(pool_, L.wv, h, v, scratch);
+    rope_inv_freq(pool_, qr, pos, inv_freq_t_, qr);
+    rope_inv_freq(pool_, kr, pos, inv_freq_t_, kr);
+    emit("q", l, q);
+    store_kv(l, k, v, B, T);
+    for (int64_t b = 0; b < B; ++b) {
+      // Sequence b's queries / outputs as [H, T, D] views of rows b*T .. b*T+T-1.
+      const int64_t hs[3] = {H, T, D}, st[3] = {D * 4, H * D * 4, 4};
+      Tensor qb = make_view(q, 3, hs, st, b * T * H * D * 4);
+      Tensor ob = make_view(att, 3, hs, st, b * T * H * D * 4);
+      const Tensor& kc = k_cache_[size_t(l) * size_t(n_rows_) + size_t(b)];
+      const Tensor& vc = v_cache_[size_t(l) * size_t(n_rows_) + size_t(b)];
+      const int64_t kv_shape[3] = {Hkv, Tk, D};
+      Tensor kb = make_view(kc, 3, kv_shape, kc.stride, 0);
+      Tensor vb = make_view(vc, 3, kv_shape, vc.stride, 0);
+      attention(pool_, qb, kb, vb, Tensor{}, ob, ap, scratch);
+    }
+    emit("attn", l, att);
+    matmul(pool_, L.wo, att, tmp, scratch);
+    add(pool_, x, tmp, x);
+    emit("attn_out", l, x);
+    rms_norm(pool_, x, L.ffn_norm, c_.norm_eps, h);
+    emit("ffn_norm", l, h);
+    matmul(pool_, L.w_gate, h, g, scratch);
+    matmul(pool_, L.w_up, h, u, scratch);
+    silu(pool_, g, g);
+    mul(pool_, g, u, g);
+    emit("ffn_act", l, g);
+    matmul(pool_, L.w_down, g, tmp, scratch);
+    add(pool_, x, tmp, x);
+    emit("l_out", l, x);
+  }
+  n_past_ += T;
+
+  // The last token of each sequence: rows T-1, 2T-1, ...
+  const int64_t ls[2] = {B, d}, lst[2] = {T * d * 4, 4};
+  Tensor last = make_view(x, 2, ls, lst, (T - 1) * d * 4);
+  rms_norm(pool_, last, w_.norm, c_.norm_eps, hn);
+  emit("norm", -1, hn);
+  Tensor lg = slice(logits_, 0, 0, B);
+  matmul(pool_, w_.speech_head_w, hn, lg, scratch);
+  emit("logits", -1, lg);
+  return lg;
+}
+
+}  // namespace cbx

@@ -1,0 +1,112 @@
+// T3 backbone for Multilingual: an HF LlamaModel fed with inputs_embeds (embed_tokens is
+// unused), plus the bias-free speech head (spec §6.2, §6.3). Pre-norm blocks:
+//   x += o_proj(attn(rope(q_proj(h)), rope(k_proj(h)), v_proj(h))),  h = rms_norm(x) * input_layernorm
+//   x += down_proj(silu(gate_proj(h)) * up_proj(h)),                 h = rms_norm(x) * post_attention_layernorm
+// final rms_norm(x) * norm, logits = speech_head(last row). RoPE: NeoX rotate-half over head_dim with
+// llama3 frequency scaling; position = absolute index in the stream (conditioning included).
+// Attention is causal with scale 1/sqrt(head_dim); n_kv_head may be < n_head (GQA).
+//
+// Batching (CFG): a call processes B <= n_rows independent sequences of T tokens each, at the
+// same positions n_past .. n_past+T-1. The rows of the input are sequence-major
+// ([b0 t0..tT-1, b1 t0..]), so every matmul takes all B*T rows at once and reads each weight once;
+// attention runs per sequence on its own KV cache.
+//
+// Runtime: KV cache [n_layer][n_rows] x [H_kv, max_ctx, D] (F16 default, F32 selectable) and one Arena
+// for every activation, reserved at construction for the worst case; forward allocates nothing.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "models/model_config.h"
+#include "models/t3_gpt2.h"  // T3WeightKind, T3Capture
+
+namespace cbx {
+
+class GgufFile;
+
+struct T3LlamaLayer {
+  Tensor wq, wk, wv, wo;           // [H*D, d], [Hkv*D, d], [Hkv*D, d], [d, H*D]
+  Tensor w_gate, w_up, w_down;     // [ff, d], [ff, d], [d, ff]
+  Tensor attn_norm, ffn_norm;      // [d] input_layernorm, post_attention_layernorm
+};
+
+struct T3LlamaWeights {
+  std::vector<T3LlamaLayer> layers;
+  Tensor norm;           // [d]
+  Tensor speech_head_w;  // [speech_vocab, d] (no bias in the Llama variants)
+
+  using Visitor = T3Gpt2Weights::Visitor;
+  void for_each_tensor(const T3Config& c, const Visitor& fn);
+};
+
+// Binds one GGUF tensor into slot checking presence, shape and dtype (Vector: F32 only; Matrix: any
+// float/quantized weight type). Errors name the file and the tensor. A missing optional one leaves
+// slot empty.
+void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
+                    T3WeightKind kind, bool required);
+// Checks the Llama hyper-parameters, then binds every backbone weight (zero copy).
+void bind_t3_llama(const GgufFile& f, const T3Config& c, T3LlamaWeights& w);
+// Bytes of the weights one decode step reads: every layer matrix and norm, the final norm and the head.
+size_t t3_llama_decode_weight_bytes(const T3LlamaWeights& w);
+
+struct T3LlamaOptions {
+  int64_t max_ctx = 0;     // KV positions per sequence (required)
+  int64_t max_tokens = 0;  // most tokens per sequence in one call (the prefill); 0 = max_ctx
+  int64_t n_rows = 2;      // sequences (CFG: cond, uncond)
+  DType kv_type = DType::F16;
+};
+
+// Named intermediates (capture): "inp" [B*T, d]; per layer "attn_norm", "q" (after RoPE) [B*T, H*D],
+// "attn" [B*T, H*D], "attn_out", "ffn_norm" [B*T, d], "ffn_act" [B*T, ff], "l_out" [B*T, d];
+// "norm" [B, d] (last token of each sequence), "logits" [B, speech_vocab].
+class T3Llama {
+ public:
+  // c and w are referenced: they must outlive this object.
+  T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, const T3LlamaOptions& o);
+  T3Llama(const T3Llama&) = delete;
+  T3Llama& operator=(const T3Llama&) = delete;
+
+  // embeds: F32 [B*T, d] (sequence-major), B in 1..n_rows. Appends the keys/values of sequence b to
+  // cache b and returns the speech logits of each sequence's last token: F32 [B, speech_vocab]
+  // (valid until the next call). All sequences share n_past.
+  Tensor forward(const Tensor& embeds, int64_t B);
+  void reset() { n_past_ = 0; }
+  int64_t n_past() const { return n_past_; }
+  int64_t max_ctx() const { return max_ctx_; }
+  int64_t max_tokens() const { return max_tokens_; }
+  int64_t n_rows() const { return n_rows_; }
+  size_t kv_cache_bytes() const { return kv_bytes_; }
+  // Bytes of KV cache one decode step of B sequences reads at the current length.
+  size_t kv_step_bytes(int64_t B) const;
+  void set_capture(T3Capture fn) { capture_ = std::move(fn); }
+
+ private:
+  void emit(const char* name, int layer, const Tensor& t) const {
+    if (capture_) capture_(name, layer, t);
+  }
+  void store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, int64_t T);
+
+  const T3Config& c_;
+  const T3LlamaWeights& w_;
+  ThreadPool& pool_;
+  DType kv_type_;
+  int64_t max_ctx_ = 0, max_tokens_ = 0, n_rows_ = 0;
+  int64_t n_past_ = 0;
+  std::vector<float> inv_freq_;  // [D/2] llama3-scaled
+  Tensor inv_freq_t_;
+  Arena kv_arena_;
+  size_t kv_bytes_ = 0;
+  std::vector<Tensor> k_cache_, v_cache_;  // [layer * n_rows + b]: [H_kv, max_ctx, D]
+  Arena arena_;
+  Tensor logits_;  // [n_rows, speech_vocab]
+  size_t call_mark_ = 0;
+  T3Capture capture_;
+};
+
+}  // namespace cbx
