@@ -1,0 +1,122 @@
+// chatterbox debug s3tok: runs the S3 tokenizer (models/s3_tokenizer.h) on a 16 kHz wave .npy
+// and writes the 25 Hz speech tokens (and optionally the FSQ projection and every named
+// intermediate) as .npy, for parity tests against tests/s3tok_reference.py and timing.
+// Registered as `debug-s3tok`; `chatterbox debug s3tok ...` forwards to it.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/npy.h"
+#include "core/thread_pool.h"
+#include "debug_npy.h"
+#include "models/model_config.h"
+#include "models/s3_tokenizer.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: chatterbox debug s3tok -m MODEL.gguf --wav IN.npy -o TOKENS.npy [options]\n"
+    "  --wav F          float32 .npy [n] or [1, n]: mono wave at 16 kHz\n"
+    "  -o, --out F      int32 [T]: speech tokens (T = ceil(ceil(frames / 2) / 2), frames = n / 160)\n"
+    "  --max-tokens N   keep at most 4 N mel frames, i.e. at most N tokens (upstream max_len)\n"
+    "  --out-proj F     float32 [T, 8]: project_down output, the FSQ input (before tanh)\n"
+    "  --dump-dir DIR   write every named intermediate of the first run as DIR/NAME.npy\n"
+    "  --repeat N       run N times and print each run's time, the median and the best\n"
+    "  --threads N      (default 2)\n";
+
+void save_tensor(const std::string& path, const cbx::Tensor& t) {
+  const int64_t rows = t.rows(), cols = t.cols();
+  std::vector<float> buf(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(buf.data() + r * cols, t.row(r), size_t(cols) * 4);
+  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+  cbx::npy_save_f32(path, shape, buf.data());
+}
+
+double process_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+int run(int argc, char** argv) {
+  std::string model, wav_path, out, out_proj, dump_dir;
+  int threads = 2, repeat = 1;
+  long long max_tokens = -1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      CBX_CHECK(i + 1 < argc, "debug s3tok: %s needs a value", a.c_str());
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "-m" || a == "--model") model = next();
+    else if (a == "--wav") wav_path = next();
+    else if (a == "-o" || a == "--out") out = next();
+    else if (a == "--max-tokens") max_tokens = std::atoll(next().c_str());
+    else if (a == "--out-proj") out_proj = next();
+    else if (a == "--dump-dir") dump_dir = next();
+    else if (a == "--repeat") repeat = std::atoi(next().c_str());
+    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else cbx::fail("debug s3tok: unknown option '%s'\n%s", a.c_str(), kUsage);
+  }
+  CBX_CHECK(!model.empty() && !wav_path.empty(), "debug s3tok: -m and --wav are required\n%s", kUsage);
+  CBX_CHECK(threads > 0 && repeat > 0, "debug s3tok: bad --threads or --repeat");
+
+  cbx::NpyArray a = cbx::cli::load_f32_npy("debug s3tok", wav_path);
+  const std::vector<int64_t> s = cbx::cli::squeeze_to("debug s3tok", a, 1, wav_path);
+  const int64_t n = s[0];
+  const float* wav = a.as<float>();
+
+  auto f = cbx::GgufFile::open(model);
+  const cbx::ModelConfig cfg = cbx::read_config(*f);
+  cbx::S3Tokenizer tok(*f, cfg, std::max<int64_t>(n, 201));
+  cbx::ThreadPool pool(threads);
+
+  std::vector<int32_t> tokens;
+  std::vector<double> ms;
+  double cpu_ms = 0;
+  for (int it = 0; it < repeat; ++it) {
+    const bool dump = it == 0 && !dump_dir.empty(), proj = it == repeat - 1 && !out_proj.empty();
+    if (dump || proj)
+      tok.set_capture([&](const std::string& name, const cbx::Tensor& t) {
+        if (dump) save_tensor(dump_dir + "/" + name + ".npy", t);
+        if (proj && name == "s3tok.project_down") save_tensor(out_proj, t);
+      });
+    const double c0 = process_cpu_s();
+    const auto t0 = std::chrono::steady_clock::now();
+    tokens = tok.tokenize(pool, wav, n, max_tokens);
+    const auto t1 = std::chrono::steady_clock::now();
+    const double c1 = process_cpu_s();
+    tok.set_capture(nullptr);
+    if (!dump) {
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      cpu_ms += (c1 - c0) * 1e3;
+    }
+  }
+  if (!out.empty()) cbx::npy_save(out, cbx::DType::I32, {int64_t(tokens.size())}, tokens.data());
+  std::printf("samples=%lld seconds=%.2f tokens=%zu threads=%d", (long long)n, double(n) / 16000.0, tokens.size(),
+              threads);
+  if (!ms.empty()) {
+    std::vector<double> sorted = ms;
+    std::sort(sorted.begin(), sorted.end());
+    std::printf(" runs=%zu median_ms=%.1f best_ms=%.1f cpu_ms_per_run=%.1f", ms.size(), sorted[sorted.size() / 2],
+                sorted[0], cpu_ms / double(ms.size()));
+  }
+  std::printf("\n");
+  return 0;
+}
+
+cbx::cli::RegisterCommand reg("debug-s3tok", "run the S3 tokenizer on a 16 kHz wave .npy, write tokens .npy (parity)",
+                              run);
+
+}  // namespace
