@@ -11,10 +11,11 @@ safetensors file (`tokenizer.*` tensors).
       --kind speech and espeak-ng runs, otherwise a synthetic voiced signal (harmonics with a
       gliding f0, formant-like amplitude modulation, noise bursts); printed: which one it is
   s3tok_reference.py compare CKPT_DIR WAV.npy --tokens T.npy [--proj P.npy] [--dump-dir DIR]
-                             [--max-tokens N] [--rtol R]
+                             [--max-tokens N] [--rtol R] [--f16-weights]
       runs the reference and compares: tokens exactly, the FSQ projection (and with --dump-dir the
       named intermediates the C++ side dumped) within rel. R = max|cpp - ref| / max|ref|; prints
-      how many FSQ inputs lie near a rounding boundary (|tanh(h) * 0.999| near 0.5)
+      how many FSQ inputs lie near a rounding boundary (|tanh(h) * 0.999| near 0.5); --f16-weights
+      rounds the Linear weights to f16 first, as an f16/q8_0/q4_0 GGUF stores them (quant_policy)
 
 Exit 0 on success, 1 on a mismatch.
 """
@@ -36,6 +37,14 @@ import torch.nn.functional as F
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 PREFIX = "tokenizer."
 S3_FILES = ("s3gen_meanflow.safetensors", "s3gen.safetensors")
+
+
+def round_linear_weights_f16(sd):
+    """What `chatterbox convert --type f16|q8_0|q4_0` stores for s3tok.*: 2-D weights with both dims
+    >= 128 and the inner dim a multiple of 32 become f16 (convert/quant_policy.cpp); the rest stays f32."""
+    for k, t in sd.items():
+        if t.dim() == 2 and k.endswith(".weight") and min(t.shape) >= 128 and t.shape[1] % 32 == 0:
+            sd[k] = t.half().float()
 
 
 def load_tokenizer_state(ckpt_dir):
@@ -261,6 +270,8 @@ def cmd_signal(a):
 
 def cmd_compare(a):
     sd = load_tokenizer_state(a.ckpt)
+    if a.f16_weights:
+        round_linear_weights_f16(sd)
     wav = np.load(a.wav).astype(np.float32).reshape(-1)
     tokens, h, dumps = reference(sd, wav, a.max_tokens)
     ok = True
@@ -316,6 +327,7 @@ def main():
     p.add_argument("--dump-dir")
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--rtol", type=float, default=1e-4)
+    p.add_argument("--f16-weights", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(2)
     return cmd_signal(a) if a.cmd == "signal" else cmd_compare(a)
