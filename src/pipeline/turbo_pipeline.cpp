@@ -1,6 +1,7 @@
 #include "pipeline/turbo_pipeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -14,6 +15,7 @@
 #include "models/hift_vocoder.h"
 #include "models/sampler.h"
 #include "models/t3_turbo.h"
+#include "pipeline/voice.h"
 #include "text/gpt2_tokenizer.h"
 #include "text/punc_norm.h"
 #include "text/utf8.h"
@@ -23,19 +25,6 @@ namespace cbx {
 namespace {
 
 constexpr int64_t kDefaultChunkTokens = 80;
-
-template <typename T>
-std::vector<T> voice_tensor(const GgufFile& f, const char* name, DType dt, int64_t want_cols = 0,
-                            int64_t* rows = nullptr) {
-  Tensor t = f.tensor(name);
-  CBX_CHECK(t.dtype == dt && t.is_contiguous(), "%s: %s must be a contiguous %s tensor", f.path().c_str(), name,
-            dtype_name(dt));
-  if (want_cols > 0)
-    CBX_CHECK(t.ndim == 2 && t.shape[1] == want_cols, "%s: %s has shape %s, expected [n, %lld]", f.path().c_str(),
-              name, t.shape_str().c_str(), (long long)want_cols);
-  if (rows) *rows = t.ndim == 2 ? t.shape[0] : t.numel();
-  return std::vector<T>(t.ptr<T>(), t.ptr<T>() + t.numel());
-}
 
 // The GPT-2 tokenizer from the GGUF metadata (docs/gguf-format.md, "Tokenizer").
 std::unique_ptr<Gpt2Tokenizer> tokenizer_from_gguf(const GgufFile& f) {
@@ -86,10 +75,10 @@ struct TurboPipeline::Impl {
   CfmEstimatorWeights cfm_w;
   std::unique_ptr<CfmSolver> cfm;
   std::unique_ptr<HiftVocoder> hift;
-  // built-in voice
-  std::vector<float> speaker_emb, prompt_feat, embedding;
-  std::vector<int32_t> cond_prompt_tokens, prompt_tokens;
-  int64_t n_prompt_frames = 0;
+  Voice builtin;  // the GGUF's voice.* tensors
+  Voice voice;    // the voice in use (set_voice)
+  int64_t max_cond_tokens = 0;    // T3 prompt tokens reserved for
+  int64_t max_prompt_tokens = 0;  // S3Gen prompt tokens reserved for
   int64_t max_new = 0, max_speech = 0;
 
   int64_t count_tokens(const std::string& s) const { return int64_t(tok->encode(s).size()); }
@@ -114,31 +103,30 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   m.pool = std::make_unique<ThreadPool>(n_threads);
   m.tok = tokenizer_from_gguf(f);
 
-  m.speaker_emb = voice_tensor<float>(f, "voice.speaker_emb", DType::F32);
-  m.cond_prompt_tokens = voice_tensor<int32_t>(f, "voice.cond_prompt_tokens", DType::I32);
-  m.prompt_tokens = voice_tensor<int32_t>(f, "voice.prompt_token", DType::I32);
-  m.prompt_feat = voice_tensor<float>(f, "voice.prompt_feat", DType::F32, c.flow.mel_dim, &m.n_prompt_frames);
-  m.embedding = voice_tensor<float>(f, "voice.embedding", DType::F32);
+  m.builtin = cbx::builtin_voice(f, c);
+  m.voice = m.builtin;
+  // Buffers are reserved for any voice set_voice accepts: up to cond_prompt_len T3 prompt tokens
+  // and a 10 s S3Gen reference (or the built-in voice's sizes, if larger).
+  m.max_cond_tokens = std::max<int64_t>({1, int64_t(m.builtin.cond_prompt_tokens.size()), c.t3.cond_prompt_len});
+  m.max_prompt_tokens = std::max<int64_t>(int64_t(m.builtin.prompt_token.size()),
+                                          std::lround(double(c.pipeline.dec_cond_seconds) * c.pipeline.token_rate));
 
   m.max_new = p.max_new_tokens >= 0 ? p.max_new_tokens : c.pipeline.max_new_tokens;
   CBX_CHECK(m.max_new >= 0 && m.max_new <= 100000, "turbo pipeline: max_new_tokens %lld", (long long)m.max_new);
   T3TurboOptions to;
   to.max_text = int64_t(m.tok->model_max_length() == Gpt2Tokenizer::kNoMaxLength ? 1024 : m.tok->model_max_length());
-  to.max_prompt = std::max<int64_t>(1, int64_t(m.cond_prompt_tokens.size()));
+  to.max_prompt = m.max_cond_tokens;
   to.max_new = m.max_new;
   to.kv_type = p.kv_type;
   m.t3 = std::make_unique<T3Turbo>(c, f, *m.pool, to);
 
   // One generation: the prefill token + max_new, then the silence tokens.
   m.max_speech = 1 + m.max_new + c.pipeline.n_silence_tokens;
-  const int64_t max_flow_tokens = int64_t(m.prompt_tokens.size()) + m.max_speech;
+  const int64_t max_flow_tokens = m.max_prompt_tokens + m.max_speech;
   bind_flow_encoder(f, c.flow, m.flow_w);
   FlowEncoderOptions fo;
   fo.max_tokens = max_flow_tokens;
   m.flow = std::make_unique<FlowEncoder>(c.flow, m.flow_w, *m.pool, fo);
-  CBX_CHECK(m.n_prompt_frames <= c.flow.token_mel_ratio * int64_t(m.prompt_tokens.size()),
-            "%s: voice.prompt_feat has %lld frames for %zu prompt tokens", path.c_str(), (long long)m.n_prompt_frames,
-            m.prompt_tokens.size());
 
   bind_cfm_estimator(f, c.cfm, m.cfm_w);
   CfmSolverOptions co;
@@ -146,7 +134,10 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   m.cfm = std::make_unique<CfmSolver>(c.cfm, m.cfm_w, *m.pool, co);
 
   HiftOptions ho;
-  ho.max_frames = c.flow.token_mel_ratio * max_flow_tokens - m.n_prompt_frames;
+  // Generated frames = ratio (Tp + N) - Tm; a voice has Tm >= 2 Tp - 2 (validate_voice).
+  const int64_t ratio = c.flow.token_mel_ratio;
+  ho.max_frames = ratio * m.max_speech +
+                  std::max<int64_t>(2, ratio * int64_t(m.builtin.prompt_token.size()) - m.builtin.n_prompt_frames());
   m.hift = std::make_unique<HiftVocoder>(c, f, *m.pool, ho);
 }
 
@@ -157,8 +148,25 @@ int TurboPipeline::sample_rate() const { return m_->cfg.pipeline.sample_rate; }
 int TurboPipeline::n_threads() const { return m_->pool->size(); }
 int64_t TurboPipeline::max_new_tokens() const { return m_->max_new; }
 T3Turbo& TurboPipeline::t3() { return *m_->t3; }
-const std::vector<float>& TurboPipeline::speaker_emb() const { return m_->speaker_emb; }
-const std::vector<int32_t>& TurboPipeline::cond_prompt_tokens() const { return m_->cond_prompt_tokens; }
+const std::vector<float>& TurboPipeline::speaker_emb() const { return m_->voice.speaker_emb; }
+const std::vector<int32_t>& TurboPipeline::cond_prompt_tokens() const { return m_->voice.cond_prompt_tokens; }
+const Voice& TurboPipeline::voice() const { return m_->voice; }
+const Voice& TurboPipeline::builtin_voice() const { return m_->builtin; }
+const GgufFile& TurboPipeline::gguf() const { return *m_->f; }
+ThreadPool& TurboPipeline::pool() { return *m_->pool; }
+
+void TurboPipeline::set_voice(const Voice& v, const std::string& what) {
+  Impl& m = *m_;
+  check_voice(v, m.cfg, what);
+  CBX_CHECK(int64_t(v.cond_prompt_tokens.size()) <= m.max_cond_tokens &&
+                int64_t(v.prompt_token.size()) <= m.max_prompt_tokens,
+            "%s: %zu T3 / %zu S3Gen prompt tokens exceed what the pipeline reserved (%lld / %lld)", what.c_str(),
+            v.cond_prompt_tokens.size(), v.prompt_token.size(), (long long)m.max_cond_tokens,
+            (long long)m.max_prompt_tokens);
+  m.voice = v;
+}
+
+void TurboPipeline::reset_voice() { m_->voice = m_->builtin; }
 
 std::vector<int32_t> TurboPipeline::tokenize(const std::string& normalized) const {
   return m_->tok->encode(normalized, /*truncate=*/false);
@@ -189,8 +197,9 @@ std::vector<float> TurboPipeline::tokens_to_audio(const std::vector<int32_t>& sp
             "turbo pipeline: %zu speech tokens (1 .. %lld)", speech.size(), (long long)m.max_speech);
   double t0 = pipeline_now_ms();
   FlowEncoderOutput fo =
-      m.flow->forward(m.prompt_tokens.data(), int64_t(m.prompt_tokens.size()), speech.data(), int64_t(speech.size()),
-                      m.prompt_feat.data(), m.n_prompt_frames, m.embedding.data(), int64_t(m.embedding.size()));
+      m.flow->forward(m.voice.prompt_token.data(), int64_t(m.voice.prompt_token.size()), speech.data(),
+                      int64_t(speech.size()), m.voice.prompt_feat.data(), m.voice.n_prompt_frames(),
+                      m.voice.embedding.data(), int64_t(m.voice.embedding.size()));
   double t1 = pipeline_now_ms();
   const Tensor& mel = m.cfm->solve(fo.mu, fo.spks, fo.cond, fo.n_prompt_frames);
   double t2 = pipeline_now_ms();
@@ -239,9 +248,9 @@ std::vector<float> TurboPipeline::synthesize(const std::string& text, const Turb
     check_abort();
     sp.seed = p.seed + uint64_t(k) * 0x9E3779B97F4A7C15ull;
     auto on_step = [&](int64_t, const float*, const float*, int32_t) { check_abort(); };
-    T3TurboResult r = m.t3->generate(ids[k].data(), int64_t(ids[k].size()), m.speaker_emb.data(),
-                                     int64_t(m.speaker_emb.size()), m.cond_prompt_tokens.data(),
-                                     int64_t(m.cond_prompt_tokens.size()), sp, m.max_new, on_step);
+    T3TurboResult r = m.t3->generate(ids[k].data(), int64_t(ids[k].size()), m.voice.speaker_emb.data(),
+                                     int64_t(m.voice.speaker_emb.size()), m.voice.cond_prompt_tokens.data(),
+                                     int64_t(m.voice.cond_prompt_tokens.size()), sp, m.max_new, on_step);
     tm.t3_prefill_ms += r.prefill_ms;
     tm.t3_decode_ms += r.decode_ms;
     tm.n_decode_steps += r.n_decode;

@@ -1,6 +1,6 @@
 // Chatterbox Turbo / Nano end to end (spec §3.1, §7, §10): text -> punc_norm (Turbo) -> GPT-2 BPE
 // -> T3 Turbo -> speech-token post-processing -> S3Gen flow encoder -> mean-flow CFM -> HiFT ->
-// start trim/fade -> float audio at 24 kHz, with the GGUF's built-in voice.
+// start trim/fade -> float audio at 24 kHz, with the GGUF's built-in voice or another (set_voice).
 //
 // Loading reads the GGUF once and reserves every buffer for the worst case (one generation of
 // max_new_tokens speech tokens plus the voice prompt); synthesize allocates only the output.
@@ -39,6 +39,8 @@ namespace cbx {
 class GgufFile;
 class Gpt2Tokenizer;
 class T3Turbo;
+class ThreadPool;
+struct Voice;
 
 struct TurboLoadParams {
   int n_threads = 0;               // 0 = hardware threads
@@ -79,7 +81,7 @@ class TurboPipeline {
   std::vector<std::string> split_text(const std::string& text, int64_t max_chunk_tokens = 0) const;
   std::vector<int32_t> tokenize(const std::string& normalized) const;
 
-  // Post-processed speech tokens (< 6561, silence appended) -> audio with the built-in voice:
+  // Post-processed speech tokens (< 6561, silence appended) -> audio with the voice in use:
   // flow encoder, CFM, HiFT, start trim/fade. Adds to t's flow/cfm/hift times.
   std::vector<float> tokens_to_audio(const std::vector<int32_t>& speech_tokens, TurboTimings* t = nullptr);
   // Restart the CFM and HiFT generators (synthesize does this with its seed).
@@ -90,9 +92,21 @@ class TurboPipeline {
   int n_threads() const;
   int64_t max_new_tokens() const;
   T3Turbo& t3();
-  // Built-in voice (conds.pt) as the pipeline uses it.
+  // The voice in use (default: the built-in one, conds.pt) as the pipeline uses it.
   const std::vector<float>& speaker_emb() const;
   const std::vector<int32_t>& cond_prompt_tokens() const;
+
+  // Voices (pipeline/voice.h). Buffers are reserved at load for any voice check_voice accepts
+  // (up to cond_prompt_len T3 prompt tokens, a 10 s S3Gen reference), so switching allocates
+  // nothing but the copy. set_voice throws cbx::Error prefixed by `what` for an incompatible
+  // voice (variant, sizes) and keeps the previous one.
+  void set_voice(const Voice& v, const std::string& what = "voice");
+  void reset_voice();  // back to the built-in voice
+  const Voice& voice() const;
+  const Voice& builtin_voice() const;
+  // The model file and thread pool, e.g. for a VoiceBuilder over the same weights.
+  const GgufFile& gguf() const;
+  ThreadPool& pool();
 
  private:
   struct Impl;

@@ -153,4 +153,11 @@ class VoiceBuilder {
   std::unique_ptr<Impl> m_;
 };
 
+// `path` names a .voice file (GGUF magic: load_voice, then check_voice against c) or reference
+// audio (anything else: built with a VoiceBuilder over f, c, pool). Throws cbx::Error naming
+// the file.
+Voice load_or_build_voice(const std::string& path, const GgufFile& f, const ModelConfig& c, ThreadPool& pool,
+                          const VoiceBuildOptions& o = {}, VoiceBuildTimings* t = nullptr,
+                          std::vector<std::string>* warnings = nullptr);
+
 }  // namespace cbx
