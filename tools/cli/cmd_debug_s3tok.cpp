@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "command.h"
@@ -30,6 +31,7 @@ const char* kUsage =
     "  --out-proj F     float32 [T, 8]: project_down output, the FSQ input (before tanh)\n"
     "  --dump-dir DIR   write every named intermediate of the first run as DIR/NAME.npy\n"
     "  --repeat N       run N times and print each run's time, the median and the best\n"
+    "  --timings        print the time spent up to each named intermediate (last run)\n"
     "  --threads N      (default 2)\n";
 
 void save_tensor(const std::string& path, const cbx::Tensor& t) {
@@ -50,6 +52,7 @@ int run(int argc, char** argv) {
   std::string model, wav_path, out, out_proj, dump_dir;
   int threads = 2, repeat = 1;
   long long max_tokens = -1;
+  bool timings = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -67,6 +70,7 @@ int run(int argc, char** argv) {
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
     else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "--timings") timings = true;
     else cbx::fail("debug s3tok: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !wav_path.empty(), "debug s3tok: -m and --wav are required\n%s", kUsage);
@@ -82,18 +86,24 @@ int run(int argc, char** argv) {
   cbx::S3Tokenizer tok(*f, cfg, std::max<int64_t>(n, 201));
   cbx::ThreadPool pool(threads);
 
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::pair<std::string, Clock::time_point>> marks;
   std::vector<int32_t> tokens;
   std::vector<double> ms;
   double cpu_ms = 0;
   for (int it = 0; it < repeat; ++it) {
-    const bool dump = it == 0 && !dump_dir.empty(), proj = it == repeat - 1 && !out_proj.empty();
-    if (dump || proj)
+    const bool dump = it == 0 && !dump_dir.empty(), last = it == repeat - 1;
+    const bool proj = last && !out_proj.empty(), timed = last && timings && !dump;
+    marks.clear();
+    if (dump || proj || timed)
       tok.set_capture([&](const std::string& name, const cbx::Tensor& t) {
+        if (timed) marks.emplace_back(name, Clock::now());
         if (dump) save_tensor(dump_dir + "/" + name + ".npy", t);
         if (proj && name == "s3tok.project_down") save_tensor(out_proj, t);
       });
     const double c0 = process_cpu_s();
     const auto t0 = std::chrono::steady_clock::now();
+    if (timed) marks.emplace_back("start", t0);
     tokens = tok.tokenize(pool, wav, n, max_tokens);
     const auto t1 = std::chrono::steady_clock::now();
     const double c1 = process_cpu_s();
@@ -113,6 +123,9 @@ int run(int argc, char** argv) {
                 sorted[0], cpu_ms / double(ms.size()));
   }
   std::printf("\n");
+  for (size_t i = 1; i < marks.size(); ++i)
+    std::printf("  %-22s %8.2f ms\n", marks[i].first.c_str(),
+                std::chrono::duration<double, std::milli>(marks[i].second - marks[i - 1].second).count());
   return 0;
 }
 
