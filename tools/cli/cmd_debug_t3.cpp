@@ -69,7 +69,21 @@ void save_tensor(const std::string& path, const cbx::Tensor& t) {
   cbx::npy_save_f32(path, shape, buf.data());
 }
 
+// True when the -m/--model argument names a Multilingual GGUF (handled by debug-t3-mtl).
+bool is_mtl_model(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], "-m") || !std::strcmp(argv[i], "--model")) {
+      auto f = cbx::GgufFile::open(argv[i + 1]);
+      const cbx::GgufValue* v = f->find("chatterbox.variant");
+      return v && v->type == cbx::GgufType::STRING && v->as_string() == "mtl";
+    }
+  return false;
+}
+
 int run(int argc, char** argv) {
+  if (is_mtl_model(argc, argv))
+    for (const auto& c : cbx::cli::commands())
+      if (!std::strcmp(c.name, "debug-t3-mtl")) return c.fn(argc, argv);
   std::string model, text_path, spk_path, prompt_path, out_logits, out_tokens, out_speech, out_processed, dump_dir;
   int64_t steps = 50;
   int threads = 2;
