@@ -24,7 +24,7 @@ using namespace cbx;
 namespace {
 
 std::string tmp_path(const std::string& name) {
-  return testing::TempDir() + "cbx_test_voice_" + std::to_string(getpid()) + "_" + name;
+  return testing::TempDir() + "cbx_test_voice_file_" + std::to_string(getpid()) + "_" + name;
 }
 
 // A voice shaped like one built from a 10 s reference, with random contents.
