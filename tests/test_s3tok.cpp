@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <functional>
 #include <random>
 #include <string>
@@ -17,6 +20,19 @@
 #include "core/thread_pool.h"
 #include "models/model_config.h"
 #include "models/s3_tokenizer.h"
+
+// Counts heap allocations (all threads) while g_counting is set. GCC's -Wmismatched-new-delete
+// cannot see that these replacements pair malloc with free.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+static std::atomic<bool> g_counting{false};
+static std::atomic<int64_t> g_allocs{0};
+void* operator new(size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace cbx {
 namespace {
@@ -167,6 +183,22 @@ TEST_F(S3TokTest, ReuseAcrossLengthsAndThreadCounts) {
   std::vector<float> other = test_wave(48000, 3);
   for (float& x : other) x *= -0.5f;
   EXPECT_NE(a, tok.tokenize(pool2, other.data(), 48000));
+}
+
+// The interface promises no allocation per call beyond the returned vector.
+TEST_F(S3TokTest, AllocatesOnlyTheResult) {
+  std::vector<float> wav = test_wave(48000, 7);
+  ThreadPool pool(2);
+  S3Tokenizer tok(*file, cfg, 48000);
+  (void)tok.tokenize(pool, wav.data(), 48000);  // warm-up (first-use state in kernels, if any)
+  for (int64_t n : {int64_t(48000), int64_t(20000)}) {
+    g_allocs = 0;
+    g_counting = true;
+    std::vector<int32_t> t = tok.tokenize(pool, wav.data(), n, n == 20000 ? 10 : -1);
+    g_counting = false;
+    EXPECT_EQ(g_allocs.load(), 1) << n << " samples";
+    EXPECT_FALSE(t.empty());
+  }
 }
 
 TEST_F(S3TokTest, InputErrors) {
