@@ -2,6 +2,7 @@
 // generic kernel vs a double-precision reference, voice-encoder-like sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/arena.h"
@@ -83,6 +84,53 @@ TEST(NnLstm, CellMatchesLayerStep) {
   lstm_cell(gx.t, whh.t, bhh.t, h2.t, c2.t);
   EXPECT_LE(nn_test::max_abs_diff(h.p(), h2.p(), h.size()), 1e-6);
   EXPECT_LE(nn_test::max_abs_diff(c.p(), c2.p(), c.size()), 1e-6);
+}
+
+// B sequences at once (voice-encoder partials) equal B separate lstm_layer runs, for the
+// active ISA and the generic kernels, with and without the y output; sizes cover one
+// thread (tiny) and the pooled path, and a 4H that is not a multiple of 16.
+TEST(NnLstm, BatchMatchesPerSequenceLayers) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  for (auto [B, T, In, H] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 5, 7, 5},
+                             {13, 30, 40, 64}, {4, 12, 64, 256}, {2, 9, 16, 21}}) {
+    const float ws = 1.f / std::sqrt(float(H));
+    Buf x({B, T, In}, 21), wih({4 * H, In}, 22, -ws, ws), whh({4 * H, H}, 23, -ws, ws);
+    Buf bih({4 * H}, 24, -ws, ws), bhh({4 * H}, 25, -ws, ws);
+    Buf h0({B, H}, 26, -0.5f, 0.5f), c0({B, H}, 27, -0.5f, 0.5f);
+    for (Isa isa : {active_isa(), Isa::Generic}) {
+      Buf h({B, H}), c({B, H}), y({B, T, H}), h2({B, H}), c2({B, H});
+      h.v = h0.v;
+      c.v = c0.v;
+      h2.v = h0.v;
+      c2.v = c0.v;
+      Arena arena(size_t(lstm_layer_batch_scratch(B, T, In, H)) * 4 + 256);
+      lstm_layer_batch(pool(), x.t, wih.t, whh.t, bih.t, bhh.t, h.t, c.t, y.t, &arena, isa);
+      EXPECT_EQ(arena.used(), 0u);
+      Tensor none;
+      lstm_layer_batch(pool(), x.t, wih.t, whh.t, bih.t, bhh.t, h2.t, c2.t, none, nullptr, isa);
+      EXPECT_EQ(h.v, h2.v);
+      EXPECT_EQ(c.v, c2.v);
+      for (int64_t b = 0; b < B; ++b) {
+        Buf xs({T, In}), hs({H}), cs({H}), ys({T, H});
+        std::copy(x.v.begin() + b * T * In, x.v.begin() + (b + 1) * T * In, xs.v.begin());
+        std::copy(h0.v.begin() + b * H, h0.v.begin() + (b + 1) * H, hs.v.begin());
+        std::copy(c0.v.begin() + b * H, c0.v.begin() + (b + 1) * H, cs.v.begin());
+        lstm_layer(pool(), xs.t, wih.t, whh.t, bih.t, bhh.t, hs.t, cs.t, ys.t, nullptr, isa);
+        EXPECT_LE(nn_test::max_abs_diff(y.p() + b * T * H, ys.p(), ys.size()), kLstmTol) << B << " " << H;
+        EXPECT_LE(nn_test::max_abs_diff(h.p() + b * H, hs.p(), hs.size()), kLstmTol) << B << " " << H;
+        EXPECT_LE(nn_test::max_abs_diff(c.p() + b * H, cs.p(), cs.size()), kLstmTol) << B << " " << H;
+      }
+    }
+  }
+  Buf x({2, 3, 4}), wih({16, 4}), whh({16, 4}), h({3, 4}), c({2, 4}), y({2, 3, 4});
+  try {
+    lstm_layer_batch(pool(), x.t, wih.t, whh.t, Tensor{}, Tensor{}, h.t, c.t, y.t);
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("lstm_layer_batch"), std::string::npos) << m;
+    EXPECT_NE(m.find("[3, 4]"), std::string::npos) << m;
+  }
 }
 
 TEST(NnLstm, ValidationErrors) {
