@@ -9,6 +9,7 @@
 //   speaker_emb = mean_partials(e) / ||.||   (embeds_from_wavs averages and re-normalises)
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -17,6 +18,7 @@ namespace cbx {
 class GgufFile;
 class ThreadPool;
 struct ModelConfig;
+struct Tensor;
 
 class VoiceEncoder {
  public:
@@ -32,6 +34,14 @@ class VoiceEncoder {
   // computes it (VoiceEncoder.embeds_from_wavs + the mean upstream takes). Throws cbx::Error (too
   // short, n > max_samples).
   std::vector<float> embed(ThreadPool& pool, const float* wav, int64_t n);
+
+  // Debug / parity: called during later embed() calls with named intermediates:
+  //   "trim" [2] kept sample range [begin, end) (as floats), "mel" [T, 40] of the trimmed wave,
+  //   "partials" [P, E] the L2-normalised partial embeddings. Empty function: none.
+  using Capture = std::function<void(const char* name, const Tensor& t)>;
+  void set_capture(Capture fn);
+  // Partials embed() will use for n samples (after the silence trim).
+  int64_t num_partials(int64_t n_trimmed) const;
 
  private:
   struct Impl;
