@@ -1,6 +1,8 @@
 // GEMM tile (for convolutions) and flash-style attention, written once against a lane
 // wrapper V; included by nn_avx2.cpp and nn_avx512.cpp (see nn_simd_math.h).
 #pragma once
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -83,6 +85,18 @@ inline typename V::R load_kv(const void* p, DType dt, int64_t at, int64_t cnt) {
   return cnt == V::W ? V::load(f) : V::load_n(f, cnt);
 }
 
+// Software prefetch (into L2) of the K or V row this many rows ahead, up to the last key
+// the block reads: each head's K and V are short streams (~600 rows of 128 bytes at
+// decode), too short for the hardware prefetcher to ramp up. Measured on decode-shaped
+// F16 caches (16 heads x 600 keys x 64, 24 layers, one thread): ~1.3-1.6x over none;
+// 16 and 32 rows ahead were alike, 8 gained less.
+constexpr int64_t kAttnPrefetchRows = 32;
+inline void prefetch_kv_row(const void* base, DType dt, int64_t at, int64_t d) {
+  const char* p = static_cast<const char*>(base) + at * (dt == DType::F16 ? 2 : 4);
+  const int64_t bytes = d * (dt == DType::F16 ? 2 : 4);
+  for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
+}
+
 // NQ queries (rows i0..i0+NQ) against all their keys, online softmax over key tiles.
 template <class V, int NQ>
 void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
@@ -139,6 +153,8 @@ void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
     } else
     // Scores: one K row is loaded once for all NQ queries.
     for (int64_t jj = 0; jj < nk; ++jj) {
+      if (j0 + jj + kAttnPrefetchRows < kend)
+        prefetch_kv_row(h.k, h.kv_dtype, (j0 + jj + kAttnPrefetchRows) * h.k_rs, d);
       R sacc[NQ];
       for (int r = 0; r < NQ; ++r) sacc[r] = V::zero();
       const int64_t krow = (j0 + jj) * h.k_rs;
@@ -192,6 +208,8 @@ void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
           for (int v = 0; v < NVD; ++v)
             a[r][v] = V::mul(V::load(acc + r * d + c0 + v * V::W), V::set1(alpha[r]));
         for (int64_t jj = 0; jj < nk; ++jj) {
+          if (c0 == 0 && j0 + jj + kAttnPrefetchRows < kend)
+            prefetch_kv_row(h.v, h.kv_dtype, (j0 + jj + kAttnPrefetchRows) * h.v_rs, d);
           R vv[NVD];
           for (int v = 0; v < NVD; ++v)
             vv[v] = load_kv<V>(h.v, h.kv_dtype, (j0 + jj) * h.v_rs + c0 + v * V::W, V::W);
