@@ -53,6 +53,8 @@ class MtlTokenizer {
  private:
   struct Impl;
   explicit MtlTokenizer(std::unique_ptr<Impl> impl);
+  static MtlTokenizer from_json_named(const std::string& hf_json, const std::vector<std::string>& cangjie,
+                                      const std::string& json_what, const std::string& cj_what);
   std::unique_ptr<Impl> impl_;
 };
 
