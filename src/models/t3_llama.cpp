@@ -116,13 +116,14 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
   inv_freq_t_ = make_tensor(DType::F32, {D / 2}, inv_freq_.data(), inv_freq_.size() * 4);
 
   const size_t es = type_traits(kv_type_).block_bytes;
-  const size_t one = size_t(Hkv * max_ctx_ * D) * es;
-  const size_t n_caches = size_t(c.n_layer) * size_t(n_rows_);
-  kv_bytes_ = one * 2 * n_caches;
-  kv_arena_.reserve(kv_bytes_ + 2 * n_caches * kAllocSlack);
-  for (size_t i = 0; i < n_caches; ++i) {
-    k_cache_.push_back(kv_arena_.alloc(kv_type_, {Hkv, max_ctx_, D}, "t3 llama K cache"));
-    v_cache_.push_back(kv_arena_.alloc(kv_type_, {Hkv, max_ctx_, D}, "t3 llama V cache"));
+  // Per layer one K and one V tensor [n_rows * Hkv, max_ctx, D]: sequence b owns heads
+  // b*Hkv .. b*Hkv+Hkv-1, so a decode step attends for all sequences in one call.
+  const size_t one = size_t(n_rows_ * Hkv * max_ctx_ * D) * es;
+  kv_bytes_ = one * 2 * size_t(c.n_layer);
+  kv_arena_.reserve(kv_bytes_ + 2 * size_t(c.n_layer) * kAllocSlack);
+  for (int l = 0; l < c.n_layer; ++l) {
+    k_cache_.push_back(kv_arena_.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama K cache"));
+    v_cache_.push_back(kv_arena_.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama V cache"));
   }
 
   // Activations for R = n_rows * max_tokens rows (allocation order in forward).
@@ -144,7 +145,7 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
     transient = std::max(transient, matmul_scratch_bytes(L.w_down.dtype, R, d, ff, nt));
   }
   transient = std::max(transient, matmul_scratch_bytes(w.speech_head_w.dtype, n_rows_, V, d, nt));
-  transient = std::max(transient, f32_bytes(Hkv * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
+  transient = std::max(transient, f32_bytes(n_rows_ * Hkv * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
   arena_.reserve(act + transient + 4 * kAllocSlack);
   logits_ = arena_.alloc(DType::F32, {n_rows_, V}, "t3 llama logits");
   call_mark_ = arena_.mark();
@@ -163,8 +164,9 @@ void T3Llama::store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, i
   auto job = [&](int64_t item) {  // item = ((b * T + t) * 2 + kv) * Hkv + h
     const int64_t h = item % Hkv, kv = (item / Hkv) % 2, r = item / (2 * Hkv), b = r / T, t = r % T;
     const float* src = static_cast<const float*>((kv ? v : k).row(r)) + h * D;
-    const Tensor& dst_t = (kv ? v_cache_ : k_cache_)[size_t(layer) * size_t(n_rows_) + size_t(b)];
-    uint8_t* dst = static_cast<uint8_t*>(dst_t.data) + h * dst_t.stride[0] + (n_past_ + t) * dst_t.stride[1];
+    const Tensor& dst_t = (kv ? v_cache_ : k_cache_)[size_t(layer)];
+    uint8_t* dst =
+        static_cast<uint8_t*>(dst_t.data) + (b * Hkv + h) * dst_t.stride[0] + (n_past_ + t) * dst_t.stride[1];
     if (f16) to16(src, dst, D);
     else std::memcpy(dst, src, size_t(D) * 4);
   };
@@ -231,17 +233,25 @@ Tensor T3Llama::forward(const Tensor& embeds, int64_t B) {
     rope_inv_freq(pool_, kr, pos, inv_freq_t_, kr);
     emit("q", l, q);
     store_kv(l, k, v, B, T);
-    for (int64_t b = 0; b < B; ++b) {
-      // Sequence b's queries / outputs as [H, T, D] views of rows b*T .. b*T+T-1.
-      const int64_t hs[3] = {H, T, D}, st[3] = {D * 4, H * D * 4, 4};
-      Tensor qb = make_view(q, 3, hs, st, b * T * H * D * 4);
-      Tensor ob = make_view(att, 3, hs, st, b * T * H * D * 4);
-      const Tensor& kc = k_cache_[size_t(l) * size_t(n_rows_) + size_t(b)];
-      const Tensor& vc = v_cache_[size_t(l) * size_t(n_rows_) + size_t(b)];
-      const int64_t kv_shape[3] = {Hkv, Tk, D};
-      Tensor kb = make_view(kc, 3, kv_shape, kc.stride, 0);
-      Tensor vb = make_view(vc, 3, kv_shape, vc.stride, 0);
+    const Tensor& kc = k_cache_[size_t(l)];
+    const Tensor& vc = v_cache_[size_t(l)];
+    if (T == 1) {
+      // Decode: the B sequences are B*H query heads over B*Hkv cache heads (GQA maps query
+      // head b*H + h to cache head b*Hkv + h / (H / Hkv)): one call.
+      const int64_t hs[3] = {B * H, 1, D}, st[3] = {D * 4, H * D * 4, 4}, kv_shape[3] = {B * Hkv, Tk, D};
+      Tensor qb = make_view(q, 3, hs, st, 0), ob = make_view(att, 3, hs, st, 0);
+      Tensor kb = make_view(kc, 3, kv_shape, kc.stride, 0), vb = make_view(vc, 3, kv_shape, vc.stride, 0);
       attention(pool_, qb, kb, vb, Tensor{}, ob, ap, scratch);
+    } else {
+      for (int64_t b = 0; b < B; ++b) {
+        // Sequence b's queries / outputs as [H, T, D] views of rows b*T .. b*T+T-1.
+        const int64_t hs[3] = {H, T, D}, st[3] = {D * 4, H * D * 4, 4}, kv_shape[3] = {Hkv, Tk, D};
+        Tensor qb = make_view(q, 3, hs, st, b * T * H * D * 4);
+        Tensor ob = make_view(att, 3, hs, st, b * T * H * D * 4);
+        Tensor kb = make_view(kc, 3, kv_shape, kc.stride, b * Hkv * kc.stride[0]);
+        Tensor vb = make_view(vc, 3, kv_shape, vc.stride, b * Hkv * vc.stride[0]);
+        attention(pool_, qb, kb, vb, Tensor{}, ob, ap, scratch);
+      }
     }
     emit("attn", l, att);
     matmul(pool_, L.wo, att, tmp, scratch);

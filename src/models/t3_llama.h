@@ -11,7 +11,7 @@
 // ([b0 t0..tT-1, b1 t0..]), so every matmul takes all B*T rows at once and reads each weight once;
 // attention runs per sequence on its own KV cache.
 //
-// Runtime: KV cache [n_layer][n_rows] x [H_kv, max_ctx, D] (F16 default, F32 selectable) and one Arena
+// Runtime: KV cache [n_layer] x [n_rows * H_kv, max_ctx, D] (F16 default, F32 selectable) and one Arena
 // for every activation, reserved at construction for the worst case; forward allocates nothing.
 #pragma once
 #include <cstdint>
@@ -102,7 +102,7 @@ class T3Llama {
   Tensor inv_freq_t_;
   Arena kv_arena_;
   size_t kv_bytes_ = 0;
-  std::vector<Tensor> k_cache_, v_cache_;  // [layer * n_rows + b]: [H_kv, max_ctx, D]
+  std::vector<Tensor> k_cache_, v_cache_;  // [layer]: [n_rows * H_kv, max_ctx, D] (sequence-major heads)
   Arena arena_;
   Tensor logits_;  // [n_rows, speech_vocab]
   size_t call_mark_ = 0;
