@@ -127,6 +127,8 @@ VoiceEncoder::VoiceEncoder(const GgufFile& f, const ModelConfig& c, int64_t max_
 
 VoiceEncoder::~VoiceEncoder() = default;
 
+size_t VoiceEncoder::arena_bytes() const { return impl_->arena.capacity(); }
+
 void VoiceEncoder::set_capture(Capture fn) { impl_->capture = std::move(fn); }
 
 int64_t VoiceEncoder::num_partials(int64_t n_trimmed) const {

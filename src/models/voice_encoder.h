@@ -8,6 +8,7 @@
 //                e = relu(proj(h_T)) / ||.||      (proj: Linear 256 -> 256)
 //   speaker_emb = mean_partials(e) / ||.||   (embeds_from_wavs averages and re-normalises)
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,6 +43,9 @@ class VoiceEncoder {
   void set_capture(Capture fn);
   // Partials embed() will use for n samples (after the silence trim).
   int64_t num_partials(int64_t n_trimmed) const;
+
+  // Bytes of the scratch arena reserved at construction.
+  size_t arena_bytes() const;
 
  private:
   struct Impl;

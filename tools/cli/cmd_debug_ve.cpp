@@ -78,9 +78,10 @@ int run(int argc, char** argv) {
   }
   if (timing) {
     std::sort(ms.begin(), ms.end());
-    std::fprintf(stderr, "ve: %lld samples (%.2f s), %lld partials, %d threads: median %.1f ms of %d runs\n",
+    std::fprintf(stderr,
+                 "ve: %lld samples (%.2f s), <= %lld partials, %d threads: median %.1f ms of %d runs, arena %.1f MB\n",
                  (long long)n, double(n) / cfg.ve.sample_rate, (long long)ve.num_partials(n), threads,
-                 ms[ms.size() / 2], repeat);
+                 ms[ms.size() / 2], repeat, double(ve.arena_bytes()) / 1e6);
   }
   if (!out_path.empty()) cbx::npy_save_f32(out_path, {int64_t(emb.size())}, emb.data());
   return 0;

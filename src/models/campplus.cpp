@@ -1,0 +1,428 @@
+// CAMPPlus x-vector (spec §11.2). Channels-first activations; every BatchNorm that follows
+// a convolution is folded into that convolution's weights at bind time (W' = W scale_o,
+// b' = shift_o), the ones that precede a convolution (dense layers' nonlinear1, transits,
+// out_nonlinear) run as channel_affine + relu.
+#include "models/campplus.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <string>
+
+#include "audio/mel.h"
+#include "core/arena.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "models/model_config.h"
+#include "ops/conv.h"
+#include "ops/elementwise.h"
+#include "ops/matmul.h"
+
+namespace cbx {
+
+namespace {
+
+constexpr size_t kSlack = 64;  // per arena allocation (alignment)
+size_t f32_bytes(int64_t n) { return size_t(std::max<int64_t>(n, 1)) * 4 + kSlack; }
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+struct Binder {
+  const GgufFile& f;
+  std::deque<std::vector<float>>& owned;
+
+  Tensor get(const std::string& name, const std::vector<int64_t>& shape) const {
+    const GgufTensorInfo* ti = f.find_tensor(name);
+    CBX_CHECK(ti != nullptr, "%s: missing tensor '%s' %s", f.path().c_str(), name.c_str(),
+              shape_text(shape).c_str());
+    Tensor t = f.tensor(*ti);
+    bool ok = t.ndim == int(shape.size());
+    for (int i = 0; ok && i < t.ndim; ++i) ok = t.shape[i] == shape[size_t(i)];
+    CBX_CHECK(ok, "%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(),
+              t.shape_str().c_str(), shape_text(shape).c_str());
+    CBX_CHECK(t.dtype == DType::F32, "%s: tensor '%s' is %s; CAMPPlus weights must be f32",
+              f.path().c_str(), name.c_str(), dtype_name(t.dtype));
+    return t;
+  }
+  // Convolution `conv` [O, ...] followed by BatchNorm `bn` (folded scale/shift [O]):
+  // weight * scale per output channel, bias = shift.
+  std::pair<Tensor, Tensor> fold(const std::string& conv, const std::vector<int64_t>& shape,
+                                 const std::string& bn) {
+    Tensor w = get(conv + ".weight", shape);
+    Tensor s = get(bn + ".scale", {shape[0]}), b = get(bn + ".shift", {shape[0]});
+    const int64_t O = shape[0], per = w.numel() / O;
+    std::vector<float>& wf = owned.emplace_back(size_t(w.numel()));
+    const float* src = w.ptr<float>();
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < per; ++i) wf[size_t(o * per + i)] = src[o * per + i] * s.ptr<float>()[o];
+    return {make_tensor(DType::F32, w.ndim, w.shape, wf.data(), wf.size() * 4), b};
+  }
+};
+
+struct HeadBlock {
+  Tensor c1_w, c1_b, c2_w, c2_b, sc_w, sc_b;  // sc_*: projection shortcut (first block only)
+  int64_t stride = 1;
+};
+
+struct DenseLayer {
+  Tensor bn1_s, bn1_b;       // nonlinear1 [in]
+  Tensor l1_w, l1_b;         // linear1 [bn, in, 1] with nonlinear2 folded
+  Tensor local_w;            // cam_layer.linear_local [g, bn, k]
+  Tensor cl1_w, cl1_b;       // cam_layer.linear1 [bn/2, bn, 1]
+  Tensor cl2_w, cl2_b;       // cam_layer.linear2 [g, bn/2, 1]
+  int64_t in = 0;
+};
+
+struct Block {
+  std::vector<DenseLayer> layers;
+  int64_t in = 0, out = 0, kernel = 3, dilation = 1;
+  Tensor tr_s, tr_b, tr_w;  // transit: BN [out], conv [out/2, out, 1]
+};
+
+}  // namespace
+
+struct CampPlus::Impl {
+  CampplusConfig cfg;
+  int64_t max_samples = 0, max_frames = 0;
+  int64_t n_freq[4] = {};  // head heights: feat, /2, /4, /8
+  Tensor h_c1_w, h_c1_b, h_c2_w, h_c2_b;
+  std::vector<HeadBlock> head;  // layer1 blocks, then layer2 blocks
+  Tensor tdnn_w, tdnn_b;
+  std::vector<Block> blocks;
+  Tensor out_s, out_b;
+  Tensor dense_w, dense_b;  // [E, 2C] (BN folded), [E]
+  int64_t c_max = 0, c_final = 0;
+  std::deque<std::vector<float>> owned;
+  KaldiFbank fbank;
+  Arena arena;
+  Capture capture;
+
+  void emit(const char* name, const Tensor& t) const {
+    if (capture) capture(name, t);
+  }
+  static int64_t t_half(int64_t T) { return (T - 1) / 2 + 1; }
+  size_t arena_bytes(int64_t T) const;
+  std::vector<float> forward(ThreadPool& pool, const float* feats, int64_t T);
+};
+
+// Every buffer forward(T) takes from the arena, by phase (the head's are rewound before the
+// dense blocks run; the two block slabs live throughout).
+size_t CampPlus::Impl::arena_bytes(int64_t T) const {
+  const int64_t T2 = t_half(T), m = cfg.head_channels, F = cfg.feat_dim;
+  const int64_t S = (T2 + cfg.seg_len - 1) / cfg.seg_len;
+  const size_t slabs = 2 * f32_bytes(c_max * T2);
+  // head: input [1, F, T], the first [m, F, T] map, two [m, F/2, T] maps, conv2d im2col
+  // (<= max(1 Mi, 9 m T) floats) and the tdnn's strided conv1d im2col.
+  const size_t im2col = f32_bytes(std::max<int64_t>(int64_t(1) << 20, 9 * m * T));
+  const size_t tdnn_col = f32_bytes(std::max<int64_t>(int64_t(1) << 20, m * n_freq[3] * cfg.tdnn_kernel * 16)) +
+                          size_t(m * n_freq[3] * cfg.tdnn_kernel) * 8 + kSlack;
+  const size_t head = f32_bytes(F * T) + f32_bytes(m * F * T) + 2 * f32_bytes(m * n_freq[1] * T) +
+                      std::max(im2col, tdnn_col);
+  // blocks: normalised input [c_max, T2], bottleneck [bn, T2], context / mask maps [., S],
+  // the padded input of the local conv and its row offsets, stats.
+  const int64_t bn = cfg.bn_channels;
+  int64_t kmax = 1, dmax = 1;
+  for (const Block& b : blocks) {
+    kmax = std::max(kmax, b.kernel);
+    dmax = std::max(dmax, b.dilation);
+  }
+  const size_t dense = f32_bytes(c_max * T2) + f32_bytes(bn * T2) + 3 * f32_bytes(bn * S) +
+                       f32_bytes(bn * (T2 + 2 * dmax * (kmax / 2))) + size_t(bn * kmax) * 8 + kSlack +
+                       size_t(c_max) * 8 + kSlack + f32_bytes(2 * c_max) + f32_bytes(cfg.embed_size);
+  return slabs + std::max(head, dense) + 8 * kSlack;
+}
+
+CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  const CampplusConfig& k = c.campplus;
+  m.cfg = k;
+  CBX_CHECK(k.feat_dim == KaldiFbank::kMels && k.feat_dim % 8 == 0,
+            "%s: campplus feat_dim %d; the Kaldi fbank front-end gives %d", f.path().c_str(), k.feat_dim,
+            KaldiFbank::kMels);
+  CBX_CHECK(k.head_channels >= 1 && k.head_blocks >= 1 && k.init_channels >= 1 && k.tdnn_kernel % 2 == 1 &&
+                k.growth_rate >= 1 && k.bn_channels >= 2 && k.bn_channels % 2 == 0 && k.embed_size >= 1 &&
+                k.seg_len >= 1,
+            "%s: bad campplus config (head %d x %d, init %d, tdnn kernel %d, growth %d, bn %d, embed %d, "
+            "seg %d)",
+            f.path().c_str(), k.head_channels, k.head_blocks, k.init_channels, k.tdnn_kernel, k.growth_rate,
+            k.bn_channels, k.embed_size, k.seg_len);
+  CBX_CHECK(k.block_layers.size() == k.block_kernels.size() &&
+                k.block_layers.size() == k.block_dilations.size() && !k.block_layers.empty(),
+            "%s: campplus block lists differ in length (%zu layers, %zu kernels, %zu dilations)",
+            f.path().c_str(), k.block_layers.size(), k.block_kernels.size(), k.block_dilations.size());
+  CBX_CHECK(max_samples >= 1, "campplus: max_samples %lld must be >= 1", (long long)max_samples);
+  m.max_samples = max_samples;
+  m.max_frames = m.fbank.num_frames(size_t(max_samples));
+  m.n_freq[0] = k.feat_dim;
+  for (int i = 1; i < 4; ++i) m.n_freq[i] = (m.n_freq[i - 1] - 1) / 2 + 1;
+
+  Binder b{f, m.owned};
+  const int64_t mc = k.head_channels;
+  std::tie(m.h_c1_w, m.h_c1_b) = b.fold("campplus.head.conv1", {mc, 1, 3, 3}, "campplus.head.bn1");
+  for (int layer = 1; layer <= 2; ++layer)
+    for (int j = 0; j < k.head_blocks; ++j) {
+      const std::string p = "campplus.head.layer" + std::to_string(layer) + "." + std::to_string(j);
+      HeadBlock hb;
+      hb.stride = j == 0 ? 2 : 1;
+      std::tie(hb.c1_w, hb.c1_b) = b.fold(p + ".conv1", {mc, mc, 3, 3}, p + ".bn1");
+      std::tie(hb.c2_w, hb.c2_b) = b.fold(p + ".conv2", {mc, mc, 3, 3}, p + ".bn2");
+      if (j == 0) std::tie(hb.sc_w, hb.sc_b) = b.fold(p + ".shortcut.0", {mc, mc, 1, 1}, p + ".shortcut.1");
+      m.head.push_back(hb);
+    }
+  std::tie(m.h_c2_w, m.h_c2_b) = b.fold("campplus.head.conv2", {mc, mc, 3, 3}, "campplus.head.bn2");
+  std::tie(m.tdnn_w, m.tdnn_b) = b.fold("campplus.tdnn.linear", {k.init_channels, mc * m.n_freq[3], k.tdnn_kernel},
+                                        "campplus.tdnn.nonlinear.batchnorm");
+  int64_t ch = k.init_channels;
+  const int64_t g = k.growth_rate, bn = k.bn_channels;
+  for (size_t bi = 0; bi < k.block_layers.size(); ++bi) {
+    Block blk;
+    blk.in = ch;
+    blk.kernel = k.block_kernels[bi];
+    blk.dilation = k.block_dilations[bi];
+    CBX_CHECK(blk.kernel % 2 == 1 && blk.dilation >= 1 && k.block_layers[bi] >= 1,
+              "%s: campplus block %zu: kernel %lld must be odd, dilation %lld and layers %d positive",
+              f.path().c_str(), bi + 1, (long long)blk.kernel, (long long)blk.dilation, k.block_layers[bi]);
+    const std::string bp = "campplus.block" + std::to_string(bi + 1);
+    for (int l = 0; l < k.block_layers[bi]; ++l) {
+      const std::string p = bp + ".tdnnd" + std::to_string(l + 1);
+      DenseLayer d;
+      d.in = ch + int64_t(l) * g;
+      d.bn1_s = b.get(p + ".nonlinear1.batchnorm.scale", {d.in});
+      d.bn1_b = b.get(p + ".nonlinear1.batchnorm.shift", {d.in});
+      std::tie(d.l1_w, d.l1_b) = b.fold(p + ".linear1", {bn, d.in, 1}, p + ".nonlinear2.batchnorm");
+      d.local_w = b.get(p + ".cam_layer.linear_local.weight", {g, bn, blk.kernel});
+      d.cl1_w = b.get(p + ".cam_layer.linear1.weight", {bn / 2, bn, 1});
+      d.cl1_b = b.get(p + ".cam_layer.linear1.bias", {bn / 2});
+      d.cl2_w = b.get(p + ".cam_layer.linear2.weight", {g, bn / 2, 1});
+      d.cl2_b = b.get(p + ".cam_layer.linear2.bias", {g});
+      blk.layers.push_back(d);
+    }
+    ch += int64_t(k.block_layers[bi]) * g;
+    blk.out = ch;
+    m.c_max = std::max(m.c_max, ch);
+    const std::string tp = "campplus.transit" + std::to_string(bi + 1);
+    blk.tr_s = b.get(tp + ".nonlinear.batchnorm.scale", {ch});
+    blk.tr_b = b.get(tp + ".nonlinear.batchnorm.shift", {ch});
+    blk.tr_w = b.get(tp + ".linear.weight", {ch / 2, ch, 1});
+    ch /= 2;
+    m.blocks.push_back(std::move(blk));
+  }
+  m.c_final = ch;
+  m.out_s = b.get("campplus.out_nonlinear.batchnorm.scale", {ch});
+  m.out_b = b.get("campplus.out_nonlinear.batchnorm.shift", {ch});
+  Tensor dw, db;
+  std::tie(dw, db) = b.fold("campplus.dense.linear", {k.embed_size, 2 * ch, 1}, "campplus.dense.nonlinear.batchnorm");
+  m.dense_w = reshape(dw, {k.embed_size, 2 * ch});
+  m.dense_b = db;
+
+  m.arena.reserve(m.arena_bytes(std::max<int64_t>(m.max_frames, 3)));
+}
+
+CampPlus::~CampPlus() = default;
+
+size_t CampPlus::arena_bytes() const { return impl_->arena.capacity(); }
+
+void CampPlus::set_capture(Capture fn) { impl_->capture = std::move(fn); }
+
+int64_t CampPlus::num_frames(int64_t n) const { return impl_->fbank.num_frames(size_t(std::max<int64_t>(n, 0))); }
+
+std::vector<float> CampPlus::embed(ThreadPool& pool, const float* wav, int64_t n) {
+  Impl& m = *impl_;
+  CBX_CHECK(wav != nullptr || n == 0, "campplus: null wave");
+  CBX_CHECK(n <= m.max_samples, "campplus: %lld samples exceed the %lld reserved at construction",
+            (long long)n, (long long)m.max_samples);
+  const int64_t T = m.fbank.num_frames(size_t(std::max<int64_t>(n, 0)));
+  CBX_CHECK(T >= 3, "campplus: reference too short: %lld samples at 16 kHz give %lld fbank frames, need at least 3 "
+            "(720 samples)", (long long)n, (long long)T);
+  const std::vector<float> feats = m.fbank.compute(wav, size_t(n), true);
+  if (m.capture)
+    m.emit("fbank", make_tensor(DType::F32, {T, m.cfg.feat_dim}, const_cast<float*>(feats.data()), feats.size() * 4));
+  return m.forward(pool, feats.data(), T);
+}
+
+std::vector<float> CampPlus::embed_fbank(ThreadPool& pool, const float* fbank, int64_t T) {
+  Impl& m = *impl_;
+  CBX_CHECK(fbank != nullptr, "campplus: null fbank");
+  CBX_CHECK(T >= 3 && T <= std::max<int64_t>(m.max_frames, 3),
+            "campplus: %lld fbank frames outside [3, %lld] (the reservation made at construction)", (long long)T,
+            (long long)std::max<int64_t>(m.max_frames, 3));
+  return m.forward(pool, fbank, T);
+}
+
+std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats, int64_t T) {
+  const int64_t F = cfg.feat_dim, mc = cfg.head_channels, T2 = t_half(T);
+  const int64_t bn = cfg.bn_channels, g = cfg.growth_rate, L = cfg.seg_len;
+  const int64_t S = (T2 + L - 1) / L;
+  arena.reset();
+  // Two slabs for the dense blocks: block b reads/appends in cur; its transit writes next.
+  Tensor slab[2] = {arena.alloc(DType::F32, {c_max, T2}, "campplus block slab"),
+                    arena.alloc(DType::F32, {c_max, T2}, "campplus block slab")};
+
+  // ---- head (FCM): 2-D over (freq, time) ----
+  const size_t head_mark = arena.mark();
+  {
+    Tensor x = arena.alloc(DType::F32, {1, F, T}, "campplus head input");
+    float* xp = x.ptr<float>();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t fq = 0; fq < F; ++fq) xp[fq * T + t] = feats[t * F + fq];
+    // Three maps: the first [mc, F, T] and two [mc, F/2, T]. A residual block reads `in` and
+    // writes o1 and o2 into the two maps `in` does not occupy; the projection shortcut then
+    // reuses o1's storage (o1 is dead once o2 exists). o2 becomes the next input.
+    const int64_t F1 = n_freq[1];
+    Tensor store[3] = {arena.alloc(DType::F32, {mc, F, T}, "campplus head map"),
+                       arena.alloc(DType::F32, {mc, F1, T}, "campplus head map"),
+                       arena.alloc(DType::F32, {mc, F1, T}, "campplus head map")};
+    auto map = [&](const Tensor& st, int64_t h) {
+      return make_tensor(DType::F32, {mc, h, T}, st.data, size_t(st.numel()) * 4);
+    };
+    auto free_maps = [&](const Tensor& in, const Tensor** a, const Tensor** b) {
+      *a = *b = nullptr;
+      for (const Tensor& st : store) {
+        if (st.data == in.data) continue;
+        if (!*a) *a = &st;
+        else if (!*b) *b = &st;
+      }
+    };
+    Conv2dParams same;
+    same.pad_h = same.pad_w = 1;
+    Tensor in = map(store[0], F);
+    conv2d(pool, x, h_c1_w, h_c1_b, in, same, &arena);
+    relu(pool, in, in);
+    int64_t h = F;
+    for (const HeadBlock& hb : head) {
+      const int64_t ho = (h - 1) / hb.stride + 1;
+      const Tensor *sa, *sb;
+      free_maps(in, &sa, &sb);
+      Tensor o1 = map(*sa, ho), o2 = map(*sb, ho);
+      Conv2dParams p1 = same;
+      p1.stride_h = hb.stride;
+      conv2d(pool, in, hb.c1_w, hb.c1_b, o1, p1, &arena);
+      relu(pool, o1, o1);
+      conv2d(pool, o1, hb.c2_w, hb.c2_b, o2, same, &arena);
+      if (!hb.sc_w.empty()) {
+        Conv2dParams ps;
+        ps.stride_h = hb.stride;
+        conv2d(pool, in, hb.sc_w, hb.sc_b, o1, ps, &arena);
+        add(pool, o2, o1, o2);
+      } else {
+        add(pool, o2, in, o2);
+      }
+      relu(pool, o2, o2);
+      in = o2;
+      h = ho;
+    }
+    // conv2: stride (2, 1) -> [mc, F/8, T]
+    const Tensor *sa, *sb;
+    free_maps(in, &sa, &sb);
+    const int64_t h3 = (h - 1) / 2 + 1;
+    CBX_ASSERT(h3 == n_freq[3]);
+    Tensor o = map(*sa, h3);
+    Conv2dParams p2 = same;
+    p2.stride_h = 2;
+    conv2d(pool, in, h_c2_w, h_c2_b, o, p2, &arena);
+    relu(pool, o, o);
+    Tensor flat = reshape(o, {mc * h3, T});  // channel-major: row c * (F/8) + f
+    emit("head", flat);
+
+    // ---- tdnn: conv1d k5 stride 2 (BN folded) + relu, into slab 0 rows [0, init) ----
+    Tensor y = slice(slab[0], 0, 0, cfg.init_channels);
+    Conv1dParams pt;
+    pt.stride = 2;
+    pt.pad_left = pt.pad_right = cfg.tdnn_kernel / 2;
+    conv1d(pool, flat, tdnn_w, tdnn_b, y, pt, &arena);
+    relu(pool, y, y);
+    emit("tdnn", y);
+  }
+  arena.rewind(head_mark);
+
+  // ---- CAM dense TDNN blocks + transits ----
+  Tensor norm_full = arena.alloc(DType::F32, {c_max, T2}, "campplus normalised input");
+  Tensor bott = arena.alloc(DType::F32, {bn, T2}, "campplus bottleneck");
+  Tensor ctx = arena.alloc(DType::F32, {bn, S}, "campplus context");
+  Tensor hid = arena.alloc(DType::F32, {bn / 2, S}, "campplus context hidden");
+  Tensor mask = arena.alloc(DType::F32, {g, S}, "campplus mask");
+  int cur = 0;
+  char name[32];
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    const Block& blk = blocks[bi];
+    Tensor& sl = slab[cur];
+    for (const DenseLayer& d : blk.layers) {
+      Tensor xin = slice(sl, 0, 0, d.in);
+      Tensor nx = slice(norm_full, 0, 0, d.in);
+      channel_affine(pool, xin, d.bn1_s, d.bn1_b, nx);
+      relu(pool, nx, nx);
+      conv1d(pool, nx, d.l1_w, d.l1_b, bott, Conv1dParams{}, &arena);
+      relu(pool, bott, bott);
+      Tensor y = slice(sl, 0, d.in, g);
+      Conv1dParams pl;
+      pl.dilation = blk.dilation;
+      pl.pad_left = pl.pad_right = blk.dilation * (blk.kernel / 2);
+      conv1d(pool, bott, d.local_w, Tensor{}, y, pl, &arena);
+      // context = mean over time + the mean of each seg_len segment (ceil mode: the last
+      // one averages only its frames); it is constant per segment, so the two 1x1 convs
+      // run on [bn, S] and the mask is repeated over each segment's frames.
+      const float* bp = bott.ptr<float>();
+      float* cp = ctx.ptr<float>();
+      for (int64_t c = 0; c < bn; ++c) {
+        const float* r = bp + c * T2;
+        double tot = 0.0;
+        for (int64_t t = 0; t < T2; ++t) tot += r[t];
+        const float mean = float(tot / double(T2));
+        for (int64_t s = 0; s < S; ++s) {
+          const int64_t t0 = s * L, t1 = std::min(T2, t0 + L);
+          double seg = 0.0;
+          for (int64_t t = t0; t < t1; ++t) seg += r[t];
+          cp[c * S + s] = mean + float(seg / double(t1 - t0));
+        }
+      }
+      conv1d(pool, ctx, d.cl1_w, d.cl1_b, hid, Conv1dParams{}, &arena);
+      relu(pool, hid, hid);
+      conv1d(pool, hid, d.cl2_w, d.cl2_b, mask, Conv1dParams{}, &arena);
+      sigmoid(pool, mask, mask);
+      const float* mp = mask.ptr<float>();
+      for (int64_t c = 0; c < g; ++c) {
+        float* r = static_cast<float*>(y.row(c));
+        for (int64_t s = 0; s < S; ++s) {
+          const float v = mp[c * S + s];
+          for (int64_t t = s * L, e = std::min(T2, s * L + L); t < e; ++t) r[t] *= v;
+        }
+      }
+    }
+    std::snprintf(name, sizeof name, "block%zu", bi + 1);
+    emit(name, slice(sl, 0, 0, blk.out));
+    Tensor xin = slice(sl, 0, 0, blk.out);
+    Tensor nx = slice(norm_full, 0, 0, blk.out);
+    channel_affine(pool, xin, blk.tr_s, blk.tr_b, nx);
+    relu(pool, nx, nx);
+    Tensor out = slice(slab[1 - cur], 0, 0, blk.out / 2);
+    conv1d(pool, nx, blk.tr_w, Tensor{}, out, Conv1dParams{}, &arena);
+    std::snprintf(name, sizeof name, "transit%zu", bi + 1);
+    emit(name, out);
+    cur = 1 - cur;
+  }
+
+  // ---- out_nonlinear, statistics pooling, dense + BN ----
+  const int64_t C = c_final;
+  Tensor xin = slice(slab[cur], 0, 0, C);
+  Tensor nx = slice(norm_full, 0, 0, C);
+  channel_affine(pool, xin, out_s, out_b, nx);
+  relu(pool, nx, nx);
+  Tensor stats = arena.alloc(DType::F32, {1, 2 * C}, "campplus stats");
+  Tensor mean = make_tensor(DType::F32, {C}, stats.ptr<float>(), size_t(C) * 4);
+  Tensor sd = make_tensor(DType::F32, {C}, stats.ptr<float>() + C, size_t(C) * 4);
+  row_mean_std(nx, mean, sd, true);
+  emit("stats", reshape(stats, {2 * C}));
+  Tensor emb = arena.alloc(DType::F32, {1, cfg.embed_size}, "campplus embedding");
+  matmul_bias(pool, dense_w, dense_b, stats, emb);
+  return std::vector<float>(emb.ptr<float>(), emb.ptr<float>() + cfg.embed_size);
+}
+
+}  // namespace cbx

@@ -1,0 +1,111 @@
+// chatterbox debug campplus: runs CAMPPlus (Kaldi fbank + mean normalisation + network) on a
+// 16 kHz wave .npy, or the network alone on an fbank .npy, and writes S3Gen's x-vector as
+// .npy, for parity tests against the PyTorch reference and timing. Registered as
+// `debug-campplus`; `chatterbox debug campplus ...` forwards to it.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "debug_npy.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/npy.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "models/campplus.h"
+#include "models/model_config.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: chatterbox debug campplus -m MODEL.gguf (--wav WAV.npy | --fbank FB.npy) -o EMB.npy [options]\n"
+    "  --wav F         float32 .npy [n] (or [1, n]): mono 16 kHz wave (ref_wav_16)\n"
+    "  --fbank F       float32 .npy [T, 80] (or [1, T, 80]): mean-normalised Kaldi fbank; runs\n"
+    "                  the network alone\n"
+    "  -o, --out F     float32 [192]: the x-vector\n"
+    "  --dump-dir DIR  write the named intermediates as DIR/NAME.npy (fbank, head, tdnn,\n"
+    "                  block1..3, transit1..3, stats)\n"
+    "  --repeat N      run N times (timing; the last run's output is written)\n"
+    "  --timing        print the time of each run\n"
+    "  --threads N     (default 2)\n";
+
+void save(const std::string& path, const cbx::Tensor& t) {
+  const int64_t rows = t.rows(), cols = t.cols();
+  std::vector<float> buf(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(buf.data() + r * cols, t.row(r), size_t(cols) * 4);
+  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+  cbx::npy_save_f32(path, shape, buf.data());
+}
+
+int run(int argc, char** argv) {
+  std::string model, wav_path, fb_path, out_path, dump_dir;
+  int threads = 2, repeat = 1;
+  bool timing = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      CBX_CHECK(i + 1 < argc, "debug campplus: %s needs a value", a.c_str());
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "-m" || a == "--model") model = next();
+    else if (a == "--wav") wav_path = next();
+    else if (a == "--fbank") fb_path = next();
+    else if (a == "-o" || a == "--out") out_path = next();
+    else if (a == "--dump-dir") dump_dir = next();
+    else if (a == "--repeat") repeat = std::atoi(next().c_str());
+    else if (a == "--timing") timing = true;
+    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else cbx::fail("debug campplus: unknown option '%s'\n%s", a.c_str(), kUsage);
+  }
+  CBX_CHECK(!model.empty() && wav_path.empty() != fb_path.empty(),
+            "debug campplus: -m and exactly one of --wav / --fbank are required\n%s", kUsage);
+  CBX_CHECK(threads > 0 && repeat > 0, "debug campplus: bad --threads or --repeat");
+
+  auto f = cbx::GgufFile::open(model);
+  const cbx::ModelConfig cfg = cbx::read_config(*f);
+  cbx::NpyArray in = cbx::cli::load_f32_npy("debug campplus", wav_path.empty() ? fb_path : wav_path);
+  int64_t n = 0, T = 0;
+  if (!wav_path.empty()) {
+    n = cbx::cli::squeeze_to("debug campplus", in, 1, wav_path)[0];
+  } else {
+    std::vector<int64_t> s = cbx::cli::squeeze_to("debug campplus", in, 2, fb_path);
+    CBX_CHECK(s[1] == cfg.campplus.feat_dim, "debug campplus: '%s' has shape %s, want [T, %d]", fb_path.c_str(),
+              in.shape_str().c_str(), cfg.campplus.feat_dim);
+    T = s[0];
+    n = 400 + (T - 1) * 160;  // samples whose fbank has T frames: sizes the reservation
+  }
+
+  cbx::ThreadPool pool(threads);
+  cbx::CampPlus cam(*f, cfg, n);
+  std::vector<float> emb;
+  std::vector<double> ms;
+  for (int r = 0; r < repeat; ++r) {
+    if (!dump_dir.empty() && r + 1 == repeat)
+      cam.set_capture([&](const char* name, const cbx::Tensor& t) { save(dump_dir + "/" + name + ".npy", t); });
+    auto t0 = std::chrono::steady_clock::now();
+    emb = wav_path.empty() ? cam.embed_fbank(pool, in.as<float>(), T) : cam.embed(pool, in.as<float>(), n);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (timing) std::fprintf(stderr, "run %d: %.1f ms\n", r, ms.back());
+  }
+  if (timing) {
+    std::sort(ms.begin(), ms.end());
+    std::fprintf(stderr, "campplus: %lld fbank frames, %d threads: median %.1f ms of %d runs, arena %.1f MB\n",
+                 (long long)(wav_path.empty() ? T : cam.num_frames(n)), threads, ms[ms.size() / 2], repeat,
+                 double(cam.arena_bytes()) / 1e6);
+  }
+  if (!out_path.empty()) cbx::npy_save_f32(out_path, {int64_t(emb.size())}, emb.data());
+  return 0;
+}
+
+cbx::cli::RegisterCommand reg("debug-campplus",
+                              "run CAMPPlus on a 16 kHz wave or fbank .npy (parity / timing)", run);
+
+}  // namespace
