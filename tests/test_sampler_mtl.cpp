@@ -32,8 +32,8 @@ TEST(MtlSampler, CfgCombine) {
   MtlSampler s(3, p);
   const float cond[3] = {1.f, 2.f, -1.f}, uncond[3] = {3.f, 0.f, -1.f};
   ASSERT_TRUE(s.process(cond, uncond, nullptr, 0));
-  EXPECT_FLOAT_EQ(s.guided()[0], 0.f);   // 1 + 0.5 (1 - 3)
-  EXPECT_FLOAT_EQ(s.guided()[1], 3.f);   // 2 + 0.5 (2 - 0)
+  EXPECT_FLOAT_EQ(s.guided()[0], 0.f);  // 1 + 0.5 (1 - 3)
+  EXPECT_FLOAT_EQ(s.guided()[1], 3.f);  // 2 + 0.5 (2 - 0)
   EXPECT_FLOAT_EQ(s.guided()[2], -1.f);
   EXPECT_EQ(s.pick(), 1);
   // No uncond row: the cond logits unchanged.

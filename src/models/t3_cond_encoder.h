@@ -1,7 +1,8 @@
 // T3 conditioning encoder of the Llama variants (t3/modules/cond_enc.py, perceiver.py; spec §6.4):
 //   token 0       spkr_enc(speaker_emb)                     Linear(S -> d, bias)
 //   tokens 1..Q   perceiver(prompt_emb)                     Q = 32 queries (absent when P == 0)
-//   last token    emotion_adv_fc(exaggeration)              Linear(1 -> d, no bias) = exaggeration * column
+//   last token    emotion_adv_fc(exaggeration)              Linear(1 -> d, no bias) = exaggeration
+//   * column
 // prompt_emb = speech_emb(prompt) + speech_pos_emb[0..P-1] is formed by the caller.
 // Perceiver: ONE AttentionBlock2 applied twice with the same weights,
 //   pre = block(query, prompt_emb); out = block(pre, pre)
@@ -44,8 +45,10 @@ class T3CondEncoder {
 
   // Conditioning rows for a prompt of n_prompt tokens: 1 + (n_prompt > 0 ? Q : 0) + emotion_adv.
   int64_t n_tokens(int64_t n_prompt) const;
-  // speaker: [S]; prompt_emb: F32 [P, d] (P may be 0: pass an empty Tensor); out: F32 [n_tokens(P), d].
-  void forward(const float* speaker, int64_t n_speaker, const Tensor& prompt_emb, float exaggeration, Tensor& out);
+  // speaker: [S]; prompt_emb: F32 [P, d] (P may be 0: pass an empty Tensor); out: F32 [n_tokens(P),
+  // d].
+  void forward(const float* speaker, int64_t n_speaker, const Tensor& prompt_emb,
+               float exaggeration, Tensor& out);
 
  private:
   // x1 [n1, d], x2 [n2, d] -> out [n1, d] (out may not alias x1 or x2).

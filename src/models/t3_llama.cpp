@@ -12,8 +12,8 @@
 
 namespace cbx {
 
-void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
-                    T3WeightKind kind, bool required) {
+void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot,
+                    const std::vector<int64_t>& shape, T3WeightKind kind, bool required) {
   const GgufTensorInfo* ti = f.find_tensor(name);
   if (!ti) {
     CBX_CHECK(!required, "%s: missing tensor '%s'", f.path().c_str(), name.c_str());
@@ -27,16 +27,16 @@ void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot, co
     for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
     want += "]";
     Tensor got = f.tensor(*ti);
-    fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(), got.shape_str().c_str(),
-         want.c_str());
+    fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(),
+         got.shape_str().c_str(), want.c_str());
   }
   const TypeTraits& tr = type_traits(ti->dtype);
   if (kind == T3WeightKind::Vector)
-    CBX_CHECK(ti->dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(), name.c_str(),
-              tr.name);
-  else
-    CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type", f.path().c_str(),
+    CBX_CHECK(ti->dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(),
               name.c_str(), tr.name);
+  else
+    CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type",
+              f.path().c_str(), name.c_str(), tr.name);
   slot = f.tensor(*ti);
 }
 
@@ -63,18 +63,22 @@ void T3LlamaWeights::for_each_tensor(const T3Config& c, const Visitor& fn) {
 }
 
 void bind_t3_llama(const GgufFile& f, const T3Config& c, T3LlamaWeights& w) {
-  CBX_CHECK(c.arch == "llama", "%s: T3 arch is '%s', the Llama backbone needs 'llama'", f.path().c_str(),
-            c.arch.c_str());
-  CBX_CHECK(c.n_layer > 0 && c.n_embd > 0 && c.n_head > 0 && c.n_kv_head > 0 && c.head_dim > 0 &&
-                c.head_dim % 2 == 0 && c.n_head % c.n_kv_head == 0 && c.n_ff > 0 && c.speech_vocab > 0,
-            "%s: inconsistent Llama T3 hyper-parameters (n_layer %d, n_embd %d, n_head %d, n_kv_head %d, "
-            "head_dim %d, n_ff %d, speech_vocab %d)",
-            f.path().c_str(), c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.n_ff, c.speech_vocab);
-  CBX_CHECK(c.rope_theta > 0, "%s: Llama T3 needs chatterbox.t3.rope.theta > 0, got %g", f.path().c_str(),
-            double(c.rope_theta));
+  CBX_CHECK(c.arch == "llama", "%s: T3 arch is '%s', the Llama backbone needs 'llama'",
+            f.path().c_str(), c.arch.c_str());
+  CBX_CHECK(
+      c.n_layer > 0 && c.n_embd > 0 && c.n_head > 0 && c.n_kv_head > 0 && c.head_dim > 0 &&
+          c.head_dim % 2 == 0 && c.n_head % c.n_kv_head == 0 && c.n_ff > 0 && c.speech_vocab > 0,
+      "%s: inconsistent Llama T3 hyper-parameters (n_layer %d, n_embd %d, n_head %d, n_kv_head %d, "
+      "head_dim %d, n_ff %d, speech_vocab %d)",
+      f.path().c_str(), c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.n_ff,
+      c.speech_vocab);
+  CBX_CHECK(c.rope_theta > 0, "%s: Llama T3 needs chatterbox.t3.rope.theta > 0, got %g",
+            f.path().c_str(), double(c.rope_theta));
   CBX_CHECK(!c.speech_head_bias, "%s: the Llama T3 speech head has no bias", f.path().c_str());
   w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
-                           T3WeightKind kind, bool required) { bind_t3_tensor(f, name, slot, shape, kind, required); });
+                           T3WeightKind kind, bool required) {
+    bind_t3_tensor(f, name, slot, shape, kind, required);
+  });
 }
 
 size_t t3_llama_decode_weight_bytes(const T3LlamaWeights& w) {
@@ -83,7 +87,8 @@ size_t t3_llama_decode_weight_bytes(const T3LlamaWeights& w) {
     if (!t.empty()) total += dtype_row_bytes(t.dtype, t.cols()) * size_t(t.rows());
   };
   for (const T3LlamaLayer& L : w.layers)
-    for (const Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.attn_norm, &L.ffn_norm})
+    for (const Tensor* t :
+         {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.attn_norm, &L.ffn_norm})
       add(*t);
   add(w.norm);
   add(w.speech_head_w);
@@ -95,24 +100,28 @@ constexpr size_t kAllocSlack = 64;
 size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 }  // namespace
 
-T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, const T3LlamaOptions& o)
+T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
+                 const T3LlamaOptions& o)
     : c_(c), w_(w), pool_(pool), kv_type_(o.kv_type) {
-  CBX_CHECK(kv_type_ == DType::F16 || kv_type_ == DType::F32, "t3 llama: KV cache type must be f16 or f32, got %s",
-            dtype_name(kv_type_));
-  CBX_CHECK(int(w.layers.size()) == c.n_layer && !w.norm.empty(), "t3 llama: weights are not bound");
+  CBX_CHECK(kv_type_ == DType::F16 || kv_type_ == DType::F32,
+            "t3 llama: KV cache type must be f16 or f32, got %s", dtype_name(kv_type_));
+  CBX_CHECK(int(w.layers.size()) == c.n_layer && !w.norm.empty(),
+            "t3 llama: weights are not bound");
   CBX_CHECK(o.max_ctx > 0 && o.n_rows > 0 && o.max_tokens >= 0,
-            "t3 llama: bad options (max_ctx %lld, n_rows %lld, max_tokens %lld)", (long long)o.max_ctx,
-            (long long)o.n_rows, (long long)o.max_tokens);
-  CBX_CHECK(c.n_ctx <= 0 || o.max_ctx <= c.n_ctx, "t3 llama: max_ctx %lld exceeds max_position_embeddings %d",
-            (long long)o.max_ctx, c.n_ctx);
+            "t3 llama: bad options (max_ctx %lld, n_rows %lld, max_tokens %lld)",
+            (long long)o.max_ctx, (long long)o.n_rows, (long long)o.max_tokens);
+  CBX_CHECK(c.n_ctx <= 0 || o.max_ctx <= c.n_ctx,
+            "t3 llama: max_ctx %lld exceeds max_position_embeddings %d", (long long)o.max_ctx,
+            c.n_ctx);
   max_ctx_ = o.max_ctx;
   max_tokens_ = o.max_tokens > 0 ? std::min(o.max_tokens, max_ctx_) : max_ctx_;
   n_rows_ = o.n_rows;
-  const int64_t d = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, ff = c.n_ff, V = c.speech_vocab;
+  const int64_t d = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, ff = c.n_ff,
+                V = c.speech_vocab;
 
   inv_freq_.resize(size_t(D / 2));
-  rope_inv_freq_llama3(D, c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
-                       float(c.rope_orig_max_pos), inv_freq_.data());
+  rope_inv_freq_llama3(D, c.rope_theta, c.rope_factor, c.rope_low_freq_factor,
+                       c.rope_high_freq_factor, float(c.rope_orig_max_pos), inv_freq_.data());
   inv_freq_t_ = make_tensor(DType::F32, {D / 2}, inv_freq_.data(), inv_freq_.size() * 4);
 
   const size_t es = type_traits(kv_type_).block_bytes;
@@ -145,7 +154,8 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
     transient = std::max(transient, matmul_scratch_bytes(L.w_down.dtype, R, d, ff, nt));
   }
   transient = std::max(transient, matmul_scratch_bytes(w.speech_head_w.dtype, n_rows_, V, d, nt));
-  transient = std::max(transient, f32_bytes(n_rows_ * Hkv * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
+  transient = std::max(
+      transient, f32_bytes(n_rows_ * Hkv * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
   arena_.reserve(act + transient + 4 * kAllocSlack);
   logits_ = arena_.alloc(DType::F32, {n_rows_, V}, "t3 llama logits");
   call_mark_ = arena_.mark();
@@ -153,7 +163,8 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
 
 size_t T3Llama::kv_step_bytes(int64_t B) const {
   const size_t es = type_traits(kv_type_).block_bytes;
-  return size_t(2 * c_.n_layer) * size_t(B) * size_t(c_.n_kv_head) * size_t(n_past_) * size_t(c_.head_dim) * es;
+  return size_t(2 * c_.n_layer) * size_t(B) * size_t(c_.n_kv_head) * size_t(n_past_) *
+         size_t(c_.head_dim) * es;
 }
 
 // k, v: [B*T, Hkv*D] (RoPE applied to k) -> cache rows n_past .. n_past+T-1 of each sequence.
@@ -165,10 +176,12 @@ void T3Llama::store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, i
     const int64_t h = item % Hkv, kv = (item / Hkv) % 2, r = item / (2 * Hkv), b = r / T, t = r % T;
     const float* src = static_cast<const float*>((kv ? v : k).row(r)) + h * D;
     const Tensor& dst_t = (kv ? v_cache_ : k_cache_)[size_t(layer)];
-    uint8_t* dst =
-        static_cast<uint8_t*>(dst_t.data) + (b * Hkv + h) * dst_t.stride[0] + (n_past_ + t) * dst_t.stride[1];
-    if (f16) to16(src, dst, D);
-    else std::memcpy(dst, src, size_t(D) * 4);
+    uint8_t* dst = static_cast<uint8_t*>(dst_t.data) + (b * Hkv + h) * dst_t.stride[0] +
+                   (n_past_ + t) * dst_t.stride[1];
+    if (f16)
+      to16(src, dst, D);
+    else
+      std::memcpy(dst, src, size_t(D) * 4);
   };
   const int64_t items = B * T * 2 * Hkv;
   if (B * T < 4 || pool_.size() <= 1) {
@@ -184,15 +197,17 @@ void T3Llama::store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, i
 
 Tensor T3Llama::forward(const Tensor& embeds, int64_t B) {
   const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff;
-  CBX_CHECK(B >= 1 && B <= n_rows_, "t3 llama forward: %lld sequences (1..%lld)", (long long)B, (long long)n_rows_);
-  CBX_CHECK(embeds.dtype == DType::F32 && embeds.ndim == 2 && embeds.shape[1] == d && embeds.shape[0] > 0 &&
-                embeds.shape[0] % B == 0,
-            "t3 llama forward: embeds must be f32 [B*T, %lld] with B = %lld, got %s %s", (long long)d, (long long)B,
-            dtype_name(embeds.dtype), embeds.shape_str().c_str());
+  CBX_CHECK(B >= 1 && B <= n_rows_, "t3 llama forward: %lld sequences (1..%lld)", (long long)B,
+            (long long)n_rows_);
+  CBX_CHECK(embeds.dtype == DType::F32 && embeds.ndim == 2 && embeds.shape[1] == d &&
+                embeds.shape[0] > 0 && embeds.shape[0] % B == 0,
+            "t3 llama forward: embeds must be f32 [B*T, %lld] with B = %lld, got %s %s",
+            (long long)d, (long long)B, dtype_name(embeds.dtype), embeds.shape_str().c_str());
   const int64_t R = embeds.shape[0], T = R / B;
-  CBX_CHECK(T <= max_tokens_, "t3 llama forward: %lld tokens exceed the reserved %lld per call", (long long)T,
-            (long long)max_tokens_);
-  CBX_CHECK(n_past_ + T <= max_ctx_, "t3 llama forward: %lld cached + %lld new positions exceed the KV cache of %lld",
+  CBX_CHECK(T <= max_tokens_, "t3 llama forward: %lld tokens exceed the reserved %lld per call",
+            (long long)T, (long long)max_tokens_);
+  CBX_CHECK(n_past_ + T <= max_ctx_,
+            "t3 llama forward: %lld cached + %lld new positions exceed the KV cache of %lld",
             (long long)n_past_, (long long)T, (long long)max_ctx_);
   arena_.rewind(call_mark_);
   Arena* scratch = &arena_;
@@ -238,9 +253,11 @@ Tensor T3Llama::forward(const Tensor& embeds, int64_t B) {
     if (T == 1) {
       // Decode: the B sequences are B*H query heads over B*Hkv cache heads (GQA maps query
       // head b*H + h to cache head b*Hkv + h / (H / Hkv)): one call.
-      const int64_t hs[3] = {B * H, 1, D}, st[3] = {D * 4, H * D * 4, 4}, kv_shape[3] = {B * Hkv, Tk, D};
+      const int64_t hs[3] = {B * H, 1, D}, st[3] = {D * 4, H * D * 4, 4},
+                    kv_shape[3] = {B * Hkv, Tk, D};
       Tensor qb = make_view(q, 3, hs, st, 0), ob = make_view(att, 3, hs, st, 0);
-      Tensor kb = make_view(kc, 3, kv_shape, kc.stride, 0), vb = make_view(vc, 3, kv_shape, vc.stride, 0);
+      Tensor kb = make_view(kc, 3, kv_shape, kc.stride, 0),
+             vb = make_view(vc, 3, kv_shape, vc.stride, 0);
       attention(pool_, qb, kb, vb, Tensor{}, ob, ap, scratch);
     } else {
       for (int64_t b = 0; b < B; ++b) {

@@ -1,9 +1,10 @@
 // T3 backbone for Multilingual: an HF LlamaModel fed with inputs_embeds (embed_tokens is
 // unused), plus the bias-free speech head (spec §6.2, §6.3). Pre-norm blocks:
-//   x += o_proj(attn(rope(q_proj(h)), rope(k_proj(h)), v_proj(h))),  h = rms_norm(x) * input_layernorm
-//   x += down_proj(silu(gate_proj(h)) * up_proj(h)),                 h = rms_norm(x) * post_attention_layernorm
-// final rms_norm(x) * norm, logits = speech_head(last row). RoPE: NeoX rotate-half over head_dim with
-// llama3 frequency scaling; position = absolute index in the stream (conditioning included).
+//   x += o_proj(attn(rope(q_proj(h)), rope(k_proj(h)), v_proj(h))),  h = rms_norm(x) *
+//   input_layernorm x += down_proj(silu(gate_proj(h)) * up_proj(h)),                 h =
+//   rms_norm(x) * post_attention_layernorm
+// final rms_norm(x) * norm, logits = speech_head(last row). RoPE: NeoX rotate-half over head_dim
+// with llama3 frequency scaling; position = absolute index in the stream (conditioning included).
 // Attention is causal with scale 1/sqrt(head_dim); n_kv_head may be < n_head (GQA).
 //
 // Batching (CFG): a call processes B <= n_rows independent sequences of T tokens each, at the
@@ -11,8 +12,9 @@
 // ([b0 t0..tT-1, b1 t0..]), so every matmul takes all B*T rows at once and reads each weight once;
 // attention runs per sequence on its own KV cache.
 //
-// Runtime: KV cache [n_layer] x [n_rows * H_kv, max_ctx, D] (F16 default, F32 selectable) and one Arena
-// for every activation, reserved at construction for the worst case; forward allocates nothing.
+// Runtime: KV cache [n_layer] x [n_rows * H_kv, max_ctx, D] (F16 default, F32 selectable) and one
+// Arena for every activation, reserved at construction for the worst case; forward allocates
+// nothing.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -31,9 +33,9 @@ namespace cbx {
 class GgufFile;
 
 struct T3LlamaLayer {
-  Tensor wq, wk, wv, wo;           // [H*D, d], [Hkv*D, d], [Hkv*D, d], [d, H*D]
-  Tensor w_gate, w_up, w_down;     // [ff, d], [ff, d], [d, ff]
-  Tensor attn_norm, ffn_norm;      // [d] input_layernorm, post_attention_layernorm
+  Tensor wq, wk, wv, wo;        // [H*D, d], [Hkv*D, d], [Hkv*D, d], [d, H*D]
+  Tensor w_gate, w_up, w_down;  // [ff, d], [ff, d], [d, ff]
+  Tensor attn_norm, ffn_norm;   // [d] input_layernorm, post_attention_layernorm
 };
 
 struct T3LlamaWeights {
@@ -48,11 +50,12 @@ struct T3LlamaWeights {
 // Binds one GGUF tensor into slot checking presence, shape and dtype (Vector: F32 only; Matrix: any
 // float/quantized weight type). Errors name the file and the tensor. A missing optional one leaves
 // slot empty.
-void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
-                    T3WeightKind kind, bool required);
+void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot,
+                    const std::vector<int64_t>& shape, T3WeightKind kind, bool required);
 // Checks the Llama hyper-parameters, then binds every backbone weight (zero copy).
 void bind_t3_llama(const GgufFile& f, const T3Config& c, T3LlamaWeights& w);
-// Bytes of the weights one decode step reads: every layer matrix and norm, the final norm and the head.
+// Bytes of the weights one decode step reads: every layer matrix and norm, the final norm and the
+// head.
 size_t t3_llama_decode_weight_bytes(const T3LlamaWeights& w);
 
 struct T3LlamaOptions {
@@ -62,8 +65,8 @@ struct T3LlamaOptions {
   DType kv_type = DType::F16;
 };
 
-// Named intermediates (capture): "inp" [B*T, d]; per layer "attn_norm", "q" (after RoPE) [B*T, H*D],
-// "attn" [B*T, H*D], "attn_out", "ffn_norm" [B*T, d], "ffn_act" [B*T, ff], "l_out" [B*T, d];
+// Named intermediates (capture): "inp" [B*T, d]; per layer "attn_norm", "q" (after RoPE) [B*T,
+// H*D], "attn" [B*T, H*D], "attn_out", "ffn_norm" [B*T, d], "ffn_act" [B*T, ff], "l_out" [B*T, d];
 // "norm" [B, d] (last token of each sequence), "logits" [B, speech_vocab].
 class T3Llama {
  public:
@@ -102,7 +105,8 @@ class T3Llama {
   Tensor inv_freq_t_;
   Arena kv_arena_;
   size_t kv_bytes_ = 0;
-  std::vector<Tensor> k_cache_, v_cache_;  // [layer]: [n_rows * H_kv, max_ctx, D] (sequence-major heads)
+  std::vector<Tensor> k_cache_,
+      v_cache_;  // [layer]: [n_rows * H_kv, max_ctx, D] (sequence-major heads)
   Arena arena_;
   Tensor logits_;  // [n_rows, speech_vocab]
   size_t call_mark_ = 0;

@@ -32,28 +32,33 @@ struct T3MtlLoadParams {
   int64_t max_text_tokens = 2048;
 };
 
-struct T3MtlCond {                            // T3 conditioning (from a Voice)
-  std::vector<float> speaker_emb;             // [256]
-  std::vector<int32_t> cond_prompt_tokens;    // [<= 150]; empty = no prompt (upstream None: 2 cond tokens)
-  float exaggeration = 0.5f;                  // emotion_adv
+struct T3MtlCond {                 // T3 conditioning (from a Voice)
+  std::vector<float> speaker_emb;  // [256]
+  std::vector<int32_t>
+      cond_prompt_tokens;     // [<= 150]; empty = no prompt (upstream None: 2 cond tokens)
+  float exaggeration = 0.5f;  // emotion_adv
 };
 
 struct T3MtlSampling {
-  float cfg_weight = 0.5f, temperature = 0.8f, min_p = 0.05f, top_p = 1.0f, repetition_penalty = 1.2f;
+  float cfg_weight = 0.5f, temperature = 0.8f, min_p = 0.05f, top_p = 1.0f,
+        repetition_penalty = 1.2f;
   uint64_t seed = 0;
   bool greedy = false;  // full chain, then argmax
 };
 
 struct T3MtlStats {
-  double prefill_ms = 0, decode_ms = 0;  // prefill: cond encoder + prompt + first forward; decode: the rest
-  int64_t n_steps = 0;                   // tokens sampled (= returned tokens)
-  bool hit_limit = false;                // stopped by max_new_tokens (no EOS)
-  double weight_bytes_per_step = 0, kv_bytes_per_step = 0;  // per decode forward (kv: mean over the run)
+  double prefill_ms = 0,
+         decode_ms = 0;    // prefill: cond encoder + prompt + first forward; decode: the rest
+  int64_t n_steps = 0;     // tokens sampled (= returned tokens)
+  bool hit_limit = false;  // stopped by max_new_tokens (no EOS)
+  double weight_bytes_per_step = 0,
+         kv_bytes_per_step = 0;  // per decode forward (kv: mean over the run)
   // additions
-  int64_t n_decode = 0;      // single-token forward calls after the prefill (decode tok/s = n_decode / decode_ms)
-  int64_t prompt_len = 0;    // prefill tokens per row
-  int64_t n_rows = 0;        // batch rows run (2 with CFG, 1 when cfg_weight <= 0)
-  bool aborted = false;      // should_abort returned true
+  int64_t n_decode =
+      0;  // single-token forward calls after the prefill (decode tok/s = n_decode / decode_ms)
+  int64_t prompt_len = 0;  // prefill tokens per row
+  int64_t n_rows = 0;      // batch rows run (2 with CFG, 1 when cfg_weight <= 0)
+  bool aborted = false;    // should_abort returned true
 };
 
 // Debug view of one sampled step (pointers valid during the callback only). uncond is null
@@ -75,13 +80,14 @@ class T3Mtl {
   T3Mtl(const T3Mtl&) = delete;
   T3Mtl& operator=(const T3Mtl&) = delete;
 
-  // text_tokens: MtlTokenizer output (language tag included, no SOT/EOT: T3 adds them as upstream does).
-  // Returns the generated speech tokens as upstream's generate returns them BEFORE pipeline post-processing
-  // (the pipeline does drop_invalid_tokens / tail trim). should_abort polled between steps (may be null).
-  std::vector<int32_t> generate(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens,
-                                const T3MtlSampling& s, T3MtlStats* stats = nullptr,
-                                const std::function<bool()>& should_abort = nullptr,
-                                int64_t force_n_tokens = -1 /* bench: ignore EOS, exactly N tokens */);
+  // text_tokens: MtlTokenizer output (language tag included, no SOT/EOT: T3 adds them as upstream
+  // does). Returns the generated speech tokens as upstream's generate returns them BEFORE pipeline
+  // post-processing (the pipeline does drop_invalid_tokens / tail trim). should_abort polled
+  // between steps (may be null).
+  std::vector<int32_t> generate(
+      const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, const T3MtlSampling& s,
+      T3MtlStats* stats = nullptr, const std::function<bool()>& should_abort = nullptr,
+      int64_t force_n_tokens = -1 /* bench: ignore EOS, exactly N tokens */);
 
   // ---- additions (debug, pipeline defaults) ----
   // The conditioning tokens [n, d] row-major (n = 34 with a prompt, 2 without).

@@ -23,12 +23,14 @@ const char* kUsage =
     "usage: chatterbox debug t3 -m MTL_MODEL.gguf --text-ids IN.npy [options]\n"
     "  --text-ids F        int32/int64 .npy [Lt] or [1, Lt]: MTL tokenizer ids (no SOT/EOT)\n"
     "  --speaker-emb F     float32 .npy [S] or [1, S] (default: the GGUF's voice.speaker_emb)\n"
-    "  --prompt-tokens F   int .npy [P] or [1, P] (default: voice.cond_prompt_tokens; 'none' = no prompt)\n"
+    "  --prompt-tokens F   int .npy [P] or [1, P] (default: voice.cond_prompt_tokens; 'none' = no "
+    "prompt)\n"
     "  --exaggeration X    emotion_adv (default: the GGUF's pipeline.exaggeration)\n"
     "  --steps N           most tokens to sample (default 50); stops at EOS unless --force\n"
     "  --force             ignore EOS: sample exactly --steps tokens (benchmark)\n"
     "  --out-cond F        float32 [n_cond, d]: the conditioning tokens\n"
-    "  --out-logits F      float32 [n, B, speech_vocab]: raw logits (row 0 cond, row 1 uncond when B = 2)\n"
+    "  --out-logits F      float32 [n, B, speech_vocab]: raw logits (row 0 cond, row 1 uncond when "
+    "B = 2)\n"
     "  --out-guided F      float32 [n, speech_vocab]: cond + w (cond - uncond)\n"
     "  --out-processed F   float32 [n, speech_vocab]: after repetition, temperature, min-p, top-p\n"
     "  --out-tokens F      int32 [n]: the sampled tokens (EOS kept, as upstream)\n"
@@ -40,22 +42,24 @@ const char* kUsage =
 
 std::vector<int32_t> load_ids(const std::string& path) {
   cbx::NpyArray a = cbx::npy_load(path);
-  CBX_CHECK(a.dtype == cbx::DType::I32 || a.dtype == cbx::DType::I64, "debug t3-mtl: '%s' must hold int32/int64 ids",
-            path.c_str());
+  CBX_CHECK(a.dtype == cbx::DType::I32 || a.dtype == cbx::DType::I64,
+            "debug t3-mtl: '%s' must hold int32/int64 ids", path.c_str());
   CBX_CHECK(a.shape.size() == 1 || (a.shape.size() == 2 && a.shape[0] == 1),
-            "debug t3-mtl: '%s' must be [n] or [1, n], got %s", path.c_str(), a.shape_str().c_str());
+            "debug t3-mtl: '%s' must be [n] or [1, n], got %s", path.c_str(),
+            a.shape_str().c_str());
   std::vector<int32_t> out(size_t(a.numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     int64_t v = a.dtype == cbx::DType::I32 ? a.as<int32_t>()[i] : a.as<int64_t>()[i];
-    CBX_CHECK(v >= 0 && v <= INT32_MAX, "debug t3-mtl: '%s' id %lld at %zu is out of range", path.c_str(),
-              (long long)v, i);
+    CBX_CHECK(v >= 0 && v <= INT32_MAX, "debug t3-mtl: '%s' id %lld at %zu is out of range",
+              path.c_str(), (long long)v, i);
     out[i] = int32_t(v);
   }
   return out;
 }
 
 int run(int argc, char** argv) {
-  std::string model, text_path, spk_path, prompt_path, out_cond, out_logits, out_guided, out_processed, out_tokens;
+  std::string model, text_path, spk_path, prompt_path, out_cond, out_logits, out_guided,
+      out_processed, out_tokens;
   int64_t steps = 50;
   int threads = 2;
   bool greedy = false, force = false;
@@ -71,36 +75,59 @@ int run(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") model = next();
-    else if (a == "--text-ids") text_path = next();
-    else if (a == "--speaker-emb") spk_path = next();
-    else if (a == "--prompt-tokens") prompt_path = next();
-    else if (a == "--exaggeration") exaggeration = std::atof(next().c_str());
-    else if (a == "--steps") steps = std::atoll(next().c_str());
-    else if (a == "--force") force = true;
-    else if (a == "--out-cond") out_cond = next();
-    else if (a == "--out-logits") out_logits = next();
-    else if (a == "--out-guided") out_guided = next();
-    else if (a == "--out-processed") out_processed = next();
-    else if (a == "--out-tokens") out_tokens = next();
-    else if (a == "--greedy") greedy = true;
-    else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--cfg-weight") cfg_w = std::atof(next().c_str());
-    else if (a == "--temperature") temperature = std::atof(next().c_str());
-    else if (a == "--min-p") min_p = std::atof(next().c_str());
-    else if (a == "--top-p") top_p = std::atof(next().c_str());
-    else if (a == "--rep-penalty") rep = std::atof(next().c_str());
-    else if (a == "--kv-type") kv = next();
-    else if (a == "--threads") threads = std::atoi(next().c_str());
-    else cbx::fail("debug t3-mtl: unknown option '%s'\n%s", a.c_str(), kUsage);
+    } else if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--text-ids")
+      text_path = next();
+    else if (a == "--speaker-emb")
+      spk_path = next();
+    else if (a == "--prompt-tokens")
+      prompt_path = next();
+    else if (a == "--exaggeration")
+      exaggeration = std::atof(next().c_str());
+    else if (a == "--steps")
+      steps = std::atoll(next().c_str());
+    else if (a == "--force")
+      force = true;
+    else if (a == "--out-cond")
+      out_cond = next();
+    else if (a == "--out-logits")
+      out_logits = next();
+    else if (a == "--out-guided")
+      out_guided = next();
+    else if (a == "--out-processed")
+      out_processed = next();
+    else if (a == "--out-tokens")
+      out_tokens = next();
+    else if (a == "--greedy")
+      greedy = true;
+    else if (a == "--seed")
+      seed = std::strtoull(next().c_str(), nullptr, 10);
+    else if (a == "--cfg-weight")
+      cfg_w = std::atof(next().c_str());
+    else if (a == "--temperature")
+      temperature = std::atof(next().c_str());
+    else if (a == "--min-p")
+      min_p = std::atof(next().c_str());
+    else if (a == "--top-p")
+      top_p = std::atof(next().c_str());
+    else if (a == "--rep-penalty")
+      rep = std::atof(next().c_str());
+    else if (a == "--kv-type")
+      kv = next();
+    else if (a == "--threads")
+      threads = std::atoi(next().c_str());
+    else
+      cbx::fail("debug t3-mtl: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
-  CBX_CHECK(!model.empty() && !text_path.empty(), "debug t3-mtl: -m and --text-ids are required\n%s", kUsage);
+  CBX_CHECK(!model.empty() && !text_path.empty(),
+            "debug t3-mtl: -m and --text-ids are required\n%s", kUsage);
   CBX_CHECK(steps >= 1 && threads > 0, "debug t3-mtl: --steps must be >= 1 and --threads > 0");
 
   auto f = cbx::GgufFile::open(model);
   const cbx::ModelConfig cfg = cbx::read_config(*f);
-  CBX_CHECK(cfg.variant == cbx::Variant::Mtl, "debug t3-mtl: '%s' is a %s model, not mtl", model.c_str(),
-            cbx::variant_name(cfg.variant));
+  CBX_CHECK(cfg.variant == cbx::Variant::Mtl, "debug t3-mtl: '%s' is a %s model, not mtl",
+            model.c_str(), cbx::variant_name(cfg.variant));
   cbx::T3MtlCond cond;
   cond.exaggeration = exaggeration > -1e29 ? float(exaggeration) : cfg.pipeline.exaggeration;
   std::vector<int32_t> text = load_ids(text_path);
@@ -159,19 +186,24 @@ int run(int argc, char** argv) {
   if (!out_logits.empty()) cbx::npy_save_f32(out_logits, {n_pos, n_rows, V}, logits.data());
   if (!out_guided.empty()) cbx::npy_save_f32(out_guided, {n_pos, V}, guided.data());
   if (!out_processed.empty()) cbx::npy_save_f32(out_processed, {n_pos, V}, processed.data());
-  if (!out_tokens.empty()) cbx::npy_save(out_tokens, cbx::DType::I32, {int64_t(tokens.size())}, tokens.data());
+  if (!out_tokens.empty())
+    cbx::npy_save(out_tokens, cbx::DType::I32, {int64_t(tokens.size())}, tokens.data());
   const double tok_s = stats.n_decode > 0 ? 1000.0 * double(stats.n_decode) / stats.decode_ms : 0.0;
   const double ms_step = stats.n_decode > 0 ? stats.decode_ms / double(stats.n_decode) : 0.0;
-  const double gbs = ms_step > 0 ? (stats.weight_bytes_per_step + stats.kv_bytes_per_step) / (ms_step * 1e6) : 0.0;
-  std::printf("prompt_len=%lld rows=%lld tokens=%zu hit_limit=%d prefill_ms=%.1f decode_steps=%lld tok_s=%.2f "
-              "ms_per_step=%.2f weight_mb_per_step=%.1f kv_mb_per_step=%.1f read_gb_s=%.2f\n",
-              (long long)stats.prompt_len, (long long)stats.n_rows, tokens.size(), int(stats.hit_limit),
-              stats.prefill_ms, (long long)stats.n_decode, tok_s, ms_step, stats.weight_bytes_per_step / 1e6,
-              stats.kv_bytes_per_step / 1e6, gbs);
+  const double gbs =
+      ms_step > 0 ? (stats.weight_bytes_per_step + stats.kv_bytes_per_step) / (ms_step * 1e6) : 0.0;
+  std::printf(
+      "prompt_len=%lld rows=%lld tokens=%zu hit_limit=%d prefill_ms=%.1f decode_steps=%lld "
+      "tok_s=%.2f "
+      "ms_per_step=%.2f weight_mb_per_step=%.1f kv_mb_per_step=%.1f read_gb_s=%.2f\n",
+      (long long)stats.prompt_len, (long long)stats.n_rows, tokens.size(), int(stats.hit_limit),
+      stats.prefill_ms, (long long)stats.n_decode, tok_s, ms_step,
+      stats.weight_bytes_per_step / 1e6, stats.kv_bytes_per_step / 1e6, gbs);
   return 0;
 }
 
-cbx::cli::RegisterCommand reg("debug-t3-mtl", "run T3 Multilingual on ids, write cond/logits/tokens .npy (parity)",
+cbx::cli::RegisterCommand reg("debug-t3-mtl",
+                              "run T3 Multilingual on ids, write cond/logits/tokens .npy (parity)",
                               run);
 
 }  // namespace
