@@ -11,6 +11,7 @@ PACKAGES=(
   libsndfile1-dev libsoxr-dev libfftw3-dev zlib1g-dev
   libopenblas-dev                          # only the kernels benchmark compares against it
   python3-torch python3-numpy               # PyTorch references in parity tests (/usr/bin/python3)
+  python3-regex                             # Unicode classes in the MTL tokenizer reference (tests/mtl_tokenizer_reference.py)
   espeak-ng sox                             # test speech and audio checks
 )
 

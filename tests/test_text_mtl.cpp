@@ -161,10 +161,12 @@ class MtlTokenizerTest : public ::testing::Test {
   static inline bool ok_ = false;
 };
 
-TEST_F(MtlTokenizerTest, AllLanguagesMatchPythonReference) {
-  const MtlTokenizer tok = MtlTokenizer::from_files(json_path(), cangjie_path());
+// Every sample through MtlTokenizer::encode and through the Python reference, same files.
+void compare_all_languages(const std::string& json_file, const std::string& cangjie_file,
+                           bool (*run)(const json&, json*, std::string*)) {
+  const MtlTokenizer tok = MtlTokenizer::from_files(json_file, cangjie_file);
   ASSERT_TRUE(tok.has_cangjie());
-  json req = {{"tokenizer", json_path()}, {"cangjie", cangjie_path()}, {"cases", json::array()}};
+  json req = {{"tokenizer", json_file}, {"cangjie", cangjie_file}, {"cases", json::array()}};
   std::vector<std::string> texts;
   for (const auto& [lang, raw] : samples()) {
     // As the pipeline does: punc_norm (Multilingual) first.
@@ -177,7 +179,7 @@ TEST_F(MtlTokenizerTest, AllLanguagesMatchPythonReference) {
   }
   json out;
   std::string why;
-  if (!run_reference(req, &out, &why)) GTEST_SKIP() << why;
+  if (!run(req, &out, &why)) GTEST_SKIP() << why;
   ASSERT_EQ(out["cases"].size(), samples().size());
   std::set<std::string> langs_seen;
   for (size_t i = 0; i < samples().size(); ++i) {
@@ -190,6 +192,18 @@ TEST_F(MtlTokenizerTest, AllLanguagesMatchPythonReference) {
     EXPECT_EQ(ids[0], tok.token_to_id("[" + lang + "]")) << "language tag first";
   }
   EXPECT_EQ(langs_seen.size(), 23u);
+}
+
+TEST_F(MtlTokenizerTest, AllLanguagesMatchPythonReference) {
+  compare_all_languages(json_path(), cangjie_path(), &run_reference);
+}
+
+// Optional: a directory holding a full-size (or real) grapheme_mtl_merged_expanded_v1.json and
+// Cangjie5_TC.json, e.g. CBX_MTL_TOKENIZER_DIR=/work/models/mtl-ckpt.
+TEST_F(MtlTokenizerTest, AllLanguagesOtherTokenizerDir) {
+  const std::string d = env_or("CBX_MTL_TOKENIZER_DIR", "");
+  if (d.empty()) GTEST_SKIP() << "CBX_MTL_TOKENIZER_DIR not set";
+  compare_all_languages(d + "/grapheme_mtl_merged_expanded_v1.json", d + "/Cangjie5_TC.json", &run_reference);
 }
 
 // Hugging Face options the synthetic JSON does not use: normalizers, other pre-tokenizers,
