@@ -33,6 +33,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -124,6 +125,14 @@ struct VoiceBuildTimings {
   double total_ms = 0;
 };
 
+// Intermediate signals of a build, reported when a capture function is set (parity tests):
+//   ref24      [n]  the whole 24 kHz reference after loading (and Turbo's loudness gain)
+//   ref16      [n]  its soxr 24 -> 16 kHz copy (voice encoder input, whole)
+//   t3_16      [n]  ref16 cut to enc_cond seconds (T3 prompt tokenizer input)
+//   s3gen_24   [n]  ref24 cut to 10 s (S3Gen prompt mel input)
+//   s3gen_16   [n]  its sinc 24 -> 16 kHz copy (CAMPPlus and S3Gen prompt tokenizer input)
+using VoiceCapture = std::function<void(const std::string& name, const float* data, int64_t n)>;
+
 // Builds voices from reference audio with one model's networks (VoiceEncoder, CampPlus,
 // S3Tokenizer bound zero-copy from f, scratch reserved once for max_seconds of audio). f, c and
 // pool must outlive the builder. One build at a time.
@@ -147,6 +156,7 @@ class VoiceBuilder {
 
   const VoiceBuildOptions& options() const;
   double min_seconds() const;  // the variant's minimum reference length
+  void set_capture(VoiceCapture fn);
 
  private:
   struct Impl;

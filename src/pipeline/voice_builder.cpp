@@ -56,6 +56,10 @@ struct VoiceBuilder::Impl {
   std::unique_ptr<S3Tokenizer> s3tok;
   S3GenMel s3gen_mel;
   std::unique_ptr<SincResampler> sinc;
+  VoiceCapture capture;
+  void cap(const char* name, const float* x, size_t n) const {
+    if (capture) capture(name, x, int64_t(n));
+  }
 };
 
 VoiceBuilder::VoiceBuilder(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const VoiceBuildOptions& o)
@@ -91,6 +95,7 @@ VoiceBuilder::~VoiceBuilder() = default;
 
 const VoiceBuildOptions& VoiceBuilder::options() const { return m_->o; }
 double VoiceBuilder::min_seconds() const { return m_->min_seconds; }
+void VoiceBuilder::set_capture(VoiceCapture fn) { m_->capture = std::move(fn); }
 
 Voice VoiceBuilder::build(const std::string& path, VoiceBuildTimings* t, std::vector<std::string>* warnings) {
   const double t0 = now_ms();
@@ -216,12 +221,15 @@ Voice VoiceBuilder::build_from_audio(const AudioData& a, const std::string& name
   t0 = now_ms();
   std::vector<float> ref16 = resample_soxr(full.data(), full.size(), m.sr24, m.sr16);
   tm.resample_16k_ms = now_ms() - t0;
+  m.cap("ref24", full.data(), full.size());
+  m.cap("ref16", ref16.data(), ref16.size());
 
   // T3 prompt tokens: the first enc_cond seconds, at most cond_prompt_len tokens.
   t0 = now_ms();
   const int64_t n_t3 = std::min<int64_t>(int64_t(ref16.size()), m.enc_cond_16k);
   v.cond_prompt_tokens = m.s3tok->tokenize(*m.pool, ref16.data(), n_t3, c.t3.cond_prompt_len);
   v.t3_samples = n_t3;
+  m.cap("t3_16", ref16.data(), size_t(n_t3));
   tm.s3tok_t3_ms = now_ms() - t0;
 
   // VE speaker embedding of the whole 16 kHz reference.
@@ -240,6 +248,8 @@ Voice VoiceBuilder::build_from_audio(const AudioData& a, const std::string& name
   t0 = now_ms();
   std::vector<float> s3_16 = m.sinc->process(full.data(), n24);
   tm.resample_sinc_ms = now_ms() - t0;
+  m.cap("s3gen_24", full.data(), n24);
+  m.cap("s3gen_16", s3_16.data(), s3_16.size());
 
   t0 = now_ms();
   v.embedding = m.campplus->embed(*m.pool, s3_16.data(), int64_t(s3_16.size()));
