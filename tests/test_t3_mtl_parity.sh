@@ -11,7 +11,8 @@
 #      token history of seeded sampled runs: same kept sets, same values, every sampled token
 #      allowed (defaults, and a sharper setting);
 #   5. the same seed gives the same tokens;
-#   6. F16 KV cache: prefill logits within rel. 1e-2.
+#   6. F16 KV cache: prefill logits within rel. 1e-2;
+#   7. bad input (text id outside the vocabulary, wrong speaker size) fails with a message.
 # usage: test_t3_mtl_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
@@ -79,5 +80,17 @@ cmp "$TMP/s_tokens.npy" "$TMP/s_tokens2.npy" || { echo "FAIL: seeded sampling is
 echo "== 6. f16 KV cache, prefill logits"
 "$CLI" debug t3 "${with_prompt[@]}" --steps 1 --greedy --kv-type f16 --out-logits "$TMP/h_logits.npy"
 "$PY" "$REF" greedy "$CK" "$IN" --prefill-only --logits "$TMP/h_logits.npy" --rtol 1e-2
+
+echo "== 7. bad input"
+"$PY" -c "import numpy as np; np.save('$TMP/bad_text.npy', np.array([3, 100000], np.int32)); \
+np.save('$TMP/bad_spk.npy', np.zeros(7, np.float32))"
+expect_fail() {  # expect_fail PATTERN ARGS...
+  local pat=$1; shift
+  if "$CLI" debug t3 "$@" > "$TMP/err.txt" 2>&1; then echo "FAIL: accepted bad input: $*"; exit 1; fi
+  grep -q "$pat" "$TMP/err.txt" || { echo "FAIL: no '$pat' in:"; cat "$TMP/err.txt"; exit 1; }
+}
+expect_fail "text token 100000" -m "$TMP/m.gguf" --text-ids "$TMP/bad_text.npy" --steps 1
+expect_fail "speaker embedding has 7 values" -m "$TMP/m.gguf" --text-ids "$IN/text.npy" \
+  --speaker-emb "$TMP/bad_spk.npy" --steps 1
 
 echo "PASS"
