@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_e2e.h"
 #include "stream_read.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -33,44 +34,18 @@
 namespace cbx::bench {
 namespace {
 
-const char* kText = "The quick brown fox jumps over the lazy dog, and then it runs back home before the rain starts.";
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double peak_rss_mb() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
-  return 0;
-}
-
 int run_turbo(int argc, char** argv) {
-  std::string model, kv = "f16";
-  int threads = 0, tokens = 250, mb = 1024;
-  uint64_t seed = 1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> const char* {
-      CBX_CHECK(i + 1 < argc, "bench turbo: %s needs a value", a.c_str());
-      return argv[++i];
-    };
-    if (a == "-m" || a == "--model") model = next();
-    else if (a == "--tokens") tokens = std::atoi(next());
-    else if (a == "--threads") threads = std::atoi(next());
-    else if (a == "--kv-type") kv = next();
-    else if (a == "--seed") seed = std::strtoull(next(), nullptr, 10);
-    else if (a == "--mb") mb = std::atoi(next());
-    else if (a == "--help" || a == "-h") {
-      std::puts("usage: chatterbox-bench turbo -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] "
-                "[--seed S] [--mb MB]  (see bench/bench_turbo.cpp)");
-      return 0;
-    } else fail("bench turbo: unknown option '%s' (see bench/bench_turbo.cpp)", a.c_str());
-  }
-  CBX_CHECK(!model.empty(), "usage: chatterbox-bench turbo -m MODEL.gguf [--tokens N] [--threads T]");
-  CBX_CHECK(tokens >= 1 && threads >= 0 && mb > 0 && (kv == "f16" || kv == "f32"), "bench turbo: bad arguments");
+  E2eArgs args;
+  args.tokens = 250;
+  if (!parse_e2e_args(argc, argv, "turbo",
+                      "usage: chatterbox-bench turbo -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] "
+                      "[--seed S] [--mb MB]  (see bench/bench_turbo.cpp)",
+                      args))
+    return 0;
+  const std::string& model = args.model;
+  const std::string& kv = args.kv;
+  const int threads = args.threads, tokens = args.tokens, mb = args.mb;
+  const uint64_t seed = args.seed;
 
   TurboLoadParams lp;
   lp.n_threads = threads;
@@ -82,7 +57,7 @@ int run_turbo(int argc, char** argv) {
   T3Turbo& t3 = pipe.t3();
   const T3Config& c = t3.config().t3;
 
-  std::vector<std::string> chunks = pipe.split_text(kText, 1000);
+  std::vector<std::string> chunks = pipe.split_text(kE2eText, 1000);
   std::vector<int32_t> text_ids = pipe.tokenize(chunks.at(0));
   const std::vector<float>& spk = pipe.speaker_emb();
   const std::vector<int32_t>& prompt = pipe.cond_prompt_tokens();

@@ -1,4 +1,4 @@
-/* chatterbox.cpp C API: Chatterbox Turbo text-to-speech from one GGUF file.
+/* chatterbox.cpp C API: Chatterbox Turbo and Multilingual text-to-speech from one GGUF file.
  *
  *   cbx_model_params mp = cbx_model_default_params();
  *   cbx_model* m = NULL;
@@ -17,8 +17,9 @@
  *    defaults. Always start from the default function, then change fields.
  *  - A model may be used from several threads; synthesize calls on one model are serialised
  *    (a callback must not call cbx_synthesize on the model that called it).
- *  - Supported: Turbo and Nano GGUFs (chatterbox convert). A Multilingual GGUF is refused
- *    with CBX_ERR_UNSUPPORTED_MODEL.
+ *  - Supported: Turbo, Nano and Multilingual GGUFs (chatterbox convert). A Multilingual model
+ *    needs cbx_synth_params.language (one of cbx_model_language(m, i)); Turbo and Nano speak
+ *    English only (language NULL, "" or "en").
  *  - Long text is split at sentence boundaries into chunks that fit one generation and the
  *    audio is concatenated (src/pipeline/turbo_pipeline.h).
  *  - The upstream Perth watermark is NOT applied: output audio is not watermarked.
@@ -67,7 +68,13 @@ typedef struct cbx_synth_params {
   int32_t top_k;            /* 0 disables top-k */
   float top_p;              /* (0, 1] */
   float repetition_penalty; /* > 0; 1 disables */
-  int32_t max_chunk_tokens; /* text tokens per chunk of long text; <= 0 = 80 */
+  int32_t max_chunk_tokens; /* text tokens per chunk of long text; <= 0 = the model's (Turbo 80, MTL 150) */
+  /* Multilingual only (Turbo ignores min_p, cfg_weight and exaggeration, as upstream does;
+   * Multilingual ignores top_k). Negative = the model's default. */
+  const char* language;     /* language code ("fr"), case-insensitive; required for Multilingual */
+  float min_p;              /* [0, 1]; default 0.05 */
+  float cfg_weight;         /* T3 classifier-free guidance, >= 0; default 0.5 */
+  float exaggeration;       /* emotion exaggeration, >= 0; default 0.5 */
 } cbx_synth_params;
 
 /* Audio of one finished text chunk (samples valid during the call). Return non-zero to stop
@@ -105,6 +112,14 @@ cbx_synth_params cbx_synth_default_params(void);
 cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_model** model);
 void cbx_model_free(cbx_model* model); /* NULL is fine */
 int32_t cbx_model_sample_rate(const cbx_model* model); /* 24000; 0 for NULL */
+/* "turbo", "nano" or "mtl"; NULL for NULL. */
+const char* cbx_model_variant(const cbx_model* model);
+/* The languages a model speaks, sorted codes ("ar" ... "zh"; Turbo/Nano: "en"). The strings
+ * live as long as the model; cbx_model_language returns NULL for a NULL model or i out of range. */
+int32_t cbx_model_language_count(const cbx_model* model);
+const char* cbx_model_language(const cbx_model* model, int32_t i);
+/* English name of a Multilingual language code ("fr" -> "French"); NULL when unknown. */
+const char* cbx_language_name(const char* code);
 
 /* text: UTF-8. params, callbacks: may be NULL. audio/n_samples: may both be NULL when the
  * audio callback consumes the audio; otherwise *audio receives a buffer to release with

@@ -173,9 +173,93 @@ int main(int argc, char** argv) {
   CHECK(nf == na && f && a && memcmp(a, f, na * sizeof(float)) == 0);
   cbx_audio_free(f);
 
+  /* languages of a Turbo model: English only */
+  CHECK(strcmp(cbx_model_variant(m), "turbo") == 0);
+  CHECK(cbx_model_language_count(m) == 1 && strcmp(cbx_model_language(m, 0), "en") == 0);
+  CHECK(cbx_model_language(m, 1) == NULL && cbx_model_language(m, -1) == NULL);
+  sp = cbx_synth_default_params();
+  sp.language = "fr";
+  CHECK(cbx_synthesize(m, "Bonjour.", &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(cbx_last_error(), "English only") != NULL);
+  sp.language = "en";
+  sp.seed = 1;
+  float* g = NULL;
+  size_t ng = 0;
+  CHECK(cbx_synthesize(m, "Hello world.", &sp, &g, &ng, NULL) == CBX_OK);
+  CHECK(ng == na && g && a && memcmp(a, g, na * sizeof(float)) == 0);
+  cbx_audio_free(g);
+
   cbx_audio_free(a);
   cbx_audio_free(b);
   cbx_audio_free(c);
+  cbx_model_free(m);
+
+  /* Multilingual */
+  CHECK(cbx_model_variant(NULL) == NULL && cbx_model_language_count(NULL) == 0);
+  CHECK(cbx_language_name("fr") && strcmp(cbx_language_name("fr"), "French") == 0);
+  CHECK(cbx_language_name("xx") == NULL && cbx_language_name(NULL) == NULL);
+  snprintf(gguf, sizeof gguf, "%s/mtl.gguf", dir);
+  snprintf(cmd, sizeof cmd,
+           "'%s/bin/chatterbox-mkckpt' --variant mtl --size tiny --seed 1 '%s/mtl' > /dev/null 2>&1 && "
+           "'%s/bin/chatterbox' convert '%s/mtl' -o '%s' --type f32 --quiet > /dev/null 2>&1",
+           argv[1], dir, argv[1], dir, gguf);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "FAIL: could not build the tiny Multilingual model: %s\n", cmd);
+    return 1;
+  }
+  mp = cbx_model_default_params();
+  mp.n_threads = 2;
+  mp.max_new_tokens = 24;
+  CHECK(cbx_model_load(gguf, &mp, &m) == CBX_OK);
+  if (!m) {
+    fprintf(stderr, "FAIL: Multilingual model did not load: %s\n", cbx_last_error());
+    return 1;
+  }
+  CHECK(strcmp(cbx_model_variant(m), "mtl") == 0 && cbx_model_sample_rate(m) == 24000);
+  CHECK(cbx_model_language_count(m) == 23);
+  CHECK(strcmp(cbx_model_language(m, 0), "ar") == 0 && strcmp(cbx_model_language(m, 22), "zh") == 0);
+  sp = cbx_synth_default_params();
+  sp.seed = 3;
+  CHECK(cbx_synthesize(m, "Bonjour.", &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT && e == NULL);
+  CHECK(strstr(cbx_last_error(), "needs a language") && strstr(cbx_last_error(), "fr  French"));
+  sp.language = "xx";
+  CHECK(cbx_synthesize(m, "Bonjour.", &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(cbx_last_error(), "'xx'") && strstr(cbx_last_error(), "zh  Chinese"));
+  sp.language = "fr";
+  float *h = NULL, *k = NULL, *l = NULL;
+  size_t nh = 0, nk = 0, nl = 0;
+  CHECK(cbx_synthesize(m, "Bonjour tout le monde.", &sp, &h, &nh, NULL) == CBX_OK);
+  CHECK(h != NULL && nh % 960 == 0);
+  for (size_t i = 0; h && i < 480 && i < nh; ++i) CHECK(h[i] == 0.0f); /* start trim */
+  sp.language = "FR";
+  CHECK(cbx_synthesize(m, "Bonjour tout le monde.", &sp, &k, &nk, NULL) == CBX_OK);
+  CHECK(nk == nh && h && k && memcmp(h, k, nh * sizeof(float)) == 0);
+  memset(&tm, 0, sizeof tm);
+  tm.struct_size = sizeof tm;
+  CHECK(cbx_model_last_timings(m, &tm) == CBX_OK && tm.n_samples == (int64_t)nk && tm.n_chunks == 1);
+  CHECK(nh == 0 || tm.n_samples == (tm.n_speech_tokens > 1 ? tm.n_speech_tokens - 1 : 1) * 960); /* tail trim */
+  sp.cfg_weight = 0; /* the Multilingual parameters reach the model */
+  CHECK(cbx_synthesize(m, "Bonjour tout le monde.", &sp, &l, &nl, NULL) == CBX_OK);
+  CHECK(l != NULL && (nl != nh || memcmp(h, l, nh * sizeof(float)) != 0));
+  sp.cfg_weight = -1;
+  sp.min_p = 3;
+  CHECK(cbx_synthesize(m, "Bonjour.", &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(cbx_last_error(), "min_p") != NULL);
+  sp.min_p = -1;
+  sp.language = "zh";
+  CHECK(cbx_synthesize(m, "", &sp, &e, &ne, NULL) == CBX_ERR_TEXT);
+  /* an older caller's struct has no language field: refused with the list, never a crash */
+  old = cbx_synth_default_params();
+  old.struct_size = offsetof(cbx_synth_params, language);
+  CHECK(cbx_synthesize(m, "Hallo.", &old, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  /* abort inside a Multilingual synthesis */
+  cb_state st2 = {0, 0, 2, 0};
+  cb.user_data = &st2;
+  sp.language = "de";
+  CHECK(cbx_synthesize(m, "Guten Tag.", &sp, NULL, NULL, &cb) == CBX_ERR_ABORTED && st2.calls == 0);
+  cbx_audio_free(h);
+  cbx_audio_free(k);
+  cbx_audio_free(l);
   cbx_model_free(m);
 
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -1,31 +1,13 @@
 #!/bin/bash
 # `chatterbox say` end to end on a tiny synthetic Turbo model: determinism per seed, WAV / raw PCM
-# output, text from argument / --file / stdin, text errors, a Multilingual model refused, long
+# output, text from argument / --file / stdin, text errors, a Multilingual model without --lang, long
 # text split into chunks.
 # Usage: test_say.sh BUILD_DIR   (exit 77 = skipped)
 set -u
 BUILD=${1:?usage: test_say.sh BUILD_DIR}
-B=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
-if [ ! -x "$B" ] || [ ! -x "$MK" ]; then
-  echo "skip: $B or $MK not built"
-  exit 77
-fi
-T=$(mktemp -d /tmp/cbx-test-say-sh-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
-expect_error() {  # expect_error NEEDLE... -- CMD...: CMD fails and stderr holds every NEEDLE
-  local needles=()
-  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
-  shift
-  if "$@" > "$T/out.txt" 2> "$T/err.txt"; then fail "accepted: $*"; fi
-  for n in "${needles[@]}"; do
-    grep -qF -- "$n" "$T/err.txt" || { cat "$T/err.txt"; fail "'$n' not in the error of: $*"; }
-  done
-}
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+cli_test_init "$BUILD" test-say-sh
 
 "$MK" --variant turbo --size tiny --seed 1 --threads 1 "$T/turbo" > /dev/null 2>&1 || fail "mkckpt turbo"
 "$B" convert "$T/turbo" -o "$T/m.gguf" --type f32 --quiet > /dev/null || fail "convert turbo"
@@ -97,9 +79,9 @@ cmp -s "$T/long.wav" "$T/long2.wav" || fail "long text is not deterministic"
 wchunks=$(sed -n 's/.*chunks=\([0-9]*\) .*/\1/p' "$T/w.err")
 [ -n "$wchunks" ] && [ "$wchunks" -ge 3 ] || { cat "$T/w.err"; fail "long word was not split (chunks=$wchunks)"; }
 
-# A Multilingual model is refused with a clear message.
+# A Multilingual model needs --lang (tests/test_say_mtl.sh covers Multilingual synthesis).
 "$MK" --variant mtl --size tiny --seed 1 --threads 1 "$T/mtl" > /dev/null 2>&1 || fail "mkckpt mtl"
 "$B" convert "$T/mtl" -o "$T/mtl.gguf" --type f32 --quiet > /dev/null || fail "convert mtl"
-expect_error "variant 'mtl' is not supported" -- "$B" say -m "$T/mtl.gguf" "Hello." -o "$T/x.wav"
+expect_error "needs a language" "fr  French" -- "$B" say -m "$T/mtl.gguf" "Hello." -o "$T/x.wav"
 
 echo "test_say: OK"

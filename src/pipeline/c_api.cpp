@@ -1,4 +1,4 @@
-// include/chatterbox.h over TurboPipeline. Every entry point catches everything.
+// include/chatterbox.h over TurboPipeline and MtlPipeline. Every entry point catches everything.
 #include "chatterbox.h"
 
 #include <algorithm>
@@ -10,12 +10,20 @@
 #include <new>
 #include <string>
 
+#include <vector>
+
+#include "core/gguf.h"
+#include "pipeline/mtl_pipeline.h"
 #include "pipeline/turbo_pipeline.h"
+#include "text/mtl_tokenizer.h"
 
 struct cbx_model {
-  std::unique_ptr<cbx::TurboPipeline> pipe;
+  std::unique_ptr<cbx::TurboPipeline> pipe;  // Turbo / Nano
+  std::unique_ptr<cbx::MtlPipeline> mtl;     // Multilingual (exactly one of the two is set)
+  cbx::Variant variant = cbx::Variant::Turbo;
+  std::vector<std::string> languages;
   mutable std::mutex mu;  // one synthesis at a time per model
-  cbx::TurboTimings last;
+  cbx::SynthTimings last;
   bool have_last = false;
 };
 
@@ -60,6 +68,8 @@ cbx_status guarded(cbx_status fallback, Fn&& fn) {
     return fn();
   } catch (const cbx::TextError& e) {
     return set_error(CBX_ERR_TEXT, e.what());
+  } catch (const cbx::InvalidArgumentError& e) {
+    return set_error(CBX_ERR_INVALID_ARGUMENT, e.what());
   } catch (const cbx::UnsupportedModelError& e) {
     return set_error(CBX_ERR_UNSUPPORTED_MODEL, e.what());
   } catch (const cbx::AbortedError& e) {
@@ -115,6 +125,10 @@ cbx_synth_params cbx_synth_default_params(void) {
   p.top_p = -1;
   p.repetition_penalty = -1;
   p.max_chunk_tokens = 0;
+  p.language = nullptr;
+  p.min_p = -1;
+  p.cfg_weight = -1;
+  p.exaggeration = -1;
   return p;
 }
 
@@ -129,12 +143,26 @@ cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_
   if (p.kv_type != CBX_KV_F16 && p.kv_type != CBX_KV_F32)
     return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_load: kv_type " + std::to_string(p.kv_type));
   return guarded(CBX_ERR_MODEL_LOAD, [&]() {
-    cbx::TurboLoadParams lp;
-    lp.n_threads = p.n_threads;
-    lp.kv_type = p.kv_type == CBX_KV_F32 ? cbx::DType::F32 : cbx::DType::F16;
-    lp.max_new_tokens = p.max_new_tokens > 0 ? p.max_new_tokens : -1;
+    const cbx::ModelConfig cfg = cbx::read_config(*cbx::GgufFile::open(path));
     auto m = std::make_unique<cbx_model>();
-    m->pipe = std::make_unique<cbx::TurboPipeline>(path, lp);
+    m->variant = cfg.variant;
+    const cbx::DType kv = p.kv_type == CBX_KV_F32 ? cbx::DType::F32 : cbx::DType::F16;
+    const int64_t max_new = p.max_new_tokens > 0 ? p.max_new_tokens : -1;
+    if (cfg.variant == cbx::Variant::Mtl) {
+      cbx::MtlLoadParams lp;
+      lp.n_threads = p.n_threads;
+      lp.kv_type = kv;
+      lp.max_new_tokens = max_new;
+      m->mtl = std::make_unique<cbx::MtlPipeline>(path, lp);
+      m->languages = m->mtl->languages();
+    } else {
+      cbx::TurboLoadParams lp;
+      lp.n_threads = p.n_threads;
+      lp.kv_type = kv;
+      lp.max_new_tokens = max_new;
+      m->pipe = std::make_unique<cbx::TurboPipeline>(path, lp);
+      m->languages = {"en"};
+    }
     *model = m.release();
     return CBX_OK;
   });
@@ -147,7 +175,27 @@ void cbx_model_free(cbx_model* model) {
   }
 }
 
-int32_t cbx_model_sample_rate(const cbx_model* model) { return model ? model->pipe->sample_rate() : 0; }
+int32_t cbx_model_sample_rate(const cbx_model* model) {
+  if (!model) return 0;
+  return model->mtl ? model->mtl->sample_rate() : model->pipe->sample_rate();
+}
+
+const char* cbx_model_variant(const cbx_model* model) { return model ? cbx::variant_name(model->variant) : nullptr; }
+
+int32_t cbx_model_language_count(const cbx_model* model) { return model ? int32_t(model->languages.size()) : 0; }
+
+const char* cbx_model_language(const cbx_model* model, int32_t i) {
+  if (!model || i < 0 || size_t(i) >= model->languages.size()) return nullptr;
+  return model->languages[size_t(i)].c_str();
+}
+
+const char* cbx_language_name(const char* code) {
+  try {
+    return code ? cbx::language_name(code) : nullptr;
+  } catch (...) {
+    return nullptr;
+  }
+}
 
 cbx_status cbx_synthesize(cbx_model* model, const char* text, const cbx_synth_params* params, float** audio,
                           size_t* n_samples, const cbx_callbacks* callbacks) {
@@ -169,25 +217,45 @@ cbx_status cbx_synthesize(cbx_model* model, const char* text, const cbx_synth_pa
     return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: top_p must be in (0, 1]");
   if (p.repetition_penalty == 0)
     return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: repetition_penalty must be > 0");
+  const std::string language = p.language ? p.language : "";
+  if (!model->mtl && !language.empty() && language != "en" && language != "EN")
+    return set_error(CBX_ERR_INVALID_ARGUMENT, std::string("cbx_synthesize: a ") + cbx::variant_name(model->variant) +
+                                                   " model speaks English only; language '" + language +
+                                                   "' needs a Multilingual model");
   return guarded(CBX_ERR_INTERNAL, [&]() {
     std::lock_guard<std::mutex> lock(model->mu);
-    cbx::TurboSynthParams sp;
-    sp.seed = p.seed;
-    sp.temperature = p.temperature;
-    sp.top_k = p.top_k;
-    sp.top_p = p.top_p < 0 ? -1.0 : float_as_decimal(p.top_p);
-    sp.repetition_penalty = p.repetition_penalty;
-    sp.max_chunk_tokens = p.max_chunk_tokens > 0 ? p.max_chunk_tokens : 0;
-    const int32_t sr = model->pipe->sample_rate();
-    cbx::TurboAudioFn on_audio;
+    const int32_t sr = cbx_model_sample_rate(model);
+    cbx::SynthAudioFn on_audio;
     if (cb.on_audio)
       on_audio = [&](const float* s, int64_t n, int64_t, int64_t) {
         return cb.on_audio(s, size_t(n), sr, cb.user_data) == 0;
       };
-    cbx::TurboAbortFn should_abort;
+    cbx::SynthAbortFn should_abort;
     if (cb.should_abort) should_abort = [&]() { return cb.should_abort(cb.user_data) != 0; };
-    cbx::TurboTimings tm;
-    std::vector<float> wave = model->pipe->synthesize(text, sp, &tm, on_audio, should_abort);
+    cbx::SynthTimings tm;
+    std::vector<float> wave;
+    if (model->mtl) {
+      cbx::MtlSynthParams mp;
+      mp.language = language;
+      mp.seed = p.seed;
+      mp.temperature = p.temperature;
+      mp.top_p = p.top_p;
+      mp.repetition_penalty = p.repetition_penalty;
+      mp.min_p = p.min_p;
+      mp.cfg_weight = p.cfg_weight;
+      mp.exaggeration = p.exaggeration;
+      mp.max_chunk_tokens = p.max_chunk_tokens > 0 ? p.max_chunk_tokens : 0;
+      wave = model->mtl->synthesize(text, mp, &tm, on_audio, should_abort);
+    } else {
+      cbx::TurboSynthParams sp;
+      sp.seed = p.seed;
+      sp.temperature = p.temperature;
+      sp.top_k = p.top_k;
+      sp.top_p = p.top_p < 0 ? -1.0 : float_as_decimal(p.top_p);
+      sp.repetition_penalty = p.repetition_penalty;
+      sp.max_chunk_tokens = p.max_chunk_tokens > 0 ? p.max_chunk_tokens : 0;
+      wave = model->pipe->synthesize(text, sp, &tm, on_audio, should_abort);
+    }
     model->last = tm;
     model->have_last = true;
     if (audio) {
@@ -210,7 +278,7 @@ cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* timings) 
   std::lock_guard<std::mutex> lock(model->mu);
   if (!model->have_last)
     return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_last_timings: no successful synthesis yet");
-  const cbx::TurboTimings& t = model->last;
+  const cbx::SynthTimings& t = model->last;
   cbx_timings o;
   std::memset(&o, 0, sizeof o);
   o.struct_size = std::min(timings->struct_size, sizeof o);

@@ -11,7 +11,10 @@
 namespace cbx {
 
 // Error kinds the C API maps to status codes; all are cbx::Error.
-struct TextError : Error {  // empty text, invalid UTF-8, unknown language
+struct TextError : Error {  // empty text, invalid UTF-8
+  using Error::Error;
+};
+struct InvalidArgumentError : Error {  // a parameter out of range, an unknown language
   using Error::Error;
 };
 struct UnsupportedModelError : Error {  // a valid model this pipeline cannot run

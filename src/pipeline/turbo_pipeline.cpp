@@ -9,12 +9,9 @@
 
 #include "core/gguf.h"
 #include "core/thread_pool.h"
-#include "models/cfm_estimator.h"
-#include "models/cfm_solver.h"
-#include "models/flow_encoder.h"
-#include "models/hift_vocoder.h"
 #include "models/sampler.h"
 #include "models/t3_turbo.h"
+#include "pipeline/s3gen_stage.h"
 #include "pipeline/voice.h"
 #include "text/gpt2_tokenizer.h"
 #include "text/punc_norm.h"
@@ -70,15 +67,10 @@ struct TurboPipeline::Impl {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Gpt2Tokenizer> tok;
   std::unique_ptr<T3Turbo> t3;
-  FlowEncoderWeights flow_w;
-  std::unique_ptr<FlowEncoder> flow;
-  CfmEstimatorWeights cfm_w;
-  std::unique_ptr<CfmSolver> cfm;
-  std::unique_ptr<HiftVocoder> hift;
+  std::unique_ptr<S3GenStage> s3gen;
   Voice builtin;  // the GGUF's voice.* tensors
   Voice voice;    // the voice in use (set_voice)
   int64_t max_cond_tokens = 0;    // T3 prompt tokens reserved for
-  int64_t max_prompt_tokens = 0;  // S3Gen prompt tokens reserved for
   int64_t max_new = 0, max_speech = 0;
 
   int64_t count_tokens(const std::string& s) const { return int64_t(tok->encode(s).size()); }
@@ -92,8 +84,8 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   const ModelConfig& c = m.cfg;
   if (c.variant != Variant::Turbo && c.variant != Variant::Nano)
     throw UnsupportedModelError(std::string(path) + ": model variant '" + variant_name(c.variant) +
-                                "' is not supported by the Turbo pipeline (only turbo and nano models can be "
-                                "synthesised; Multilingual synthesis is not implemented yet)");
+                                "' is not supported by the Turbo pipeline (turbo and nano only; mtl models run "
+                                "in the Multilingual pipeline, pipeline/mtl_pipeline.h)");
   CBX_CHECK(c.t3.arch == "gpt2", "%s: T3 arch '%s', the Turbo pipeline needs gpt2", path.c_str(), c.t3.arch.c_str());
   CBX_CHECK(c.cfm.meanflow, "%s: the Turbo pipeline needs the mean-flow CFM (cfm.meanflow)", path.c_str());
   CBX_CHECK(p.kv_type == DType::F16 || p.kv_type == DType::F32, "turbo pipeline: KV cache type must be f16 or f32");
@@ -106,10 +98,8 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   m.builtin = cbx::builtin_voice(f, c);
   m.voice = m.builtin;
   // Buffers are reserved for any voice set_voice accepts: up to cond_prompt_len T3 prompt tokens
-  // and a 10 s S3Gen reference (or the built-in voice's sizes, if larger).
+  // and a 10 s S3Gen reference (or the built-in voice's sizes, if larger; S3GenStage).
   m.max_cond_tokens = std::max<int64_t>({1, int64_t(m.builtin.cond_prompt_tokens.size()), c.t3.cond_prompt_len});
-  m.max_prompt_tokens = std::max<int64_t>(int64_t(m.builtin.prompt_token.size()),
-                                          std::lround(double(c.pipeline.dec_cond_seconds) * c.pipeline.token_rate));
 
   m.max_new = p.max_new_tokens >= 0 ? p.max_new_tokens : c.pipeline.max_new_tokens;
   CBX_CHECK(m.max_new >= 0 && m.max_new <= 100000, "turbo pipeline: max_new_tokens %lld", (long long)m.max_new);
@@ -122,23 +112,7 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
 
   // One generation: the prefill token + max_new, then the silence tokens.
   m.max_speech = 1 + m.max_new + c.pipeline.n_silence_tokens;
-  const int64_t max_flow_tokens = m.max_prompt_tokens + m.max_speech;
-  bind_flow_encoder(f, c.flow, m.flow_w);
-  FlowEncoderOptions fo;
-  fo.max_tokens = max_flow_tokens;
-  m.flow = std::make_unique<FlowEncoder>(c.flow, m.flow_w, *m.pool, fo);
-
-  bind_cfm_estimator(f, c.cfm, m.cfm_w);
-  CfmSolverOptions co;
-  co.max_frames = c.flow.token_mel_ratio * max_flow_tokens;
-  m.cfm = std::make_unique<CfmSolver>(c.cfm, m.cfm_w, *m.pool, co);
-
-  HiftOptions ho;
-  // Generated frames = ratio (Tp + N) - Tm; a voice has Tm >= 2 Tp - 2 (validate_voice).
-  const int64_t ratio = c.flow.token_mel_ratio;
-  ho.max_frames = ratio * m.max_speech +
-                  std::max<int64_t>(2, ratio * int64_t(m.builtin.prompt_token.size()) - m.builtin.n_prompt_frames());
-  m.hift = std::make_unique<HiftVocoder>(c, f, *m.pool, ho);
+  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_speech);
 }
 
 TurboPipeline::~TurboPipeline() = default;
@@ -158,11 +132,10 @@ ThreadPool& TurboPipeline::pool() { return *m_->pool; }
 void TurboPipeline::set_voice(const Voice& v, const std::string& what) {
   Impl& m = *m_;
   check_voice(v, m.cfg, what);
-  CBX_CHECK(int64_t(v.cond_prompt_tokens.size()) <= m.max_cond_tokens &&
-                int64_t(v.prompt_token.size()) <= m.max_prompt_tokens,
-            "%s: %zu T3 / %zu S3Gen prompt tokens exceed what the pipeline reserved (%lld / %lld)", what.c_str(),
-            v.cond_prompt_tokens.size(), v.prompt_token.size(), (long long)m.max_cond_tokens,
-            (long long)m.max_prompt_tokens);
+  CBX_CHECK(int64_t(v.cond_prompt_tokens.size()) <= m.max_cond_tokens,
+            "%s: %zu T3 prompt tokens exceed the %lld the pipeline reserved", what.c_str(),
+            v.cond_prompt_tokens.size(), (long long)m.max_cond_tokens);
+  m.s3gen->check_fits(v, what);
   m.voice = v;
 }
 
@@ -186,33 +159,10 @@ std::vector<std::string> TurboPipeline::split_text(const std::string& text, int6
                            [&](const std::string& s) { return m.count_tokens(s); }, ChunkRules{});
 }
 
-void TurboPipeline::reseed_s3gen(uint64_t seed) {
-  m_->cfm->set_seed(seed);
-  m_->hift->set_seed(seed ^ 0x5851F42D4C957F2Dull);
-}
+void TurboPipeline::reseed_s3gen(uint64_t seed) { m_->s3gen->reseed(seed); }
 
 std::vector<float> TurboPipeline::tokens_to_audio(const std::vector<int32_t>& speech, TurboTimings* tm) {
-  Impl& m = *m_;
-  CBX_CHECK(!speech.empty() && int64_t(speech.size()) <= m.max_speech,
-            "turbo pipeline: %zu speech tokens (1 .. %lld)", speech.size(), (long long)m.max_speech);
-  double t0 = pipeline_now_ms();
-  FlowEncoderOutput fo =
-      m.flow->forward(m.voice.prompt_token.data(), int64_t(m.voice.prompt_token.size()), speech.data(),
-                      int64_t(speech.size()), m.voice.prompt_feat.data(), m.voice.n_prompt_frames(),
-                      m.voice.embedding.data(), int64_t(m.voice.embedding.size()));
-  double t1 = pipeline_now_ms();
-  const Tensor& mel = m.cfm->solve(fo.mu, fo.spks, fo.cond, fo.n_prompt_frames);
-  double t2 = pipeline_now_ms();
-  const Tensor& wave = m.hift->forward(mel);
-  std::vector<float> out(wave.ptr<float>(), wave.ptr<float>() + wave.numel());
-  hift_trim_fade(out.data(), int64_t(out.size()), m.cfg.pipeline.trim_fade_samples);
-  double t3 = pipeline_now_ms();
-  if (tm) {
-    tm->flow_ms += t1 - t0;
-    tm->cfm_ms += t2 - t1;
-    tm->hift_ms += t3 - t2;
-  }
-  return out;
+  return m_->s3gen->to_audio(m_->voice, speech, tm);
 }
 
 std::vector<float> TurboPipeline::synthesize(const std::string& text, const TurboSynthParams& p, TurboTimings* timings,

@@ -1,7 +1,8 @@
-// chatterbox say: text -> speech with a Turbo / Nano GGUF and its built-in voice.
+// chatterbox say: text -> speech with a Turbo / Nano or Multilingual GGUF (dispatches on the variant).
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -14,27 +15,35 @@
 #include "audio/audio_file.h"
 #include "command.h"
 #include "core/error.h"
+#include "core/gguf.h"
+#include "models/model_config.h"
+#include "pipeline/mtl_pipeline.h"
 #include "pipeline/turbo_pipeline.h"
 
 namespace {
 
 const char* kUsage =
-    "usage: chatterbox say -m MODEL.gguf [TEXT] -o OUT.wav [options]   (-- TEXT for text starting with '-')\n"
-    "  Synthesises TEXT (UTF-8) with a Turbo or Nano model and its built-in voice, 24 kHz mono.\n"
+    "usage: chatterbox say -m MODEL.gguf [--lang L] [TEXT] -o OUT.wav [options]   (-- TEXT for text starting with '-')\n"
+    "  Synthesises TEXT (UTF-8) with a Turbo, Nano or Multilingual model and its built-in voice, 24 kHz mono.\n"
     "  Without TEXT the text is read from --file F, or else from stdin.\n"
-    "  -m, --model F           GGUF from `chatterbox convert` (turbo or nano variant)\n"
+    "  -m, --model F           GGUF from `chatterbox convert` (turbo, nano or mtl variant)\n"
+    "  --lang L                language code (Multilingual: required, see `chatterbox languages -m F`;\n"
+    "                          Turbo/Nano speak English only: en)\n"
     "  -o, --output F          16-bit PCM WAV; '-' writes raw 16-bit little-endian PCM to stdout,\n"
     "                          chunk by chunk as each text chunk finishes\n"
     "  --file F                read the text from F\n"
     "  --seed N                sampler / CFM noise / vocoder seed (default 0); same seed, same audio\n"
     "  --temperature T         (default: the model's, 0.8)\n"
-    "  --top-k K               (default 1000; 0 disables)\n"
-    "  --top-p P               (default 0.95)\n"
+    "  --top-k K               Turbo only (default 1000; 0 disables)\n"
+    "  --top-p P               (default: Turbo 0.95, Multilingual 1.0)\n"
     "  --repetition-penalty R  (default 1.2)\n"
+    "  --min-p P               Multilingual only (default 0.05)\n"
+    "  --cfg-weight W          Multilingual only: T3 classifier-free guidance (default 0.5)\n"
+    "  --exaggeration X        Multilingual only: emotion exaggeration (default 0.5)\n"
     "  --threads N             (default: all hardware threads)\n"
     "  --kv-type f16|f32       T3 KV cache type (default f16)\n"
     "  --max-tokens N          speech tokens per generation (default: the model's, 1000 ~ 40 s)\n"
-    "  --chunk-tokens N        text tokens per chunk of long text (default 80)\n"
+    "  --chunk-tokens N        text tokens per chunk of long text (default: Turbo 80, Multilingual 150)\n"
     "  -v, --verbose           per-stage timings on stderr\n"
     "Long text is split at sentence boundaries (then clauses, then words) into chunks that fit one\n"
     "generation; each chunk is synthesised and the audio joined. A chunk that reaches the speech-token\n"
@@ -53,6 +62,8 @@ int run(int argc, char** argv) {
   bool have_text = false, verbose = false;
   cbx::TurboLoadParams lp;
   cbx::TurboSynthParams sp;
+  cbx::MtlSynthParams mp;  // Multilingual-only fields (the shared ones are copied from sp)
+  bool have_lang = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -62,7 +73,8 @@ int run(int argc, char** argv) {
     auto num = [&](const std::string& v) {
       char* end = nullptr;
       const double d = std::strtod(v.c_str(), &end);
-      CBX_CHECK(end && *end == '\0' && !v.empty(), "say: %s: '%s' is not a number", a.c_str(), v.c_str());
+      CBX_CHECK(end && *end == '\0' && !v.empty() && std::isfinite(d), "say: %s: '%s' is not a number", a.c_str(),
+                v.c_str());
       return d;
     };
     if (a == "--" && i + 1 < argc) {  // the rest is text (for text starting with '-')
@@ -80,6 +92,10 @@ int run(int argc, char** argv) {
     else if (a == "--top-k") sp.top_k = int32_t(num(next()));
     else if (a == "--top-p") sp.top_p = num(next());
     else if (a == "--repetition-penalty") sp.repetition_penalty = float(num(next()));
+    else if (a == "--lang" || a == "--language") mp.language = next(), have_lang = true;
+    else if (a == "--min-p") mp.min_p = float(num(next()));
+    else if (a == "--cfg-weight") mp.cfg_weight = float(num(next()));
+    else if (a == "--exaggeration") mp.exaggeration = float(num(next()));
     else if (a == "--threads") lp.n_threads = int(num(next()));
     else if (a == "--kv-type") {
       const std::string k = next();
@@ -110,15 +126,21 @@ int run(int argc, char** argv) {
   }
 
   const bool to_stdout = out == "-";
-  double t0 = now_ms();
-  cbx::TurboPipeline pipe(model, lp);
-  const double load_ms = now_ms() - t0;
-  const int sr = pipe.sample_rate();
-  if (verbose)
-    std::fprintf(stderr, "say: loaded %s (%s, %d threads) in %.0f ms; watermark: none (Perth not ported)\n",
-                 model.c_str(), cbx::variant_name(pipe.config().variant), pipe.n_threads(), load_ms);
+  const cbx::ModelConfig cfg = cbx::read_config(*cbx::GgufFile::open(model));
+  const bool mtl = cfg.variant == cbx::Variant::Mtl;
+  if (mtl) {
+    mp.language = cbx::check_mtl_language(cfg.languages, mp.language);  // before the (long) load
+    if (sp.top_k >= 0) std::fprintf(stderr, "say: warning: --top-k is ignored by Multilingual models (no top-k)\n");
+  } else {
+    CBX_CHECK(!have_lang || mp.language == "en",
+              "say: %s is a %s model: it speaks English only (--lang en); '%s' needs a Multilingual model",
+              model.c_str(), cbx::variant_name(cfg.variant), mp.language.c_str());
+    for (const auto& [flag, v] : {std::pair{"--min-p", mp.min_p}, {"--cfg-weight", mp.cfg_weight},
+                                  {"--exaggeration", mp.exaggeration}})
+      if (v >= 0) std::fprintf(stderr, "say: warning: %s is ignored by Turbo models (as upstream)\n", flag);
+  }
 
-  cbx::TurboAudioFn on_audio;
+  cbx::SynthAudioFn on_audio;
   if (to_stdout)
     on_audio = [&](const float* s, int64_t n, int64_t, int64_t) {
       std::vector<uint8_t> b = cbx::encode_pcm16(s, size_t(n));
@@ -126,15 +148,44 @@ int run(int argc, char** argv) {
                 "say: writing PCM to stdout failed");
       return true;
     };
-  cbx::TurboTimings tm;
-  std::vector<float> audio = pipe.synthesize(text, sp, &tm, on_audio);
+  cbx::SynthTimings tm;
+  std::vector<float> audio;
+  int sr = 0;
+  int64_t max_new = 0;
+  auto loaded = [&](int n_threads, double load_ms) {
+    if (verbose)
+      std::fprintf(stderr, "say: loaded %s (%s%s%s, %d threads) in %.0f ms; watermark: none (Perth not ported)\n",
+                   model.c_str(), cbx::variant_name(cfg.variant), mtl ? ", language " : "",
+                   mtl ? mp.language.c_str() : "", n_threads, load_ms);
+  };
+  const double t0 = now_ms();
+  if (mtl) {
+    cbx::MtlLoadParams ml;
+    ml.n_threads = lp.n_threads;
+    ml.kv_type = lp.kv_type;
+    ml.max_new_tokens = lp.max_new_tokens;
+    cbx::MtlPipeline pipe(model, ml);
+    loaded(pipe.n_threads(), now_ms() - t0);
+    sr = pipe.sample_rate(), max_new = pipe.max_new_tokens();
+    mp.seed = sp.seed;
+    mp.temperature = sp.temperature;
+    mp.top_p = float(sp.top_p);
+    mp.repetition_penalty = sp.repetition_penalty;
+    mp.max_chunk_tokens = sp.max_chunk_tokens;
+    audio = pipe.synthesize(text, mp, &tm, on_audio);
+  } else {
+    cbx::TurboPipeline pipe(model, lp);
+    loaded(pipe.n_threads(), now_ms() - t0);
+    sr = pipe.sample_rate(), max_new = pipe.max_new_tokens() + 1;
+    audio = pipe.synthesize(text, sp, &tm, on_audio);
+  }
   if (!to_stdout) cbx::write_wav_pcm16(out, audio.data(), audio.size(), sr);
 
   if (tm.chunks_at_limit > 0)
     std::fprintf(stderr,
                  "say: warning: %lld of %lld text chunks reached the %lld speech-token limit without ending; "
                  "their speech may be cut (use a smaller --chunk-tokens)\n",
-                 (long long)tm.chunks_at_limit, (long long)tm.n_chunks, (long long)pipe.max_new_tokens() + 1);
+                 (long long)tm.chunks_at_limit, (long long)tm.n_chunks, (long long)max_new);
   if (verbose) {
     const double tok_s = tm.t3_decode_ms > 0 ? 1000.0 * double(tm.n_decode_steps) / tm.t3_decode_ms : 0.0;
     std::fprintf(stderr,
@@ -148,6 +199,6 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-cbx::cli::RegisterCommand reg("say", "text -> speech WAV with a Turbo GGUF (built-in voice; no watermark)", run);
+cbx::cli::RegisterCommand reg("say", "text -> speech WAV with a Turbo or Multilingual GGUF (no watermark)", run);
 
 }  // namespace

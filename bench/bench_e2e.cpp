@@ -1,0 +1,51 @@
+#include "bench_e2e.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace cbx::bench {
+
+bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage, E2eArgs& args,
+                    const E2eExtraFn& extra) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      CBX_CHECK(i + 1 < argc, "bench %s: %s needs a value", bench, a.c_str());
+      return argv[++i];
+    };
+    if (a == "-m" || a == "--model") args.model = next();
+    else if (a == "--tokens") args.tokens = std::atoi(next());
+    else if (a == "--threads") args.threads = std::atoi(next());
+    else if (a == "--kv-type") args.kv = next();
+    else if (a == "--seed") args.seed = std::strtoull(next(), nullptr, 10);
+    else if (a == "--mb") args.mb = std::atoi(next());
+    else if (a == "--help" || a == "-h") {
+      std::puts(usage);
+      return false;
+    } else if (!extra || !extra(a, next)) {
+      fail("bench %s: unknown option '%s'\n%s", bench, a.c_str(), usage);
+    }
+  }
+  CBX_CHECK(!args.model.empty(), "%s", usage);
+  CBX_CHECK(args.tokens >= 1 && args.threads >= 0 && args.mb > 0 && (args.kv == "f16" || args.kv == "f32"),
+            "bench %s: bad arguments (--tokens >= 1, --threads >= 0, --mb > 0, --kv-type f16|f32)", bench);
+  return true;
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double peak_rss_mb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024.0;
+  return 0;
+}
+
+}  // namespace cbx::bench

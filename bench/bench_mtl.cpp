@@ -1,0 +1,118 @@
+// chatterbox-bench mtl -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] [--mb MB]
+//                      [--lang L] [--cfg-weight W]
+//
+// The whole Multilingual pipeline with generation forced to N speech tokens (EOS ignored;
+// default 200, ~8 s of audio): T3 prefill (34 conditioning tokens + a fixed sentence, CFG batch
+// of two rows) with the built-in voice, N - 1 decode steps, then the flow encoder + the 10-step
+// CFG CFM (20 estimator passes as 10 batches of two) and HiFT, start trim/fade and tail trim.
+// So that S3Gen always runs on N tokens, ids T3 may sample that S3Gen cannot take (>= 6561:
+// SOS/EOS and the unused tail of T3's 8194-entry vocabulary) are folded to id mod 6561; the
+// pipeline itself drops them (mtl_pipeline.h). One line:
+//   t3_prefill_ms   cond encoder + prompt forward + first sample
+//   t3_tok_s        decode steps per second (a two-row forward + CFG + sampling)
+//   decode_bw_ratio (decode weight bytes + average KV bytes per step, as T3Mtl reports them)
+//                   x t3_tok_s / stream read GB/s; the stream read (--mb MB, same threads)
+//                   is measured in the same run, after the pipeline (not in peak_rss_mb)
+//   flow_ms, cfm_ms flow encoder; CFM (cfm_step_ms: mean per estimator batch of two)
+//   s3gen_ms        flow_ms + cfm_ms
+//   hift_ms         vocoder + trim/fade + tail trim
+//   rtf             (prefill + decode + s3gen + hift) / audio seconds ((N - 1) x 40 ms)
+//   peak_rss_mb     VmHWM of this process
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "bench_e2e.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "models/cfm_solver.h"
+#include "models/t3_mtl.h"
+#include "pipeline/mtl_pipeline.h"
+#include "pipeline/voice.h"
+#include "stream_read.h"
+
+namespace cbx::bench {
+namespace {
+
+int run_mtl(int argc, char** argv) {
+  E2eArgs args;
+  args.tokens = 200;
+  std::string lang = "en";
+  float cfg_weight = -1;
+  const char* usage =
+      "usage: chatterbox-bench mtl -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] "
+      "[--mb MB] [--lang L] [--cfg-weight W]  (see bench/bench_mtl.cpp)";
+  auto extra = [&](const std::string& a, const std::function<const char*()>& next) {
+    if (a == "--lang") lang = next();
+    else if (a == "--cfg-weight") cfg_weight = float(std::atof(next()));
+    else return false;
+    return true;
+  };
+  if (!parse_e2e_args(argc, argv, "mtl", usage, args, extra)) return 0;
+
+  MtlLoadParams lp;
+  lp.n_threads = args.threads;
+  lp.kv_type = args.kv == "f16" ? DType::F16 : DType::F32;
+  lp.max_new_tokens = args.tokens;
+  const double t_load = now_ms();
+  MtlPipeline pipe(args.model, lp);
+  const double load_ms = now_ms() - t_load;
+  const ModelConfig& c = pipe.config();
+
+  const std::vector<std::string> chunks = pipe.split_text(kE2eText, lang, 1000);
+  const std::vector<int32_t> text_ids = pipe.tokenize(chunks.at(0), lang);
+  const Voice& v = pipe.voice();
+  T3MtlCond cond;
+  cond.speaker_emb = v.speaker_emb;
+  cond.cond_prompt_tokens = v.cond_prompt_tokens;
+  cond.exaggeration = c.pipeline.exaggeration;
+  T3MtlSampling s = pipe.t3().default_sampling();
+  s.seed = args.seed;
+  if (cfg_weight >= 0) s.cfg_weight = cfg_weight;
+
+  T3MtlStats st;
+  std::vector<int32_t> gen = pipe.t3().generate(cond, text_ids, s, &st, nullptr, args.tokens);
+  CBX_CHECK(int64_t(gen.size()) == args.tokens, "bench mtl: T3 returned %zu tokens, %d forced", gen.size(),
+            args.tokens);
+  const double tok_s = st.n_decode > 0 ? double(st.n_decode) / (st.decode_ms / 1e3) : 0.0;
+  int64_t n_folded = 0;
+  for (int32_t& t : gen)
+    if (t >= c.flow.vocab) t %= c.flow.vocab, ++n_folded;
+
+  SynthTimings tm;
+  pipe.reseed_s3gen(args.seed);
+  const std::vector<float> audio = pipe.tokens_to_audio(gen, &tm);
+  const std::vector<double>& steps = pipe.cfm_step_ms();
+  double cfm_step_ms = 0;
+  for (double x : steps) cfm_step_ms += x / double(steps.empty() ? 1 : steps.size());
+  const double s3gen_ms = tm.flow_ms + tm.cfm_ms;
+  const double audio_s = double(audio.size()) / pipe.sample_rate();
+  const double rtf = (st.prefill_ms + st.decode_ms + s3gen_ms + tm.hift_ms) / 1e3 / audio_s;
+
+  const double rss_mb = peak_rss_mb();  // before the stream buffer
+  double stream = 0;
+  {
+    ThreadPool pool(pipe.n_threads());
+    stream = stream_read_gbps(pool, size_t(args.mb), 5);
+  }
+  const double decode_gbps = (st.weight_bytes_per_step + st.kv_bytes_per_step) * tok_s / 1e9;
+  std::printf("bench mtl model=%s threads=%d kv=%s lang=%s cfg_weight=%g rows=%lld load_ms=%.0f prompt_rows=%lld "
+              "tokens=%d folded=%lld audio_s=%.2f t3_prefill_ms=%.1f t3_decode_ms=%.1f t3_tok_s=%.2f "
+              "weight_mb_step=%.1f kv_mb_step=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
+              "flow_ms=%.1f cfm_ms=%.1f cfm_step_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f peak_rss_mb=%.0f\n",
+              args.model.c_str(), pipe.n_threads(), args.kv.c_str(), lang.c_str(), double(s.cfg_weight),
+              (long long)st.n_rows, load_ms, (long long)st.prompt_len, args.tokens, (long long)n_folded, audio_s,
+              st.prefill_ms, st.decode_ms, tok_s, st.weight_bytes_per_step / 1e6, st.kv_bytes_per_step / 1e6,
+              decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, cfm_step_ms, s3gen_ms, tm.hift_ms,
+              rtf, rss_mb);
+  return 0;
+}
+
+RegisterBench reg("mtl", "Multilingual end to end, N forced speech tokens: T3 (CFG), S3Gen, HiFT, rtf, peak RSS",
+                  run_mtl);
+
+}  // namespace
+}  // namespace cbx::bench

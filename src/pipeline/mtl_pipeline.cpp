@@ -1,0 +1,246 @@
+#include "pipeline/mtl_pipeline.h"
+
+#include <algorithm>
+#include <cctype>
+#include <thread>
+
+#include "core/gguf.h"
+#include "core/thread_pool.h"
+#include "models/cfm_solver.h"
+#include "models/t3_mtl.h"
+#include "pipeline/s3gen_stage.h"
+#include "pipeline/voice.h"
+#include "text/mtl_tokenizer.h"
+#include "text/punc_norm.h"
+
+namespace cbx {
+
+namespace {
+
+constexpr int64_t kDefaultChunkTokens = 150;
+
+// Upstream MTL punc_norm's enders plus the Arabic and Devanagari ones (spec §4.1); CJK
+// full-width punctuation is written without a following space.
+ChunkRules mtl_chunk_rules() {
+  ChunkRules r;
+  r.sentence_enders = U".!?\u061F\u0964";
+  r.clause_enders = U",;:\u060C";
+  r.closers = U"\"')]\u300D\u300F\uFF09\u3011";
+  r.wide_sentence_enders = U"\u3002\uFF01\uFF1F";
+  r.wide_clause_enders = U"\uFF0C\u3001\uFF1B\uFF1A";
+  r.chunk_enders = U".!?-,\u061F\u0964\u060C\u3002\uFF01\uFF1F\uFF0C\u3001";
+  return r;
+}
+
+std::string lower_ascii(std::string s) {
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+}  // namespace
+
+struct MtlPipeline::Impl {
+  std::unique_ptr<GgufFile> f;
+  ModelConfig cfg;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<MtlTokenizer> tok;
+  std::unique_ptr<T3Mtl> t3;
+  std::unique_ptr<S3GenStage> s3gen;
+  Voice builtin, voice;  // the built-in voice, the one in use
+  std::vector<std::string> languages;
+  int64_t max_new = 0, max_text = 0;
+};
+
+MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(std::make_unique<Impl>()) {
+  Impl& m = *m_;
+  m.f = GgufFile::open(path);
+  const GgufFile& f = *m.f;
+  m.cfg = read_config(f);
+  const ModelConfig& c = m.cfg;
+  if (c.variant != Variant::Mtl)
+    throw UnsupportedModelError(path + ": model variant '" + variant_name(c.variant) +
+                                "' is not a Multilingual model (the Multilingual pipeline needs variant 'mtl')");
+  CBX_CHECK(c.t3.arch == "llama", "%s: T3 arch '%s', the Multilingual pipeline needs llama", path.c_str(),
+            c.t3.arch.c_str());
+  CBX_CHECK(!c.cfm.meanflow, "%s: the Multilingual pipeline needs the CFG Euler CFM, not mean-flow", path.c_str());
+  CBX_CHECK(p.kv_type == DType::F16 || p.kv_type == DType::F32, "mtl pipeline: KV cache type must be f16 or f32");
+  int n_threads = p.n_threads;
+  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  CBX_CHECK(n_threads <= 256, "mtl pipeline: %d threads", n_threads);
+  m.pool = std::make_unique<ThreadPool>(n_threads);
+  m.tok = std::make_unique<MtlTokenizer>(MtlTokenizer::from_gguf(f));
+  m.languages = c.languages.empty() ? m.tok->languages() : c.languages;
+  std::sort(m.languages.begin(), m.languages.end());
+  m.builtin = cbx::builtin_voice(f, c);
+  m.voice = m.builtin;
+
+  m.max_new = p.max_new_tokens >= 0 ? p.max_new_tokens : c.pipeline.max_new_tokens;
+  CBX_CHECK(m.max_new >= 1 && m.max_new <= 100000, "mtl pipeline: max_new_tokens %lld", (long long)m.max_new);
+  T3MtlLoadParams tp;
+  tp.kv_type = p.kv_type;
+  tp.max_new_tokens = m.max_new;
+  tp.max_text_tokens = c.t3.max_text_tokens;
+  m.max_text = tp.max_text_tokens;
+  m.t3 = std::make_unique<T3Mtl>(f, c, *m.pool, tp);
+
+  // T3 returns at most max_new tokens (EOS included), so S3Gen takes at most max_new.
+  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_new);
+  CBX_CHECK(m.s3gen->cfm().uses_cfg(), "%s: the Multilingual CFM must use classifier-free guidance", path.c_str());
+}
+
+MtlPipeline::~MtlPipeline() = default;
+
+const ModelConfig& MtlPipeline::config() const { return m_->cfg; }
+int MtlPipeline::sample_rate() const { return m_->cfg.pipeline.sample_rate; }
+int MtlPipeline::n_threads() const { return m_->pool->size(); }
+int64_t MtlPipeline::max_new_tokens() const { return m_->max_new; }
+std::vector<std::string> MtlPipeline::languages() const { return m_->languages; }
+T3Mtl& MtlPipeline::t3() { return *m_->t3; }
+const Voice& MtlPipeline::voice() const { return m_->voice; }
+const Voice& MtlPipeline::builtin_voice() const { return m_->builtin; }
+const GgufFile& MtlPipeline::gguf() const { return *m_->f; }
+ThreadPool& MtlPipeline::pool() { return *m_->pool; }
+
+void MtlPipeline::set_voice(const Voice& v, const std::string& what) {
+  Impl& m = *m_;
+  check_voice(v, m.cfg, what);
+  m.s3gen->check_fits(v, what);
+  m.voice = v;
+}
+
+void MtlPipeline::reset_voice() { m_->voice = m_->builtin; }
+
+std::string check_mtl_language(const std::vector<std::string>& supported, const std::string& language) {
+  const std::string lang = lower_ascii(language);
+  if (!lang.empty() && std::find(supported.begin(), supported.end(), lang) != supported.end()) return lang;
+  std::string list;
+  for (const std::string& code : supported) {
+    const char* name = language_name(code);
+    list += "\n  " + code + (name ? std::string("  ") + name : std::string());
+  }
+  if (language.empty())
+    throw InvalidArgumentError("language: a Multilingual model needs a language; supported:" + list);
+  throw InvalidArgumentError("language: '" + language + "' is not supported by this model; supported:" + list);
+}
+
+std::string MtlPipeline::check_language(const std::string& language) const {
+  return check_mtl_language(m_->languages, language);
+}
+
+std::vector<int32_t> MtlPipeline::tokenize(const std::string& normalized, const std::string& language) const {
+  return m_->tok->encode(normalized, check_language(language));
+}
+
+std::vector<std::string> MtlPipeline::split_text(const std::string& text, const std::string& language,
+                                                 int64_t max_chunk_tokens) const {
+  const Impl& m = *m_;
+  const std::string lang = check_language(language);
+  check_synth_text(text);
+  const int64_t budget = max_chunk_tokens > 0 ? max_chunk_tokens : kDefaultChunkTokens;
+  CBX_CHECK(budget <= m.max_text - 2, "text: chunk size %lld exceeds the %lld text tokens T3 takes (SOT/EOT added)",
+            (long long)budget, (long long)(m.max_text - 2));
+  return split_into_chunks(
+      punc_norm(text, PuncNormFlavor::Multilingual), budget,
+      [&](const std::string& s) { return int64_t(m.tok->encode(s, lang).size()); }, mtl_chunk_rules());
+}
+
+std::vector<int32_t> MtlPipeline::postprocess(const std::vector<int32_t>& generated, const T3Config& c) {
+  auto first = [&](int32_t id) { return std::find(generated.begin(), generated.end(), id); };
+  auto begin = generated.begin();
+  if (auto it = first(c.start_speech_token); it != generated.end()) begin = it + 1;
+  auto end = first(c.stop_speech_token);
+  std::vector<int32_t> out;
+  for (auto it = begin; it < end; ++it)
+    if (*it >= 0 && *it < c.start_speech_token) out.push_back(*it);
+  return out;
+}
+
+const std::vector<double>& MtlPipeline::cfm_step_ms() const { return m_->s3gen->cfm().last_step_ms(); }
+
+void MtlPipeline::reseed_s3gen(uint64_t seed) { m_->s3gen->reseed(seed); }
+
+std::vector<float> MtlPipeline::tokens_to_audio(const std::vector<int32_t>& speech, SynthTimings* tm) {
+  Impl& m = *m_;
+  if (speech.empty()) return {};
+  std::vector<float> out = m.s3gen->to_audio(m.voice, speech, tm);
+  // Tail trim (mtl_tts.py): the last token decodes to ~40 ms of noise.
+  const int64_t keep = std::max<int64_t>(1, int64_t(speech.size()) - 1) * m.cfg.pipeline.samples_per_token;
+  if (int64_t(out.size()) > keep) out.resize(size_t(keep));
+  return out;
+}
+
+std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSynthParams& p, SynthTimings* timings,
+                                           const SynthAudioFn& on_audio, const SynthAbortFn& should_abort) {
+  Impl& m = *m_;
+  SynthTimings tm;
+  tm.sample_rate = sample_rate();
+  const double t_start = pipeline_now_ms();
+  auto check_abort = [&]() {
+    if (should_abort && should_abort()) throw AbortedError("synthesis aborted by the caller");
+  };
+
+  T3MtlSampling s = m.t3->default_sampling();
+  if (p.temperature >= 0) s.temperature = p.temperature;
+  if (p.min_p >= 0) s.min_p = p.min_p;
+  if (p.top_p >= 0) s.top_p = p.top_p;
+  if (p.repetition_penalty >= 0) s.repetition_penalty = p.repetition_penalty;
+  if (p.cfg_weight >= 0) s.cfg_weight = p.cfg_weight;
+  const float exaggeration = p.exaggeration >= 0 ? p.exaggeration : m.cfg.pipeline.exaggeration;
+  auto bad = [](const char* what, double v, const char* range) {
+    throw InvalidArgumentError(std::string("synthesize: ") + what + " " + std::to_string(v) + " must be " + range);
+  };
+  if (!(s.temperature > 0)) bad("temperature", s.temperature, "> 0");
+  if (!(s.top_p > 0 && s.top_p <= 1)) bad("top_p", s.top_p, "in (0, 1]");
+  if (!(s.min_p >= 0 && s.min_p <= 1)) bad("min_p", s.min_p, "in [0, 1]");
+  if (!(s.repetition_penalty > 0)) bad("repetition_penalty", s.repetition_penalty, "> 0");
+  if (!(s.cfg_weight >= 0 && s.cfg_weight <= 100)) bad("cfg_weight", s.cfg_weight, "in [0, 100]");
+  if (!(exaggeration >= 0 && exaggeration <= 100)) bad("exaggeration", exaggeration, "in [0, 100]");
+
+  const Voice& voice = m.voice;
+  T3MtlCond cond;
+  cond.speaker_emb = voice.speaker_emb;
+  cond.cond_prompt_tokens = voice.cond_prompt_tokens;
+  cond.exaggeration = exaggeration;
+
+  const std::string lang = check_language(p.language);
+  std::vector<std::string> chunks = split_text(text, lang, p.max_chunk_tokens);
+  std::vector<std::vector<int32_t>> ids;
+  for (const std::string& c : chunks) {
+    ids.push_back(m.tok->encode(c, lang));
+    tm.n_text_tokens += int64_t(ids.back().size());
+  }
+  tm.n_chunks = int64_t(chunks.size());
+  tm.text_ms = pipeline_now_ms() - t_start;
+
+  reseed_s3gen(p.seed);
+  CfmSolver& cfm = m.s3gen->cfm();
+  cfm.set_step_capture([&](int, const Tensor&) { check_abort(); });
+  struct ClearCapture {
+    CfmSolver& c;
+    ~ClearCapture() { c.set_step_capture(nullptr); }
+  } clear_capture{cfm};
+  std::vector<float> audio;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    check_abort();
+    s.seed = p.seed + uint64_t(k) * 0x9E3779B97F4A7C15ull;
+    T3MtlStats st;
+    std::vector<int32_t> gen = m.t3->generate(cond, ids[k], s, &st, should_abort);
+    check_abort();
+    tm.t3_prefill_ms += st.prefill_ms;
+    tm.t3_decode_ms += st.decode_ms;
+    tm.n_decode_steps += st.n_decode;
+    if (st.hit_limit) ++tm.chunks_at_limit;
+    const std::vector<int32_t> speech = postprocess(gen, m.cfg.t3);
+    tm.n_speech_tokens += int64_t(speech.size());
+    std::vector<float> wave = tokens_to_audio(speech, &tm);
+    audio.insert(audio.end(), wave.begin(), wave.end());
+    if (on_audio && !on_audio(wave.data(), int64_t(wave.size()), int64_t(k), int64_t(chunks.size())))
+      throw AbortedError("synthesis stopped by the audio callback");
+  }
+  tm.n_samples = int64_t(audio.size());
+  tm.total_ms = pipeline_now_ms() - t_start;
+  if (timings) *timings = tm;
+  return audio;
+}
+
+}  // namespace cbx

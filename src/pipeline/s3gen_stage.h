@@ -1,0 +1,57 @@
+// S3Gen as both pipelines run it (spec §8-§10): flow encoder -> CFM (Turbo: mean-flow, 2 steps;
+// Multilingual: 10 cosine steps with CFG as a batch of two, as the GGUF's cfm.* says) -> HiFT ->
+// start trim/fade, with a Voice's reference dict (prompt_token, prompt_feat, embedding).
+//
+// Every buffer is reserved at construction for the worst case: max_speech generated tokens
+// after the longest S3Gen prompt any valid voice has (dec_cond_seconds = 10 s of tokens, or the
+// built-in voice's, if longer); to_audio allocates only its result.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/cfm_estimator.h"
+#include "models/flow_encoder.h"
+#include "models/model_config.h"
+#include "pipeline/pipeline_common.h"
+
+namespace cbx {
+
+class CfmSolver;
+class GgufFile;
+class HiftVocoder;
+class ThreadPool;
+struct Voice;
+
+class S3GenStage {
+ public:
+  // f, c and pool must outlive this object. builtin sizes the reservations (see above).
+  S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const Voice& builtin, int64_t max_speech);
+  ~S3GenStage();
+  S3GenStage(const S3GenStage&) = delete;
+  S3GenStage& operator=(const S3GenStage&) = delete;
+
+  // speech [1 .. max_speech] (ids < flow.vocab) with v's reference -> 24 kHz waveform after the
+  // start trim/fade. Adds the flow / CFM / HiFT wall times to tm (may be null).
+  std::vector<float> to_audio(const Voice& v, const std::vector<int32_t>& speech, SynthTimings* tm);
+  // Throws cbx::Error prefixed by `what` when v's S3Gen prompt exceeds the reservations.
+  void check_fits(const Voice& v, const std::string& what) const;
+  // Restarts the CFM noise and HiFT source generators.
+  void reseed(uint64_t seed);
+
+  int64_t max_prompt_tokens() const { return max_prompt_tokens_; }
+  int64_t max_speech() const { return max_speech_; }
+  CfmSolver& cfm() { return *cfm_; }
+
+ private:
+  const ModelConfig& c_;
+  int64_t max_prompt_tokens_ = 0, max_speech_ = 0;
+  FlowEncoderWeights flow_w_;
+  std::unique_ptr<FlowEncoder> flow_;
+  CfmEstimatorWeights cfm_w_;
+  std::unique_ptr<CfmSolver> cfm_;
+  std::unique_ptr<HiftVocoder> hift_;
+};
+
+}  // namespace cbx
