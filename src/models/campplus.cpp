@@ -64,6 +64,19 @@ struct Binder {
       for (int64_t i = 0; i < per; ++i) wf[size_t(o * per + i)] = src[o * per + i] * s.ptr<float>()[o];
     return {make_tensor(DType::F32, w.ndim, w.shape, wf.data(), wf.size() * 4), b};
   }
+  // The same for a conv2d 3x3 [O, C, 3, 3] followed by BN, laid out as the conv1d weight
+  // [O, 3C, 3] the head uses: input row ky * C + c, tap kx.
+  std::pair<Tensor, Tensor> fold3x3(const std::string& conv, int64_t O, int64_t C, const std::string& bn) {
+    auto [w, b] = fold(conv, {O, C, 3, 3}, bn);
+    std::vector<float>& wf = owned.emplace_back(size_t(O * C * 9));
+    const float* src = w.ptr<float>();
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t ky = 0; ky < 3; ++ky)
+          for (int64_t kx = 0; kx < 3; ++kx)
+            wf[size_t(((o * 3 + ky) * C + c) * 3 + kx)] = src[((o * C + c) * 3 + ky) * 3 + kx];
+    return {make_tensor(DType::F32, {O, 3 * C, 3}, wf.data(), wf.size() * 4), b};
+  }
 };
 
 struct HeadBlock {
@@ -102,6 +115,10 @@ struct CampPlus::Impl {
   std::deque<std::vector<float>> owned;
   KaldiFbank fbank;
   Arena arena;
+  // Elementwise passes and the tiny per-segment convs run on the calling thread: they are
+  // memory-bound or small, and each pooled op is a synchronisation, which costs a scheduler
+  // time slice when the machine is oversubscribed. The GEMM-sized convs use the caller's pool.
+  ThreadPool solo{1};
   Capture capture;
 
   void emit(const char* name, const Tensor& t) const {
@@ -118,13 +135,13 @@ size_t CampPlus::Impl::arena_bytes(int64_t T) const {
   const int64_t T2 = t_half(T), m = cfg.head_channels, F = cfg.feat_dim;
   const int64_t S = (T2 + cfg.seg_len - 1) / cfg.seg_len;
   const size_t slabs = 2 * f32_bytes(c_max * T2);
-  // head: input [1, F, T], the first [m, F, T] map, two [m, F/2, T] maps, conv2d im2col
-  // (<= max(1 Mi, 9 m T) floats) and the tdnn's strided conv1d im2col.
-  const size_t im2col = f32_bytes(std::max<int64_t>(int64_t(1) << 20, 9 * m * T));
+  // head: the input map [F+2, 1, T+2], the first [F+2, m, T+2] map, two [F/2+2, m, T+2]
+  // maps, the conv1d row-offset tables, and the tdnn's strided conv1d im2col.
+  const int64_t W = T + 2;
   const size_t tdnn_col = f32_bytes(std::max<int64_t>(int64_t(1) << 20, m * n_freq[3] * cfg.tdnn_kernel * 16)) +
                           size_t(m * n_freq[3] * cfg.tdnn_kernel) * 8 + kSlack;
-  const size_t head = f32_bytes(F * T) + f32_bytes(m * F * T) + 2 * f32_bytes(m * n_freq[1] * T) +
-                      std::max(im2col, tdnn_col);
+  const size_t head = f32_bytes((F + 2) * W) + f32_bytes((F + 2) * m * W) + 2 * f32_bytes((n_freq[1] + 2) * m * W) +
+                      std::max(tdnn_col, size_t(9 * m) * 8 + kSlack);
   // blocks: normalised input [c_max, T2], bottleneck [bn, T2], context / mask maps [., S],
   // the padded input of the local conv and its row offsets, stats.
   const int64_t bn = cfg.bn_channels;
@@ -166,20 +183,36 @@ CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples)
 
   Binder b{f, m.owned};
   const int64_t mc = k.head_channels;
-  std::tie(m.h_c1_w, m.h_c1_b) = b.fold("campplus.head.conv1", {mc, 1, 3, 3}, "campplus.head.bn1");
+  std::tie(m.h_c1_w, m.h_c1_b) = b.fold3x3("campplus.head.conv1", mc, 1, "campplus.head.bn1");
   for (int layer = 1; layer <= 2; ++layer)
     for (int j = 0; j < k.head_blocks; ++j) {
       const std::string p = "campplus.head.layer" + std::to_string(layer) + "." + std::to_string(j);
       HeadBlock hb;
       hb.stride = j == 0 ? 2 : 1;
-      std::tie(hb.c1_w, hb.c1_b) = b.fold(p + ".conv1", {mc, mc, 3, 3}, p + ".bn1");
-      std::tie(hb.c2_w, hb.c2_b) = b.fold(p + ".conv2", {mc, mc, 3, 3}, p + ".bn2");
-      if (j == 0) std::tie(hb.sc_w, hb.sc_b) = b.fold(p + ".shortcut.0", {mc, mc, 1, 1}, p + ".shortcut.1");
+      std::tie(hb.c1_w, hb.c1_b) = b.fold3x3(p + ".conv1", mc, mc, p + ".bn1");
+      std::tie(hb.c2_w, hb.c2_b) = b.fold3x3(p + ".conv2", mc, mc, p + ".bn2");
+      if (j == 0) {
+        std::tie(hb.sc_w, hb.sc_b) = b.fold(p + ".shortcut.0", {mc, mc, 1, 1}, p + ".shortcut.1");
+        hb.sc_w = reshape(hb.sc_w, {mc, mc, 1});
+      }
       m.head.push_back(hb);
     }
-  std::tie(m.h_c2_w, m.h_c2_b) = b.fold("campplus.head.conv2", {mc, mc, 3, 3}, "campplus.head.bn2");
-  std::tie(m.tdnn_w, m.tdnn_b) = b.fold("campplus.tdnn.linear", {k.init_channels, mc * m.n_freq[3], k.tdnn_kernel},
-                                        "campplus.tdnn.nonlinear.batchnorm");
+  std::tie(m.h_c2_w, m.h_c2_b) = b.fold3x3("campplus.head.conv2", mc, mc, "campplus.head.bn2");
+  {
+    // The head leaves its output frequency-major (row f * mc + c); upstream flattens it
+    // channel-major (row c * F8 + f), so the tdnn's input channels are permuted to match.
+    const int64_t O = k.init_channels, F8 = m.n_freq[3], K = k.tdnn_kernel;
+    auto [w, sh] = b.fold("campplus.tdnn.linear", {O, mc * F8, K}, "campplus.tdnn.nonlinear.batchnorm");
+    std::vector<float>& wf = m.owned.emplace_back(size_t(w.numel()));
+    const float* src = w.ptr<float>();
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t c = 0; c < mc; ++c)
+        for (int64_t f8 = 0; f8 < F8; ++f8)
+          std::memcpy(&wf[size_t((o * mc * F8 + f8 * mc + c) * K)], src + (o * mc * F8 + c * F8 + f8) * K,
+                      size_t(K) * 4);
+    m.tdnn_w = make_tensor(DType::F32, {O, mc * F8, K}, wf.data(), wf.size() * 4);
+    m.tdnn_b = sh;
+  }
   int64_t ch = k.init_channels;
   const int64_t g = k.growth_rate, bn = k.bn_channels;
   for (size_t bi = 0; bi < k.block_layers.size(); ++bi) {
@@ -267,70 +300,96 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
                     arena.alloc(DType::F32, {c_max, T2}, "campplus block slab")};
 
   // ---- head (FCM): 2-D over (freq, time) ----
+  // Maps are stored frequency-major with a zero border, [H + 2, C, T + 2]: the three input
+  // rows of output row ho are then one contiguous [3C, T + 2] block starting at padded row
+  // ho * stride, so a 3x3 conv (stride (s, 1), pad 1) is a conv1d (k 3, no padding) batched
+  // over the output rows, with no im2col.
   const size_t head_mark = arena.mark();
   {
-    Tensor x = arena.alloc(DType::F32, {1, F, T}, "campplus head input");
-    float* xp = x.ptr<float>();
+    const int64_t W = T + 2, F1 = n_freq[1];
+    struct Map {
+      Tensor store;
+      int64_t H = 0, C = 0;
+    };
+    auto new_map = [&](int64_t H, int64_t C) {
+      return Map{arena.alloc(DType::F32, {(H + 2) * C * W}, "campplus head map"), H, C};
+    };
+    auto shape_map = [&](Map& m, int64_t H, int64_t C) {  // (re)use storage with zero borders
+      CBX_ASSERT((H + 2) * C * W <= m.store.numel());
+      m.H = H;
+      m.C = C;
+      float* p = m.store.ptr<float>();
+      std::memset(p, 0, size_t(C * W) * 4);
+      std::memset(p + (H + 1) * C * W, 0, size_t(C * W) * 4);
+      for (int64_t r = 1; r <= H * C; ++r) p[(C * W) + (r - 1) * W] = p[(C * W) + (r - 1) * W + W - 1] = 0.f;
+    };
+    auto view = [&](const Map& m, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> stride_f,
+                    int64_t offset_f) {
+      int64_t sh[3], st[3];
+      int n = 0;
+      for (int64_t v : shape) sh[n++] = v;
+      n = 0;
+      for (int64_t v : stride_f) st[n++] = v * 4;
+      return make_view(m.store, n, sh, st, offset_f * 4);
+    };
+    auto interior = [&](const Map& m) { return view(m, {m.H * m.C, T}, {W, 1}, m.C * W + 1); };
+    // 3x3 conv, stride (s, 1), pad 1: in [H, C] -> out [Ho, O] (out already shaped).
+    auto conv3 = [&](const Map& in, const Tensor& w, const Tensor& bias, Map& out, int64_t s) {
+      Tensor x = view(in, {out.H, 3 * in.C, W}, {s * in.C * W, W, 1}, 0);
+      Tensor y = view(out, {out.H, out.C, T}, {out.C * W, W, 1}, out.C * W + 1);
+      conv1d(pool, x, w, bias, y, Conv1dParams{}, &arena);
+    };
+    Map maps[3] = {new_map(F, mc), new_map(F1, mc), new_map(F1, mc)};
+    // Input [F, 1]: the fbank transposed.
+    Map x0 = new_map(F, 1);
+    shape_map(x0, F, 1);
+    float* xp = x0.store.ptr<float>();
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t fq = 0; fq < F; ++fq) xp[fq * T + t] = feats[t * F + fq];
-    // Three maps: the first [mc, F, T] and two [mc, F/2, T]. A residual block reads `in` and
-    // writes o1 and o2 into the two maps `in` does not occupy; the projection shortcut then
-    // reuses o1's storage (o1 is dead once o2 exists). o2 becomes the next input.
-    const int64_t F1 = n_freq[1];
-    Tensor store[3] = {arena.alloc(DType::F32, {mc, F, T}, "campplus head map"),
-                       arena.alloc(DType::F32, {mc, F1, T}, "campplus head map"),
-                       arena.alloc(DType::F32, {mc, F1, T}, "campplus head map")};
-    auto map = [&](const Tensor& st, int64_t h) {
-      return make_tensor(DType::F32, {mc, h, T}, st.data, size_t(st.numel()) * 4);
-    };
-    auto free_maps = [&](const Tensor& in, const Tensor** a, const Tensor** b) {
-      *a = *b = nullptr;
-      for (const Tensor& st : store) {
-        if (st.data == in.data) continue;
-        if (!*a) *a = &st;
-        else if (!*b) *b = &st;
-      }
-    };
-    Conv2dParams same;
-    same.pad_h = same.pad_w = 1;
-    Tensor in = map(store[0], F);
-    conv2d(pool, x, h_c1_w, h_c1_b, in, same, &arena);
-    relu(pool, in, in);
-    int64_t h = F;
+      for (int64_t fq = 0; fq < F; ++fq) xp[(fq + 1) * W + t + 1] = feats[t * F + fq];
+    shape_map(maps[0], F, mc);
+    conv3(x0, h_c1_w, h_c1_b, maps[0], 1);
+    Tensor iv = interior(maps[0]);
+    relu(solo, iv, iv);
+    int in = 0;
     for (const HeadBlock& hb : head) {
-      const int64_t ho = (h - 1) / hb.stride + 1;
-      const Tensor *sa, *sb;
-      free_maps(in, &sa, &sb);
-      Tensor o1 = map(*sa, ho), o2 = map(*sb, ho);
-      Conv2dParams p1 = same;
-      p1.stride_h = hb.stride;
-      conv2d(pool, in, hb.c1_w, hb.c1_b, o1, p1, &arena);
-      relu(pool, o1, o1);
-      conv2d(pool, o1, hb.c2_w, hb.c2_b, o2, same, &arena);
+      const int64_t ho = (maps[in].H - 1) / hb.stride + 1;
+      const int a = in == 0 ? 1 : 0, b = 3 - in - a;  // the two maps `in` is not
+      shape_map(maps[a], ho, mc);
+      shape_map(maps[b], ho, mc);
+      conv3(maps[in], hb.c1_w, hb.c1_b, maps[a], hb.stride);
+      Tensor o1 = interior(maps[a]);
+      relu(solo, o1, o1);
+      conv3(maps[a], hb.c2_w, hb.c2_b, maps[b], 1);
+      Tensor o2 = interior(maps[b]);
       if (!hb.sc_w.empty()) {
-        Conv2dParams ps;
-        ps.stride_h = hb.stride;
-        conv2d(pool, in, hb.sc_w, hb.sc_b, o1, ps, &arena);
-        add(pool, o2, o1, o2);
+        // 1x1 stride (s, 1) projection into o1's storage (o1 is dead once o2 exists).
+        const Map& src = maps[in];
+        Tensor x = view(src, {ho, src.C, T}, {hb.stride * src.C * W, W, 1}, src.C * W + 1);
+        Tensor y = view(maps[a], {ho, mc, T}, {mc * W, W, 1}, mc * W + 1);
+        conv1d(pool, x, hb.sc_w, hb.sc_b, y, Conv1dParams{}, &arena);
+        add(solo, o2, o1, o2);
       } else {
-        add(pool, o2, in, o2);
+        Tensor xi = interior(maps[in]);
+        add(solo, o2, xi, o2);
       }
-      relu(pool, o2, o2);
-      in = o2;
-      h = ho;
+      relu(solo, o2, o2);
+      in = b;
     }
-    // conv2: stride (2, 1) -> [mc, F/8, T]
-    const Tensor *sa, *sb;
-    free_maps(in, &sa, &sb);
-    const int64_t h3 = (h - 1) / 2 + 1;
+    // conv2: stride (2, 1) -> [F/8, mc]
+    const int out = in == 0 ? 1 : 0;
+    const int64_t h3 = (maps[in].H - 1) / 2 + 1;
     CBX_ASSERT(h3 == n_freq[3]);
-    Tensor o = map(*sa, h3);
-    Conv2dParams p2 = same;
-    p2.stride_h = 2;
-    conv2d(pool, in, h_c2_w, h_c2_b, o, p2, &arena);
-    relu(pool, o, o);
-    Tensor flat = reshape(o, {mc * h3, T});  // channel-major: row c * (F/8) + f
-    emit("head", flat);
+    shape_map(maps[out], h3, mc);
+    conv3(maps[in], h_c2_w, h_c2_b, maps[out], 2);
+    Tensor flat = interior(maps[out]);  // [F8 * mc, T], row f * mc + c
+    relu(solo, flat, flat);
+    if (capture) {  // upstream's channel-major order, row c * F8 + f
+      std::vector<float> hv(size_t(mc * h3 * T));
+      for (int64_t f8 = 0; f8 < h3; ++f8)
+        for (int64_t c = 0; c < mc; ++c)
+          std::memcpy(&hv[size_t((c * h3 + f8) * T)], flat.row(f8 * mc + c), size_t(T) * 4);
+      emit("head", make_tensor(DType::F32, {mc * h3, T}, hv.data(), hv.size() * 4));
+    }
 
     // ---- tdnn: conv1d k5 stride 2 (BN folded) + relu, into slab 0 rows [0, init) ----
     Tensor y = slice(slab[0], 0, 0, cfg.init_channels);
@@ -338,7 +397,7 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
     pt.stride = 2;
     pt.pad_left = pt.pad_right = cfg.tdnn_kernel / 2;
     conv1d(pool, flat, tdnn_w, tdnn_b, y, pt, &arena);
-    relu(pool, y, y);
+    relu(solo, y, y);
     emit("tdnn", y);
   }
   arena.rewind(head_mark);
@@ -357,10 +416,10 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
     for (const DenseLayer& d : blk.layers) {
       Tensor xin = slice(sl, 0, 0, d.in);
       Tensor nx = slice(norm_full, 0, 0, d.in);
-      channel_affine(pool, xin, d.bn1_s, d.bn1_b, nx);
-      relu(pool, nx, nx);
+      channel_affine(solo, xin, d.bn1_s, d.bn1_b, nx);
+      relu(solo, nx, nx);
       conv1d(pool, nx, d.l1_w, d.l1_b, bott, Conv1dParams{}, &arena);
-      relu(pool, bott, bott);
+      relu(solo, bott, bott);
       Tensor y = slice(sl, 0, d.in, g);
       Conv1dParams pl;
       pl.dilation = blk.dilation;
@@ -383,10 +442,10 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
           cp[c * S + s] = mean + float(seg / double(t1 - t0));
         }
       }
-      conv1d(pool, ctx, d.cl1_w, d.cl1_b, hid, Conv1dParams{}, &arena);
-      relu(pool, hid, hid);
-      conv1d(pool, hid, d.cl2_w, d.cl2_b, mask, Conv1dParams{}, &arena);
-      sigmoid(pool, mask, mask);
+      conv1d(solo, ctx, d.cl1_w, d.cl1_b, hid, Conv1dParams{}, &arena);
+      relu(solo, hid, hid);
+      conv1d(solo, hid, d.cl2_w, d.cl2_b, mask, Conv1dParams{}, &arena);
+      sigmoid(solo, mask, mask);
       const float* mp = mask.ptr<float>();
       for (int64_t c = 0; c < g; ++c) {
         float* r = static_cast<float*>(y.row(c));
@@ -400,8 +459,8 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
     emit(name, slice(sl, 0, 0, blk.out));
     Tensor xin = slice(sl, 0, 0, blk.out);
     Tensor nx = slice(norm_full, 0, 0, blk.out);
-    channel_affine(pool, xin, blk.tr_s, blk.tr_b, nx);
-    relu(pool, nx, nx);
+    channel_affine(solo, xin, blk.tr_s, blk.tr_b, nx);
+    relu(solo, nx, nx);
     Tensor out = slice(slab[1 - cur], 0, 0, blk.out / 2);
     conv1d(pool, nx, blk.tr_w, Tensor{}, out, Conv1dParams{}, &arena);
     std::snprintf(name, sizeof name, "transit%zu", bi + 1);
@@ -413,8 +472,8 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
   const int64_t C = c_final;
   Tensor xin = slice(slab[cur], 0, 0, C);
   Tensor nx = slice(norm_full, 0, 0, C);
-  channel_affine(pool, xin, out_s, out_b, nx);
-  relu(pool, nx, nx);
+  channel_affine(solo, xin, out_s, out_b, nx);
+  relu(solo, nx, nx);
   Tensor stats = arena.alloc(DType::F32, {1, 2 * C}, "campplus stats");
   Tensor mean = make_tensor(DType::F32, {C}, stats.ptr<float>(), size_t(C) * 4);
   Tensor sd = make_tensor(DType::F32, {C}, stats.ptr<float>() + C, size_t(C) * 4);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,12 @@
 
 namespace {
 
+double cpu_ms() {  // process CPU time (all threads), robust to a loaded machine
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
+}
+
 const char* kUsage =
     "usage: chatterbox debug campplus -m MODEL.gguf (--wav WAV.npy | --fbank FB.npy) -o EMB.npy [options]\n"
     "  --wav F         float32 .npy [n] (or [1, n]): mono 16 kHz wave (ref_wav_16)\n"
@@ -31,7 +38,9 @@ const char* kUsage =
     "  --dump-dir DIR  write the named intermediates as DIR/NAME.npy (fbank, head, tdnn,\n"
     "                  block1..3, transit1..3, stats)\n"
     "  --repeat N      run N times (timing; the last run's output is written)\n"
-    "  --timing        print the time of each run\n"
+    "  --timing        print the wall time of each run (the last one also per phase: the ms up\n"
+    "                  to each named intermediate since the previous one), and the medians of\n"
+    "                  wall and process CPU time\n"
     "  --threads N     (default 2)\n";
 
 void save(const std::string& path, const cbx::Tensor& t) {
@@ -86,19 +95,32 @@ int run(int argc, char** argv) {
   cbx::ThreadPool pool(threads);
   cbx::CampPlus cam(*f, cfg, n);
   std::vector<float> emb;
-  std::vector<double> ms;
+  std::vector<double> ms, cpu;
   for (int r = 0; r < repeat; ++r) {
-    if (!dump_dir.empty() && r + 1 == repeat)
-      cam.set_capture([&](const char* name, const cbx::Tensor& t) { save(dump_dir + "/" + name + ".npy", t); });
     auto t0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_ms();
+    std::string phases;
+    auto last = t0;
+    if ((!dump_dir.empty() || timing) && r + 1 == repeat)
+      cam.set_capture([&](const char* name, const cbx::Tensor& t) {
+        auto now = std::chrono::steady_clock::now();
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " %s %.1f", name, std::chrono::duration<double, std::milli>(now - last).count());
+        phases += buf;
+        if (!dump_dir.empty()) save(dump_dir + "/" + name + ".npy", t);
+        last = std::chrono::steady_clock::now();  // excludes the dump itself
+      });
     emb = wav_path.empty() ? cam.embed_fbank(pool, in.as<float>(), T) : cam.embed(pool, in.as<float>(), n);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    if (timing) std::fprintf(stderr, "run %d: %.1f ms\n", r, ms.back());
+    cpu.push_back(cpu_ms() - c0);
+    if (timing) std::fprintf(stderr, "run %d: %.1f ms%s%s\n", r, ms.back(), phases.empty() ? "" : "; up to each:",
+                             phases.c_str());
   }
   if (timing) {
     std::sort(ms.begin(), ms.end());
-    std::fprintf(stderr, "campplus: %lld fbank frames, %d threads: median %.1f ms of %d runs, arena %.1f MB\n",
-                 (long long)(wav_path.empty() ? T : cam.num_frames(n)), threads, ms[ms.size() / 2], repeat,
+    std::sort(cpu.begin(), cpu.end());
+    std::fprintf(stderr, "campplus: %lld fbank frames, %d threads: median %.1f ms (CPU %.1f ms) of %d runs, arena %.1f MB\n",
+                 (long long)(wav_path.empty() ? T : cam.num_frames(n)), threads, ms[ms.size() / 2], cpu[cpu.size() / 2], repeat,
                  double(cam.arena_bytes()) / 1e6);
   }
   if (!out_path.empty()) cbx::npy_save_f32(out_path, {int64_t(emb.size())}, emb.data());
