@@ -140,8 +140,29 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   }
   transient = std::max(transient, matmul_scratch_bytes(w.speech_head_w.dtype, 1, V, d, nt));
   transient = std::max(transient, f32_bytes(H * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
-  arena_.reserve(act + transient + 4 * kAllocSlack);
+
+  // Fused decode: row projections and per-thread scratch.
+  size_t act_row = 0;
+  for (int l = 0; l < c.n_layer; ++l) {
+    const T3Gpt2Layer& L = w.layers[size_t(l)];
+    const std::string p = "t3 layer " + std::to_string(l);
+    rows_.push_back({RowLinear(L.c_attn_w, L.c_attn_b, (p + " c_attn").c_str()),
+                     RowLinear(L.c_proj_w, L.c_proj_b, (p + " c_proj").c_str()),
+                     RowLinear(L.fc_w, L.fc_b, (p + " c_fc").c_str()),
+                     RowLinear(L.proj_w, L.proj_b, (p + " mlp.c_proj").c_str())});
+    for (const RowLinear* r : {&rows_.back().qkv, &rows_.back().attn_proj, &rows_.back().fc, &rows_.back().proj})
+      act_row = std::max(act_row, r->act_bytes());
+  }
+  head_ = RowLinear(w.speech_head_w, w.speech_head_b, "t3 speech_head");
+  act_row = std::max(act_row, head_.act_bytes());
+  act_stride_ = (act_row + 63) / 64 * 64;
+  const size_t fused = 2 * f32_bytes(nt * d) + size_t(nt) * act_stride_ + kAllocSlack;
+
+  arena_.reserve(act + transient + fused + 4 * kAllocSlack);
   logits_ = arena_.alloc(DType::F32, {V}, "t3 logits");
+  thread_h_ = arena_.alloc(DType::F32, {nt, d}, "t3 decode norm rows");
+  thread_tmp_ = arena_.alloc(DType::F32, {nt, d}, "t3 decode residual partials");
+  thread_act_ = static_cast<uint8_t*>(arena_.alloc_bytes(size_t(nt) * act_stride_ + 64, 64, "t3 decode activations"));
   call_mark_ = arena_.mark();
 }
 
@@ -171,6 +192,72 @@ void T3Gpt2::store_kv(int layer, const Tensor& qkv, int64_t T) {
   });
 }
 
+void T3Gpt2::decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1) {
+  const int64_t d = c_.n_embd, H = c_.n_head, D = c_.head_dim;
+  const int64_t pos = n_past_, Tk = n_past_ + 1;
+  float* xr = x.ptr<float>();
+  float* qkvr = qkv.ptr<float>();
+  float* attr = att.ptr<float>();
+  float* f1r = f1.ptr<float>();
+  const int64_t hsd[3] = {H, 1, D};
+  const int64_t q_st[3] = {D * 4, 3 * d * 4, 4};
+  const int64_t o_st[3] = {D * 4, d * 4, 4};
+  const Tensor q = make_view(qkv, 3, hsd, q_st, 0);
+  Tensor o = make_view(att, 3, hsd, o_st, 0);
+  AttentionParams ap;
+  ap.causal = true;
+  ap.q_offset = pos;
+  const int64_t kv_shape[3] = {H, Tk, D};
+
+  pool_.run([&](int ith, int nth) {
+    float* h = thread_h_.ptr<float>() + ith * d;
+    float* tmp = thread_tmp_.ptr<float>() + ith * d;
+    uint8_t* abuf = thread_act_ + size_t(ith) * act_stride_;
+    int64_t h0, h1;
+    ThreadPool::split(H, ith, nth, &h0, &h1);
+    int64_t m0, m1;
+    for (int l = 0; l < c_.n_layer; ++l) {
+      const T3Gpt2Layer& L = w_.layers[size_t(l)];
+      const LayerRows& R = rows_[size_t(l)];
+      const Tensor& kc = k_cache_[size_t(l)];
+      const Tensor& vc = v_cache_[size_t(l)];
+      // ln_1, then q, k, v of this thread's heads; their K/V go to the cache.
+      row_layer_norm(xr, h, d, L.ln_1_w, L.ln_1_b, c_.norm_eps);
+      const void* a = R.qkv.act(h, abuf);
+      for (int part = 0; part < 3; ++part)
+        R.qkv.run(part * d + h0 * D, part * d + h1 * D, a, qkvr, RowEpilogue::Store);
+      for (int64_t hh = h0; hh < h1; ++hh) {
+        row_store(qkvr + d + hh * D, static_cast<uint8_t*>(kc.data) + hh * kc.stride[0] + pos * kc.stride[1],
+                  kv_type_, D);
+        row_store(qkvr + 2 * d + hh * D, static_cast<uint8_t*>(vc.data) + hh * vc.stride[0] + pos * vc.stride[1],
+                  kv_type_, D);
+      }
+      if (h1 > h0) {
+        const Tensor k = make_view(kc, 3, kv_shape, kc.stride, 0);
+        const Tensor v = make_view(vc, 3, kv_shape, vc.stride, 0);
+        attention_part(0, 1, q, k, v, Tensor{}, o, ap, h0, h1);
+      }
+      pool_.barrier();
+      // x += c_proj(att)
+      R.attn_proj.split(ith, nth, &m0, &m1);
+      R.attn_proj.run(m0, m1, R.attn_proj.act(attr, abuf), xr, RowEpilogue::AddTo, tmp);
+      pool_.barrier();
+      // f1 = gelu(c_fc(ln_2(x)))
+      row_layer_norm(xr, h, d, L.ln_2_w, L.ln_2_b, c_.norm_eps);
+      R.fc.split(ith, nth, &m0, &m1);
+      R.fc.run(m0, m1, R.fc.act(h, abuf), f1r, RowEpilogue::GeluTanh);
+      pool_.barrier();
+      // x += mlp.c_proj(f1)
+      R.proj.split(ith, nth, &m0, &m1);
+      R.proj.run(m0, m1, R.proj.act(f1r, abuf), xr, RowEpilogue::AddTo, tmp);
+      pool_.barrier();
+    }
+    row_layer_norm(xr, h, d, w_.ln_f_w, w_.ln_f_b, c_.norm_eps);
+    head_.split(ith, nth, &m0, &m1);
+    head_.run(m0, m1, head_.act(h, abuf), logits_.ptr<float>(), RowEpilogue::Store);
+  });
+}
+
 const Tensor& T3Gpt2::forward(const Tensor& embeds) {
   const int64_t d = c_.n_embd, H = c_.n_head, D = c_.head_dim, ff = c_.n_ff;
   CBX_CHECK(embeds.dtype == DType::F32 && embeds.ndim == 2 && embeds.shape[1] == d && embeds.shape[0] > 0,
@@ -197,6 +284,11 @@ const Tensor& T3Gpt2::forward(const Tensor& embeds) {
 
   get_rows(w_.wpe, pos, pe);
   add(pool_, embeds, pe, x);
+  if (T == 1 && !capture_ && fused_) {
+    decode_fused(x, qkv, att, f1);
+    n_past_ += 1;
+    return logits_;
+  }
   emit("inp", -1, x);
 
   // Views of qkv / att as [H, T, D] (heads are 64-wide column blocks of a row).

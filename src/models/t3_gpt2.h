@@ -19,6 +19,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
+#include "ops/row_linear.h"
 
 namespace cbx {
 
@@ -97,6 +98,9 @@ class T3Gpt2 {
   int64_t max_ctx() const { return max_ctx_; }
   int64_t max_batch() const { return max_batch_; }
   void set_capture(T3Capture fn) { capture_ = std::move(fn); }
+  // One-row calls take the fused decode path unless this is off or a capture is set (the
+  // op-by-op path reports every named intermediate); both give the same logits.
+  void set_fused_decode(bool on) { fused_ = on; }
   size_t arena_bytes() const { return arena_.capacity(); }
   size_t arena_high_water() const { return arena_.high_water(); }
   size_t kv_cache_bytes() const { return kv_bytes_; }
@@ -106,6 +110,12 @@ class T3Gpt2 {
     if (capture_) capture_(name, layer, t);
   }
   void store_kv(int layer, const Tensor& qkv, int64_t T);
+  // One-row forward (decode) as a single pool run: per layer, each thread projects the
+  // q/k/v rows of its own heads, stores their K/V and runs their attention, then three
+  // barrier-separated row-split projections with norm, bias, GELU and residual fused
+  // (4 barriers a layer, no serial sections). x: [1, d] inputs + wpe (updated in place);
+  // qkv [1, 3d], att [1, d], f1 [1, n_ff]: the forward's buffers; writes logits_.
+  void decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1);
 
   const T3Config& c_;
   const T3Gpt2Weights& w_;
@@ -118,6 +128,17 @@ class T3Gpt2 {
   std::vector<Tensor> k_cache_, v_cache_;
   Arena arena_;
   Tensor logits_;  // [speech_vocab], outside the per-call part of the arena
+  // Fused decode: projections bound once, per-thread rows (norm output, residual
+  // partials, converted activations), all outside the per-call part of the arena.
+  struct LayerRows {
+    RowLinear qkv, attn_proj, fc, proj;
+  };
+  std::vector<LayerRows> rows_;
+  RowLinear head_;
+  Tensor thread_h_, thread_tmp_;  // [nt, d] each
+  uint8_t* thread_act_ = nullptr;  // nt rows of act_stride_ bytes
+  size_t act_stride_ = 0;
+  bool fused_ = true;
   size_t call_mark_ = 0;
   T3Capture capture_;
 };

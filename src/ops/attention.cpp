@@ -21,10 +21,28 @@ int64_t elem_stride(const char* op, const char* name, const Tensor& t, int dim) 
 
 }  // namespace
 
-void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& mask, Tensor& out, const AttentionParams& p, Arena* arena,
-               Isa isa) {
-  const char* op = "attention";
+namespace {
+
+// Everything attention() and attention_part() check and derive once per call.
+struct Setup {
+  const NnKernels* kern = nullptr;
+  const float* q = nullptr;
+  float* o = nullptr;
+  const uint8_t* k = nullptr;
+  const uint8_t* v = nullptr;
+  const float* mbase = nullptr;
+  DType kv_dtype = DType::F32;
+  size_t kv_es = 0;
+  int64_t H = 0, Tq = 0, D = 0, Hkv = 0, Tk = 0, group = 1;
+  int64_t q_hs = 0, q_rs = 0, o_hs = 0, o_rs = 0, k_hs = 0, k_rs = 0, v_hs = 0, v_rs = 0, m_hs = 0, m_rs = 0;
+  float scale = 1.f;
+  bool causal = false;
+  int64_t q_offset = 0;
+  int64_t qb = 1, nqb = 1, tasks = 0;  // queries per task, query blocks per head, H * nqb
+};
+
+Setup setup(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+            const Tensor& out, const AttentionParams& p, Isa isa) {
   nn_detail::check_f32(op, "q", q);
   nn_detail::check_f32(op, "out", out);
   CBX_CHECK(k.data && v.data, "%s: k or v is empty", op);
@@ -37,8 +55,10 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor&
   CBX_CHECK(nn_detail::inner_contiguous(k) && nn_detail::inner_contiguous(v),
             "%s: k %s / v %s must be contiguous in D", op, k.shape_str().c_str(),
             v.shape_str().c_str());
-  const int64_t H = q.shape[0], Tq = q.shape[1], D = q.shape[2];
-  const int64_t Hkv = k.shape[0], Tk = k.shape[1];
+  Setup s;
+  s.H = q.shape[0], s.Tq = q.shape[1], s.D = q.shape[2];
+  s.Hkv = k.shape[0], s.Tk = k.shape[1];
+  const int64_t H = s.H, Tq = s.Tq, D = s.D, Hkv = s.Hkv, Tk = s.Tk;
   CBX_CHECK(same_shape(k, v) && k.shape[2] == D && Hkv >= 1 && H % Hkv == 0,
             "%s: k %s and v %s must be [H_kv, Tk, %lld] with H_kv dividing %lld (q %s)", op,
             k.shape_str().c_str(), v.shape_str().c_str(), (long long)D, (long long)H,
@@ -47,8 +67,6 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor&
   CBX_CHECK(D >= 1 && D <= kMaxHeadDim, "%s: head dim %lld of q %s outside [1, %lld]", op,
             (long long)D, q.shape_str().c_str(), (long long)kMaxHeadDim);
   CBX_CHECK(p.q_offset >= 0, "%s: negative q_offset %lld", op, (long long)p.q_offset);
-  const float* mbase = nullptr;
-  int64_t m_hs = 0, m_rs = 0;
   if (!mask.empty()) {
     nn_detail::check_f32(op, "mask", mask);
     const bool ok2 = mask.ndim == 2 && mask.shape[0] == Tq && mask.shape[1] == Tk;
@@ -57,23 +75,70 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor&
     CBX_CHECK(ok2 || ok3, "%s: mask %s must be [%lld, %lld] or [%lld, %lld, %lld]", op,
               mask.shape_str().c_str(), (long long)Tq, (long long)Tk, (long long)H, (long long)Tq,
               (long long)Tk);
-    mbase = mask.ptr<float>();
-    m_rs = elem_stride(op, "mask", mask, mask.ndim - 2);
-    m_hs = ok3 && mask.shape[0] == H ? elem_stride(op, "mask", mask, 0) : 0;
+    s.mbase = mask.ptr<float>();
+    s.m_rs = elem_stride(op, "mask", mask, mask.ndim - 2);
+    s.m_hs = ok3 && mask.shape[0] == H ? elem_stride(op, "mask", mask, 0) : 0;
   }
-  const int64_t q_hs = elem_stride(op, "q", q, 0), q_rs = elem_stride(op, "q", q, 1);
-  const int64_t o_hs = elem_stride(op, "out", out, 0), o_rs = elem_stride(op, "out", out, 1);
-  const int64_t k_hs = elem_stride(op, "k", k, 0), k_rs = elem_stride(op, "k", k, 1);
-  const int64_t v_hs = elem_stride(op, "v", v, 0), v_rs = elem_stride(op, "v", v, 1);
-  const size_t kv_es = type_traits(k.dtype).block_bytes;
-  const NnKernels& kern = nn_kernels(isa);
-  const float scale = p.scale != 0.f ? p.scale : float(1.0 / std::sqrt(double(D)));
-  const int64_t group = H / Hkv;
-  const int64_t qb = Tq <= 16 ? Tq : 16;  // queries per task
-  const int64_t nqb = (Tq + qb - 1) / qb, tasks = H * nqb;
+  s.q_hs = elem_stride(op, "q", q, 0), s.q_rs = elem_stride(op, "q", q, 1);
+  s.o_hs = elem_stride(op, "out", out, 0), s.o_rs = elem_stride(op, "out", out, 1);
+  s.k_hs = elem_stride(op, "k", k, 0), s.k_rs = elem_stride(op, "k", k, 1);
+  s.v_hs = elem_stride(op, "v", v, 0), s.v_rs = elem_stride(op, "v", v, 1);
+  s.kv_dtype = k.dtype;
+  s.kv_es = type_traits(k.dtype).block_bytes;
+  s.kern = &nn_kernels(isa);
+  s.q = q.ptr<float>();
+  s.o = out.ptr<float>();
+  s.k = static_cast<const uint8_t*>(k.data);
+  s.v = static_cast<const uint8_t*>(v.data);
+  s.scale = p.scale != 0.f ? p.scale : float(1.0 / std::sqrt(double(D)));
+  s.causal = p.causal;
+  s.q_offset = p.q_offset;
+  s.group = H / Hkv;
+  s.qb = Tq <= 16 ? Tq : 16;  // queries per task
+  s.nqb = (Tq + s.qb - 1) / s.qb;
+  s.tasks = H * s.nqb;
+  return s;
+}
+
+// One task (head h = task / nqb, one block of queries); kt: the K^T copy or nullptr.
+void run_task(const Setup& s, int64_t task, const float* kt, int64_t kt_rs, float* scratch) {
+  const int64_t h = task / s.nqb, q0 = (task % s.nqb) * s.qb, q1 = q0 + s.qb < s.Tq ? q0 + s.qb : s.Tq;
+  const int64_t hk = h / s.group;
+  AttnHead a;
+  a.q = s.q + h * s.q_hs;
+  a.q_rs = s.q_rs;
+  a.k = s.k + size_t(hk * s.k_hs) * s.kv_es;
+  a.k_rs = s.k_rs;
+  a.v = s.v + size_t(hk * s.v_hs) * s.kv_es;
+  a.v_rs = s.v_rs;
+  a.kv_dtype = s.kv_dtype;
+  a.o = s.o + h * s.o_hs;
+  a.o_rs = s.o_rs;
+  a.mask = s.mbase ? s.mbase + h * s.m_hs : nullptr;
+  a.mask_rs = s.m_rs;
+  a.tq = s.Tq;
+  a.tk = s.Tk;
+  a.d = s.D;
+  a.scale = s.scale;
+  a.causal = s.causal;
+  a.q_offset = s.q_offset;
+  if (kt) {
+    a.kt = kt + hk * s.D * kt_rs;
+    a.kt_rs = kt_rs;
+  }
+  s.kern->attn(a, q0, q1, scratch);
+}
+
+}  // namespace
+
+void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Tensor& mask, Tensor& out, const AttentionParams& p, Arena* arena,
+               Isa isa) {
+  const Setup s = setup("attention", q, k, v, mask, out, p, isa);
+  const int64_t Hkv = s.Hkv, Tk = s.Tk, D = s.D;
 
   // K^T copies (F32, rows padded to whole key tiles) for the multi-query SIMD path.
-  const bool use_kt = kern.isa != Isa::Generic && Tq >= 8 && Tk > 0;
+  const bool use_kt = s.kern->isa != Isa::Generic && s.Tq >= kAttnPartMaxQueries && Tk > 0;
   const int64_t kt_rs = (Tk + kAttnKeyTile - 1) / kAttnKeyTile * kAttnKeyTile;
   std::vector<float> heap;
   const size_t mark = arena ? arena->mark() : 0;
@@ -94,13 +159,13 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor&
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t hk = r / D, d = r % D;
       float* dst = kt + r * kt_rs;
-      const uint8_t* src = static_cast<const uint8_t*>(k.data) + size_t(hk * k_hs + d) * kv_es;
-      if (k.dtype == DType::F16) {
+      const uint8_t* src = s.k + size_t(hk * s.k_hs + d) * s.kv_es;
+      if (s.kv_dtype == DType::F16) {
         const uint16_t* s16 = reinterpret_cast<const uint16_t*>(src);
-        for (int64_t j = 0; j < Tk; ++j) dst[j] = f16_to_f32(s16[j * k_rs]);
+        for (int64_t j = 0; j < Tk; ++j) dst[j] = f16_to_f32(s16[j * s.k_rs]);
       } else {
         const float* s32 = reinterpret_cast<const float*>(src);
-        for (int64_t j = 0; j < Tk; ++j) dst[j] = s32[j * k_rs];
+        for (int64_t j = 0; j < Tk; ++j) dst[j] = s32[j * s.k_rs];
       }
       for (int64_t j = Tk; j < kt_rs; ++j) dst[j] = 0.f;
     }
@@ -112,40 +177,29 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor&
       if (nth > 1) pool.barrier();
     }
     alignas(64) float scratch[attn_scratch_floats(kMaxHeadDim)];
-    for (int64_t task = ith; task < tasks; task += nth) {
-      const int64_t h = task / nqb, q0 = (task % nqb) * qb, q1 = q0 + qb < Tq ? q0 + qb : Tq;
-      const int64_t hk = h / group;
-      AttnHead a;
-      a.q = q.ptr<float>() + h * q_hs;
-      a.q_rs = q_rs;
-      a.k = static_cast<const uint8_t*>(k.data) + size_t(hk * k_hs) * kv_es;
-      a.k_rs = k_rs;
-      a.v = static_cast<const uint8_t*>(v.data) + size_t(hk * v_hs) * kv_es;
-      a.v_rs = v_rs;
-      a.kv_dtype = k.dtype;
-      a.o = out.ptr<float>() + h * o_hs;
-      a.o_rs = o_rs;
-      a.mask = mbase ? mbase + h * m_hs : nullptr;
-      a.mask_rs = m_rs;
-      a.tq = Tq;
-      a.tk = Tk;
-      a.d = D;
-      a.scale = scale;
-      a.causal = p.causal;
-      a.q_offset = p.q_offset;
-      if (use_kt) {
-        a.kt = kt + hk * D * kt_rs;
-        a.kt_rs = kt_rs;
-      }
-      kern.attn(a, q0, q1, scratch);
-    }
+    for (int64_t task = ith; task < s.tasks; task += nth) run_task(s, task, kt, kt_rs, scratch);
   };
-  if (H * Tq * Tk * D < 4 * nn_detail::kParallelMin || pool.size() <= 1 || tasks < 2) {
+  if (s.H * s.Tq * Tk * D < 4 * nn_detail::kParallelMin || pool.size() <= 1 || s.tasks < 2) {
     work(0, 1);
   } else {
     pool.run(work);
   }
   if (arena) arena->rewind(mark);
+}
+
+void attention_part(int ith, int nth, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const Tensor& mask, Tensor& out, const AttentionParams& p, int64_t h0, int64_t h1,
+                    Isa isa) {
+  const Setup s = setup("attention_part", q, k, v, mask, out, p, isa);
+  CBX_CHECK(s.Tq < kAttnPartMaxQueries, "attention_part: %lld queries (q %s); at most %lld",
+            (long long)s.Tq, q.shape_str().c_str(), (long long)(kAttnPartMaxQueries - 1));
+  CBX_CHECK(nth >= 1 && ith >= 0 && ith < nth, "attention_part: thread %d of %d", ith, nth);
+  if (h1 < 0) h1 = s.H;
+  CBX_CHECK(h0 >= 0 && h0 <= h1 && h1 <= s.H, "attention_part: heads [%lld, %lld) outside [0, %lld)",
+            (long long)h0, (long long)h1, (long long)s.H);
+  alignas(64) float scratch[attn_scratch_floats(kMaxHeadDim)];
+  // One query block per head (Tq < 16): task = head.
+  for (int64_t h = h0 + ith; h < h1; h += nth) run_task(s, h, nullptr, 0, scratch);
 }
 
 }  // namespace cbx

@@ -37,4 +37,13 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor&
                const Tensor& mask, Tensor& out, const AttentionParams& p,
                Arena* scratch = nullptr, Isa isa = active_isa());
 
+// For a caller already inside ThreadPool::run (decode steps that fuse a whole layer into
+// one run): the same validation and result as attention(), for the heads [h0, h1) taken
+// round robin by thread ith of nth (h1 < 0: all heads). No scratch, no barrier, no pool:
+// only for Tq < kAttnPartMaxQueries (the multi-query path needs a shared K^T copy).
+constexpr int64_t kAttnPartMaxQueries = 8;
+void attention_part(int ith, int nth, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const Tensor& mask, Tensor& out, const AttentionParams& p, int64_t h0 = 0,
+                    int64_t h1 = -1, Isa isa = active_isa());
+
 }  // namespace cbx

@@ -1,0 +1,104 @@
+#include "ops/row_linear.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/matmul.h"
+#include "kernels/nn.h"
+
+namespace cbx {
+
+RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa) : isa_(isa) {
+  const int slot = matmul_weight_slot(w.dtype);
+  CBX_CHECK(slot >= 0, "row_linear %s: weight %s has unsupported dtype %s", name, w.shape_str().c_str(),
+            dtype_name(w.dtype));
+  CBX_CHECK(w.ndim == 2 && w.data, "row_linear %s: weight %s must be 2-D [M, K]", name, w.shape_str().c_str());
+  const TypeTraits& tr = type_traits(w.dtype);
+  CBX_CHECK(tr.is_quantized || w.shape[1] <= 1 || w.stride[1] == int64_t(tr.block_bytes),
+            "row_linear %s: weight %s rows must be contiguous", name, w.shape_str().c_str());
+  m_ = w.shape[0];
+  k_ = w.shape[1];
+  CBX_CHECK(!tr.is_quantized || k_ % 32 == 0, "row_linear %s: quantized weight %s needs K %% 32 == 0", name,
+            w.shape_str().c_str());
+  CBX_CHECK(k_ > 0, "row_linear %s: weight %s has no columns", name, w.shape_str().c_str());
+  if (!bias.empty()) {
+    CBX_CHECK(bias.dtype == DType::F32 && bias.ndim == 1 && bias.shape[0] == m_ && (bias.stride[0] == 4 || m_ <= 1),
+              "row_linear %s: bias %s (%s) must be contiguous f32 [%lld]", name, bias.shape_str().c_str(),
+              dtype_name(bias.dtype), (long long)m_);
+    b_ = bias.ptr<float>();
+  }
+  w_ = static_cast<const uint8_t*>(w.data);
+  ws_ = size_t(w.stride[0]);
+  dot_ = &matmul_kernels(isa).dot[slot];
+  act_bytes_ = dot_->act == ActFormat::F32 ? 0 : act_row_bytes(dot_->act, k_);
+}
+
+const void* RowLinear::act(const float* x, void* buf) const {
+  if (dot_->act == ActFormat::F32) return x;
+  dot_->convert(x, k_, buf);
+  return buf;
+}
+
+void RowLinear::run(int64_t m0, int64_t m1, const void* act, float* y, RowEpilogue e, float* tmp) const {
+  CBX_ASSERT(m0 >= 0 && m0 <= m1 && m1 <= m_);
+  if (m0 == m1) return;
+  const int64_t n = m1 - m0;
+  // The kernel sees rows [0, n) of the weight slice starting at row m0.
+  float* out = e == RowEpilogue::AddTo ? tmp : y + m0;
+  CBX_ASSERT(out != nullptr);
+  dot_->fn(w_ + size_t(m0) * ws_, ws_, 0, n, act, 0, 1, k_, out, 0);
+  const float* b = b_ ? b_ + m0 : nullptr;
+  switch (e) {
+    case RowEpilogue::Store:
+      if (b)
+        for (int64_t i = 0; i < n; ++i) out[i] += b[i];
+      break;
+    case RowEpilogue::GeluTanh:
+      if (b)
+        for (int64_t i = 0; i < n; ++i) out[i] += b[i];
+      nn_kernels(isa_).unary(Unary::GeluTanh, out, out, n, 0.f, 0.f);
+      break;
+    case RowEpilogue::AddTo: {
+      float* yr = y + m0;
+      if (b)
+        for (int64_t i = 0; i < n; ++i) yr[i] += out[i] + b[i];
+      else
+        for (int64_t i = 0; i < n; ++i) yr[i] += out[i];
+      break;
+    }
+  }
+}
+
+void RowLinear::split(int ith, int nth, int64_t* m0, int64_t* m1) const {
+  const int64_t chunks = (m_ + 15) / 16;
+  int64_t c0, c1;
+  const int64_t per = (chunks + nth - 1) / nth;
+  c0 = std::min<int64_t>(chunks, per * ith);
+  c1 = std::min<int64_t>(chunks, c0 + per);
+  *m0 = std::min<int64_t>(m_, c0 * 16);
+  *m1 = std::min<int64_t>(m_, c1 * 16);
+}
+
+void row_layer_norm(const float* x, float* y, int64_t n, const Tensor& w, const Tensor& b, float eps, Isa isa) {
+  auto vec = [&](const Tensor& t, const char* what) -> const float* {
+    if (t.empty()) return nullptr;
+    CBX_CHECK(t.dtype == DType::F32 && t.numel() == n && t.is_contiguous(),
+              "row_layer_norm: %s %s (%s) must be contiguous f32 [%lld]", what, t.shape_str().c_str(),
+              dtype_name(t.dtype), (long long)n);
+    return t.ptr<float>();
+  };
+  nn_kernels(isa).layer_norm(x, y, n, vec(w, "weight"), vec(b, "bias"), eps);
+}
+
+void row_store(const float* x, void* dst, DType dst_type, int64_t n) {
+  if (dst_type == DType::F32) {
+    std::memcpy(dst, x, size_t(n) * 4);
+    return;
+  }
+  CBX_CHECK(dst_type == DType::F16, "row_store: destination type %s (f32 or f16)", dtype_name(dst_type));
+  auto* d = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(x[i]);
+}
+
+}  // namespace cbx

@@ -1,0 +1,64 @@
+// Single-row building blocks for decode steps that run a whole transformer layer inside
+// one ThreadPool::run: each thread computes its own share of the output rows, and the
+// small per-row work around a projection (norm, activation conversion, bias, GELU,
+// residual add) is done by every thread for itself instead of serially between runs.
+// ops/matmul (one run per call, the serial parts on the calling thread) stays the general
+// entry point; these functions never touch a pool and allocate nothing.
+//
+//   RowLinear:  y[m] = dot(w[m, :], x) + b[m] for rows m of [m0, m1), x: f32 [K]; same
+//               kernels and numerics as ops/matmul's dot path (N < matmul_gemm_min_rows()).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/cpu.h"
+#include "core/tensor.h"
+
+namespace cbx {
+
+struct MatmulKernels;
+struct DotKernel;
+
+enum class RowEpilogue : int {
+  Store,     // y[m] = w[m] . x + b[m]
+  GeluTanh,  // y[m] = gelu_tanh(w[m] . x + b[m])
+  AddTo,     // y[m] += w[m] . x + b[m]   (a residual stream)
+};
+
+class RowLinear {
+ public:
+  RowLinear() = default;
+  // w: [M, K] of a matmul weight type (rows contiguous, K % 32 == 0 when quantized);
+  // bias: contiguous f32 [M] or empty. Errors name `name`.
+  RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa = active_isa());
+
+  int64_t rows() const { return m_; }
+  int64_t cols() const { return k_; }
+  // Bytes act() needs for a converted row (0 when the kernel reads f32 x in place).
+  size_t act_bytes() const { return act_bytes_; }
+  // Converts x (f32 [K]) for the dot kernel into buf (act_bytes() bytes, 64-aligned);
+  // returns what to pass to rows() (x itself when no conversion is needed).
+  const void* act(const float* x, void* buf) const;
+  // Output rows [m0, m1) (0 <= m0 <= m1 <= M); y points at row 0 of the output. tmp: at
+  // least m1 - m0 floats of the caller's scratch (AddTo only; may be null otherwise).
+  void run(int64_t m0, int64_t m1, const void* act, float* y, RowEpilogue e, float* tmp = nullptr) const;
+  // Rows [m0, m1) of thread ith of nth: chunks of 16 rows (whole cache lines of y).
+  void split(int ith, int nth, int64_t* m0, int64_t* m1) const;
+
+ private:
+  const uint8_t* w_ = nullptr;
+  size_t ws_ = 0;
+  const float* b_ = nullptr;
+  int64_t m_ = 0, k_ = 0;
+  const DotKernel* dot_ = nullptr;
+  Isa isa_ = Isa::Generic;
+  size_t act_bytes_ = 0;
+};
+
+// Per-row helpers with the kernels of `isa` (no pool): layer norm of one row of n
+// (w, b: f32 [n], either may be empty) and f32 -> f16 / f32 copies of n values (KV stores).
+void row_layer_norm(const float* x, float* y, int64_t n, const Tensor& w, const Tensor& b, float eps,
+                    Isa isa = active_isa());
+void row_store(const float* x, void* dst, DType dst_type, int64_t n);
+
+}  // namespace cbx
