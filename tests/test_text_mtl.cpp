@@ -400,6 +400,18 @@ TEST(MtlTextSteps, BpeRankOrder) {
   EXPECT_EQ(t.encode("abab x"), (std::vector<int32_t>{4, 4, 0}));
   EXPECT_EQ(t.encode("a,b"), (std::vector<int32_t>{1, 0, 2}));  // ',' is its own piece, unknown
   EXPECT_EQ(t.vocab_size(), 8u);
+  // Post-processor and padding: [CLS] ... [SEP], padded (left) to a multiple of 4 with id 9.
+  const std::string jp = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "[CLS]": 2, "[SEP]": 3}, "merges": []},
+    "post_processor": {"type": "BertProcessing", "cls": ["[CLS]", 2], "sep": ["[SEP]", 3]},
+    "padding": {"strategy": "BatchLongest", "direction": "Left", "pad_to_multiple_of": 4, "pad_id": 9},
+    "truncation": {"max_length": 5, "direction": "Left"}})";
+  const cbx::HfTokenizer tp = cbx::HfTokenizer::from_json(jp);
+  EXPECT_EQ(tp.encode("ab"), (std::vector<int32_t>{2, 0, 1, 3}));  // already a multiple of 4
+  EXPECT_EQ(tp.encode("abab"), (std::vector<int32_t>{9, 9, 9, 2, 1, 0, 1, 3}));  // truncated from the left to 3
+  EXPECT_EQ(tp.vocab_size(), 10u);                                                // pad id counts
+  std::string bad = jp;
+  bad.replace(bad.find("\"pad_to_multiple_of\": 4"), 23, "\"pad_to_multiple_of\": 99999999");
+  EXPECT_NE(error_of([&] { cbx::HfTokenizer::from_json(bad); }).find("implausible"), std::string::npos);
   EXPECT_NE(error_of([&] {
               cbx::HfTokenizer::from_json(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})");
             }).find("missing from the vocab"),

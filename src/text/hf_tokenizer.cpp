@@ -78,6 +78,8 @@ bool starts_with_word(const std::string& s, size_t begin) {
   return rust_word_char(c);
 }
 
+constexpr size_t kMaxPadding = size_t(1) << 20;
+
 struct PostStep {
   std::vector<int32_t> before, after;  // ids around the sequence
 };
@@ -241,6 +243,11 @@ HfTokenizer HfTokenizer::from_json(const std::string& text, const std::string& w
       } else {
         fail("%s: post_processor '%s' is not supported", what.c_str(), t.c_str());
       }
+      for (const auto* v : {&step.before, &step.after})
+        for (int32_t id : *v) {
+          CBX_CHECK(id >= 0, "%s: post-processor '%s' uses id %d", what.c_str(), t.c_str(), id);
+          m->size = std::max(m->size, size_t(id) + 1);
+        }
       m->n_post_tokens += step.before.size() + step.after.size();
       m->post.push_back(std::move(step));
     };
@@ -256,10 +263,16 @@ HfTokenizer HfTokenizer::from_json(const std::string& text, const std::string& w
       m->pad = true;
       m->pad_left = pd.value("direction", std::string("Right")) == "Left";
       m->pad_id = pd.value("pad_id", 0);
+      CBX_CHECK(m->pad_id >= 0, "%s: padding pad_id %d", what.c_str(), m->pad_id);
+      m->size = std::max(m->size, size_t(m->pad_id) + 1);
       if (pd.contains("pad_to_multiple_of") && pd["pad_to_multiple_of"].is_number_unsigned())
         m->pad_multiple = pd["pad_to_multiple_of"].get<size_t>();
       if (pd.contains("strategy") && pd["strategy"].is_object() && pd["strategy"].contains("Fixed"))
         m->pad_fixed = pd["strategy"]["Fixed"].get<size_t>();
+      // Real files pad to a model's context (hundreds to thousands); bound what a file may ask.
+      CBX_CHECK(m->pad_fixed <= kMaxPadding && m->pad_multiple <= kMaxPadding,
+                "%s: padding length %zu / multiple %zu is implausible (limit %zu)", what.c_str(), m->pad_fixed,
+                m->pad_multiple, kMaxPadding);
     }
   } catch (const Error&) {
     throw;
