@@ -128,6 +128,20 @@ void lstm_layer(ThreadPool& pool, const Tensor& x, const Tensor& w_ih, const Ten
   if (arena) arena->rewind(mark);
 }
 
+namespace {
+// dst[i * ld + j] = src[j * n + i] for rows j in [j0, j1), in 32 x 32 tiles (both sides
+// stay within a few cache lines per tile).
+void transpose_rows(const float* src, int64_t n, int64_t j0, int64_t j1, float* dst, int64_t ld) {
+  constexpr int64_t kT = 32;
+  for (int64_t jb = j0; jb < j1; jb += kT)
+    for (int64_t ib = 0; ib < n; ib += kT) {
+      const int64_t je = std::min(j1, jb + kT), ie = std::min(n, ib + kT);
+      for (int64_t j = jb; j < je; ++j)
+        for (int64_t i = ib; i < ie; ++i) dst[i * ld + j] = src[j * n + i];
+    }
+}
+}  // namespace
+
 int64_t lstm_layer_batch_scratch(int64_t B, int64_t T, int64_t In, int64_t H) {
   return B * T * 4 * H + (In + H) * 4 * H;
 }
@@ -186,10 +200,8 @@ void lstm_layer_batch(ThreadPool& pool, const Tensor& x, const Tensor& w_ih, con
   auto body = [&](int ith, int nth) {
     int64_t j0, j1;
     ThreadPool::split(G, ith, nth, &j0, &j1);
-    for (int64_t j = j0; j < j1; ++j) {
-      for (int64_t i = 0; i < In; ++i) wti[i * G + j] = wi[j * In + i];
-      for (int64_t i = 0; i < H; ++i) wth[i * G + j] = wh[j * H + i];
-    }
+    transpose_rows(wi, In, j0, j1, wti, G);
+    transpose_rows(wh, H, j0, j1, wth, G);
     if (nth > 1) pool.barrier();
     int64_t b0, b1;
     ThreadPool::split(B, ith, nth, &b0, &b1);
