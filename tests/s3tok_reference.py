@@ -4,7 +4,7 @@ the log-mel of models/s3tokenizer/s3tokenizer.py (from the checkpoint's `_mel_fi
 buffers) and S3TokenizerV2 of the external s3tokenizer package (model_v2.py AudioEncoderV2 with FSMN
 attention blocks and RoPE, FSQCodebook.encode), written from torch primitives in upstream's order of
 operations (f32, eager, non-SDPA attention, masks included) on the upstream-format S3Gen
-safetensors file (`tokenizer.*` tensors).
+safetensors file or Multilingual's s3gen.pt (`tokenizer.*` tensors).
 
   s3tok_reference.py signal OUT.npy --seconds S [--samples N] [--kind speech|synth] [--seed N]
       a 16 kHz float32 test wave: espeak-ng speech (22.05 kHz, Fourier-resampled to 16 kHz) when
@@ -51,7 +51,11 @@ def load_tokenizer_state(ckpt_dir):
     """tokenizer.* tensors of the S3Gen safetensors file, as float32, keys without the prefix."""
     path = next((os.path.join(ckpt_dir, f) for f in S3_FILES if os.path.exists(os.path.join(ckpt_dir, f))), None)
     if path is None:
-        raise SystemExit(f"no {' or '.join(S3_FILES)} in {ckpt_dir}")
+        pt = os.path.join(ckpt_dir, "s3gen.pt")  # Multilingual: a torch state dict
+        if not os.path.exists(pt):
+            raise SystemExit(f"no {', '.join(S3_FILES)} or s3gen.pt in {ckpt_dir}")
+        state = torch.load(pt, map_location="cpu")
+        return {k[len(PREFIX):]: v.float() for k, v in state.items() if k.startswith(PREFIX)}
     out = {}
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
