@@ -13,6 +13,9 @@
 //   stream_gbps     read bandwidth of a --mb MB buffer (default 1024) with the same threads,
 //                   measured in the same run just before the decode
 //   decode_bw_ratio decode_gbps / stream_gbps
+// --ab: steps alternate between the fused one-run decode and the op-by-op path (same
+// logits), and the line adds fused_tok_s, opbyop_tok_s and fused_speedup (their ratio),
+// measured step by step in the same run, so machine load hits both alike.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -44,6 +47,7 @@ int run_t3(int argc, char** argv) {
   std::string model, kv = "f16";
   int threads = 2, steps = 200, prompt = 375, text = 30, mb = 1024;
   uint64_t seed = 1;
+  bool ab = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -58,6 +62,7 @@ int run_t3(int argc, char** argv) {
     else if (a == "--kv-type") kv = next();
     else if (a == "--mb") mb = std::atoi(next());
     else if (a == "--seed") seed = std::strtoull(next(), nullptr, 10);
+    else if (a == "--ab") ab = true;
     else fail("bench t3: unknown option '%s' (see bench/bench_t3.cpp)", a.c_str());
   }
   CBX_CHECK(!model.empty(), "usage: chatterbox-bench t3 -m MODEL.gguf [--threads N] [--steps S] [--prompt P]");
@@ -107,15 +112,23 @@ int run_t3(int argc, char** argv) {
   int32_t id = 0;
   Tensor id_t = make_tensor(DType::I32, {1}, &id, 4);
   const Tensor& emb = t3.weights().speech_emb;
+  double mode_s[2] = {0, 0};
+  int mode_n[2] = {0, 0};
   t0 = now_s();
   for (int s = 0; s < steps; ++s) {
+    const double ts = now_s();
+    const int mode = ab ? s % 2 : 0;  // 0 fused, 1 op by op
+    gpt.set_fused_decode(mode == 0);
     id = tok;
     get_rows(emb, id_t, row_t);
     const Tensor& lg = gpt.forward(row_t);
     tok = sampler.sample(lg.ptr<float>(), history.data(), int64_t(history.size()));
     CBX_CHECK(tok >= 0, "bench t3: step %d logits all -inf", s);
     history.push_back(tok);
+    mode_s[mode] += now_s() - ts;
+    ++mode_n[mode];
   }
+  gpt.set_fused_decode(true);
   const double decode_s = now_s() - t0;
   const double tok_s = steps / decode_s;
 
@@ -129,6 +142,10 @@ int run_t3(int argc, char** argv) {
               "weight_mb_per_tok=%.1f kv_mb_per_tok=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f\n",
               model.c_str(), threads, kv.c_str(), (long long)n_prompt_rows, steps, prefill_ms, tok_s, wbytes / 1e6,
               kvbytes / 1e6, decode_gbps, stream, decode_gbps / stream);
+  if (ab && mode_n[0] > 0 && mode_n[1] > 0) {
+    const double f = mode_n[0] / mode_s[0], u = mode_n[1] / mode_s[1];
+    std::printf("bench t3 ab fused_tok_s=%.2f opbyop_tok_s=%.2f fused_speedup=%.3f\n", f, u, f / u);
+  }
   return 0;
 }
 
