@@ -44,7 +44,9 @@ typedef enum cbx_status {
   CBX_ERR_TEXT = 4,              /* empty text or invalid UTF-8 */
   CBX_ERR_ABORTED = 5,           /* the abort or audio callback asked to stop */
   CBX_ERR_OUT_OF_MEMORY = 6,
-  CBX_ERR_INTERNAL = 7           /* anything else; see cbx_last_error() */
+  CBX_ERR_INTERNAL = 7,          /* anything else; see cbx_last_error() */
+  CBX_ERR_AUDIO = 8,             /* reference audio missing, unreadable, unsupported, too short or silent */
+  CBX_ERR_VOICE = 9              /* not a (readable) .voice file, or a voice the model cannot use */
 } cbx_status;
 
 typedef enum cbx_kv_type { CBX_KV_F16 = 0, CBX_KV_F32 = 1 } cbx_kv_type;
@@ -129,6 +131,47 @@ cbx_status cbx_synthesize(cbx_model* model, const char* text, const cbx_synth_pa
 void cbx_audio_free(float* audio); /* NULL is fine */
 
 cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* timings);
+
+/* ---- Voices (zero-shot cloning; src/pipeline/voice.h) ----
+ * A cbx_voice holds the conditionals built from a reference recording exactly as upstream
+ * prepare_conditionals does for the model's variant (Turbo: > 5 s of audio, -27 LUFS loudness
+ * normalisation, 15 s / 375 prompt tokens; Multilingual: 6 s / 150), or read from a .voice file
+ * (`chatterbox voice create`). A voice is immutable and may be shared by threads and models of the
+ * same variant family (Turbo/Nano, or Multilingual). Creating a voice runs the model's voice
+ * encoder, CAMPPlus and S3 tokenizer on its thread pool, serialised with synthesis on that model. */
+typedef struct cbx_voice cbx_voice; /* opaque */
+
+typedef struct cbx_voice_params {
+  size_t struct_size;      /* sizeof(cbx_voice_params) */
+  float exaggeration;      /* stored emotion_adv; < 0 = the model's default (Turbo 0, MTL 0.5) */
+  int32_t norm_loudness;   /* Turbo: 1 = normalise to -27 LUFS as upstream (default), 0 = skip */
+  float max_seconds;       /* decode at most this much of the reference; <= 0 = 30 (>= 10) */
+} cbx_voice_params;
+
+cbx_voice_params cbx_voice_default_params(void);
+/* Reference audio file (WAV/FLAC/OGG/MP3..., any rate, mono or stereo) -> voice. params may be
+ * NULL. On failure *voice is NULL: CBX_ERR_AUDIO (unreadable, too short: the message gives the
+ * measured and required length, silent), CBX_ERR_MODEL_LOAD (the model lacks the encoders). */
+cbx_status cbx_voice_create(cbx_model* model, const char* audio_path, const cbx_voice_params* params,
+                            cbx_voice** voice);
+/* Same from an in-memory file image; name (may be NULL) appears in messages. */
+cbx_status cbx_voice_create_from_memory(cbx_model* model, const void* data, size_t size, const char* name,
+                                        const cbx_voice_params* params, cbx_voice** voice);
+/* .voice files: CBX_ERR_VOICE when the file is not a readable voice (or cannot be written). */
+cbx_status cbx_voice_load(const char* path, cbx_voice** voice);
+cbx_status cbx_voice_save(const cbx_voice* voice, const char* path);
+void cbx_voice_free(cbx_voice* voice); /* NULL is fine */
+/* "turbo", "nano" or "mtl" (the variant whose recipe built it); NULL for NULL. */
+const char* cbx_voice_variant(const cbx_voice* voice);
+/* Warnings of the build (clipping, reference cut at max_seconds, ...); strings live as long as
+ * the voice; NULL when i is out of range. */
+int32_t cbx_voice_warning_count(const cbx_voice* voice);
+const char* cbx_voice_warning(const cbx_voice* voice, int32_t i);
+/* cbx_synthesize with a voice (NULL = the model's built-in voice). CBX_ERR_VOICE when the model
+ * cannot use the voice (other variant family, sizes). Later calls are not affected. */
+cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const char* text,
+                                const cbx_synth_params* params, float** audio, size_t* n_samples,
+                                const cbx_callbacks* callbacks);
 
 #ifdef __cplusplus
 }

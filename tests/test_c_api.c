@@ -1,4 +1,5 @@
 /* C API (include/chatterbox.h) checked from C on a tiny synthetic Turbo model.
+ * Voices (cbx_voice_*, cbx_synthesize_voice) on the same tiny models.
  * Usage: test_c_api BUILD_DIR   (exit 77 = skipped: chatterbox / chatterbox-mkckpt not built) */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -40,6 +41,158 @@ static int should_abort(void* user) {
   cb_state* st = (cb_state*)user;
   st->polls++;
   return st->abort_after >= 0 && st->polls > st->abort_after;
+}
+
+/* A 16-bit PCM WAV (stereo, 44.1 kHz) of a voiced synthetic signal: harmonics of a gliding f0
+ * under a syllable-rate envelope. Returns 0 on success. */
+static int write_test_wav(const char* path, double seconds) {
+  const int rate = 44100, ch = 2;
+  const uint32_t n = (uint32_t)(seconds * rate), data = n * ch * 2;
+  FILE* f = fopen(path, "wb");
+  if (!f) return -1;
+  uint8_t h[44];
+  memcpy(h, "RIFF", 4);
+  const uint32_t riff = 36 + data, fmt_size = 16, byte_rate = rate * ch * 2;
+  const uint16_t pcm = 1, channels = ch, block = ch * 2, bits = 16;
+  const uint32_t sr = rate;
+  memcpy(h + 4, &riff, 4);
+  memcpy(h + 8, "WAVEfmt ", 8);
+  memcpy(h + 16, &fmt_size, 4);
+  memcpy(h + 20, &pcm, 2);
+  memcpy(h + 22, &channels, 2);
+  memcpy(h + 24, &sr, 4);
+  memcpy(h + 28, &byte_rate, 4);
+  memcpy(h + 32, &block, 2);
+  memcpy(h + 34, &bits, 2);
+  memcpy(h + 36, "data", 4);
+  memcpy(h + 40, &data, 4);
+  fwrite(h, 1, 44, f);
+  double phase = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double t = (double)i / rate;
+    phase += 2 * 3.14159265358979323846 * (120 + 20 * sin(2 * 3.14159265358979323846 * 3 * t)) / rate;
+    double x = 0;
+    for (int k = 1; k < 8; ++k) x += 0.3 / k * sin(k * phase);
+    x *= 0.5 + 0.5 * sin(2 * 3.14159265358979323846 * 4 * t);
+    const int16_t v = (int16_t)lrint(x * 32767 * 0.9);
+    for (int c = 0; c < ch; ++c) fwrite(&v, 2, 1, f);
+  }
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+/* Voices through the C API on the tiny Turbo model (gguf): create from a file and from memory,
+ * save/load, synthesize with a voice (deterministic, lossless through a .voice, different from
+ * the built-in voice, which later plain calls still use), and the errors. */
+static void test_voices(const char* dir, const char* gguf, const char* mtl_gguf) {
+  char ref[1024], shortref[1024], vpath[1024];
+  snprintf(ref, sizeof ref, "%s/ref.wav", dir);
+  snprintf(shortref, sizeof shortref, "%s/short.wav", dir);
+  snprintf(vpath, sizeof vpath, "%s/a.voice", dir);
+  CHECK(write_test_wav(ref, 7.0) == 0 && write_test_wav(shortref, 2.5) == 0);
+
+  cbx_model_params mp = cbx_model_default_params();
+  mp.n_threads = 2;
+  mp.max_new_tokens = 24;
+  cbx_model* m = NULL;
+  CHECK(cbx_model_load(gguf, &mp, &m) == CBX_OK);
+  if (!m) return;
+  cbx_voice_free(NULL);
+  CHECK(cbx_voice_variant(NULL) == NULL && cbx_voice_warning_count(NULL) == 0);
+
+  /* argument errors */
+  cbx_voice* v = (cbx_voice*)1;
+  CHECK(cbx_voice_create(NULL, ref, NULL, &v) == CBX_ERR_INVALID_ARGUMENT && v == NULL);
+  CHECK(cbx_voice_create(m, NULL, NULL, &v) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(cbx_voice_create(m, ref, NULL, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  cbx_voice_params vp = cbx_voice_default_params();
+  vp.struct_size = 1;
+  CHECK(cbx_voice_create(m, ref, &vp, &v) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(cbx_voice_load(NULL, &v) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(cbx_voice_save(NULL, vpath) == CBX_ERR_INVALID_ARGUMENT);
+
+  /* bad references */
+  CHECK(cbx_voice_create(m, shortref, NULL, &v) == CBX_ERR_AUDIO && v == NULL);
+  CHECK(strstr(cbx_last_error(), "short.wav") && strstr(cbx_last_error(), "2.50 s long") &&
+        strstr(cbx_last_error(), "more than 5.0 s"));
+  CHECK(cbx_voice_create(m, "/nonexistent/ref.wav", NULL, &v) == CBX_ERR_AUDIO);
+  CHECK(strstr(cbx_last_error(), "/nonexistent/ref.wav") != NULL);
+  CHECK(cbx_voice_load(gguf, &v) == CBX_ERR_VOICE && v == NULL);
+  CHECK(strstr(cbx_last_error(), "not a voice file") != NULL);
+
+  /* create, synthesize */
+  cbx_voice* a = NULL;
+  CHECK(cbx_voice_create(m, ref, NULL, &a) == CBX_OK && a != NULL);
+  if (!a) {
+    cbx_model_free(m);
+    return;
+  }
+  CHECK(strcmp(cbx_voice_variant(a), "turbo") == 0);
+  CHECK(cbx_voice_warning(a, -1) == NULL && cbx_voice_warning(a, cbx_voice_warning_count(a)) == NULL);
+  cbx_synth_params sp = cbx_synth_default_params();
+  sp.seed = 9;
+  float *x1 = NULL, *x2 = NULL, *xb = NULL, *x3 = NULL, *x4 = NULL, *x5 = NULL;
+  size_t n1 = 0, n2 = 0, nb = 0, n3 = 0, n4 = 0, n5 = 0;
+  CHECK(cbx_synthesize_voice(m, a, "Hello world.", &sp, &x1, &n1, NULL) == CBX_OK && x1 && n1 > 0);
+  CHECK(cbx_synthesize_voice(m, a, "Hello world.", &sp, &x2, &n2, NULL) == CBX_OK);
+  CHECK(n2 == n1 && x1 && x2 && memcmp(x1, x2, n1 * sizeof(float)) == 0);
+  /* a plain call afterwards speaks with the built-in voice again */
+  CHECK(cbx_synthesize(m, "Hello world.", &sp, &xb, &nb, NULL) == CBX_OK);
+  CHECK(xb && (nb != n1 || memcmp(x1, xb, n1 * sizeof(float)) != 0));
+  CHECK(cbx_synthesize_voice(m, NULL, "Hello world.", &sp, &x3, &n3, NULL) == CBX_OK);
+  CHECK(n3 == nb && x3 && xb && memcmp(x3, xb, nb * sizeof(float)) == 0);
+
+  /* save -> load: the same audio */
+  cbx_voice* b = NULL;
+  CHECK(cbx_voice_save(a, vpath) == CBX_OK);
+  CHECK(cbx_voice_load(vpath, &b) == CBX_OK && b != NULL);
+  CHECK(cbx_synthesize_voice(m, b, "Hello world.", &sp, &x4, &n4, NULL) == CBX_OK);
+  CHECK(n4 == n1 && x4 && memcmp(x1, x4, n1 * sizeof(float)) == 0);
+
+  /* from memory: the same voice */
+  FILE* f = fopen(ref, "rb");
+  CHECK(f != NULL);
+  if (f) {
+    fseek(f, 0, SEEK_END);
+    const long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char* buf = (char*)malloc((size_t)size);
+    CHECK(buf && fread(buf, 1, (size_t)size, f) == (size_t)size);
+    fclose(f);
+    cbx_voice* c = NULL;
+    CHECK(cbx_voice_create_from_memory(m, buf, (size_t)size, "upload.wav", NULL, &c) == CBX_OK && c);
+    CHECK(cbx_synthesize_voice(m, c, "Hello world.", &sp, &x5, &n5, NULL) == CBX_OK);
+    CHECK(n5 == n1 && x5 && memcmp(x1, x5, n1 * sizeof(float)) == 0);
+    cbx_voice* d = NULL;
+    CHECK(cbx_voice_create_from_memory(m, buf, 100, "cut.wav", NULL, &d) == CBX_ERR_AUDIO && d == NULL);
+    CHECK(strstr(cbx_last_error(), "cut.wav") != NULL);
+    cbx_voice_free(c);
+    free(buf);
+  }
+
+  /* a Multilingual voice on a Turbo model is refused */
+  cbx_model* mm = NULL;
+  cbx_voice* mv = NULL;
+  CHECK(cbx_model_load(mtl_gguf, &mp, &mm) == CBX_OK);
+  if (mm) {
+    CHECK(cbx_voice_create(mm, ref, NULL, &mv) == CBX_OK && mv);
+    CHECK(mv && strcmp(cbx_voice_variant(mv), "mtl") == 0);
+    float* e = NULL;
+    size_t ne = 0;
+    CHECK(cbx_synthesize_voice(m, mv, "Hello.", &sp, &e, &ne, NULL) == CBX_ERR_VOICE && e == NULL);
+    CHECK(strstr(cbx_last_error(), "built for a mtl model") != NULL);
+    cbx_voice_free(mv);
+    cbx_model_free(mm);
+  }
+
+  cbx_audio_free(x1);
+  cbx_audio_free(x2);
+  cbx_audio_free(xb);
+  cbx_audio_free(x3);
+  cbx_audio_free(x4);
+  cbx_audio_free(x5);
+  cbx_voice_free(a);
+  cbx_voice_free(b);
+  cbx_model_free(m);
 }
 
 int main(int argc, char** argv) {
@@ -261,6 +414,13 @@ int main(int argc, char** argv) {
   cbx_audio_free(k);
   cbx_audio_free(l);
   cbx_model_free(m);
+
+  /* voices (turbo model m.gguf, mtl model in gguf) */
+  {
+    char turbo[1024];
+    snprintf(turbo, sizeof turbo, "%s/m.gguf", dir);
+    test_voices(dir, turbo, gguf);
+  }
 
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);

@@ -15,14 +15,22 @@
 #include "core/gguf.h"
 #include "pipeline/mtl_pipeline.h"
 #include "pipeline/turbo_pipeline.h"
+#include "pipeline/voice.h"
 #include "text/mtl_tokenizer.h"
+
+struct cbx_voice {
+  cbx::Voice v;
+  std::vector<std::string> warnings;
+};
 
 struct cbx_model {
   std::unique_ptr<cbx::TurboPipeline> pipe;  // Turbo / Nano
   std::unique_ptr<cbx::MtlPipeline> mtl;     // Multilingual (exactly one of the two is set)
   cbx::Variant variant = cbx::Variant::Turbo;
   std::vector<std::string> languages;
-  mutable std::mutex mu;  // one synthesis at a time per model
+  mutable std::mutex mu;  // one synthesis (or voice build) at a time per model
+  std::unique_ptr<cbx::VoiceBuilder> builder;  // made on the first cbx_voice_create
+  cbx::VoiceBuildOptions builder_opts;
   cbx::SynthTimings last;
   bool have_last = false;
 };
@@ -83,6 +91,79 @@ cbx_status guarded(cbx_status fallback, Fn&& fn) {
   }
 }
 
+const cbx::ModelConfig& model_config(const cbx_model* m) { return m->mtl ? m->mtl->config() : m->pipe->config(); }
+
+// The voice of one synthesize call: set on entry, the built-in voice restored on exit.
+struct VoiceScope {
+  cbx_model& m;
+  bool set = false;
+  VoiceScope(cbx_model& model, const cbx_voice* v) : m(model) {
+    if (!v) return;
+    if (m.mtl)
+      m.mtl->set_voice(v->v, "cbx_synthesize_voice: voice");
+    else
+      m.pipe->set_voice(v->v, "cbx_synthesize_voice: voice");
+    set = true;
+  }
+  ~VoiceScope() {
+    if (!set) return;
+    if (m.mtl)
+      m.mtl->reset_voice();
+    else
+      m.pipe->reset_voice();
+  }
+};
+
+// Reads cbx_voice_params into builder options (false + error set when invalid).
+bool voice_options(const cbx_voice_params* params, cbx::VoiceBuildOptions& o, const char* fn) {
+  cbx_voice_params p = cbx_voice_default_params();
+  if (!read_versioned(params, p, (std::string(fn) + ": params").c_str())) return false;
+  if (!(p.exaggeration == p.exaggeration) || p.exaggeration > 100 || !(p.max_seconds == p.max_seconds) ||
+      (p.max_seconds > 0 && (p.max_seconds < 10 || p.max_seconds > 600)) || (p.norm_loudness != 0 && p.norm_loudness != 1)) {
+    set_error(CBX_ERR_INVALID_ARGUMENT, std::string(fn) +
+                                            ": params out of range (exaggeration <= 100, norm_loudness 0 or 1, "
+                                            "max_seconds 0 or 10 .. 600)");
+    return false;
+  }
+  o.exaggeration = p.exaggeration < 0 ? -1.0f : p.exaggeration;
+  o.norm_loudness = p.norm_loudness != 0;
+  o.max_seconds = p.max_seconds > 0 ? double(p.max_seconds) : 30.0;
+  return true;
+}
+
+// Builds a voice with the model's VoiceBuilder (made once, remade when the options change);
+// build(builder, warnings) returns the Voice.
+template <typename Build>
+cbx_status create_voice(cbx_model* model, const cbx_voice_params* params, cbx_voice** voice, const char* fn,
+                        Build&& build) {
+  cbx::VoiceBuildOptions o;
+  if (!voice_options(params, o, fn)) return CBX_ERR_INVALID_ARGUMENT;
+  std::lock_guard<std::mutex> lock(model->mu);
+  const bool same = model->builder && model->builder_opts.exaggeration == o.exaggeration &&
+                    model->builder_opts.norm_loudness == o.norm_loudness &&
+                    model->builder_opts.max_seconds == o.max_seconds;
+  if (!same) {
+    const cbx_status s = guarded(CBX_ERR_MODEL_LOAD, [&]() {
+      model->builder.reset();
+      if (model->mtl)
+        model->builder = std::make_unique<cbx::VoiceBuilder>(model->mtl->gguf(), model->mtl->config(),
+                                                             model->mtl->pool(), o);
+      else
+        model->builder = std::make_unique<cbx::VoiceBuilder>(model->pipe->gguf(), model->pipe->config(),
+                                                             model->pipe->pool(), o);
+      model->builder_opts = o;
+      return CBX_OK;
+    });
+    if (s != CBX_OK) return s;
+  }
+  return guarded(CBX_ERR_AUDIO, [&]() {
+    auto v = std::make_unique<cbx_voice>();
+    v->v = build(*model->builder, v->warnings);
+    *voice = v.release();
+    return CBX_OK;
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -99,6 +180,8 @@ const char* cbx_status_string(cbx_status s) {
     case CBX_ERR_ABORTED: return "aborted";
     case CBX_ERR_OUT_OF_MEMORY: return "out of memory";
     case CBX_ERR_INTERNAL: return "internal error";
+    case CBX_ERR_AUDIO: return "reference audio rejected";
+    case CBX_ERR_VOICE: return "voice rejected";
   }
   return "unknown status";
 }
@@ -199,6 +282,12 @@ const char* cbx_language_name(const char* code) {
 
 cbx_status cbx_synthesize(cbx_model* model, const char* text, const cbx_synth_params* params, float** audio,
                           size_t* n_samples, const cbx_callbacks* callbacks) {
+  return cbx_synthesize_voice(model, nullptr, text, params, audio, n_samples, callbacks);
+}
+
+cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const char* text,
+                                const cbx_synth_params* params, float** audio, size_t* n_samples,
+                                const cbx_callbacks* callbacks) {
   if (audio) *audio = nullptr;
   if (n_samples) *n_samples = 0;
   if (!model) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: model is NULL");
@@ -222,8 +311,16 @@ cbx_status cbx_synthesize(cbx_model* model, const char* text, const cbx_synth_pa
     return set_error(CBX_ERR_INVALID_ARGUMENT, std::string("cbx_synthesize: a ") + cbx::variant_name(model->variant) +
                                                    " model speaks English only; language '" + language +
                                                    "' needs a Multilingual model");
+  if (voice) {
+    const cbx_status vs = guarded(CBX_ERR_VOICE, [&]() {
+      cbx::check_voice(voice->v, model_config(model), "cbx_synthesize_voice: voice");
+      return CBX_OK;
+    });
+    if (vs != CBX_OK) return vs;
+  }
   return guarded(CBX_ERR_INTERNAL, [&]() {
     std::lock_guard<std::mutex> lock(model->mu);
+    VoiceScope voice_scope(*model, voice);
     const int32_t sr = cbx_model_sample_rate(model);
     cbx::SynthAudioFn on_audio;
     if (cb.on_audio)
@@ -270,6 +367,77 @@ cbx_status cbx_synthesize(cbx_model* model, const char* text, const cbx_synth_pa
 }
 
 void cbx_audio_free(float* audio) { std::free(audio); }
+
+cbx_voice_params cbx_voice_default_params(void) {
+  cbx_voice_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  p.exaggeration = -1;
+  p.norm_loudness = 1;
+  p.max_seconds = 0;
+  return p;
+}
+
+cbx_status cbx_voice_create(cbx_model* model, const char* audio_path, const cbx_voice_params* params,
+                            cbx_voice** voice) {
+  if (!voice) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_voice_create: voice is NULL");
+  *voice = nullptr;
+  if (!model || !audio_path)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_voice_create: model and audio_path must not be NULL");
+  const std::string path = audio_path;
+  return create_voice(model, params, voice, "cbx_voice_create", [&](cbx::VoiceBuilder& b, std::vector<std::string>& w) {
+    return b.build(path, nullptr, &w);
+  });
+}
+
+cbx_status cbx_voice_create_from_memory(cbx_model* model, const void* data, size_t size, const char* name,
+                                        const cbx_voice_params* params, cbx_voice** voice) {
+  if (!voice) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_voice_create_from_memory: voice is NULL");
+  *voice = nullptr;
+  if (!model || !data || size == 0)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_voice_create_from_memory: model and data must not be NULL or empty");
+  const std::string nm = name ? name : "<memory>";
+  return create_voice(model, params, voice, "cbx_voice_create_from_memory",
+                      [&](cbx::VoiceBuilder& b, std::vector<std::string>& w) {
+                        return b.build_from_memory(data, size, nm, nullptr, &w);
+                      });
+}
+
+cbx_status cbx_voice_load(const char* path, cbx_voice** voice) {
+  if (!voice) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_voice_load: voice is NULL");
+  *voice = nullptr;
+  if (!path) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_voice_load: path is NULL");
+  return guarded(CBX_ERR_VOICE, [&]() {
+    auto v = std::make_unique<cbx_voice>();
+    v->v = cbx::load_voice(path);
+    *voice = v.release();
+    return CBX_OK;
+  });
+}
+
+cbx_status cbx_voice_save(const cbx_voice* voice, const char* path) {
+  if (!voice || !path) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_voice_save: voice and path must not be NULL");
+  return guarded(CBX_ERR_VOICE, [&]() {
+    cbx::save_voice(voice->v, path);
+    return CBX_OK;
+  });
+}
+
+void cbx_voice_free(cbx_voice* voice) {
+  try {
+    delete voice;
+  } catch (...) {
+  }
+}
+
+const char* cbx_voice_variant(const cbx_voice* voice) { return voice ? cbx::variant_name(voice->v.variant) : nullptr; }
+
+int32_t cbx_voice_warning_count(const cbx_voice* voice) { return voice ? int32_t(voice->warnings.size()) : 0; }
+
+const char* cbx_voice_warning(const cbx_voice* voice, int32_t i) {
+  if (!voice || i < 0 || size_t(i) >= voice->warnings.size()) return nullptr;
+  return voice->warnings[size_t(i)].c_str();
+}
 
 cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* timings) {
   if (!model || !timings) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_last_timings: NULL argument");

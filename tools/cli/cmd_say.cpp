@@ -19,6 +19,7 @@
 #include "models/model_config.h"
 #include "pipeline/mtl_pipeline.h"
 #include "pipeline/turbo_pipeline.h"
+#include "pipeline/voice.h"
 
 namespace {
 
@@ -32,6 +33,8 @@ const char* kUsage =
     "  -o, --output F          16-bit PCM WAV; '-' writes raw 16-bit little-endian PCM to stdout,\n"
     "                          chunk by chunk as each text chunk finishes\n"
     "  --file F                read the text from F\n"
+    "  --voice F               speak with a cloned voice: NAME.voice (`chatterbox voice create`) or a\n"
+    "                          reference recording (built on the fly; same audio as its .voice)\n"
     "  --seed N                sampler / CFM noise / vocoder seed (default 0); same seed, same audio\n"
     "  --temperature T         (default: the model's, 0.8)\n"
     "  --top-k K               Turbo only (default 1000; 0 disables)\n"
@@ -57,8 +60,22 @@ double now_ms() {
 
 std::string read_all(std::istream& in) { return std::string(std::istreambuf_iterator<char>(in), {}); }
 
+// --voice: a .voice file or reference audio, set on the pipeline (Turbo or Multilingual).
+template <typename Pipeline>
+void use_voice(Pipeline& pipe, const std::string& path, bool verbose) {
+  if (path.empty()) return;
+  const double t0 = now_ms();
+  std::vector<std::string> warnings;
+  cbx::Voice v = cbx::load_or_build_voice(path, pipe.gguf(), pipe.config(), pipe.pool(), {}, nullptr, &warnings);
+  for (const std::string& w : warnings) std::fprintf(stderr, "say: warning: %s\n", w.c_str());
+  pipe.set_voice(v, path);
+  if (verbose)
+    std::fprintf(stderr, "say: voice %s (%s, from %s) ready in %.0f ms\n", path.c_str(), cbx::variant_name(v.variant),
+                 v.source.c_str(), now_ms() - t0);
+}
+
 int run(int argc, char** argv) {
-  std::string model, out, text, file;
+  std::string model, out, text, file, voice_path;
   bool have_text = false, verbose = false;
   cbx::TurboLoadParams lp;
   cbx::TurboSynthParams sp;
@@ -87,6 +104,7 @@ int run(int argc, char** argv) {
     } else if (a == "-m" || a == "--model") model = next();
     else if (a == "-o" || a == "--output") out = next();
     else if (a == "--file") file = next();
+    else if (a == "--voice") voice_path = next();
     else if (a == "--seed") sp.seed = std::strtoull(next().c_str(), nullptr, 10);
     else if (a == "--temperature") sp.temperature = float(num(next()));
     else if (a == "--top-k") sp.top_k = int32_t(num(next()));
@@ -166,6 +184,7 @@ int run(int argc, char** argv) {
     ml.max_new_tokens = lp.max_new_tokens;
     cbx::MtlPipeline pipe(model, ml);
     loaded(pipe.n_threads(), now_ms() - t0);
+    use_voice(pipe, voice_path, verbose);
     sr = pipe.sample_rate(), max_new = pipe.max_new_tokens();
     mp.seed = sp.seed;
     mp.temperature = sp.temperature;
@@ -176,6 +195,7 @@ int run(int argc, char** argv) {
   } else {
     cbx::TurboPipeline pipe(model, lp);
     loaded(pipe.n_threads(), now_ms() - t0);
+    use_voice(pipe, voice_path, verbose);
     sr = pipe.sample_rate(), max_new = pipe.max_new_tokens() + 1;
     audio = pipe.synthesize(text, sp, &tm, on_audio);
   }
