@@ -26,7 +26,8 @@ using E2eExtraFn = std::function<bool(const std::string& a, const std::function<
 bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage, E2eArgs& args,
                     const E2eExtraFn& extra = nullptr);
 
-double now_ms();       // steady clock
-double peak_rss_mb();  // VmHWM of this process
+double now_ms();         // steady clock
+double process_cpu_s();  // user + system CPU time of this process, all threads
+double peak_rss_mb();    // VmHWM of this process
 
 }  // namespace cbx::bench
