@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# chatterbox tokenize on a tiny synthetic Multilingual GGUF: ids equal the independent Python
+# reference (tests/mtl_tokenizer_reference.py) on the checkpoint's tokenizer files, --prepared
+# prints the pre-BPE string, --raw skips punc_norm, and bad usage gives clear errors.
+# Usage: test_tokenize_cli.sh BUILD_DIR   (exit 77 = skipped)
+set -euo pipefail
+BUILD=${1:?usage: test_tokenize_cli.sh BUILD_DIR}
+SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+CLI="$BUILD/bin/chatterbox"
+MK="$BUILD/bin/chatterbox-mkckpt"
+[ -x "$CLI" ] && [ -x "$MK" ] || { echo "skip: chatterbox / chatterbox-mkckpt not built"; exit 77; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$MK" --variant mtl --size tiny --seed 3 --threads 1 "$TMP/ckpt" > /dev/null 2>&1 || fail "mkckpt"
+"$CLI" convert "$TMP/ckpt" -o "$TMP/m.gguf" --type f32 > /dev/null 2>&1 || fail "convert"
+tok() { "$CLI" tokenize -m "$TMP/m.gguf" "$@"; }
+
+# Prepared string and ids, then the same through the Python reference (texts given after punc_norm
+# by hand: "Bonjour: ça va" -> "Bonjour, ça va." ; the others need no change).
+out=$(tok --lang FR --prepared "Bonjour: ça va")
+[ "$(echo "$out" | head -1)" = $'[fr]bonjour,[SPACE]c\xcc\xa7a[SPACE]va.' ] || fail "--prepared (NFKD c + U+0327): $out"
+ids_fr=$(echo "$out" | tail -1)
+ids_ru=$(tok --lang ru "Привет, мир!")
+ids_ko=$(tok --lang ko "안녕하세요, 만나서 반갑습니다!")
+ids_el=$(tok --lang el "ΟΔΟΣ 12, Ελλάδα.")
+raw_en=$(tok --lang en --raw "hello: world")
+norm_en=$(tok --lang en "hello: world")
+[ "$raw_en" != "$norm_en" ] || fail "--raw made no difference"
+
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c "import regex" 2>/dev/null; then
+  cat > "$TMP/req.json" <<JSON
+{"tokenizer": "$TMP/ckpt/grapheme_mtl_merged_expanded_v1.json", "cangjie": "$TMP/ckpt/Cangjie5_TC.json",
+ "cases": [{"lang": "fr", "text": "Bonjour, ça va."}, {"lang": "ru", "text": "Привет, мир!"},
+           {"lang": "ko", "text": "안녕하세요, 만나서 반갑습니다!"}, {"lang": "el", "text": "ΟΔΟΣ 12, Ελλάδα."},
+           {"lang": "en", "text": "hello: world"}]}
+JSON
+  /usr/bin/python3 "$SRC/tests/mtl_tokenizer_reference.py" "$TMP/req.json" "$TMP/out.json" || fail "reference"
+  mapfile -t want < <(/usr/bin/python3 -c "
+import json, sys
+for c in json.load(open(sys.argv[1]))['cases']: print(' '.join(map(str, c['ids'])))" "$TMP/out.json")
+  [ "$ids_fr" = "${want[0]}" ] || fail "fr: $ids_fr != ${want[0]}"
+  [ "$ids_ru" = "${want[1]}" ] || fail "ru: $ids_ru != ${want[1]}"
+  [ "$ids_ko" = "${want[2]}" ] || fail "ko: $ids_ko != ${want[2]}"
+  [ "$ids_el" = "${want[3]}" ] || fail "el: $ids_el != ${want[3]}"
+  [ "$raw_en" = "${want[4]}" ] || fail "en --raw: $raw_en != ${want[4]}"
+else
+  echo "note: /usr/bin/python3 with regex missing; reference comparison skipped"
+fi
+
+# Bad usage.
+if tok "no language" 2> "$TMP/err"; then fail "missing --lang accepted"; fi
+grep -q "supported languages: ar, da, de" "$TMP/err" || fail "missing --lang message: $(cat "$TMP/err")"
+if tok --lang xx "hi" 2> "$TMP/err"; then fail "unknown language accepted"; fi
+grep -q "unsupported language 'xx'" "$TMP/err" || fail "unknown language message: $(cat "$TMP/err")"
+if tok --lang en $'bad \xc3\x28' 2> "$TMP/err"; then fail "invalid UTF-8 accepted"; fi
+grep -q "invalid UTF-8" "$TMP/err" || fail "invalid UTF-8 message: $(cat "$TMP/err")"
+if "$CLI" tokenize --lang en "x" 2> "$TMP/err"; then fail "missing -m accepted"; fi
+grep -q -- "-m MODEL.gguf is required" "$TMP/err" || fail "missing -m message: $(cat "$TMP/err")"
+[ "$(tok --lang en -- "-dash")" = "$(tok --lang en --raw -- "-dash.")" ] || fail "-- TEXT"
+echo "ok"
