@@ -134,6 +134,15 @@ expect_error "cut.voice" -- "${SAY[@]}" "$TEXT" -o "$T/x.wav" --voice "$T/cut.vo
 p=$("$B" voice info "$T/mtl.voice" | sed -n 's/^cond_prompt_tokens: \[\([0-9]*\)\].*/\1/p')
 [ -n "$p" ] && [ "$p" -le 150 ] || fail "mtl voice has $p T3 prompt tokens (max 150)"
 expect_error "built for a mtl model" "turbo model" -- "${SAY[@]}" "$TEXT" -o "$T/x.wav" --voice "$T/mtl.voice"
+# Multilingual: say --voice with the .voice and with the reference give the same audio.
+MSAY=("$B" say -m "$T/mtl.gguf" --lang fr --max-tokens 10 --threads 2)
+"${MSAY[@]}" "Bonjour." -o "$T/m1.wav" --seed 4 --voice "$T/mtl.voice" 2> "$T/m1.err" ||
+  { cat "$T/m1.err"; fail "say --voice (mtl)"; }
+"${MSAY[@]}" "Bonjour." -o "$T/m2.wav" --seed 4 --voice "$T/ref.wav" 2> /dev/null || fail "say --voice REF (mtl)"
+cmp -s "$T/m1.wav" "$T/m2.wav" || fail "mtl: say --voice NAME.voice and --voice REF differ"
+"${MSAY[@]}" "Bonjour." -o "$T/m3.wav" --seed 4 2> /dev/null || fail "say (mtl built-in voice)"
+cmp -s "$T/m1.wav" "$T/m3.wav" && fail "mtl: the cloned voice gave the built-in voice's audio"
+expect_error "built for a turbo model" "mtl model" -- "${MSAY[@]}" "Bonjour." -o "$T/x.wav" --voice "$T/a.voice"
 expect_error "built for a turbo model" -- "$B" voice info "$T/a.voice" -m "$T/mtl.gguf"
 
 echo "test_voice: OK"
