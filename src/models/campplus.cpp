@@ -119,6 +119,10 @@ struct CampPlus::Impl {
   // memory-bound or small, and each pooled op is a synchronisation, which costs a scheduler
   // time slice when the machine is oversubscribed. The GEMM-sized convs use the caller's pool.
   ThreadPool solo{1};
+  // Per pool thread: scratch of the head's single-threaded conv1d calls (row-offset tables,
+  // a few KB; the headroom covers conv1d's BF16 GEMM mode packing its panels there).
+  std::vector<Arena> tscratch;
+  static constexpr size_t kThreadScratch = size_t(2) << 20;
   Capture capture;
 
   void emit(const char* name, const Tensor& t) const {
@@ -135,13 +139,14 @@ size_t CampPlus::Impl::arena_bytes(int64_t T) const {
   const int64_t T2 = t_half(T), m = cfg.head_channels, F = cfg.feat_dim;
   const int64_t S = (T2 + cfg.seg_len - 1) / cfg.seg_len;
   const size_t slabs = 2 * f32_bytes(c_max * T2);
-  // head: the input map [F+2, 1, T+2], the first [F+2, m, T+2] map, two [F/2+2, m, T+2]
-  // maps, the conv1d row-offset tables, and the tdnn's strided conv1d im2col.
+  // head: the input map [F+2, 1, T+2], the first [F+2, m, T+2] map, three [F/2+2, m, T+2]
+  // maps (the third holds the projection shortcuts), and the tdnn's strided conv1d im2col.
+  // (The head's conv1d row-offset tables come from the per-thread arenas.)
   const int64_t W = T + 2;
   const size_t tdnn_col = f32_bytes(std::max<int64_t>(int64_t(1) << 20, m * n_freq[3] * cfg.tdnn_kernel * 16)) +
                           size_t(m * n_freq[3] * cfg.tdnn_kernel) * 8 + kSlack;
-  const size_t head = f32_bytes((F + 2) * W) + f32_bytes((F + 2) * m * W) + 2 * f32_bytes((n_freq[1] + 2) * m * W) +
-                      std::max(tdnn_col, size_t(9 * m) * 8 + kSlack);
+  const size_t head = f32_bytes((F + 2) * W) + f32_bytes((F + 2) * m * W) + 3 * f32_bytes((n_freq[1] + 2) * m * W) +
+                      tdnn_col;
   // blocks: normalised input [c_max, T2], bottleneck [bn, T2], context / mask maps [., S],
   // the padded input of the local conv and its row offsets, stats.
   const int64_t bn = cfg.bn_channels;
@@ -178,6 +183,9 @@ CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples)
   CBX_CHECK(max_samples >= 1, "campplus: max_samples %lld must be >= 1", (long long)max_samples);
   m.max_samples = max_samples;
   m.max_frames = m.fbank.num_frames(size_t(max_samples));
+  CBX_CHECK(size_t(k.head_channels) * 3 * 3 * 8 + 256 <= Impl::kThreadScratch,
+            "%s: campplus head_channels %d too large for the per-thread conv scratch", f.path().c_str(),
+            k.head_channels);
   m.n_freq[0] = k.feat_dim;
   for (int i = 1; i < 4; ++i) m.n_freq[i] = (m.n_freq[i - 1] - 1) / 2 + 1;
 
@@ -333,13 +341,31 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
       return make_view(m.store, n, sh, st, offset_f * 4);
     };
     auto interior = [&](const Map& m) { return view(m, {m.H * m.C, T}, {W, 1}, m.C * W + 1); };
-    // 3x3 conv, stride (s, 1), pad 1: in [H, C] -> out [Ho, O] (out already shaped).
-    auto conv3 = [&](const Map& in, const Tensor& w, const Tensor& bias, Map& out, int64_t s) {
-      Tensor x = view(in, {out.H, 3 * in.C, W}, {s * in.C * W, W, 1}, 0);
-      Tensor y = view(out, {out.H, out.C, T}, {out.C * W, W, 1}, out.C * W + 1);
-      conv1d(pool, x, w, bias, y, Conv1dParams{}, &arena);
+    // Each step below is one parallel region: the threads own ranges of output rows and run
+    // the ops on them single-threaded (one synchronisation per step instead of one per row).
+    if (tscratch.size() < size_t(pool.size())) {  // once per larger pool: conv1d row-offset tables
+      for (size_t i = tscratch.size(); i < size_t(pool.size()); ++i) tscratch.emplace_back(kThreadScratch);
+    }
+    auto rows_par = [&](int64_t rows, const auto& fn) {
+      auto body = [&](int ith, int nth) {
+        int64_t r0, r1;
+        ThreadPool::split(rows, ith, nth, &r0, &r1);
+        if (r1 > r0) fn(r0, r1, tscratch[size_t(ith)]);
+      };
+      if (pool.size() <= 1 || rows < 2) body(0, 1);
+      else pool.run(body);
     };
-    Map maps[3] = {new_map(F, mc), new_map(F1, mc), new_map(F1, mc)};
+    auto interior_rows = [&](const Map& m, int64_t r0, int64_t r1) {  // output rows [r0, r1)
+      return view(m, {(r1 - r0) * m.C, T}, {W, 1}, m.C * W + 1 + r0 * m.C * W);
+    };
+    // 3x3 conv, stride (s, 1), pad 1, rows [r0, r1) of out: in [H, C] -> out [Ho, O].
+    auto conv3 = [&](const Map& in, const Tensor& w, const Tensor& bias, Map& out, int64_t s, int64_t r0,
+                     int64_t r1, Arena& sc) {
+      Tensor x = view(in, {r1 - r0, 3 * in.C, W}, {s * in.C * W, W, 1}, r0 * s * in.C * W);
+      Tensor y = view(out, {r1 - r0, out.C, T}, {out.C * W, W, 1}, out.C * W + 1 + r0 * out.C * W);
+      conv1d(solo, x, w, bias, y, Conv1dParams{}, &sc);
+    };
+    Map maps[4] = {new_map(F, mc), new_map(F1, mc), new_map(F1, mc), new_map(F1, mc)};
     // Input [F, 1]: the fbank transposed.
     Map x0 = new_map(F, 1);
     shape_map(x0, F, 1);
@@ -347,32 +373,40 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
     for (int64_t t = 0; t < T; ++t)
       for (int64_t fq = 0; fq < F; ++fq) xp[(fq + 1) * W + t + 1] = feats[t * F + fq];
     shape_map(maps[0], F, mc);
-    conv3(x0, h_c1_w, h_c1_b, maps[0], 1);
-    Tensor iv = interior(maps[0]);
-    relu(solo, iv, iv);
+    rows_par(F, [&](int64_t r0, int64_t r1, Arena& sc) {
+      conv3(x0, h_c1_w, h_c1_b, maps[0], 1, r0, r1, sc);
+      Tensor o = interior_rows(maps[0], r0, r1);
+      relu(solo, o, o);
+    });
     int in = 0;
     for (const HeadBlock& hb : head) {
       const int64_t ho = (maps[in].H - 1) / hb.stride + 1;
-      const int a = in == 0 ? 1 : 0, b = 3 - in - a;  // the two maps `in` is not
+      const int a = in == 0 ? 1 : 0, b = 3 - in - a;  // two of maps 0..2 that `in` is not
       shape_map(maps[a], ho, mc);
       shape_map(maps[b], ho, mc);
-      conv3(maps[in], hb.c1_w, hb.c1_b, maps[a], hb.stride);
-      Tensor o1 = interior(maps[a]);
-      relu(solo, o1, o1);
-      conv3(maps[a], hb.c2_w, hb.c2_b, maps[b], 1);
-      Tensor o2 = interior(maps[b]);
-      if (!hb.sc_w.empty()) {
-        // 1x1 stride (s, 1) projection into o1's storage (o1 is dead once o2 exists).
-        const Map& src = maps[in];
-        Tensor x = view(src, {ho, src.C, T}, {hb.stride * src.C * W, W, 1}, src.C * W + 1);
-        Tensor y = view(maps[a], {ho, mc, T}, {mc * W, W, 1}, mc * W + 1);
-        conv1d(pool, x, hb.sc_w, hb.sc_b, y, Conv1dParams{}, &arena);
-        add(solo, o2, o1, o2);
-      } else {
-        Tensor xi = interior(maps[in]);
-        add(solo, o2, xi, o2);
-      }
-      relu(solo, o2, o2);
+      rows_par(ho, [&](int64_t r0, int64_t r1, Arena& sc) {
+        conv3(maps[in], hb.c1_w, hb.c1_b, maps[a], hb.stride, r0, r1, sc);
+        Tensor o1 = interior_rows(maps[a], r0, r1);
+        relu(solo, o1, o1);
+      });
+      rows_par(ho, [&](int64_t r0, int64_t r1, Arena& sc) {
+        conv3(maps[a], hb.c2_w, hb.c2_b, maps[b], 1, r0, r1, sc);
+        Tensor o2 = interior_rows(maps[b], r0, r1);
+        if (!hb.sc_w.empty()) {  // 1x1 stride (s, 1) projection of `in` into map 3
+          const Map& src = maps[in];
+          Map& dst = maps[3];
+          Tensor x = view(src, {r1 - r0, src.C, T}, {hb.stride * src.C * W, W, 1},
+                          src.C * W + 1 + r0 * hb.stride * src.C * W);
+          Tensor y = view(dst, {r1 - r0, mc, T}, {mc * W, W, 1}, mc * W + 1 + r0 * mc * W);
+          conv1d(solo, x, hb.sc_w, hb.sc_b, y, Conv1dParams{}, &sc);
+          Tensor yi = view(dst, {(r1 - r0) * mc, T}, {W, 1}, mc * W + 1 + r0 * mc * W);
+          add(solo, o2, yi, o2);
+        } else {
+          Tensor xi = interior_rows(maps[in], r0, r1);
+          add(solo, o2, xi, o2);
+        }
+        relu(solo, o2, o2);
+      });
       in = b;
     }
     // conv2: stride (2, 1) -> [F/8, mc]
@@ -380,9 +414,12 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
     const int64_t h3 = (maps[in].H - 1) / 2 + 1;
     CBX_ASSERT(h3 == n_freq[3]);
     shape_map(maps[out], h3, mc);
-    conv3(maps[in], h_c2_w, h_c2_b, maps[out], 2);
+    rows_par(h3, [&](int64_t r0, int64_t r1, Arena& sc) {
+      conv3(maps[in], h_c2_w, h_c2_b, maps[out], 2, r0, r1, sc);
+      Tensor o = interior_rows(maps[out], r0, r1);
+      relu(solo, o, o);
+    });
     Tensor flat = interior(maps[out]);  // [F8 * mc, T], row f * mc + c
-    relu(solo, flat, flat);
     if (capture) {  // upstream's channel-major order, row c * F8 + f
       std::vector<float> hv(size_t(mc * h3 * T));
       for (int64_t f8 = 0; f8 < h3; ++f8)
