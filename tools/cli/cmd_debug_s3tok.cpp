@@ -29,6 +29,7 @@ const char* kUsage =
     "  -o, --out F      int32 [T]: speech tokens (T = ceil(ceil(frames / 2) / 2), frames = n / 160)\n"
     "  --max-tokens N   keep at most 4 N mel frames, i.e. at most N tokens (upstream max_len)\n"
     "  --out-proj F     float32 [T, 8]: project_down output, the FSQ input (before tanh)\n"
+    "  --out-encoder F  float32 [T, n_state]: the encoder output (after the last block)\n"
     "  --dump-dir DIR   write every named intermediate of the first run as DIR/NAME.npy\n"
     "  --repeat N       run N times and print each run's time, the median and the best\n"
     "  --timings        print the time spent up to each named intermediate (last run)\n"
@@ -49,7 +50,7 @@ double process_cpu_s() {
 }
 
 int run(int argc, char** argv) {
-  std::string model, wav_path, out, out_proj, dump_dir;
+  std::string model, wav_path, out, out_proj, out_enc, dump_dir;
   int threads = 2, repeat = 1;
   long long max_tokens = -1;
   bool timings = false;
@@ -67,6 +68,7 @@ int run(int argc, char** argv) {
     else if (a == "-o" || a == "--out") out = next();
     else if (a == "--max-tokens") max_tokens = std::atoll(next().c_str());
     else if (a == "--out-proj") out_proj = next();
+    else if (a == "--out-encoder") out_enc = next();
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
     else if (a == "--threads") threads = std::atoi(next().c_str());
@@ -85,6 +87,8 @@ int run(int argc, char** argv) {
   const cbx::ModelConfig cfg = cbx::read_config(*f);
   cbx::S3Tokenizer tok(*f, cfg, std::max<int64_t>(n, 201));
   cbx::ThreadPool pool(threads);
+  const std::string enc_name =
+      cfg.s3tok.n_layer > 0 ? "s3tok.block" + std::to_string(cfg.s3tok.n_layer - 1) + ".out" : "s3tok.conv2";
 
   using Clock = std::chrono::steady_clock;
   std::vector<std::pair<std::string, Clock::time_point>> marks;
@@ -93,13 +97,14 @@ int run(int argc, char** argv) {
   double cpu_ms = 0;
   for (int it = 0; it < repeat; ++it) {
     const bool dump = it == 0 && !dump_dir.empty(), last = it == repeat - 1;
-    const bool proj = last && !out_proj.empty(), timed = last && timings && !dump;
+    const bool proj = last && (!out_proj.empty() || !out_enc.empty()), timed = last && timings && !dump;
     marks.clear();
     if (dump || proj || timed)
       tok.set_capture([&](const std::string& name, const cbx::Tensor& t) {
         if (timed) marks.emplace_back(name, Clock::now());
         if (dump) save_tensor(dump_dir + "/" + name + ".npy", t);
-        if (proj && name == "s3tok.project_down") save_tensor(out_proj, t);
+        if (proj && !out_proj.empty() && name == "s3tok.project_down") save_tensor(out_proj, t);
+        if (proj && !out_enc.empty() && name == enc_name) save_tensor(out_enc, t);
       });
     const double c0 = process_cpu_s();
     const auto t0 = std::chrono::steady_clock::now();
