@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -346,6 +347,23 @@ TEST_F(MtlTokenizerTest, HugeInputCompletes) {
   std::string spaces;
   while (spaces.size() < 100000) spaces += "a ";
   EXPECT_EQ(tok.encode(spaces, "en").size(), 1u + 50000 + 50000);  // tag, then a, [SPACE] pairs (no punc_norm here)
+}
+
+// encode is const and may run on several threads at once (the pipeline's chunker, C API users).
+TEST_F(MtlTokenizerTest, ConcurrentEncodeIsConsistent) {
+  const MtlTokenizer tok = MtlTokenizer::from_files(json_path(), cangjie_path());
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& [lang, text] : samples()) want.push_back(tok.encode(text, lang));
+  std::vector<int> bad(4, 0);
+  std::vector<std::thread> th;
+  for (int t = 0; t < 4; ++t)
+    th.emplace_back([&, t] {
+      for (int r = 0; r < 20; ++r)
+        for (size_t i = 0; i < samples().size(); ++i)
+          if (tok.encode(samples()[i].second, samples()[i].first) != want[i]) ++bad[size_t(t)];
+    });
+  for (auto& x : th) x.join();
+  EXPECT_EQ(bad, std::vector<int>(4, 0));
 }
 
 // Language steps and case mapping without Python.

@@ -46,18 +46,22 @@ const std::string* CangjieTable::find(const std::string& glyph) const {
 
 namespace {
 
-// The word BreakIterator is expensive to create (dictionary load): one prototype, cloned per
-// call (clones are cheap and thread-safe to use independently).
-const icu::BreakIterator& word_breaker() {
+// The word BreakIterator is expensive to create (dictionary load): one prototype, never given
+// text, cloned per call under a lock (ICU iterators are not thread-safe; clones are independent).
+std::unique_ptr<icu::BreakIterator> new_word_breaker() {
   static std::unique_ptr<icu::BreakIterator> proto;
   static std::once_flag once;
+  static std::mutex mu;
   std::call_once(once, [] {
     UErrorCode st = U_ZERO_ERROR;
     proto.reset(icu::BreakIterator::createWordInstance(icu::Locale("zh"), st));
     if (U_FAILURE(st)) proto.reset();
   });
   CBX_CHECK(proto != nullptr, "text: ICU word BreakIterator for 'zh' unavailable");
-  return *proto;
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<icu::BreakIterator> bi(proto->clone());
+  CBX_CHECK(bi != nullptr, "text: cannot clone the ICU word BreakIterator");
+  return bi;
 }
 
 void segment_fragment(const std::string& frag, icu::BreakIterator& bi, std::string& out) {
@@ -76,8 +80,7 @@ void segment_fragment(const std::string& frag, icu::BreakIterator& bi, std::stri
 }  // namespace
 
 std::string zh_segment(const std::string& text) {
-  std::unique_ptr<icu::BreakIterator> bi(word_breaker().clone());
-  CBX_CHECK(bi != nullptr, "text: cannot clone the ICU word BreakIterator");
+  const std::unique_ptr<icu::BreakIterator> bi = new_word_breaker();
   std::string out, frag;
   for (size_t i = 0; i <= text.size();) {
     char32_t cp = 0;
