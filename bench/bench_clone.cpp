@@ -16,6 +16,8 @@
 // The front-ends inside the networks are then timed alone on the same signals (fe_ve_mel_ms,
 // fe_fbank_ms, fe_s3tok_mel_t3_ms, fe_s3tok_mel_s3gen_ms) to show their share. load_ms (binding the
 // networks, reserving scratch) is printed once; it is paid once per model, not per voice.
+// Then each network alone on the same signals, wall and CPU/threads medians (cpu_* lines), to
+// attribute the build's time on a shared machine.
 // clone_cpu_ms = process CPU time of one build / threads (median): an estimate of the unloaded
 // wall time when the machine is shared (a preempted thread accrues no CPU time; spin-waits for a
 // preempted partner still count, so it is pessimistic with 2 threads).
@@ -35,7 +37,10 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
+#include "models/campplus.h"
 #include "models/model_config.h"
+#include "models/s3_tokenizer.h"
+#include "models/voice_encoder.h"
 #include "pipeline/voice.h"
 
 namespace cbx::bench {
@@ -128,6 +133,24 @@ int run_clone(int argc, char** argv) {
     fe_ve.push_back(t1 - t0), fe_fb.push_back(t2 - t1), fe_t3.push_back(t3 - t2), fe_s3.push_back(t4 - t3);
   }
 
+  // Each network alone: wall and CPU/threads.
+  VoiceEncoder ve(*f, c, int64_t(ref16.size()));
+  CampPlus cp(*f, c, int64_t(s3_16.size()));
+  S3Tokenizer tok(*f, c, int64_t(std::max(n_t3, s3_16.size())));
+  std::vector<double> w_ve, w_cp, w_t3, w_s3, c_ve, c_cp, c_t3, c_s3;
+  auto timed = [&](std::vector<double>& w, std::vector<double>& cc, auto&& fn) {
+    const double w0 = now_ms(), c0 = cpu_ms();
+    fn();
+    w.push_back(now_ms() - w0);
+    cc.push_back((cpu_ms() - c0) / threads);
+  };
+  for (int r = 0; r < runs; ++r) {
+    timed(w_ve, c_ve, [&] { ve.embed(pool, ref16.data(), int64_t(ref16.size())); });
+    timed(w_cp, c_cp, [&] { cp.embed(pool, s3_16.data(), int64_t(s3_16.size())); });
+    timed(w_t3, c_t3, [&] { tok.tokenize(pool, ref16.data(), int64_t(n_t3), c.t3.cond_prompt_len); });
+    timed(w_s3, c_s3, [&] { tok.tokenize(pool, s3_16.data(), int64_t(s3_16.size())); });
+  }
+
   std::printf("bench clone: %s (%s), ref %s: %d Hz, %d ch, %.2f s used; %d threads, median of %d runs\n",
               model.c_str(), variant_name(c.variant), ref.c_str(), v.source_sample_rate, v.source_channels,
               double(v.ref_samples) / 24000.0, threads, runs);
@@ -142,6 +165,10 @@ int run_clone(int argc, char** argv) {
               med(&VoiceBuildTimings::s3tok_s3gen_ms));
   std::printf("fe_ve_mel_ms=%.2f fe_fbank_ms=%.2f fe_s3tok_mel_t3_ms=%.2f fe_s3tok_mel_s3gen_ms=%.2f  (inside the above)\n",
               median(fe_ve), median(fe_fb), median(fe_t3), median(fe_s3));
+  std::printf("alone: ve_ms=%.1f campplus_ms=%.1f s3tok_t3_ms=%.1f s3tok_s3gen_ms=%.1f\n", median(w_ve),
+              median(w_cp), median(w_t3), median(w_s3));
+  std::printf("alone: cpu_ve_ms=%.1f cpu_campplus_ms=%.1f cpu_s3tok_t3_ms=%.1f cpu_s3tok_s3gen_ms=%.1f\n",
+              median(c_ve), median(c_cp), median(c_t3), median(c_s3));
   std::printf("tokens: t3_prompt=%zu s3gen_prompt=%zu prompt_frames=%lld\n", v.cond_prompt_tokens.size(),
               v.prompt_token.size(), (long long)v.n_prompt_frames());
   std::printf("clone_cpu_ms=%.1f\n", median(cpu));
