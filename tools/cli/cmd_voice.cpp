@@ -185,6 +185,7 @@ int run(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  CBX_CHECK(!sub.empty(), "voice: give a subcommand, create or info\n%s", kUsage);
   cbx::fail("voice: unknown subcommand '%s' (create or info)\n%s", sub.c_str(), kUsage);
 }
 
