@@ -14,6 +14,12 @@
 //                    Also the RMS of e must stay below 2e-3 (random rounding errors cancel).
 // Against the generic kernels (same quantization of x, only the summation order differs):
 //   1e-5 for all types, except bf16 on AVX-512 (x in bf16 there, f32 in generic): 4e-3.
+// These run in F32 GEMM precision (a GemmPrecisionScope); the BF16 GEMM precision
+// (ops/matmul.h) is checked separately: x and the weights are rounded to bf16 (each by a
+// relative 2^-9 at most), so |y - ref| <= (2 * 2^-9 + 2^-18) sum_k |w_k x_k| (+ the f32
+// accumulation, ~1e-6): asserted per output as 4e-3 of sum_k |w_k x_k|. Where the BF16
+// GEMM does not exist (no AMX, CBX_NO_AMX=1, other ISAs) a BF16 request must give exactly
+// the F32 result.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -164,6 +170,7 @@ class MatmulTest : public ::testing::TestWithParam<DType> {
 
 TEST_P(MatmulTest, AgreesWithGenericAndReference) {
   const DType t = GetParam();
+  GemmPrecisionScope exact(GemmPrecision::F32);
   const bool quant = type_traits(t).is_quantized;
   struct Shape {
     int64_t m, k, n;
@@ -209,6 +216,140 @@ TEST(Matmul, Bf16GemmWithoutAmx) {
     Errors e = run_case(DType::BF16, m, k, n, true, true, seed += 10, &matmul_kernels_avx512_no_amx());
     EXPECT_LE(e.max_ref, 4e-3) << "M=" << m << " K=" << k << " N=" << n;
     EXPECT_LE(e.max_gen, 4e-3) << "M=" << m << " K=" << k << " N=" << n;
+  }
+}
+
+// BF16 GEMM precision for every weight type: per-output bound (see the top), and either a
+// result that differs from the F32 GEMM (the bf16 kernel ran) or, without one, the F32
+// result bit for bit.
+TEST_P(MatmulTest, Bf16PrecisionBoundAndFallback) {
+  const DType t = GetParam();
+  const MatmulKernels& kern = matmul_kernels(active_isa());
+  const bool have = gemm_bf16_available();
+  uint32_t seed = 2000;
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{65, 576, 300}, {40, 96, 9}, {33, 1088, 70},
+                         {100, 64, 33}}) {
+    SCOPED_TRACE(testing::Message() << dtype_name(t) << " M=" << m << " K=" << k << " N=" << n
+                                    << " isa=" << isa_name(active_isa()) << " bf16 gemm=" << have);
+    Weight w = make_weight(t, m, k, seed += 10, 64);
+    Mat x = make_mat(n, k, 5, seed + 1);
+    Mat y = make_mat(n, m, 3, seed + 2), yf = make_mat(n, m, 0, seed + 3);
+    std::vector<float> bv(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) bv[size_t(i)] = 0.05f * float(i % 5) - 0.1f;
+    Tensor bt = make_tensor(DType::F32, {m}, bv.data(), bv.size() * 4);
+    matmul_with_precision(kern, GemmPrecision::BF16, pool(), w.t, &bt, x.t, y.t);
+    matmul_with_precision(kern, GemmPrecision::F32, pool(), w.t, &bt, x.t, yf.t);
+    double worst = 0;
+    bool differs = false, same_bits = true;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double ref = bv[size_t(j)], mag = 0;
+        const float* wr = w.deq.data() + j * k;
+        for (int64_t c = 0; c < k; ++c) {
+          ref += double(wr[c]) * x.at(i, c);
+          mag += std::fabs(double(wr[c]) * x.at(i, c));
+        }
+        worst = std::max(worst, std::fabs(y.at(i, j) - ref) / (mag + 1e-30));
+        differs |= y.at(i, j) != yf.at(i, j);
+        same_bits &= std::memcmp(&y.at(i, j), &yf.at(i, j), 4) == 0;
+      }
+    EXPECT_LE(worst, 4e-3);
+    if (t == DType::BF16) EXPECT_TRUE(same_bits) << "BF16 weights run one GEMM in either precision";
+    else if (have) EXPECT_TRUE(differs) << "BF16 precision gave the F32 result: the bf16 GEMM did not run";
+    else EXPECT_TRUE(same_bits) << "without a bf16 GEMM, BF16 precision must run the F32 GEMM";
+  }
+}
+
+TEST(Matmul, PrecisionPolicy) {
+  EXPECT_EQ(parse_gemm_precision("f32", "t"), GemmPrecision::F32);
+  EXPECT_EQ(parse_gemm_precision("bf16", "t"), GemmPrecision::BF16);
+  EXPECT_EQ(parse_gemm_precision("auto", "t"), GemmPrecision::Auto);
+  EXPECT_THROW(parse_gemm_precision("fp16", "t"), Error);
+  EXPECT_THROW(parse_gemm_precision(nullptr, "t"), Error);
+  EXPECT_EQ(resolve_gemm_precision(GemmPrecision::F32, true), GemmPrecision::F32);
+  EXPECT_EQ(resolve_gemm_precision(GemmPrecision::BF16, false), GemmPrecision::BF16);
+  if (gemm_precision_env() == GemmPrecision::Auto) {  // CBX_GEMM unset
+    EXPECT_EQ(resolve_gemm_precision(GemmPrecision::Auto, true), GemmPrecision::BF16);
+    EXPECT_EQ(resolve_gemm_precision(GemmPrecision::Auto, false), GemmPrecision::F32);
+    EXPECT_EQ(gemm_precision_for_f32_weights(), GemmPrecision::F32);
+  }
+  EXPECT_FALSE(gemm_weight_is_lossy(DType::F32));
+  EXPECT_TRUE(gemm_weight_is_lossy(DType::Q4_0));
+  EXPECT_EQ(gemm_precision_scope(), GemmPrecision::Auto);
+  {
+    GemmPrecisionScope a(GemmPrecision::BF16);
+    EXPECT_EQ(gemm_precision_scope(), GemmPrecision::BF16);
+    EXPECT_EQ(gemm_precision_for_f32_weights(), GemmPrecision::BF16);
+    {
+      GemmPrecisionScope b(GemmPrecision::F32);
+      EXPECT_EQ(gemm_precision_scope(), GemmPrecision::F32);
+      GemmPrecisionScope c(GemmPrecision::Auto);  // Auto keeps the enclosing scope
+      EXPECT_EQ(gemm_precision_scope(), GemmPrecision::F32);
+    }
+    EXPECT_EQ(gemm_precision_scope(), GemmPrecision::BF16);
+  }
+  EXPECT_EQ(gemm_precision_scope(), GemmPrecision::Auto);
+  // Q4_0 weights under a BF16 scope and under an F32 scope through the plain front-end.
+  if (forced_isa_unavailable()) return;
+  Weight w = make_weight(DType::Q4_0, 64, 256, 3);
+  Mat x = make_mat(40, 256, 0, 4), y1 = make_mat(40, 64, 0, 5), y2 = make_mat(40, 64, 0, 6);
+  {
+    GemmPrecisionScope s(GemmPrecision::BF16);
+    matmul(pool(), w.t, x.t, y1.t);
+  }
+  {
+    GemmPrecisionScope s(GemmPrecision::F32);
+    matmul(pool(), w.t, x.t, y2.t);
+  }
+  EXPECT_EQ(std::memcmp(y1.v.data(), y2.v.data(), 40 * 64 * 4) != 0, gemm_bf16_available());
+}
+
+// The k-major bf16 GEMM used by convolutions: C = bias + A B with B rows by offset and by
+// stride, against a double reference (bound as above).
+TEST(Matmul, Bf16KMajorGemm) {
+  if (forced_isa_unavailable()) GTEST_SKIP();
+  for (auto [m, n, k, use_off] : {std::tuple<int64_t, int64_t, int64_t, bool>{70, 301, 600, true},
+                                  {32, 64, 32, false}, {5, 7, 1100, true}, {64, 1000, 96, false}}) {
+    SCOPED_TRACE(testing::Message() << "m=" << m << " n=" << n << " k=" << k);
+    Mat a = make_mat(m, k, 3, uint32_t(m + n));
+    const int64_t b_rs = n + 9;
+    Mat b = make_mat(k + 2, b_rs, 0, uint32_t(k));
+    std::vector<int64_t> off(static_cast<size_t>(k));
+    for (int64_t i = 0; i < k; ++i) off[size_t(i)] = ((i * 7) % k) * b_rs + 1;  // a permutation of rows, +1 col
+    auto brow = [&](int64_t i) { return b.v.data() + (use_off ? off[size_t(i)] : i * b_rs); };
+    std::vector<float> c(size_t(m * (n + 4)), 7.f), bias(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) bias[size_t(i)] = 0.01f * float(i);
+    KMajorGemm q;
+    q.a = a.v.data();
+    q.a_rs = a.ld;
+    q.b = b.v.data();
+    q.b_off = use_off ? off.data() : nullptr;
+    q.b_rs = b_rs;
+    q.c = c.data();
+    q.c_rs = n + 4;
+    q.bias = bias.data();
+    q.m = m;
+    q.n = n;
+    q.k = k;
+    Arena arena(gemm_bf16_kmajor_scratch_bytes(m, k, pool().size()) + 64);
+    const bool ran = gemm_bf16_kmajor(pool(), q, &arena);
+    EXPECT_EQ(ran, gemm_bf16_available());
+    EXPECT_EQ(arena.used(), 0u);
+    if (!ran) continue;
+    double worst = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = bias[size_t(i)], mag = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double p = double(a.at(i, kk)) * brow(kk)[j];
+          ref += p;
+          mag += std::fabs(p);
+        }
+        worst = std::max(worst, std::fabs(c[size_t(i * (n + 4) + j)] - ref) / (mag + 1e-30));
+      }
+    EXPECT_LE(worst, 4e-3);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = n; j < n + 4; ++j) EXPECT_EQ(c[size_t(i * (n + 4) + j)], 7.f);  // untouched
   }
 }
 

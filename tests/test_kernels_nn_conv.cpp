@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "nn_test_util.h"
 #include "ops/conv.h"
+#include "ops/matmul.h"
 
 using namespace cbx;
 using nn_test::Buf;
@@ -32,6 +33,9 @@ struct Check {
   }
 };
 constexpr double kConvTol = 1e-5;
+// BF16 GEMM precision (ops/matmul.h; conv1d only): x and w rounded to bf16, each by a
+// relative 2^-9 at most, so |y - ref| <= (2 * 2^-9 + 2^-18) sum_k |w_k x_k| + f32 sums.
+constexpr double kConvBf16Tol = 4e-3;
 
 struct C1 {
   int64_t B, Cin, Cout, T, K;
@@ -39,7 +43,7 @@ struct C1 {
   bool bias;
 };
 
-void run_conv1d(const C1& c, uint32_t seed) {
+void run_conv1d(const C1& c, uint32_t seed, double tol = kConvTol) {
   const int64_t Tout = conv1d_out_len(c.T, c.K, c.p);
   const int64_t cin_g = c.Cin / c.p.groups, cout_g = c.Cout / c.p.groups;
   // x with padded rows (strided view) to exercise row strides.
@@ -70,10 +74,12 @@ void run_conv1d(const C1& c, uint32_t seed) {
         chk.add(y.v[at], g.v[at], acc, mag);
       }
     }
-  EXPECT_LE(chk.worst_ref, kConvTol) << "vs reference: Cin " << c.Cin << " Cout " << c.Cout << " T " << c.T
-                                     << " K " << c.K << " s " << c.p.stride << " d " << c.p.dilation
-                                     << " g " << c.p.groups;
-  EXPECT_LE(chk.worst_gen, kConvTol) << "vs generic: Cin " << c.Cin << " T " << c.T;
+  EXPECT_LE(chk.worst_ref, tol) << "vs reference: Cin " << c.Cin << " Cout " << c.Cout << " T " << c.T
+                                << " K " << c.K << " s " << c.p.stride << " d " << c.p.dilation
+                                << " g " << c.p.groups;
+  EXPECT_LE(chk.worst_gen, tol + kConvTol) << "vs generic: Cin " << c.Cin << " T " << c.T;
+  if (tol > kConvTol && gemm_bf16_available())  // the bf16 GEMM ran: not the f32 result
+    EXPECT_GT(chk.worst_gen, 0.0) << "BF16 precision gave the f32 result: Cin " << c.Cin << " T " << c.T;
 }
 
 Conv1dParams P(int64_t s, int64_t d, int64_t pl, int64_t pr, int64_t g) {
@@ -106,6 +112,26 @@ TEST(NnConv, Conv1dShapes) {
   };
   uint32_t seed = 1;
   for (const C1& c : cases) run_conv1d(c, seed += 10);
+}
+
+// conv1d in BF16 GEMM precision (a GemmPrecisionScope): the AMX path where it exists (AVX-512
+// with AMX tiles, CBX_NO_AMX unset), the exact f32 path elsewhere (then within kConvTol).
+TEST(NnConv, Conv1dBf16Precision) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  GemmPrecisionScope bf16(GemmPrecision::BF16);
+  const double tol = gemm_bf16_available() ? kConvBf16Tol : kConvTol;
+  const C1 cases[] = {
+      {1, 3, 5, 17, 3, P(1, 1, 1, 1, 1), true},        // same padding, tiny
+      {2, 7, 11, 40, 4, P(1, 1, 0, 3, 1), true},       // batch, right pad
+      {1, 64, 64, 333, 11, P(1, 5, 25, 25, 1), true},  // HiFT ResBlock: k 11, dilation 5
+      {1, 8, 12, 29, 3, P(1, 2, 4, 0, 4), true},       // grouped, dilated causal
+      {1, 18, 10, 301, 30, P(15, 1, 7, 7, 1), true},   // HiFT source_downs[0] (im2col)
+      {1, 40, 50, 1000, 3, P(2, 1, 1, 1, 1), true},    // strided, several chunks' worth
+      {1, 96, 70, 257, 3, P(1, 1, 2, 0, 1), false},    // causal CFM-like, edge tiles
+      {1, 20, 8, 1, 1, P(1, 1, 0, 0, 1), true},        // T = 1 (1x1 conv)
+  };
+  uint32_t seed = 500;
+  for (const C1& c : cases) run_conv1d(c, seed += 10, tol);
 }
 
 TEST(NnConv, ConvTranspose1dHiftShapes) {

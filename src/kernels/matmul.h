@@ -96,6 +96,26 @@ struct MatmulKernels {
 // The table for isa (an ISA the CPU lacks must not be called).
 const MatmulKernels& matmul_kernels(Isa isa);
 
+// BF16 GEMM path, used when the caller's GEMM precision is bf16 (ops/matmul.h): x and the
+// weights (any weight type, dequantized while packing) are rounded to bf16 (round to
+// nearest even) in the panels, products are accumulated in f32. It exists only where it
+// is faster than the f32 GEMM: AVX-512 with AMX tiles (vdpbf16ps alone runs at half the
+// f32 FMA rate on these CPUs). Panel layouts as GemmKernel (k_pack 32).
+struct Bf16Gemm {
+  GemmKernel gemm[kWeightSlots];
+  // Packs columns [0, cols) (cols <= gemm[kWF32].mr, the rest zero) of a k-major f32 B,
+  // rows [k0, k0 + kc), into one w panel of gemm[kWF32]: row kk of B starts at
+  // b + (b_off ? b_off[kk] : kk * b_rs) floats and its columns are contiguous. For
+  // convolutions, C[m, n] = A[m, k] B[k, n] runs as y = x . w^T with x = A (the weights)
+  // and w = B^T (the input columns), so the output comes out channels-first.
+  void (*pack_bt)(const float* b, const int64_t* b_off, int64_t b_rs, int cols, int64_t k0, int64_t kc,
+                  void* dst);
+  int64_t kc;  // k block of the GEMM driver with these kernels (a multiple of 32, the packers' limit)
+};
+// The BF16 GEMM that goes with matmul_kernels_avx512() (nullptr without AMX tiles, with
+// CBX_NO_AMX=1, or for any other table). Call only for an AVX-512 table.
+const Bf16Gemm* matmul_bf16_gemm_avx512(const MatmulKernels& table);
+
 // Per-ISA tables (defined in matmul_<isa>.cpp).
 const MatmulKernels& matmul_kernels_generic();
 const MatmulKernels& matmul_kernels_avx2();

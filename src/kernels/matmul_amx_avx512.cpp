@@ -8,6 +8,9 @@
 // two A tiles (16 rows x 32 bf16 of x) and two B tiles (16 k-pairs x 16 weight rows).
 //   x panel: [kp / 32][32 rows][32 bf16]  (one A tile pair per 32 k, 64-byte rows)
 //   w panel: [kp / 2][32 rows][2 bf16]    (the B tiles are its left and right halves)
+// The same tile serves every weight type for the bf16 GEMM precision (Bf16Gemm): F32,
+// F16, Q8_0 and Q4_0 rows are widened to f32 and rounded to bf16 while packing, and
+// pack_bt packs a k-major B (convolution input columns) into the w panel layout.
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -18,6 +21,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_avx512_q.h"
+#include "kernels/matmul_amx.h"
 
 namespace cbx {
 namespace {
@@ -133,6 +137,77 @@ __attribute__((target("amx-tile,amx-bf16"))) void tile_amx(const void* xp, const
     for (int r = 0; r < nrows; ++r) std::memcpy(y + r * ldy, tmp + r * kMr, size_t(mcols) * 4);
 }
 
+// Widest k block a w panel packer is asked for (ops/matmul.cpp blocks k by at most this).
+constexpr int64_t kMaxKc = kAmxKc;
+
+// Elements [k0, k0 + kc) of one weight row of type T -> f32.
+template <DType T>
+const float* widen_row(const uint8_t* row, int64_t k0, int64_t kc, float* buf) {
+  if constexpr (T == DType::F32) {
+    return reinterpret_cast<const float*>(row) + k0;
+  } else if constexpr (T == DType::F16) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + k0;
+    for (int64_t i = 0; i < kc; i += 16) {
+      const __mmask16 mk = kc - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (kc - i)) - 1);
+      _mm512_storeu_ps(buf + i, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, h + i)));
+    }
+    return buf;
+  } else {
+    dequant_row_avx512(T, row, k0, kc, buf);
+    return buf;
+  }
+}
+
+// f32 [n] -> bf16 [n_pad] (round to nearest even), zero past n.
+void round_row_bf16(const float* x, int64_t n, int64_t n_pad, uint16_t* dst) {
+  for (int64_t i = 0; i < n_pad; i += 32) {
+    const int64_t left = n - i;
+    const __mmask16 m0 = left >= 16 ? __mmask16(0xffff) : left > 0 ? __mmask16((1u << left) - 1) : 0;
+    const __mmask16 m1 = left >= 32 ? __mmask16(0xffff) : left > 16 ? __mmask16((1u << (left - 16)) - 1) : 0;
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, x + i + 16), _mm512_maskz_loadu_ps(m0, x + i));
+    _mm512_storeu_si512(dst + i, (__m512i)v);
+  }
+}
+
+// Weight rows of type T -> bf16 rows -> the pair layout of pack_w_bf16_pairs.
+template <DType T>
+void pack_w_amx_widen(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void* dst) {
+  alignas(64) float f[kMaxKc];
+  alignas(64) uint16_t b[kMr][kMaxKc];
+  const int64_t kcp = (kc + 31) / 32 * 32;
+  for (int j = 0; j < rows; ++j)
+    round_row_bf16(widen_row<T>(static_cast<const uint8_t*>(w) + j * ws, k0, kc, f), kc, kcp, b[j]);
+  pack_w_bf16_pairs(b, sizeof(b[0]), rows, 0, kcp, dst, kcp / 2);
+}
+
+// k-major f32 B, columns [0, cols), rows [k0, k0 + kc) -> [kcp / 2][32][2] bf16: for each
+// row pair, 32 columns of both rows rounded by one vcvtne2ps2bf16 and interleaved.
+void pack_bt_amx(const float* b, const int64_t* off, int64_t b_rs, int cols, int64_t k0, int64_t kc, void* dst) {
+  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32 ? __mmask16(0xffff) : cols > 16 ? __mmask16((1u << (cols - 16)) - 1) : 0;
+  auto* p = static_cast<uint16_t*>(dst);
+  const int64_t pairs = (kc + 31) / 32 * 16;
+  for (int64_t i = 0; i < pairs; ++i, p += 2 * kMr) {
+    const int64_t r0 = 2 * i, r1 = r0 + 1;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0;
+    if (r0 < kc) {
+      const float* s = b + (off ? off[k0 + r0] : (k0 + r0) * b_rs);
+      a0 = _mm512_maskz_loadu_ps(m0, s);
+      a1 = _mm512_maskz_loadu_ps(m1, s + 16);
+    }
+    if (r1 < kc) {
+      const float* s = b + (off ? off[k0 + r1] : (k0 + r1) * b_rs);
+      c0 = _mm512_maskz_loadu_ps(m0, s);
+      c1 = _mm512_maskz_loadu_ps(m1, s + 16);
+    }
+    // Lanes 0..15: row r0, lanes 16..31: row r1; the permutation interleaves them by column.
+    _mm512_storeu_si512(p, _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(c0, a0)));
+    _mm512_storeu_si512(p + 32, _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(c1, a1)));
+  }
+}
+
 }  // namespace
 
 bool amx_bf16_usable() {
@@ -141,5 +216,20 @@ bool amx_bf16_usable() {
 }
 
 GemmKernel amx_bf16_gemm_kernel() { return GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_amx, tile_amx}; }
+
+const Bf16Gemm* amx_bf16_gemm() {
+  static const Bf16Gemm g = [] {
+    Bf16Gemm r{};
+    r.gemm[kWF32] = GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_amx_widen<DType::F32>, tile_amx};
+    r.gemm[kWF16] = GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_amx_widen<DType::F16>, tile_amx};
+    r.gemm[kWBF16] = amx_bf16_gemm_kernel();
+    r.gemm[kWQ8_0] = GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_amx_widen<DType::Q8_0>, tile_amx};
+    r.gemm[kWQ4_0] = GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_amx_widen<DType::Q4_0>, tile_amx};
+    r.pack_bt = pack_bt_amx;
+    r.kc = kAmxKc;
+    return r;
+  }();
+  return amx_bf16_usable() ? &g : nullptr;
+}
 
 }  // namespace cbx

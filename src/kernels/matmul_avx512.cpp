@@ -11,6 +11,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_avx512_q.h"
+#include "kernels/matmul_amx.h"
 
 // GCC 12 reports the undefined start value inside _mm512_reduce_*_ps as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -391,6 +392,10 @@ const MatmulKernels& matmul_kernels_avx512() {
 const MatmulKernels& matmul_kernels_avx512_no_amx() {
   static const MatmulKernels t = make_table(false);
   return t;
+}
+
+const Bf16Gemm* matmul_bf16_gemm_avx512(const MatmulKernels& table) {
+  return &table == &matmul_kernels_avx512() ? amx_bf16_gemm() : nullptr;
 }
 
 }  // namespace cbx

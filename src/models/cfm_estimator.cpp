@@ -228,6 +228,10 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
             (long long)o.max_frames, (long long)o.max_batch);
   max_frames_ = o.max_frames;
   max_batch_ = o.max_batch;
+  bool lossy = false;
+  for (const Tensor* t : {&w.time1_w, &w.time2_w, &w.down.resnet.mlp_w}) lossy |= gemm_weight_is_lossy(t->dtype);
+  if (!w.down.blocks.empty()) lossy |= gemm_weight_is_lossy(w.down.blocks[0].to_q.dtype);
+  gemm_ = resolve_gemm_precision(o.gemm, lossy);
   const int64_t B = max_batch_, T = max_frames_, C = c.channels;
   const int64_t N = B * T, K = c.conv_kernel;
   const int nt = pool.size();
@@ -250,7 +254,11 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
   for (const CfmStageWeights& s : w.mid) stage_mm(s);
   stage_mm(w.up);
   const int64_t cin_max = std::max<int64_t>(c.in_channels, 2 * C);
-  transient = std::max(transient, f32_bytes(cin_max * (T + K - 1)) + size_t(cin_max * K) * 8 + 2 * kAllocSlack);
+  transient = std::max(transient, f32_bytes(cin_max * (T + K - 1)) + size_t(cin_max * K) * 8 + 2 * kAllocSlack +
+                                      (gemm_ == GemmPrecision::BF16
+                                           ? gemm_bf16_kmajor_scratch_bytes(std::max<int64_t>(C, c.out_channels),
+                                                                            cin_max * K, nt) + kAllocSlack
+                                           : 0));
   // Attention: per thread, scores + v^T of one item and the GEMMs' single-thread scratch.
   {
     const int64_t Qc = std::min<int64_t>(T, kQueryChunk), D = c.head_dim;
@@ -379,6 +387,7 @@ void CfmEstimator::stage(const CfmStageWeights& sw, const char* resnet_name, con
 
 const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const Tensor& mu, const float* t,
                                     const Tensor& spks, const Tensor& cond, const float* r) {
+  GemmPrecisionScope gemm_scope(gemm_);
   const int64_t M = c_.out_channels, C = c_.channels, E = c_.time_emb_dim, inner = inner_dim(c_);
   CBX_CHECK(x.dtype == DType::F32 && (x.ndim == 2 || x.ndim == 3) && x.dim(-2) == M,
             "cfm forward: x must be f32 [B, %lld, T] or [%lld, T], got %s %s", (long long)M, (long long)M,

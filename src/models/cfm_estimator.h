@@ -37,6 +37,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
+#include "ops/matmul.h"
 
 namespace cbx {
 
@@ -93,6 +94,9 @@ void bind_cfm_estimator(const GgufFile& f, const CfmConfig& c, CfmEstimatorWeigh
 struct CfmEstimatorOptions {
   int64_t max_frames = 3000;  // most frames T one forward call takes (prompt + generated)
   int64_t max_batch = 1;      // 2 for the CFG pair
+  // GEMM precision of the linears and convolutions (ops/matmul.h); attention stays f32.
+  // Auto: CBX_GEMM if set, else BF16 when the matmul weights are lossy (not F32), else F32.
+  GemmPrecision gemm = GemmPrecision::Auto;
 };
 
 // Named intermediates, reported during forward when a capture function is set. `index` is the
@@ -124,6 +128,7 @@ class CfmEstimator {
   const CfmConfig& config() const { return c_; }
   int64_t max_frames() const { return max_frames_; }
   int64_t max_batch() const { return max_batch_; }
+  GemmPrecision gemm_precision() const { return gemm_; }  // F32 or BF16, resolved at construction
   void set_capture(CfmCapture fn) { capture_ = std::move(fn); }
   size_t arena_bytes() const { return arena_.capacity(); }
   size_t arena_high_water() const { return arena_.high_water(); }
@@ -151,6 +156,7 @@ class CfmEstimator {
   const CfmEstimatorWeights& w_;
   ThreadPool& pool_;
   int64_t max_frames_ = 0, max_batch_ = 0;
+  GemmPrecision gemm_ = GemmPrecision::F32;
   Arena arena_;
   std::vector<std::unique_ptr<ThreadPool>> solo_;  // one single-thread pool per pool thread (attention)
   std::vector<Arena> solo_arena_;                  // their scratch

@@ -143,6 +143,9 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   const int64_t d = c.d_model, D = c.head_dim, F = c.n_ff, M = c.mel_dim, S = c.spk_embed_dim;
   const int64_t L = max_tokens_, T = c.up_stride * L, P = 2 * T - 1;
   const int nt = pool.size();
+  bool lossy = gemm_weight_is_lossy(w.embed_w.dtype) || gemm_weight_is_lossy(w.proj_w.dtype);
+  if (!w.encoders.empty()) lossy |= gemm_weight_is_lossy(w.encoders[0].q_w.dtype);
+  gemm_ = resolve_gemm_precision(o.gemm, lossy);
 
   size_t persistent = f32_bytes(P * d);
   size_t act = size_t(L) * 4 + kAllocSlack;                           // ids
@@ -164,7 +167,9 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   tr = std::max(tr, matmul_scratch_bytes(DType::F32, T, P, D, nt));          // (q + v) p^T per head
   tr = std::max(tr, f32_bytes(D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T (one head)
   const int64_t Kmax = std::max<int64_t>({c.pre_lookahead_len + 1, 3, c.up_kernel});
-  tr = std::max(tr, f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack);  // conv1d
+  tr = std::max(tr, f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack +  // conv1d
+                        (gemm_ == GemmPrecision::BF16 ? gemm_bf16_kmajor_scratch_bytes(d, d * Kmax, nt) + kAllocSlack
+                                                      : 0));
   arena_.reserve(persistent + act + tr + (size_t(1) << 16));
 
   // Relative-position table (EspnetRelPositionalEncoding): row r holds position q = Tmax-1-r,
@@ -252,6 +257,7 @@ void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const 
 FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_prompt, const int32_t* tokens,
                                        int64_t n_tokens, const float* prompt_feat, int64_t n_prompt_frames,
                                        const float* embedding, int64_t n_embedding) {
+  GemmPrecisionScope gemm_scope(gemm_);
   const int64_t d = c_.d_model, M = c_.mel_dim, S = c_.spk_embed_dim;
   const int64_t L = n_prompt + n_tokens, T = c_.up_stride * L;
   CBX_CHECK(n_prompt >= 0 && n_tokens >= 0 && L > 0, "flow encoder: no tokens (prompt %lld, generated %lld)",

@@ -31,6 +31,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
+#include "ops/matmul.h"
 
 namespace cbx {
 
@@ -79,6 +80,9 @@ void bind_flow_encoder(const GgufFile& f, const FlowConfig& c, FlowEncoderWeight
 
 struct FlowEncoderOptions {
   int64_t max_tokens = 0;  // most prompt + generated tokens one call takes (required, > 0)
+  // GEMM precision of the linears and convolutions (ops/matmul.h); attention stays f32.
+  // Auto: CBX_GEMM if set, else BF16 when the matmul weights are lossy (not F32), else F32.
+  GemmPrecision gemm = GemmPrecision::Auto;
 };
 
 // Outputs of one forward call; views into the encoder's arena, valid until the next call.
@@ -123,6 +127,7 @@ class FlowEncoder {
 
   void set_capture(FlowCapture fn) { capture_ = std::move(fn); }
   int64_t max_tokens() const { return max_tokens_; }
+  GemmPrecision gemm_precision() const { return gemm_; }  // F32 or BF16, resolved at construction
   size_t arena_bytes() const { return arena_.capacity(); }
   size_t arena_high_water() const { return arena_.high_water(); }
 
@@ -143,6 +148,7 @@ class FlowEncoder {
   const FlowEncoderWeights& w_;
   ThreadPool& pool_;
   int64_t max_tokens_ = 0;
+  GemmPrecision gemm_ = GemmPrecision::F32;
   Arena arena_;
   Tensor pos_;  // [2 T_max - 1, d]: relative positions T_max-1 .. -(T_max-1)
   size_t call_mark_ = 0;

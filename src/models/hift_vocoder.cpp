@@ -245,6 +245,8 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
   CBX_CHECK(o.max_frames >= 1, "hift: max_frames %lld must be >= 1", (long long)o.max_frames);
   max_frames_ = o.max_frames;
   seed_ = o.seed;
+  const GgufValue* ft = f.find("general.file_type");
+  gemm_ = resolve_gemm_precision(o.gemm, ft && ft->as_int() != 0);
   n_stages_ = int(cfg_.upsample_rates.size());
   n_kernels_ = int(cfg_.resblock_kernels.size());
   timing_.ups.assign(size_t(n_stages_), 0.0);
@@ -307,6 +309,21 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
     scratch = std::max(scratch, conv1d_scratch(C, Li, max_k, int64_t(max_d) * (max_k - 1), 1));
   }
   scratch = std::max(scratch, conv1d_scratch(C0 >> n_stages_, L.F, 7, 6, 1));
+  if (gemm_ == GemmPrecision::BF16) {  // packed bf16 panels of the largest conv GEMM
+    size_t packed = 0;
+    auto conv = [&](const Tensor& t) {
+      packed = std::max(packed, gemm_bf16_kmajor_scratch_bytes(t.shape[0], t.shape[1] * t.shape[2], pool_.size()));
+    };
+    conv(w_.conv_pre_w);
+    conv(w_.conv_post_w);
+    for (const Tensor& t : w_.f0_w) conv(t);
+    for (const Tensor& t : w_.source_downs_w) conv(t);
+    for (const auto* rbs : {&w_.resblocks, &w_.source_resblocks})
+      for (const HiftResBlockWeights& rb : *rbs)
+        for (const auto* ws : {&rb.conv1_w, &rb.conv2_w})
+          for (const Tensor& t : *ws) conv(t);
+    scratch += packed;
+  }
   arena_.reserve(bytes + scratch + 4096);
 
   gen_noise_ = arena_.alloc(DType::F32, {H1, L.N}, "hift generator noise");
@@ -512,6 +529,7 @@ void HiftVocoder::run_resblock(const HiftResBlockWeights& rb, const Tensor& in, 
 
 const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
   const auto t_start = Clock::now();
+  GemmPrecisionScope gemm_scope(gemm_);
   CBX_CHECK(mel.dtype == DType::F32 && mel.ndim == 2 && mel.shape[0] == cfg_.in_channels,
             "hift: mel must be f32 [%d, T], got %s %s", cfg_.in_channels, dtype_name(mel.dtype),
             mel.shape_str().c_str());
@@ -537,6 +555,7 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
   auto t0 = Clock::now();
   {
     Tensor h0 = view(0, cfg_.f0_channels, T), h1 = view(1, cfg_.f0_channels, T);
+    GemmPrecisionScope exact(GemmPrecision::F32);  // f0 drives the sine phases (cumulative)
     f0_predict(mel, h0, h1, f0);
   }
   timing_.f0 = ms_since(t0);
@@ -643,6 +662,7 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
   {
     Conv1dParams p;
     p.pad_left = p.pad_right = (w_.conv_post_w.shape[2] - 1) / 2;
+    GemmPrecisionScope exact(GemmPrecision::F32);  // log-magnitudes: exp() turns errors relative
     conv1d(pool_, x, w_.conv_post_w, w_.conv_post_b, o, p, &arena_);
   }
   emit("conv_post", -1, o);

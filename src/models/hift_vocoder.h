@@ -40,6 +40,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
+#include "ops/matmul.h"
 
 namespace cbx {
 
@@ -84,6 +85,9 @@ void bind_hift(const GgufFile& f, const HiftConfig& c, HiftWeights& w);
 struct HiftOptions {
   int64_t max_frames = 1500;  // most mel frames one forward call takes (30 s)
   uint64_t seed = 0;          // generator used when forward gets no HiftDraws
+  // GEMM precision of the convolutions (ops/matmul.h). Auto: CBX_GEMM if set, else BF16
+  // when the GGUF's weights are lossy (general.file_type other than all-F32), else F32.
+  GemmPrecision gemm = GemmPrecision::Auto;
 };
 
 // Injected random draws (see the header comment). Both must be set.
@@ -126,6 +130,7 @@ class HiftVocoder {
   int64_t max_frames() const { return max_frames_; }
   int n_harmonic_channels() const { return cfg_.nb_harmonics + 1; }
   const HiftConfig& config() const { return cfg_; }
+  GemmPrecision gemm_precision() const { return gemm_; }  // F32 or BF16, resolved at load
   const HiftWeights& weights() const { return w_; }
   void set_capture(HiftCapture fn) { capture_ = std::move(fn); }
   size_t arena_bytes() const { return arena_.capacity(); }
@@ -158,6 +163,7 @@ class HiftVocoder {
   int64_t max_frames_ = 0, spf_ = 0;
   int n_stages_ = 0, n_kernels_ = 0;
   uint64_t seed_ = 0, n_calls_ = 0;
+  GemmPrecision gemm_ = GemmPrecision::F32;
   std::vector<float> window_;                    // periodic Hann [n_fft]
   std::vector<std::unique_ptr<RealFft>> ffts_;  // one per pool thread
   std::vector<std::vector<float>> fft_bufs_;    // per thread: n_fft reals + (bins) complex

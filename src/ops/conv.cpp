@@ -6,6 +6,9 @@
 //   conv_transpose1d: Z[(o, k), t] = sum_c w[c, o, k] x[c, t] (A read transposed through
 //     its strides), then col2im adds Z into y[o, t * stride - padding + k * dilation].
 // Work is split into (group, 48-row, 256-column) tiles dealt round-robin to the threads.
+// BF16 GEMM precision (ops/matmul.h: the thread's GemmPrecisionScope or CBX_GEMM; conv
+// weights are f32, so never by default): conv1d runs its GEMMs through gemm_bf16_kmajor
+// (AMX) on the same B rows, when that kernel exists and the active ISA is asked for.
 #include "ops/conv.h"
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 
 #include "core/error.h"
 #include "kernels/nn.h"
+#include "ops/matmul.h"
 #include "ops/nn_util.h"
 
 namespace cbx {
@@ -97,6 +101,30 @@ void run_threads(ThreadPool& pool, int64_t work, F&& f) {
   }
 }
 
+// The conv GEMMs of one call run in bf16 (see the header comment).
+bool conv_uses_bf16(Isa isa) {
+  return isa == active_isa() && gemm_precision_for_f32_weights() == GemmPrecision::BF16 && gemm_bf16_available();
+}
+
+// j's GEMM (every group, bias as the initial value) on the bf16 kernel.
+void run_job_bf16(ThreadPool& pool, const GemmJob& j, Arena* arena) {
+  for (int64_t g = 0; g < j.groups; ++g) {
+    KMajorGemm q;
+    q.a = j.t.a + g * j.a_gs;
+    q.a_rs = j.t.a_rs;
+    q.b = j.t.b + g * j.b_gs;
+    q.b_off = j.t.b_off;
+    q.b_rs = j.t.b_rs;
+    q.c = j.t.c + g * j.c_gs;
+    q.c_rs = j.t.c_rs;
+    q.bias = j.bias ? j.bias + g * j.t.m : nullptr;
+    q.m = j.t.m;
+    q.n = j.t.n;
+    q.k = j.t.k;
+    CBX_ASSERT(j.t.a_cs == 1 && gemm_bf16_kmajor(pool, q, arena));
+  }
+}
+
 // One batch item: x [Cin, T] (row stride xs), y [Cout, Tout] (row stride ys).
 void conv1d_one(ThreadPool& pool, const NnKernels& k, const float* x, int64_t xs, int64_t Cin,
                 int64_t T, const float* w, int64_t Cout, int64_t K, const float* bias, float* y,
@@ -117,6 +145,7 @@ void conv1d_one(ThreadPool& pool, const NnKernels& k, const float* x, int64_t xs
   j.c_gs = cout_g * ys;
   j.bias = bias;
   const int64_t work = Cout * KK * Tout;
+  const bool bf16 = conv_uses_bf16(k.isa);
   if (s == 1) {
     const bool pad = pl > 0 || pr > 0;
     const int64_t Tp = T + pl + pr, xse = pad ? Tp : xs;
@@ -128,16 +157,24 @@ void conv1d_one(ThreadPool& pool, const NnKernels& k, const float* x, int64_t xs
     j.t.b_off = boff;
     j.t.n = Tout;
     j.b_gs = cin_g * xse;
+    auto pad_rows = [&](int ith, int nth) {
+      int64_t c0, c1;
+      ThreadPool::split(Cin, ith, nth, &c0, &c1);
+      for (int64_t c = c0; c < c1; ++c) {
+        float* r = xp + c * Tp;
+        std::memset(r, 0, size_t(pl) * 4);
+        std::memcpy(r + pl, x + c * xs, size_t(T) * 4);
+        std::memset(r + pl + T, 0, size_t(pr) * 4);
+      }
+    };
+    if (bf16) {
+      if (pad) run_threads(pool, Cin * Tp * 16, pad_rows);
+      run_job_bf16(pool, j, arena);
+      return;
+    }
     run_threads(pool, work, [&](int ith, int nth) {
       if (pad) {
-        int64_t c0, c1;
-        ThreadPool::split(Cin, ith, nth, &c0, &c1);
-        for (int64_t c = c0; c < c1; ++c) {
-          float* r = xp + c * Tp;
-          std::memset(r, 0, size_t(pl) * 4);
-          std::memcpy(r + pl, x + c * xs, size_t(T) * 4);
-          std::memset(r + pl + T, 0, size_t(pr) * 4);
-        }
+        pad_rows(ith, nth);
         if (nth > 1) pool.barrier();
       }
       run_job(k, j, ith, nth);
@@ -151,20 +188,33 @@ void conv1d_one(ThreadPool& pool, const NnKernels& k, const float* x, int64_t xs
   j.t.b = col;
   j.t.b_rs = NT;
   j.b_gs = KK * NT;
+  auto im2col = [&](int64_t t0, int64_t nt, int ith, int nth) {
+    int64_t r0, r1;
+    ThreadPool::split(rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + (r / K) * xs;
+      const int64_t off = (r % K) * d - pl;
+      float* cr = col + r * NT;
+      for (int64_t t = 0; t < nt; ++t) {
+        int64_t src = (t0 + t) * s + off;
+        cr[t] = src >= 0 && src < T ? xr[src] : 0.f;
+      }
+    }
+  };
+  if (bf16) {
+    for (int64_t t0 = 0; t0 < Tout; t0 += NT) {
+      GemmJob jc = j;
+      jc.t.c = y + t0;
+      jc.t.n = std::min(NT, Tout - t0);
+      run_threads(pool, rows * jc.t.n * 16, [&](int ith, int nth) { im2col(t0, jc.t.n, ith, nth); });
+      run_job_bf16(pool, jc, arena);
+    }
+    return;
+  }
   run_threads(pool, work, [&](int ith, int nth) {
     for (int64_t t0 = 0; t0 < Tout; t0 += NT) {
       const int64_t nt = std::min(NT, Tout - t0);
-      int64_t r0, r1;
-      ThreadPool::split(rows, ith, nth, &r0, &r1);
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* xr = x + (r / K) * xs;
-        const int64_t off = (r % K) * d - pl;
-        float* cr = col + r * NT;
-        for (int64_t t = 0; t < nt; ++t) {
-          int64_t src = (t0 + t) * s + off;
-          cr[t] = src >= 0 && src < T ? xr[src] : 0.f;
-        }
-      }
+      im2col(t0, nt, ith, nth);
       if (nth > 1) pool.barrier();
       GemmJob jc = j;
       jc.t.c = y + t0;

@@ -5,7 +5,10 @@
 // bias must be contiguous. Scratch (padded input, im2col chunks, b-row offsets) comes from
 // `scratch` when given (rewound before returning), otherwise from a heap buffer, so pass
 // an Arena inside a decode step or a vocoder chunk. Scratch need is bounded: at most
-// C_in*(T+pads) floats for stride-1 conv1d and ~4 MiB chunks otherwise.
+// C_in*(T+pads) floats for stride-1 conv1d and ~4 MiB chunks otherwise, plus, when conv1d
+// runs in BF16 GEMM precision (ops/matmul.h: GemmPrecisionScope or CBX_GEMM; never by
+// default, the weights being f32), gemm_bf16_kmajor_scratch_bytes(C_out/groups,
+// C_in/groups * K, threads) for its packed panels. conv_transpose1d and conv2d stay f32.
 #pragma once
 #include <cstdint>
 

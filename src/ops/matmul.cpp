@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/arena.h"
 #include "core/cpu.h"
@@ -74,27 +75,44 @@ size_t gemm_x_bytes(const GemmKernel& g, int64_t n, int64_t k) {
   int64_t kp = (k + g.k_pack - 1) / g.k_pack * g.k_pack;
   return size_t((n + g.nr - 1) / g.nr) * align64(size_t(kp) * g.nr * g.elem_bytes);
 }
-size_t gemm_w_bytes(const GemmKernel& g, int64_t k) {
-  int64_t kc = std::min(k, kKc);
+size_t gemm_w_bytes(const GemmKernel& g, int64_t k, int64_t kc_blk) {
+  int64_t kc = std::min(k, kc_blk);
   kc = (kc + g.k_pack - 1) / g.k_pack * g.k_pack;
   return align64(size_t(kc) * g.mr * g.elem_bytes);
 }
 
-void run_gemm(const GemmKernel& g, ThreadPool& pool, const Problem& p, uint8_t* scratch) {
+// The precision-dependent choice of GEMM kernel and k block for weight slot `slot`.
+struct GemmChoice {
+  const GemmKernel* g;
+  int64_t kc;
+};
+const Bf16Gemm* bf16_for(const MatmulKernels& kern) {
+  return kern.isa == Isa::Avx512 ? matmul_bf16_gemm_avx512(kern) : nullptr;
+}
+GemmChoice choose_gemm(const MatmulKernels& kern, int slot, GemmPrecision prec) {
+  if (prec == GemmPrecision::BF16)
+    if (const Bf16Gemm* b = bf16_for(kern)) return {&b->gemm[slot], b->kc};
+  return {&kern.gemm[slot], kKc};
+}
+
+// Packed GEMM y[n, m] = x[n, :] . w[m, :] over the pool. pack_x(t, dst) packs activation
+// tile t (rows t * nr ...); pack_w(t, k0, kc, dst) packs weight tile t, columns
+// [k0, k0 + kc); epilogue(n0, n1, m0, m1) runs on each thread's finished region.
+template <class PackX, class PackW, class Epi>
+void run_packed(const GemmKernel& g, int64_t kc_blk, ThreadPool& pool, int64_t n, int64_t m, int64_t k, float* y,
+                int64_t ldy, uint8_t* scratch, PackX&& pack_x, PackW&& pack_w, Epi&& epilogue) {
   const int nr = g.nr, mr = g.mr, kpk = g.k_pack, eb = g.elem_bytes;
-  const int64_t kp = (p.k + kpk - 1) / kpk * kpk;
+  const int64_t kp = (k + kpk - 1) / kpk * kpk;
   const size_t xpanel = align64(size_t(kp) * nr * eb);
-  const int64_t n_tiles = (p.n + nr - 1) / nr, m_tiles = (p.m + mr - 1) / mr;
+  const int64_t n_tiles = (n + nr - 1) / nr, m_tiles = (m + mr - 1) / mr;
   uint8_t* xpack = scratch;
-  uint8_t* wpack0 = scratch + gemm_x_bytes(g, p.n, p.k);
-  const size_t wbytes = gemm_w_bytes(g, p.k);
+  uint8_t* wpack0 = scratch + gemm_x_bytes(g, n, k);
+  const size_t wbytes = gemm_w_bytes(g, k, kc_blk);
 
   pool.run([&](int ith, int nth) {
     int64_t t0, t1;
     ThreadPool::split(n_tiles, ith, nth, &t0, &t1);
-    for (int64_t t = t0; t < t1; ++t)
-      g.pack_x(reinterpret_cast<const float*>(p.x + t * nr * p.xs), p.xs,
-               int(std::min<int64_t>(nr, p.n - t * nr)), p.k, xpack + t * xpanel);
+    for (int64_t t = t0; t < t1; ++t) pack_x(t, xpack + t * xpanel);
     pool.barrier();
 
     // Split the weight tiles across threads, or the activation tiles when M is small.
@@ -102,21 +120,35 @@ void run_gemm(const GemmKernel& g, ThreadPool& pool, const Problem& p, uint8_t* 
     if (m_tiles >= 2 * nth || n_tiles < nth) ThreadPool::split(m_tiles, ith, nth, &mt0, &mt1);
     else ThreadPool::split(n_tiles, ith, nth, &nt0, &nt1);
     // k blocks outermost: the x slices of all n-tiles ([N, kc], L2) are reused by every
-    // weight panel; one packed weight panel ([mr, kc], L1) is reused by every n-tile.
+    // weight panel; one packed weight panel ([mr, kc], L1/L2) is reused by every n-tile.
     uint8_t* wpack = wpack0 + size_t(ith) * wbytes;
-    for (int64_t k0 = 0; k0 < p.k; k0 += kKc) {
-      const int64_t kc = std::min(kKc, p.k - k0);
+    for (int64_t k0 = 0; k0 < k; k0 += kc_blk) {
+      const int64_t kc = std::min(kc_blk, k - k0);
       const int64_t kcp = (kc + kpk - 1) / kpk * kpk;
       for (int64_t t = mt0; t < mt1; ++t) {
-        const int mcols = int(std::min<int64_t>(mr, p.m - t * mr));
-        g.pack_w(p.w + t * mr * p.ws, p.ws, mcols, k0, kc, wpack);
+        const int mcols = int(std::min<int64_t>(mr, m - t * mr));
+        pack_w(t, mcols, k0, kc, wpack);
         for (int64_t nt = nt0; nt < nt1; ++nt)
-          g.tile(xpack + nt * xpanel + size_t(k0) * nr * eb, wpack, kcp, p.y + nt * nr * p.ldy + t * mr, p.ldy,
-                 int(std::min<int64_t>(nr, p.n - nt * nr)), mcols, k0 > 0);
+          g.tile(xpack + nt * xpanel + size_t(k0) * nr * eb, wpack, kcp, y + nt * nr * ldy + t * mr, ldy,
+                 int(std::min<int64_t>(nr, n - nt * nr)), mcols, k0 > 0);
       }
     }
-    add_bias(p, nt0 * nr, std::min(p.n, nt1 * nr), mt0 * mr, std::min(p.m, mt1 * mr));
+    epilogue(nt0 * nr, std::min(n, nt1 * nr), mt0 * mr, std::min(m, mt1 * mr));
   });
+}
+
+void run_gemm(const GemmChoice& c, ThreadPool& pool, const Problem& p, uint8_t* scratch) {
+  const GemmKernel& g = *c.g;
+  run_packed(
+      g, c.kc, pool, p.n, p.m, p.k, p.y, p.ldy, scratch,
+      [&](int64_t t, uint8_t* dst) {
+        g.pack_x(reinterpret_cast<const float*>(p.x + t * g.nr * p.xs), p.xs,
+                 int(std::min<int64_t>(g.nr, p.n - t * g.nr)), p.k, dst);
+      },
+      [&](int64_t t, int mcols, int64_t k0, int64_t kc, uint8_t* dst) {
+        g.pack_w(p.w + t * g.mr * p.ws, p.ws, mcols, k0, kc, dst);
+      },
+      [&](int64_t n0, int64_t n1, int64_t m0, int64_t m1) { add_bias(p, n0, n1, m0, m1); });
 }
 
 void run_dot(const DotKernel& d, ThreadPool& pool, const Problem& p, uint8_t* scratch) {
@@ -145,12 +177,25 @@ size_t scratch_bytes(const MatmulKernels& kern, int slot, int64_t n, int64_t k, 
     ActFormat f = kern.dot[slot].act;
     return f == ActFormat::F32 ? 0 : size_t(n) * act_row_bytes(f, k);
   }
-  const GemmKernel& g = kern.gemm[slot];
-  return gemm_x_bytes(g, n, k) + size_t(n_threads) * gemm_w_bytes(g, k);
+  size_t most = 0;
+  for (GemmPrecision prec : {GemmPrecision::F32, GemmPrecision::BF16}) {
+    const GemmChoice c = choose_gemm(kern, slot, prec);
+    most = std::max(most, gemm_x_bytes(*c.g, n, k) + size_t(n_threads) * gemm_w_bytes(*c.g, k, c.kc));
+  }
+  return most;
+}
+
+thread_local GemmPrecision t_scope = GemmPrecision::Auto;
+
+GemmPrecision effective_precision(GemmPrecision requested, DType w_type) {
+  if (requested != GemmPrecision::Auto) return requested;
+  if (t_scope != GemmPrecision::Auto) return t_scope;
+  return resolve_gemm_precision(GemmPrecision::Auto, gemm_weight_is_lossy(w_type));
 }
 
 void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w, const Tensor* bias,
-                   const Tensor& x, Tensor& y, Arena* arena, const char* what) {
+                   const Tensor& x, Tensor& y, Arena* arena, const char* what,
+                   GemmPrecision prec = GemmPrecision::Auto) {
   const int slot = matmul_weight_slot(w.dtype);
   CBX_CHECK(slot >= 0, "%s: weight %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0)",
             what, w.shape_str().c_str(), dtype_name(w.dtype));
@@ -198,7 +243,7 @@ void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w,
   uint8_t* scratch = get_scratch(arena, std::max<size_t>(64, scratch_bytes(kern, slot, n, k, pool.size())));
   try {
     if (n < kGemmMinRows) run_dot(kern.dot[slot], pool, p, scratch);
-    else run_gemm(kern.gemm[slot], pool, p, scratch);
+    else run_gemm(choose_gemm(kern, slot, effective_precision(prec, w.dtype)), pool, p, scratch);
   } catch (...) {
     if (arena) arena->rewind(mark);
     throw;
@@ -207,6 +252,102 @@ void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w,
 }
 
 }  // namespace
+
+const char* gemm_precision_name(GemmPrecision p) {
+  switch (p) {
+    case GemmPrecision::F32: return "f32";
+    case GemmPrecision::BF16: return "bf16";
+    default: return "auto";
+  }
+}
+
+GemmPrecision parse_gemm_precision(const char* s, const char* what) {
+  const std::string v = s ? s : "";
+  if (v == "auto") return GemmPrecision::Auto;
+  if (v == "f32") return GemmPrecision::F32;
+  if (v == "bf16") return GemmPrecision::BF16;
+  fail("%s: GEMM precision '%s' is not one of auto, f32, bf16", what, v.c_str());
+}
+
+GemmPrecision gemm_precision_env() {
+  const char* e = std::getenv("CBX_GEMM");
+  if (!e || !*e) return GemmPrecision::Auto;
+  return parse_gemm_precision(e, "CBX_GEMM");
+}
+
+bool gemm_weight_is_lossy(DType t) { return t != DType::F32; }
+
+GemmPrecision resolve_gemm_precision(GemmPrecision requested, bool lossy_weights) {
+  if (requested != GemmPrecision::Auto) return requested;
+  const GemmPrecision env = gemm_precision_env();
+  if (env != GemmPrecision::Auto) return env;
+  return lossy_weights ? GemmPrecision::BF16 : GemmPrecision::F32;
+}
+
+GemmPrecisionScope::GemmPrecisionScope(GemmPrecision p) : prev_(t_scope) {
+  if (p != GemmPrecision::Auto) t_scope = p;
+}
+GemmPrecisionScope::~GemmPrecisionScope() { t_scope = prev_; }
+GemmPrecision gemm_precision_scope() { return t_scope; }
+
+GemmPrecision gemm_precision_for_f32_weights() { return effective_precision(GemmPrecision::Auto, DType::F32); }
+
+bool gemm_bf16_available() { return bf16_for(matmul_kernels(active_isa())) != nullptr; }
+
+void matmul_with_precision(const MatmulKernels& kernels, GemmPrecision prec, ThreadPool& pool, const Tensor& w,
+                           const Tensor* bias, const Tensor& x, Tensor& y, Arena* scratch) {
+  check_and_run(kernels, pool, w, bias, x, y, scratch, bias ? "matmul_bias" : "matmul", prec);
+}
+
+size_t gemm_bf16_kmajor_scratch_bytes(int64_t m, int64_t k, int n_threads) {
+  const Bf16Gemm* b = bf16_for(matmul_kernels(active_isa()));
+  if (!b) return 0;
+  const GemmKernel& g = b->gemm[kWF32];
+  return gemm_x_bytes(g, m, k) + size_t(n_threads) * gemm_w_bytes(g, k, b->kc) + 128;
+}
+
+bool gemm_bf16_kmajor(ThreadPool& pool, const KMajorGemm& q, Arena* arena) {
+  const Bf16Gemm* b = bf16_for(matmul_kernels(active_isa()));
+  if (!b) return false;
+  CBX_ASSERT(q.a && q.b && q.c && q.m >= 0 && q.n >= 0 && q.k >= 0);
+  if (q.m == 0 || q.n == 0) return true;
+  const GemmKernel& g = b->gemm[kWF32];
+  const size_t mark = arena ? arena->mark() : 0;
+  // The weights A are the GEMM's x operand (rows of C), B^T its w operand (columns of C).
+  uint8_t* scratch = get_scratch(arena, gemm_x_bytes(g, q.m, q.k) + size_t(pool.size()) * gemm_w_bytes(g, q.k, b->kc));
+  auto body = [&] {
+    if (q.k == 0) {
+      for (int64_t i = 0; i < q.m; ++i)
+        for (int64_t j = 0; j < q.n; ++j) q.c[i * q.c_rs + j] = q.bias ? q.bias[i] : 0.f;
+      return;
+    }
+    run_packed(
+        g, b->kc, pool, q.m, q.n, q.k, q.c, q.c_rs, scratch,
+        [&](int64_t t, uint8_t* dst) {
+          g.pack_x(q.a + t * g.nr * q.a_rs, size_t(q.a_rs) * 4, int(std::min<int64_t>(g.nr, q.m - t * g.nr)), q.k,
+                   dst);
+        },
+        [&](int64_t t, int mcols, int64_t k0, int64_t kc, uint8_t* dst) {
+          b->pack_bt(q.b + t * g.mr, q.b_off, q.b_rs, mcols, k0, kc, dst);
+        },
+        [&](int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+          if (!q.bias) return;
+          for (int64_t i = n0; i < n1; ++i) {
+            float* r = q.c + i * q.c_rs;
+            const float v = q.bias[i];
+            for (int64_t j = m0; j < m1; ++j) r[j] += v;
+          }
+        });
+  };
+  try {
+    body();
+  } catch (...) {
+    if (arena) arena->rewind(mark);
+    throw;
+  }
+  if (arena) arena->rewind(mark);
+  return true;
+}
 
 int64_t matmul_gemm_min_rows() { return kGemmMinRows; }
 
@@ -237,7 +378,7 @@ void matmul_bias(ThreadPool& pool, const Tensor& w, const Tensor& bias, const Te
 void gemm_f32(ThreadPool& pool, const Tensor& a, const Tensor& b, Tensor& c, Arena* scratch) {
   CBX_CHECK(b.dtype == DType::F32, "gemm_f32: b %s must be f32, got %s", b.shape_str().c_str(),
             dtype_name(b.dtype));
-  check_and_run(matmul_kernels(active_isa()), pool, b, nullptr, a, c, scratch, "gemm_f32");
+  check_and_run(matmul_kernels(active_isa()), pool, b, nullptr, a, c, scratch, "gemm_f32", GemmPrecision::F32);
 }
 
 }  // namespace cbx

@@ -18,6 +18,22 @@
 // Scratch (converted activations, packed panels) comes from `scratch` when given (its
 // mark is restored on return), otherwise from a grow-only buffer owned by the calling
 // thread: no allocation once the largest shape has been seen.
+//
+// GEMM precision (GEMM path only; the dot path is unaffected):
+//   F32   exact: the weights are widened to f32 and every product is an f32 FMA. The F32
+//         parity tests run this way.
+//   BF16  x and the weights are rounded to bf16 (round to nearest even, relative error
+//         <= 2^-9 per element) in the packed panels; products are accumulated in f32, on
+//         AMX tiles (~3x the f32 GEMM). Every weight type is dequantized while packing.
+//         It runs only where that kernel exists (AVX-512 with AMX, CBX_NO_AMX unset);
+//         on other CPUs and ISAs a BF16 request runs the F32 GEMM.
+//   BF16 weights keep their bf16 GEMM on AVX-512 in either precision (x rounded to bf16).
+// The precision of one call is, in order: the calling thread's GemmPrecisionScope (when
+// active and not Auto); else CBX_GEMM=f32|bf16 from the environment; else BF16 when the
+// weight is lossy already (F16, BF16, Q8_0, Q4_0) and F32 for F32 weights. Convolutions
+// (ops/conv.h, f32 weights) follow the scope and CBX_GEMM only, so models resolve their
+// precision once from their matmul weights (resolve_gemm_precision) and hold a scope
+// while they run; gemm_f32 (activations x activations, attention) is always F32.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +47,34 @@ class Arena;
 class ThreadPool;
 struct MatmulKernels;
 
+enum class GemmPrecision : int { Auto = 0, F32 = 1, BF16 = 2 };
+const char* gemm_precision_name(GemmPrecision p);  // "auto", "f32", "bf16"
+// "auto", "f32" or "bf16"; anything else throws an Error naming `what` and the value.
+GemmPrecision parse_gemm_precision(const char* s, const char* what);
+// CBX_GEMM (Auto when unset or empty); an invalid value throws on every call.
+GemmPrecision gemm_precision_env();
+// requested unless Auto; else CBX_GEMM; else BF16 for lossy weights, F32 otherwise.
+GemmPrecision resolve_gemm_precision(GemmPrecision requested, bool lossy_weights);
+// Whether weights of type t already lost precision (anything but F32).
+bool gemm_weight_is_lossy(DType t);
+// The calling thread's precision while alive (scopes nest; Auto defers to the rules above).
+class GemmPrecisionScope {
+ public:
+  explicit GemmPrecisionScope(GemmPrecision p);
+  ~GemmPrecisionScope();
+  GemmPrecisionScope(const GemmPrecisionScope&) = delete;
+  GemmPrecisionScope& operator=(const GemmPrecisionScope&) = delete;
+
+ private:
+  GemmPrecision prev_;
+};
+GemmPrecision gemm_precision_scope();  // the calling thread's scope value (Auto when none)
+// Precision a GEMM with f32 weights and no scope-free rule gets: the scope, else CBX_GEMM,
+// else F32 (what convolutions use).
+GemmPrecision gemm_precision_for_f32_weights();
+// Whether a BF16 request runs the bf16 GEMM with the active ISA (else it runs in F32).
+bool gemm_bf16_available();
+
 void matmul(ThreadPool& pool, const Tensor& w, const Tensor& x, Tensor& y, Arena* scratch = nullptr);
 void matmul_bias(ThreadPool& pool, const Tensor& w, const Tensor& bias, const Tensor& x, Tensor& y,
                  Arena* scratch = nullptr);
@@ -40,6 +84,29 @@ void gemm_f32(ThreadPool& pool, const Tensor& a, const Tensor& b, Tensor& c, Are
 // tests compare the active ISA with matmul_kernels(Isa::Generic).
 void matmul_with(const MatmulKernels& kernels, ThreadPool& pool, const Tensor& w, const Tensor* bias,
                  const Tensor& x, Tensor& y, Arena* scratch = nullptr);
+
+// The same with an explicit precision (Auto = the rules above), for tests and benches.
+void matmul_with_precision(const MatmulKernels& kernels, GemmPrecision prec, ThreadPool& pool, const Tensor& w,
+                           const Tensor* bias, const Tensor& x, Tensor& y, Arena* scratch = nullptr);
+
+// C[m, n] = bias[m] + sum_k A[m, k] B[k, n] on the BF16 GEMM (convolutions in bf16). A: f32
+// rows a_rs floats apart, k contiguous; row kk of B starts at b + (b_off ? b_off[kk] :
+// kk * b_rs) floats with its n columns contiguous; C rows c_rs floats apart; bias may be
+// null. Returns false and does nothing when gemm_bf16_available() is false.
+struct KMajorGemm {
+  const float* a = nullptr;
+  int64_t a_rs = 0;
+  const float* b = nullptr;
+  const int64_t* b_off = nullptr;
+  int64_t b_rs = 0;
+  float* c = nullptr;
+  int64_t c_rs = 0;
+  const float* bias = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+};
+bool gemm_bf16_kmajor(ThreadPool& pool, const KMajorGemm& g, Arena* scratch = nullptr);
+// Upper bound of the scratch bytes gemm_bf16_kmajor needs (0 where it is unavailable).
+size_t gemm_bf16_kmajor_scratch_bytes(int64_t m, int64_t k, int n_threads);
 
 // Activation rows from which the GEMM path is used.
 int64_t matmul_gemm_min_rows();
