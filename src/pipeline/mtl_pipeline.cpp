@@ -159,10 +159,11 @@ const std::vector<double>& MtlPipeline::cfm_step_ms() const { return m_->s3gen->
 
 void MtlPipeline::reseed_s3gen(uint64_t seed) { m_->s3gen->reseed(seed); }
 
-std::vector<float> MtlPipeline::tokens_to_audio(const std::vector<int32_t>& speech, SynthTimings* tm) {
+std::vector<float> MtlPipeline::tokens_to_audio(const std::vector<int32_t>& speech, SynthTimings* tm,
+                                                const Tensor& cfm_noise, const HiftDraws* hift_draws) {
   Impl& m = *m_;
   if (speech.empty()) return {};
-  std::vector<float> out = m.s3gen->to_audio(m.voice, speech, tm);
+  std::vector<float> out = m.s3gen->to_audio(m.voice, speech, tm, cfm_noise, hift_draws);
   // Tail trim (mtl_tts.py): the last token decodes to ~40 ms of noise.
   const int64_t keep = std::max<int64_t>(1, int64_t(speech.size()) - 1) * m.cfg.pipeline.samples_per_token;
   if (int64_t(out.size()) > keep) out.resize(size_t(keep));

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
 #include "models/model_config.h"
 #include "pipeline/pipeline_common.h"
 
@@ -47,6 +48,7 @@ class GgufFile;
 class ThreadPool;
 class T3Mtl;
 class MtlTokenizer;
+struct HiftDraws;
 struct Voice;
 
 struct MtlLoadParams {
@@ -93,8 +95,10 @@ class MtlPipeline {
   // T3's output -> the tokens S3Gen takes (see the header comment).
   static std::vector<int32_t> postprocess(const std::vector<int32_t>& generated, const T3Config& c);
   // Post-processed speech tokens -> audio with the voice in use: flow encoder, CFM (10 steps,
-  // CFG), HiFT, start trim/fade, tail trim. Adds to t's flow/cfm/hift times.
-  std::vector<float> tokens_to_audio(const std::vector<int32_t>& speech, SynthTimings* t = nullptr);
+  // CFG), HiFT, start trim/fade, tail trim. Adds to t's flow/cfm/hift times. Parity tests may
+  // inject the random draws (S3GenStage::to_audio).
+  std::vector<float> tokens_to_audio(const std::vector<int32_t>& speech, SynthTimings* t = nullptr,
+                                     const Tensor& cfm_noise = Tensor{}, const HiftDraws* hift_draws = nullptr);
   // Restart the CFM and HiFT generators (synthesize does this with its seed).
   void reseed_s3gen(uint64_t seed);
   // Wall time of each CFM estimator call (a batch of two) of the last tokens_to_audio, in ms.

@@ -53,7 +53,8 @@ void S3GenStage::reseed(uint64_t seed) {
   hift_->set_seed(seed ^ 0x5851F42D4C957F2Dull);
 }
 
-std::vector<float> S3GenStage::to_audio(const Voice& v, const std::vector<int32_t>& speech, SynthTimings* tm) {
+std::vector<float> S3GenStage::to_audio(const Voice& v, const std::vector<int32_t>& speech, SynthTimings* tm,
+                                        const Tensor& cfm_noise, const HiftDraws* hift_draws) {
   CBX_CHECK(!speech.empty() && int64_t(speech.size()) <= max_speech_, "s3gen: %zu speech tokens (1 .. %lld)",
             speech.size(), (long long)max_speech_);
   const double t0 = pipeline_now_ms();
@@ -61,9 +62,9 @@ std::vector<float> S3GenStage::to_audio(const Voice& v, const std::vector<int32_
                                         int64_t(speech.size()), v.prompt_feat.data(), v.n_prompt_frames(),
                                         v.embedding.data(), int64_t(v.embedding.size()));
   const double t1 = pipeline_now_ms();
-  const Tensor& mel = cfm_->solve(fo.mu, fo.spks, fo.cond, fo.n_prompt_frames);
+  const Tensor& mel = cfm_->solve(fo.mu, fo.spks, fo.cond, fo.n_prompt_frames, cfm_noise);
   const double t2 = pipeline_now_ms();
-  const Tensor& wave = hift_->forward(mel);
+  const Tensor& wave = hift_->forward(mel, hift_draws);
   std::vector<float> out(wave.ptr<float>(), wave.ptr<float>() + wave.numel());
   hift_trim_fade(out.data(), int64_t(out.size()), c_.pipeline.trim_fade_samples);
   const double t3 = pipeline_now_ms();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "models/cfm_estimator.h"
 #include "models/flow_encoder.h"
 #include "models/model_config.h"
@@ -21,6 +22,7 @@ namespace cbx {
 class CfmSolver;
 class GgufFile;
 class HiftVocoder;
+struct HiftDraws;
 class ThreadPool;
 struct Voice;
 
@@ -33,8 +35,10 @@ class S3GenStage {
   S3GenStage& operator=(const S3GenStage&) = delete;
 
   // speech [1 .. max_speech] (ids < flow.vocab) with v's reference -> 24 kHz waveform after the
-  // start trim/fade. Adds the flow / CFM / HiFT wall times to tm (may be null).
-  std::vector<float> to_audio(const Voice& v, const std::vector<int32_t>& speech, SynthTimings* tm);
+  // start trim/fade. Adds the flow / CFM / HiFT wall times to tm (may be null). Parity tests may
+  // inject the random draws: cfm_noise F32 [80, 2 (Tp + N)] and HiFT's phases + noise.
+  std::vector<float> to_audio(const Voice& v, const std::vector<int32_t>& speech, SynthTimings* tm,
+                              const Tensor& cfm_noise = Tensor{}, const HiftDraws* hift_draws = nullptr);
   // Throws cbx::Error prefixed by `what` when v's S3Gen prompt exceeds the reservations.
   void check_fits(const Voice& v, const std::string& what) const;
   // Restarts the CFM noise and HiFT source generators.
