@@ -38,11 +38,12 @@ struct T3Mtl::Impl {
   std::unique_ptr<T3CondEncoder> cond_enc;
   int64_t max_new = 0, max_text = 0, max_prompt = 0, max_cond = 0;
   Arena arena;
-  Tensor prompt;                 // [2 * max_tokens, d]
-  Tensor prompt_pe;              // [max(max_prompt, max_text + 2), d] speech/text positional rows
-  Tensor ids;                    // I32 [max(max_prompt, max_text + 2)]
-  Tensor tok;                    // [2, d] the fed-back token, one row per sequence
-  Tensor tok_pe;                 // [1, d]
+  Tensor prompt;     // [max(2 * max_tokens, max_cond + max_prompt), d]: both sequences; the voice
+                     // prompt's embeddings sit in its last rows while the cond tokens are made
+  Tensor prompt_pe;  // [max(max_prompt, max_text + 2), d] speech/text positional rows
+  Tensor ids;        // I32 [max(max_prompt, max_text + 2)]
+  Tensor tok;        // [2, d] the fed-back token, one row per sequence
+  Tensor tok_pe;     // [1, d]
   Tensor tok_id, pos_id;         // I32 [1]
   std::vector<int32_t> history;  // BOS + generated
   std::vector<int32_t> out;
@@ -103,9 +104,10 @@ T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const 
   llama = std::make_unique<T3Llama>(t, lw, pool, o);
 
   const int64_t n_pe = std::max(max_prompt, max_text + 2);
-  arena.reserve(f32_bytes(2 * max_tokens * d) + f32_bytes(n_pe * d) + size_t(n_pe) * 4 +
-                f32_bytes(3 * d) + 4 * kAllocSlack);
-  prompt = arena.alloc(DType::F32, {2 * max_tokens, d}, "t3 mtl prompt");
+  const int64_t n_rows = std::max(2 * max_tokens, max_cond + max_prompt);
+  arena.reserve(f32_bytes(n_rows * d) + f32_bytes(n_pe * d) + size_t(n_pe) * 4 + f32_bytes(3 * d) +
+                4 * kAllocSlack);
+  prompt = arena.alloc(DType::F32, {n_rows, d}, "t3 mtl prompt");
   prompt_pe = arena.alloc(DType::F32, {n_pe, d}, "t3 mtl positional rows");
   ids = arena.alloc(DType::I32, {n_pe}, "t3 mtl ids");
   tok = arena.alloc(DType::F32, {2, d}, "t3 mtl token embedding");
