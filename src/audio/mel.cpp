@@ -195,8 +195,17 @@ std::vector<float> KaldiFbank::compute(const float* x, size_t n, bool mean_norm,
   CBX_CHECK(n >= size_t(kWin), "kaldi fbank: need at least %d samples (one 25 ms frame), got %zu",
             kWin, n);
   const int64_t T = num_frames(n);
-  const int nb = kNFft / 2 + 1;
   std::vector<float> out(size_t(T) * kMels);
+  compute_into(x, n, mean_norm, out.data());
+  if (n_frames) *n_frames = T;
+  return out;
+}
+
+void KaldiFbank::compute_into(const float* x, size_t n, bool mean_norm, float* out) {
+  CBX_CHECK(n >= size_t(kWin), "kaldi fbank: need at least %d samples (one 25 ms frame), got %zu",
+            kWin, n);
+  const int64_t T = num_frames(n);
+  const int nb = kNFft / 2 + 1;
   for (int64_t f = 0; f < T; ++f) {
     const float* s = x + f * kHop;
     double sum = 0.0;
@@ -222,8 +231,6 @@ std::vector<float> KaldiFbank::compute(const float* x, size_t n, bool mean_norm,
       for (int64_t f = 0; f < T; ++f) out[size_t(f) * kMels + m] -= mu;
     }
   }
-  if (n_frames) *n_frames = T;
-  return out;
 }
 
 // ---- (d) voice encoder ----
@@ -231,20 +238,28 @@ VoiceEncoderMel::VoiceEncoderMel()
     : stft_(kNFft, kHop, make_window(WindowKind::HannPeriodic, kNFft), true, StftPad::Reflect),
       mel_(
           mel_filterbank(kSampleRate, kNFft, kMels, 0.0, 8000.0, MelScale::Slaney, MelNorm::Slaney),
-          kMels, kNFft / 2 + 1) {}
+          kMels, kNFft / 2 + 1),
+      spec_(kNFft / 2 + 1),
+      power_(kNFft / 2 + 1) {}
 
 std::vector<float> VoiceEncoderMel::compute(const float* x, size_t n, int64_t* n_frames) {
   stft_.check_input(n);
   const int64_t T = num_frames(n);
-  const int nb = stft_.bins();
-  power_.resize(size_t(T) * nb);
-  stft_.power(x, n, power_.data());
   std::vector<float> out(size_t(T) * kMels);
-  for (int64_t f = 0; f < T; ++f)
-    for (int m = 0; m < kMels; ++m)
-      out[size_t(f) * kMels + m] = mel_.dot_row(m, &power_[size_t(f) * nb]);
+  compute_into(x, n, out.data());
   if (n_frames) *n_frames = T;
   return out;
+}
+
+void VoiceEncoderMel::compute_into(const float* x, size_t n, float* out) {
+  stft_.check_input(n);
+  const int64_t T = num_frames(n);
+  const int nb = stft_.bins();
+  for (int64_t f = 0; f < T; ++f) {  // Stft::power, one frame at a time
+    stft_.frame(x, n, f, spec_.data());
+    for (int k = 0; k < nb; ++k) power_[size_t(k)] = std::norm(spec_[size_t(k)]);
+    for (int m = 0; m < kMels; ++m) out[size_t(f) * kMels + m] = mel_.dot_row(m, power_.data());
+  }
 }
 
 std::pair<size_t, size_t> trim_silence(const float* x, size_t n, double top_db, int frame_length,
@@ -255,22 +270,21 @@ std::pair<size_t, size_t> trim_silence(const float* x, size_t n, double top_db, 
   const int64_t half = frame_length / 2;
   // Centred frames over the zero-padded signal: 1 + n / hop of them.
   const int64_t frames = 1 + (int64_t(n) + 2 * half - frame_length) / hop_length;
-  std::vector<double> ms(static_cast<size_t>(frames));
-  double mx = 0.0;
-  for (int64_t f = 0; f < frames; ++f) {
+  auto mean_square = [&](int64_t f) {  // rms^2 of frame f
     double s = 0.0;
     const int64_t a = f * hop_length - half;
     for (int64_t p = std::max<int64_t>(a, 0); p < std::min<int64_t>(a + frame_length, int64_t(n));
          ++p)
       s += double(x[p]) * x[p];
-    ms[size_t(f)] = s / frame_length;  // mean square = rms^2
-    mx = std::max(mx, ms[size_t(f)]);
-  }
+    return s / frame_length;
+  };
+  double mx = 0.0;
+  for (int64_t f = 0; f < frames; ++f) mx = std::max(mx, mean_square(f));
   const double amin = 1e-10;
   const double ref_db = 10.0 * std::log10(std::max(amin, mx));
   int64_t first = -1, last = -1;
   for (int64_t f = 0; f < frames; ++f) {
-    double db = 10.0 * std::log10(std::max(amin, ms[size_t(f)])) - ref_db;
+    double db = 10.0 * std::log10(std::max(amin, mean_square(f))) - ref_db;
     if (db > -top_db) {
       if (first < 0) first = f;
       last = f;

@@ -93,6 +93,8 @@ class KaldiFbank {
   int64_t num_frames(size_t n) const;
   std::vector<float> compute(const float* wav16k, size_t n, bool mean_norm = true,
                              int64_t* n_frames = nullptr);
+  // The same into caller memory: out holds num_frames(n) * kMels floats. Allocates nothing.
+  void compute_into(const float* wav16k, size_t n, bool mean_norm, float* out);
 
  private:
   RealFft fft_;
@@ -111,17 +113,20 @@ class VoiceEncoderMel {
   VoiceEncoderMel();
   int64_t num_frames(size_t n) const { return 1 + int64_t(n) / kHop; }
   std::vector<float> compute(const float* wav16k, size_t n, int64_t* n_frames = nullptr);
+  // The same into caller memory: out holds num_frames(n) * kMels floats. Allocates nothing.
+  void compute_into(const float* wav16k, size_t n, float* out);
 
  private:
   Stft stft_;
   MelMatrix mel_;
-  std::vector<float> power_;
+  std::vector<std::complex<float>> spec_;  // one frame
+  std::vector<float> power_;               // one frame
 };
 
 // librosa.effects.trim(y, top_db, frame_length=2048, hop_length=512) as the voice encoder
 // calls it: frame RMS (centred, zero padded) in dB relative to the loudest frame; keeps
 // [first, last] frames above -top_db. Returns the [begin, end) sample range ({0, 0} if all
-// silent).
+// silent). Allocates nothing (the frame energies are computed twice).
 std::pair<size_t, size_t> trim_silence(const float* x, size_t n, double top_db = 20.0,
                                        int frame_length = 2048, int hop_length = 512);
 
