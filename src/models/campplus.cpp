@@ -158,7 +158,7 @@ size_t CampPlus::Impl::arena_bytes(int64_t T) const {
   const size_t dense = f32_bytes(c_max * T2) + f32_bytes(bn * T2) + 3 * f32_bytes(bn * S) +
                        f32_bytes(bn * (T2 + 2 * dmax * (kmax / 2))) + size_t(bn * kmax) * 8 + kSlack +
                        size_t(c_max) * 8 + kSlack + f32_bytes(2 * c_max) + f32_bytes(cfg.embed_size);
-  return slabs + std::max(head, dense) + 8 * kSlack;
+  return f32_bytes(T * F) + slabs + std::max(head, dense) + 8 * kSlack;  // fbank features first
 }
 
 CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples)
@@ -283,10 +283,11 @@ std::vector<float> CampPlus::embed(ThreadPool& pool, const float* wav, int64_t n
   const int64_t T = m.fbank.num_frames(size_t(std::max<int64_t>(n, 0)));
   CBX_CHECK(T >= 3, "campplus: reference too short: %lld samples at 16 kHz give %lld fbank frames, need at least 3 "
             "(720 samples)", (long long)n, (long long)T);
-  const std::vector<float> feats = m.fbank.compute(wav, size_t(n), true);
-  if (m.capture)
-    m.emit("fbank", make_tensor(DType::F32, {T, m.cfg.feat_dim}, const_cast<float*>(feats.data()), feats.size() * 4));
-  return m.forward(pool, feats.data(), T);
+  m.arena.reset();
+  Tensor feats = m.arena.alloc(DType::F32, {T, m.cfg.feat_dim}, "campplus fbank");
+  m.fbank.compute_into(wav, size_t(n), true, feats.ptr<float>());
+  m.emit("fbank", feats);
+  return m.forward(pool, feats.ptr<float>(), T);
 }
 
 std::vector<float> CampPlus::embed_fbank(ThreadPool& pool, const float* fbank, int64_t T) {
@@ -295,6 +296,7 @@ std::vector<float> CampPlus::embed_fbank(ThreadPool& pool, const float* fbank, i
   CBX_CHECK(T >= 3 && T <= std::max<int64_t>(m.max_frames, 3),
             "campplus: %lld fbank frames outside [3, %lld] (the reservation made at construction)", (long long)T,
             (long long)std::max<int64_t>(m.max_frames, 3));
+  m.arena.reset();
   return m.forward(pool, fbank, T);
 }
 
@@ -302,7 +304,7 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
   const int64_t F = cfg.feat_dim, mc = cfg.head_channels, T2 = t_half(T);
   const int64_t bn = cfg.bn_channels, g = cfg.growth_rate, L = cfg.seg_len;
   const int64_t S = (T2 + L - 1) / L;
-  arena.reset();
+  // (The caller reset the arena; the fbank features may lie at its start.)
   // Two slabs for the dense blocks: block b reads/appends in cur; its transit writes next.
   Tensor slab[2] = {arena.alloc(DType::F32, {c_max, T2}, "campplus block slab"),
                     arena.alloc(DType::F32, {c_max, T2}, "campplus block slab")};

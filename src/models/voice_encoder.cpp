@@ -119,8 +119,8 @@ VoiceEncoder::VoiceEncoder(const GgufFile& f, const ModelConfig& c, int64_t max_
   const int64_t max_frames = m.mel.num_frames(size_t(max_samples));
   m.group = std::min(kMaxGroup, m.num_wins(max_frames).first);
   const int64_t P = m.group, Tp = v.partial_frames, In = std::max<int64_t>(v.n_mels, H);
-  const int64_t floats = P * Tp * v.n_mels + 2 * P * Tp * H + 2 * P * H + P * v.embed_size +
-                         lstm_layer_batch_scratch(P, Tp, In, H);
+  const int64_t floats = max_frames * v.n_mels + P * Tp * v.n_mels + 2 * P * Tp * H + 2 * P * H +
+                         P * v.embed_size + lstm_layer_batch_scratch(P, Tp, In, H);
   m.arena.reserve(size_t(floats) * 4 + 16 * 64);
   m.sum.resize(size_t(v.embed_size));
 }
@@ -151,10 +151,13 @@ std::vector<float> VoiceEncoder::embed(ThreadPool& pool, const float* wav, int64
     float r[2] = {float(b0), float(b1)};
     m.emit("trim", make_tensor(DType::F32, {2}, r, sizeof r));
   }
-  int64_t T = 0;
-  const std::vector<float> mel = m.mel.compute(wav + b0, size_t(len), &T);
-  if (m.capture)
-    m.emit("mel", make_tensor(DType::F32, {T, v.n_mels}, const_cast<float*>(mel.data()), mel.size() * 4));
+  const int64_t T = m.mel.num_frames(size_t(len));
+  m.arena.reset();
+  Tensor mel_t = m.arena.alloc(DType::F32, {T, v.n_mels}, "ve mel");
+  m.mel.compute_into(wav + b0, size_t(len), mel_t.ptr<float>());
+  const float* mel = mel_t.ptr<float>();
+  m.emit("mel", mel_t);
+  const size_t group_mark = m.arena.mark();
 
   const auto [n_part, target] = m.num_wins(T);
   (void)target;  // frames past T are the zero padding; partials never reach past target
@@ -167,14 +170,14 @@ std::vector<float> VoiceEncoder::embed(ThreadPool& pool, const float* wav, int64
 
   for (int64_t p0 = 0; p0 < n_part; p0 += m.group) {
     const int64_t P = std::min(m.group, n_part - p0);
-    m.arena.reset();
+    m.arena.rewind(group_mark);
     Tensor x = m.arena.alloc(DType::F32, {P, Tp, M}, "ve partial mels");
     float* xp = x.ptr<float>();
     for (int64_t i = 0; i < P; ++i)
       for (int64_t t = 0; t < Tp; ++t) {
         const int64_t fr = (p0 + i) * m.step + t;
         float* dst = xp + (i * Tp + t) * M;
-        if (fr < T) std::memcpy(dst, mel.data() + fr * M, size_t(M) * 4);
+        if (fr < T) std::memcpy(dst, mel + fr * M, size_t(M) * 4);
         else std::memset(dst, 0, size_t(M) * 4);
       }
     Tensor ya = m.arena.alloc(DType::F32, {P, Tp, H}, "ve lstm out a");
