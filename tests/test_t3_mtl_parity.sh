@@ -12,7 +12,8 @@
 #      allowed (defaults, and a sharper setting);
 #   5. the same seed gives the same tokens;
 #   6. F16 KV cache: prefill logits within rel. 1e-2;
-#   6b. a 3-token text (prompt buffers sized for short texts): prefill logits within rel. 1e-4;
+#   6b. a 3-token text with a 150-token voice prompt (buffers sized for short texts): prefill
+#       logits within rel. 1e-4;
 #   7. bad input (text id outside the vocabulary, wrong speaker size) fails with a message.
 # usage: test_t3_mtl_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
@@ -83,7 +84,7 @@ echo "== 6. f16 KV cache, prefill logits"
 "$PY" "$REF" greedy "$CK" "$IN" --prefill-only --logits "$TMP/h_logits.npy" --rtol 1e-2
 
 echo "== 6b. 3-token text, prefill logits"
-"$PY" "$REF" inputs "$CK" "$TMP/in3" --seed 4 --n-text 3 --n-prompt 50
+"$PY" "$REF" inputs "$CK" "$TMP/in3" --seed 4 --n-text 3 --n-prompt 150
 "$CLI" debug t3 -m "$TMP/m.gguf" --text-ids "$TMP/in3/text.npy" --speaker-emb "$TMP/in3/speaker.npy" \
   --prompt-tokens "$TMP/in3/prompt.npy" --steps 1 --greedy --kv-type f32 --out-logits "$TMP/s3_logits.npy"
 "$PY" "$REF" greedy "$CK" "$TMP/in3" --prefill-only --logits "$TMP/s3_logits.npy" --rtol 1e-4
