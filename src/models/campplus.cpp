@@ -1,7 +1,8 @@
-// CAMPPlus x-vector (spec §11.2). Channels-first activations; every BatchNorm that follows
-// a convolution is folded into that convolution's weights at bind time (W' = W scale_o,
-// b' = shift_o), the ones that precede a convolution (dense layers' nonlinear1, transits,
-// out_nonlinear) run as channel_affine + relu.
+// CAMPPlus x-vector (spec §11.2). The head works on frequency-major zero-bordered maps
+// [H + 2, C, T + 2]; the TDNN part on channels-first [C, T2] slabs, each dense layer appending
+// its 32 rows in place. Every BatchNorm that follows a convolution is folded into that
+// convolution's weights at bind time (W' = W scale_o, b' = shift_o); the ones that precede a
+// convolution (dense layers' nonlinear1, transits, out_nonlinear) run as channel_affine + relu.
 #include "models/campplus.h"
 
 #include <algorithm>
