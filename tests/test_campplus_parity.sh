@@ -14,6 +14,7 @@
 #   4. an odd length (4 s + 77 samples) on the Multilingual checkpoint (s3gen.pt);
 #   5. 1 and 2 threads give bit-identical x-vectors;
 #   6. a reference too short (1 fbank frame) is refused with a message saying so.
+# CBX_NO_ESPEAK=1 forces the synthetic signal.
 # usage: test_campplus_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
@@ -36,7 +37,7 @@ trap 'rm -rf "$TMP"' EXIT
 "$CLI" convert "$TMP/ck" -o "$TMP/m.gguf" --type f32 > /dev/null 2>&1
 
 SPEECH=synthetic
-if command -v espeak-ng > /dev/null 2>&1 &&
+if [ -z "${CBX_NO_ESPEAK:-}" ] && command -v espeak-ng > /dev/null 2>&1 &&
    espeak-ng -w "$TMP/sp.wav" "A speaker embedding for the flow decoder, taken from the first ten seconds." \
      > /dev/null 2>&1; then
   SPEECH=espeak-ng
