@@ -35,6 +35,7 @@ const char* kUsage =
     "  --fbank F       float32 .npy [T, 80] (or [1, T, 80]): mean-normalised Kaldi fbank; runs\n"
     "                  the network alone\n"
     "  -o, --out F     float32 [192]: the x-vector\n"
+    "  --out-fbank F   float32 [T, 80]: the mean-normalised fbank the network saw (--wav only)\n"
     "  --dump-dir DIR  write the named intermediates as DIR/NAME.npy (fbank, head, tdnn,\n"
     "                  block1..3, transit1..3, stats)\n"
     "  --repeat N      run N times (timing; the last run's output is written)\n"
@@ -52,7 +53,7 @@ void save(const std::string& path, const cbx::Tensor& t) {
 }
 
 int run(int argc, char** argv) {
-  std::string model, wav_path, fb_path, out_path, dump_dir;
+  std::string model, wav_path, fb_path, out_path, out_fbank, dump_dir;
   int threads = 2, repeat = 1;
   bool timing = false;
   for (int i = 1; i < argc; ++i) {
@@ -68,6 +69,7 @@ int run(int argc, char** argv) {
     else if (a == "--wav") wav_path = next();
     else if (a == "--fbank") fb_path = next();
     else if (a == "-o" || a == "--out") out_path = next();
+    else if (a == "--out-fbank") out_fbank = next();
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
     else if (a == "--timing") timing = true;
@@ -77,6 +79,7 @@ int run(int argc, char** argv) {
   CBX_CHECK(!model.empty() && wav_path.empty() != fb_path.empty(),
             "debug campplus: -m and exactly one of --wav / --fbank are required\n%s", kUsage);
   CBX_CHECK(threads > 0 && repeat > 0, "debug campplus: bad --threads or --repeat");
+  CBX_CHECK(out_fbank.empty() || !wav_path.empty(), "debug campplus: --out-fbank needs --wav");
 
   auto f = cbx::GgufFile::open(model);
   const cbx::ModelConfig cfg = cbx::read_config(*f);
@@ -101,13 +104,14 @@ int run(int argc, char** argv) {
     const double c0 = cpu_ms();
     std::string phases;
     auto last = t0;
-    if ((!dump_dir.empty() || timing) && r + 1 == repeat)
+    if ((!dump_dir.empty() || !out_fbank.empty() || timing) && r + 1 == repeat)
       cam.set_capture([&](const char* name, const cbx::Tensor& t) {
         auto now = std::chrono::steady_clock::now();
         char buf[64];
         std::snprintf(buf, sizeof buf, " %s %.1f", name, std::chrono::duration<double, std::milli>(now - last).count());
         phases += buf;
         if (!dump_dir.empty()) save(dump_dir + "/" + name + ".npy", t);
+        if (!out_fbank.empty() && std::strcmp(name, "fbank") == 0) save(out_fbank, t);
         last = std::chrono::steady_clock::now();  // excludes the dump itself
       });
     emb = wav_path.empty() ? cam.embed_fbank(pool, in.as<float>(), T) : cam.embed(pool, in.as<float>(), n);
