@@ -86,6 +86,7 @@ for k in "variant:            turbo" "source:             ref.wav" "44100 Hz, 2 
   "prompt_feat:        [" "LUFS"; do
   grep -qF "$k" "$T/info.txt" || { cat "$T/info.txt"; fail "voice info lacks '$k'"; }
 done
+"$B" voice info "$T/m.gguf" | grep -qF "source:             built-in" || fail "voice info MODEL (built-in voice)"
 # A second build of the same reference gives the same file (deterministic conditionals).
 "$B" voice create "$T/ref.wav" -m "$T/m.gguf" -o "$T/a2.voice" --threads 2 2> /dev/null || fail "voice create 2"
 cmp -s "$T/a.voice" "$T/a2.voice" || fail "two builds of the same reference differ"

@@ -21,7 +21,7 @@ namespace {
 
 const char* kUsage =
     "usage: chatterbox voice create REF -m MODEL.gguf -o NAME.voice [options]\n"
-    "       chatterbox voice info NAME.voice [-m MODEL.gguf]\n"
+    "       chatterbox voice info NAME.voice|MODEL.gguf [-m MODEL.gguf]\n"
     "  create: builds the conditionals (speaker embeddings, prompt tokens, prompt mel) from the reference\n"
     "  recording REF (WAV/FLAC/OGG/MP3..., any rate, mono or stereo) exactly as upstream\n"
     "  prepare_conditionals does for the model's variant, and saves them as a small GGUF. `say --voice\n"
@@ -35,8 +35,8 @@ const char* kUsage =
     "  -v, --verbose          per-stage timings\n"
     "  --dump-dir D           also write the intermediate signals (ref24, ref16, t3_16, s3gen_24, s3gen_16)\n"
     "                         and the voice tensors as .npy files into D (parity tests)\n"
-    "  info: prints the voice's variant, source, sizes and loudness; with -m also checks that the model\n"
-    "  can use it (exit 1 if not).\n";
+    "  info: prints the voice's variant, source, sizes and loudness (of a model GGUF: its built-in\n"
+    "  voice); with -m also checks that the model can use it (exit 1 if not).\n";
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -167,7 +167,16 @@ int voice_info(int argc, char** argv) {
     }
   }
   CBX_CHECK(!path.empty(), "voice info: no .voice file\n%s", kUsage);
-  cbx::Voice v = cbx::load_voice(path);
+  cbx::Voice v;
+  {
+    // A model GGUF: its built-in voice.
+    std::unique_ptr<cbx::GgufFile> f = cbx::GgufFile::open(path);
+    const cbx::GgufValue* arch = f->find("general.architecture");
+    if (arch && arch->type == cbx::GgufType::STRING && arch->as_string() == "chatterbox")
+      v = cbx::builtin_voice(*f, cbx::read_config(*f));
+    else
+      v = cbx::voice_from_gguf(*f);
+  }
   print_voice(v);
   if (!model.empty()) {
     std::unique_ptr<cbx::GgufFile> f = cbx::GgufFile::open(model);
