@@ -167,6 +167,26 @@ size_t T3Llama::kv_step_bytes(int64_t B) const {
          size_t(c_.head_dim) * es;
 }
 
+void T3Llama::copy_sequence(int64_t src, int64_t dst) {
+  CBX_CHECK(src >= 0 && src < n_rows_ && dst >= 0 && dst < n_rows_ && src != dst,
+            "t3 llama: copy_sequence(%lld, %lld) with %lld sequences", (long long)src,
+            (long long)dst, (long long)n_rows_);
+  const int64_t Hkv = c_.n_kv_head;
+  const size_t bytes = size_t(n_past_) * size_t(c_.head_dim) * type_traits(kv_type_).block_bytes;
+  const int64_t items = int64_t(c_.n_layer) * 2 * Hkv;
+  auto job = [&](int64_t item) {  // item = (layer * 2 + kv) * Hkv + h
+    const int64_t h = item % Hkv, kv = (item / Hkv) % 2, l = item / (2 * Hkv);
+    const Tensor& t = (kv ? v_cache_ : k_cache_)[size_t(l)];
+    uint8_t* base = static_cast<uint8_t*>(t.data);
+    std::memcpy(base + (dst * Hkv + h) * t.stride[0], base + (src * Hkv + h) * t.stride[0], bytes);
+  };
+  pool_.run([&](int ith, int nth) {
+    int64_t b, e;
+    ThreadPool::split(items, ith, nth, &b, &e);
+    for (int64_t i = b; i < e; ++i) job(i);
+  });
+}
+
 // k, v: [B*T, Hkv*D] (RoPE applied to k) -> cache rows n_past .. n_past+T-1 of each sequence.
 void T3Llama::store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, int64_t T) {
   const int64_t Hkv = c_.n_kv_head, D = c_.head_dim;

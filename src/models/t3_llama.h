@@ -87,6 +87,10 @@ class T3Llama {
   size_t kv_cache_bytes() const { return kv_bytes_; }
   // Bytes of KV cache one decode step of B sequences reads at the current length.
   size_t kv_step_bytes(int64_t B) const;
+  // Copies the cached keys/values of positions 0 .. n_past()-1 from sequence src to sequence dst
+  // (a prefix both sequences share is computed once: forward(prefix, 1), copy, then forward of
+  // both sequences' remaining tokens with B = 2).
+  void copy_sequence(int64_t src, int64_t dst);
   void set_capture(T3Capture fn) { capture_ = std::move(fn); }
 
  private:

@@ -229,32 +229,39 @@ std::vector<int32_t> T3Mtl::generate(const T3MtlCond& cond, const std::vector<in
   st.weight_bytes_per_step = double(t3_llama_decode_weight_bytes(m.lw));
 
   double t0 = now_ms();
-  // ---- prefill: row 0 = cond, row 1 = uncond ----
+  // ---- prefill: sequence 0 = cond, 1 = uncond. They share the conditioning prefix, which is
+  // run once (sequence 0) and copied to sequence 1's cache. Rows of m.prompt: [0, n_cond) the
+  // prefix, then sequence 0's L2 = Lt + 4 remaining tokens, then sequence 1's (sequence-major,
+  // as the second forward call takes them).
   const int64_t n_cond = m.encode_cond(cond, m.prompt);
-  const int64_t T = n_cond + Lt + 2 + 2;
+  const int64_t L2 = Lt + 2 + 2, T = n_cond + L2;
   st.prompt_len = T;
-  Tensor seq0 = slice(m.prompt, 0, 0, T);
   {
     std::vector<int32_t>& txt = m.txt;  // SOT text EOT
     txt.clear();
     txt.push_back(t.start_text_token);
     txt.insert(txt.end(), text_tokens.begin(), text_tokens.end());
     txt.push_back(t.stop_text_token);
-    m.embed_rows(m.text_emb, txt.data(), Lt + 2, m.text_pos, 0, slice(seq0, 0, n_cond, Lt + 2),
-                 false);
-    const int32_t bos[2] = {t.start_speech_token, t.start_speech_token};
-    Tensor b0 = slice(seq0, 0, n_cond + Lt + 2, 1), b1 = slice(seq0, 0, n_cond + Lt + 3, 1);
-    m.embed_rows(m.speech_emb, bos, 1, m.speech_pos, 0, b0, false);
-    copy_tensor(m.pool, b0, b1);
-    if (B == 2) {
-      Tensor seq1 = slice(m.prompt, 0, T, T);
-      copy_tensor(m.pool, seq0, seq1);
-      m.embed_rows(m.text_emb, txt.data(), Lt + 2, m.text_pos, 0, slice(seq1, 0, n_cond, Lt + 2),
-                   true);
+    for (int64_t b = 0; b < B; ++b) {
+      Tensor tail = slice(m.prompt, 0, n_cond + b * L2, L2);
+      // The uncond sequence's text token embeddings are zero (positions kept), t3.py:113-119.
+      m.embed_rows(m.text_emb, txt.data(), Lt + 2, m.text_pos, 0, slice(tail, 0, 0, Lt + 2),
+                   b == 1);
+      const int32_t bos = t.start_speech_token;
+      Tensor b0 = slice(tail, 0, Lt + 2, 1), b1 = slice(tail, 0, Lt + 3, 1);
+      m.embed_rows(m.speech_emb, &bos, 1, m.speech_pos, 0, b0, false);
+      copy_tensor(m.pool, b0, b1);  // the doubled BOS (t3.py:306-313)
     }
   }
   m.llama->reset();
-  Tensor logits = m.llama->forward(slice(m.prompt, 0, 0, B * T), B);
+  Tensor logits;
+  if (B == 1) {
+    logits = m.llama->forward(slice(m.prompt, 0, 0, T), 1);
+  } else {
+    m.llama->forward(slice(m.prompt, 0, 0, n_cond), 1);
+    m.llama->copy_sequence(0, 1);
+    logits = m.llama->forward(slice(m.prompt, 0, n_cond, 2 * L2), 2);
+  }
   m.history.assign(1, t.start_speech_token);
   m.out.clear();
   st.prefill_ms = now_ms() - t0;

@@ -11,7 +11,8 @@
 // repetition (history = BOS + generated) -> temperature -> min-p -> top-p -> multinomial),
 // and feeds speech_emb(tok) + speech_pos_emb[k+1] to both rows. Stops after EOS (kept in the
 // result, as upstream) or max_new_tokens. With cfg_weight == 0 both rows are identical, so
-// one row is run (same logits, half the work).
+// one row is run (same logits, half the work). The 34 conditioning rows are the same in both
+// sequences: the prefill runs them once and copies their keys/values to the uncond cache.
 #pragma once
 #include <cstdint>
 #include <functional>
