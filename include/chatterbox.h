@@ -7,6 +7,9 @@
  *   float* audio = NULL; size_t n = 0;
  *   if (cbx_synthesize(m, "Hello.", &sp, &audio, &n, NULL) == CBX_OK) { ... 24 kHz mono ... }
  *   cbx_audio_free(audio);
+ *   cbx_voice* v = NULL;                                  (zero-shot voice cloning)
+ *   if (cbx_voice_create(m, "ref.wav", NULL, &v) == CBX_OK) cbx_synthesize_voice(m, v, "Hi.", &sp, ...);
+ *   cbx_voice_free(v);
  *   cbx_model_free(m);
  *
  * Rules:
