@@ -20,6 +20,7 @@ namespace {
 
 const char* kUsage =
     "usage: chatterbox debug t3 -m MODEL.gguf --text-ids IN.npy [options]\n"
+    "  (Turbo/Nano; on a Multilingual model this runs `chatterbox debug t3-mtl`, see its --help)\n"
     "  --text-ids F        int32/int64 .npy [Lt] or [1, Lt]: GPT-2 BPE ids\n"
     "  --speaker-emb F     float32 .npy [S] or [1, S] (default: the GGUF's voice.speaker_emb)\n"
     "  --prompt-tokens F   int .npy [P] or [1, P] (default: voice.cond_prompt_tokens)\n"
