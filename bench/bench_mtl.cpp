@@ -18,8 +18,11 @@
 //   hift_ms         vocoder + trim/fade + tail trim
 //   rtf             (prefill + decode + s3gen + hift) / audio seconds ((N - 1) x 40 ms)
 //   cpu_s           process CPU time (all threads) from the prefill to the end of HiFT;
+//   cpu_t3_s, cpu_s3gen_hift_s   the same split at the end of T3
 //   cpu_per_wall    cpu_s / that wall time: ~threads on an idle machine, less when other
 //                   processes take the cores (then rtf overstates the pipeline's own cost)
+//   cpu_rtf         cpu_s / threads / audio seconds: rtf if the threads had the cores to
+//                   themselves and never waited (an estimate for a loaded machine)
 //   peak_rss_mb     VmHWM of this process
 #include <cstdio>
 #include <cstdlib>
@@ -81,6 +84,7 @@ int run_mtl(int argc, char** argv) {
   std::vector<int32_t> gen = pipe.t3().generate(cond, text_ids, s, &st, nullptr, args.tokens);
   CBX_CHECK(int64_t(gen.size()) == args.tokens, "bench mtl: T3 returned %zu tokens, %d forced", gen.size(),
             args.tokens);
+  const double cpu_t3 = process_cpu_s() - cpu0;
   const double tok_s = st.n_decode > 0 ? double(st.n_decode) / (st.decode_ms / 1e3) : 0.0;
   int64_t n_folded = 0;
   for (int32_t& t : gen)
@@ -89,12 +93,13 @@ int run_mtl(int argc, char** argv) {
   SynthTimings tm;
   pipe.reseed_s3gen(args.seed);
   const std::vector<float> audio = pipe.tokens_to_audio(gen, &tm);
+  const double audio_s = double(audio.size()) / pipe.sample_rate();
   const double cpu_s = process_cpu_s() - cpu0, wall_s = (now_ms() - wall0) / 1e3;
+  const double cpu_rtf = cpu_s / pipe.n_threads() / audio_s;
   const std::vector<double>& steps = pipe.cfm_step_ms();
   double cfm_step_ms = 0;
   for (double x : steps) cfm_step_ms += x / double(steps.empty() ? 1 : steps.size());
   const double s3gen_ms = tm.flow_ms + tm.cfm_ms;
-  const double audio_s = double(audio.size()) / pipe.sample_rate();
   const double rtf = (st.prefill_ms + st.decode_ms + s3gen_ms + tm.hift_ms) / 1e3 / audio_s;
 
   const double rss_mb = peak_rss_mb();  // before the stream buffer
@@ -107,13 +112,13 @@ int run_mtl(int argc, char** argv) {
   std::printf("bench mtl model=%s threads=%d kv=%s lang=%s cfg_weight=%g rows=%lld load_ms=%.0f prompt_rows=%lld "
               "tokens=%d folded=%lld audio_s=%.2f t3_prefill_ms=%.1f t3_decode_ms=%.1f t3_tok_s=%.2f "
               "weight_mb_step=%.1f kv_mb_step=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
-              "flow_ms=%.1f cfm_ms=%.1f cfm_step_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f cpu_s=%.1f cpu_per_wall=%.2f "
-              "peak_rss_mb=%.0f\n",
+              "flow_ms=%.1f cfm_ms=%.1f cfm_step_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f cpu_s=%.1f cpu_t3_s=%.1f "
+              "cpu_s3gen_hift_s=%.1f cpu_per_wall=%.2f cpu_rtf=%.3f peak_rss_mb=%.0f\n",
               args.model.c_str(), pipe.n_threads(), args.kv.c_str(), lang.c_str(), double(s.cfg_weight),
               (long long)st.n_rows, load_ms, (long long)st.prompt_len, args.tokens, (long long)n_folded, audio_s,
               st.prefill_ms, st.decode_ms, tok_s, st.weight_bytes_per_step / 1e6, st.kv_bytes_per_step / 1e6,
               decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, cfm_step_ms, s3gen_ms, tm.hift_ms,
-              rtf, cpu_s, cpu_s / wall_s, rss_mb);
+              rtf, cpu_s, cpu_t3, cpu_s - cpu_t3, cpu_s / wall_s, cpu_rtf, rss_mb);
   return 0;
 }
 
