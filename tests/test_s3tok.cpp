@@ -252,7 +252,16 @@ TEST(S3TokWeights, ErrorsNameTheTensor) {
     auto f = GgufFile::open(p);
     S3Tokenizer t(*f, cfg, 16000);
     std::vector<float> wav = test_wave(16000, 6);
+    EXPECT_EQ(t.gemm_precision(), GemmPrecision::F32);  // f32 by default, even with lossy weights
+    const std::vector<int32_t> a = t.tokenize(pool, wav.data(), 16000);
+    EXPECT_EQ(a.size(), 25u);
+    t.set_gemm_precision(GemmPrecision::Auto);
+    EXPECT_EQ(t.gemm_precision(), resolve_gemm_precision(GemmPrecision::Auto, true));
+    t.set_gemm_precision(GemmPrecision::BF16);  // the arena holds the bf16 GEMM scratch too
+    EXPECT_EQ(t.gemm_precision(), GemmPrecision::BF16);
     EXPECT_EQ(t.tokenize(pool, wav.data(), 16000).size(), 25u);
+    t.set_gemm_precision(GemmPrecision::F32);
+    EXPECT_EQ(t.tokenize(pool, wav.data(), 16000), a);
     std::remove(p.c_str());
   }
 }

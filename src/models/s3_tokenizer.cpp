@@ -84,6 +84,8 @@ struct S3Tokenizer::Impl {
   Tensor positions;  // I32 [max_tokens]: 0, 1, ...
   Tensor inv_freq;   // F32 [32]
   size_t call_mark = 0;
+  GemmPrecision gemm = GemmPrecision::F32;
+  bool lossy_weights = false;
   S3TokCapture capture;
 
   void emit(const char* name, const Tensor& t) const {
@@ -152,6 +154,10 @@ S3Tokenizer::S3Tokenizer(const GgufFile& f, const ModelConfig& mc, int64_t max_s
     b.mlp2_b = bind(f, p + ".mlp.2.bias", {C}, Kind::F32Only);
   }
   m.proj_w = bind(f, "s3tok.quantizer._codebook.project_down.weight", {c.codebook_dim, C}, Kind::Matrix);
+  m.lossy_weights = gemm_weight_is_lossy(m.proj_w.dtype);
+  for (const Block& b : m.blocks)
+    for (const Tensor* w : {&b.q_w, &b.k_w, &b.v_w, &b.out_w, &b.mlp0_w, &b.mlp2_w})
+      m.lossy_weights |= gemm_weight_is_lossy(w->dtype);
   m.proj_b = bind(f, "s3tok.quantizer._codebook.project_down.bias", {c.codebook_dim}, Kind::F32Only);
   m.mel = MelMatrix(mel_filterbank(S3TokenizerMel::kSampleRate, S3TokenizerMel::kNFft, S3TokenizerMel::kMels,
                                    0.0, 0.0, MelScale::Slaney, MelNorm::Slaney),
@@ -181,7 +187,9 @@ S3Tokenizer::S3Tokenizer(const GgufFile& f, const ModelConfig& mc, int64_t max_s
   };
   conv_strided(c.n_mels, T50);
   conv_strided(C, T);
-  tr = std::max(tr, f32_bytes(C * (T + K - 1)) + size_t(K) * 8 + 2 * kAllocSlack);  // FSMN (depthwise)
+  // BF16 conv GEMMs pack the weights on top of the im2col chunk (see set_gemm_precision).
+  tr += gemm_bf16_kmajor_scratch_bytes(C, std::max<int64_t>(c.n_mels, C) * 3, nt) + kAllocSlack;
+  tr = std::max(tr, f32_bytes(C * (T + K - 1)) + size_t(K) * 8 + 2 * kAllocSlack);  // FSMN (depthwise, f32)
   tr = std::max(tr, f32_bytes(H * kHeadDim * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T
   m.arena.reserve(persistent + act + tr + (size_t(1) << 16));
 
@@ -198,6 +206,10 @@ S3Tokenizer::~S3Tokenizer() = default;
 
 int64_t S3Tokenizer::max_samples() const { return impl_->max_samples; }
 void S3Tokenizer::set_capture(S3TokCapture fn) { impl_->capture = std::move(fn); }
+void S3Tokenizer::set_gemm_precision(GemmPrecision p) {
+  impl_->gemm = resolve_gemm_precision(p, impl_->lossy_weights);
+}
+GemmPrecision S3Tokenizer::gemm_precision() const { return impl_->gemm; }
 
 int64_t S3Tokenizer::num_tokens(int64_t n, int64_t max_tokens) {
   int64_t t100 = std::max<int64_t>(n, 0) / S3TokenizerMel::kHop;
@@ -263,7 +275,10 @@ void S3Tokenizer::Impl::block(ThreadPool& pool, const Block& W, Tensor& x) {
   fp.pad_left = (c.fsmn_kernel - 1) / 2;
   fp.pad_right = c.fsmn_kernel - 1 - fp.pad_left;
   fp.groups = C;
-  conv1d(pool, vt, W.fsmn_w, Tensor{}, mt, fp, sc);
+  {
+    GemmPrecisionScope f32_scope(GemmPrecision::F32);  // C groups of one row: no bf16 gain
+    conv1d(pool, vt, W.fsmn_w, Tensor{}, mt, fp, sc);
+  }
   add(pool, mt, vt, mt);
   copy_strided(transpose(mt, 0, 1), mem);
   matmul_bias(pool, W.out_w, W.out_b, att, h, sc);
@@ -285,6 +300,7 @@ void S3Tokenizer::Impl::block(ThreadPool& pool, const Block& W, Tensor& x) {
 std::vector<int32_t> S3Tokenizer::tokenize(ThreadPool& pool, const float* wav, int64_t n, int64_t max_tokens) {
   Impl& m = *impl_;
   const S3TokConfig& c = m.c;
+  GemmPrecisionScope gemm_scope(m.gemm);
   CBX_CHECK(wav != nullptr || n == 0, "s3 tokenizer: null wave");
   CBX_CHECK(n > S3TokenizerMel::kNFft / 2,
             "s3 tokenizer: %lld samples is too short (the 400-point STFT's reflect padding needs more than %d)",

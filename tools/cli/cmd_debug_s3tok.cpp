@@ -33,6 +33,7 @@ const char* kUsage =
     "  --dump-dir DIR   write every named intermediate of the first run as DIR/NAME.npy\n"
     "  --repeat N       run N times and print each run's time, the median and the best\n"
     "  --timings        print the time spent up to each named intermediate (last run)\n"
+    "  --gemm P         GEMM precision: f32 (default), bf16, auto (CBX_GEMM, else bf16 for f16/q weights)\n"
     "  --threads N      (default 2)\n";
 
 void save_tensor(const std::string& path, const cbx::Tensor& t) {
@@ -54,6 +55,7 @@ int run(int argc, char** argv) {
   int threads = 2, repeat = 1;
   long long max_tokens = -1;
   bool timings = false;
+  std::string gemm = "f32";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -73,6 +75,7 @@ int run(int argc, char** argv) {
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
     else if (a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--timings") timings = true;
+    else if (a == "--gemm") gemm = next();
     else cbx::fail("debug s3tok: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !wav_path.empty(), "debug s3tok: -m and --wav are required\n%s", kUsage);
@@ -86,6 +89,7 @@ int run(int argc, char** argv) {
   auto f = cbx::GgufFile::open(model);
   const cbx::ModelConfig cfg = cbx::read_config(*f);
   cbx::S3Tokenizer tok(*f, cfg, std::max<int64_t>(n, 201));
+  tok.set_gemm_precision(cbx::parse_gemm_precision(gemm.c_str(), "debug s3tok --gemm"));
   cbx::ThreadPool pool(threads);
   const std::string enc_name =
       cfg.s3tok.n_layer > 0 ? "s3tok.block" + std::to_string(cfg.s3tok.n_layer - 1) + ".out" : "s3tok.conv2";
@@ -119,8 +123,8 @@ int run(int argc, char** argv) {
     }
   }
   if (!out.empty()) cbx::npy_save(out, cbx::DType::I32, {int64_t(tokens.size())}, tokens.data());
-  std::printf("samples=%lld seconds=%.2f tokens=%zu threads=%d", (long long)n, double(n) / 16000.0, tokens.size(),
-              threads);
+  std::printf("samples=%lld seconds=%.2f tokens=%zu threads=%d gemm=%s", (long long)n, double(n) / 16000.0,
+              tokens.size(), threads, cbx::gemm_precision_name(tok.gemm_precision()));
   if (!ms.empty()) {
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());
