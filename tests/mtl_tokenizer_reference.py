@@ -13,6 +13,7 @@ Chinese segmentation (pkuseg upstream, ICU in C++) cannot be reproduced here: th
 the C++ segmentation, which is checked to only insert spaces, and everything after it is compared.
 
 usage: mtl_tokenizer_reference.py REQUEST.json OUT.json
+       mtl_tokenizer_reference.py --unicode-table OUT.tsv   (see unicode_table)
 REQUEST: {"tokenizer": path, "cangjie": path or null,
           "cases": [{"lang": "fr", "text": "...", "segmented": "..." (zh only)}],
           "raw": ["string encoded with the HF tokenizer alone", ...]}
@@ -322,7 +323,36 @@ def prepare(case, cj):
     return ("[%s]" % lang + t).replace(" ", "[SPACE]")
 
 
+def unicode_table(path):
+    """Every code point assigned in this Python's Unicode: ranges of assigned code points, then one
+    line per code point where str.lower or NFKD is not the identity, or that is a Rust \\w or
+    \\s character: cp, lower, NFKD, flags (w = word, s = White_Space), tab-separated, escaped as
+    JSON strings."""
+    with open(path, "w", encoding="utf-8") as f:
+        start = None
+        for cp in range(0x110001):
+            ok = cp <= 0x10FFFF and not (0xD800 <= cp <= 0xDFFF) and unicodedata.category(chr(cp)) != "Cn"
+            if ok and start is None:
+                start = cp
+            elif not ok and start is not None:
+                f.write("A\t%d\t%d\n" % (start, cp - 1))
+                start = None
+        for cp in range(0x110000):
+            if 0xD800 <= cp <= 0xDFFF:
+                continue
+            c = chr(cp)
+            if unicodedata.category(c) == "Cn":
+                continue
+            lo, nf = c.lower(), unicodedata.normalize("NFKD", c)
+            flags = ("w" if is_word(c) else "") + ("s" if is_ws(c) else "")
+            if lo != c or nf != c or flags:
+                f.write("%d\t%s\t%s\t%s\n" % (cp, json.dumps(lo), json.dumps(nf), flags))
+
+
 def main():
+    if sys.argv[1] == "--unicode-table":
+        unicode_table(sys.argv[2])
+        return
     with open(sys.argv[1], encoding="utf-8") as f:
         req = json.load(f)
     tok = HfTokenizer(req["tokenizer"])
