@@ -13,6 +13,9 @@ C++ cache, positions and doubled BOS).
                       [--cfg-weight W] [--exaggeration X] [--rtol R] [--min-tokens M] [--prefill-only]
       greedy generation (CFG, full processor chain, argmax); compares raw cond/uncond logits,
       CFG-combined logits and tokens step by step
+  t3_mtl_reference.py gqa CKPT_DIR OUT_DIR
+      copies the checkpoint with k_proj/v_proj cut to their first head (grouped-query
+      attention: every query head shares one key/value head), to test that path
   t3_mtl_reference.py sampler CKPT_DIR IN_DIR --logits L.npy --tokens T.npy --processed P.npy
                       [--cfg-weight W --temperature T --min-p M --top-p P --rep R]
       applies the HF processor chain (Multilingual order) to the C++ raw logits with the C++
@@ -239,6 +242,28 @@ def cmd_inputs(a):
     return 0
 
 
+def cmd_gqa(a):
+    import shutil
+    shutil.copytree(a.ckpt, a.out)
+    path = t3_file(a.out)
+    w = load_safetensors(path)
+    for k in list(w):
+        if k.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight")):
+            w[k] = w[k][:HEAD_DIM].contiguous()
+    names = {torch.float32: "F32", torch.int64: "I64", torch.int32: "I32"}
+    header, blobs, off = {}, [], 0
+    for k, t in w.items():
+        b = t.numpy().tobytes()
+        header[k] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    return 0
+
+
 def cmd_cond(a):
     m = T3Mtl(a.ckpt)
     text, spk, prompt = load_inputs(a.inp, a.no_prompt)
@@ -351,6 +376,9 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-text", type=int, default=20)
     p.add_argument("--n-prompt", type=int, default=50)
+    p = sub.add_parser("gqa")
+    p.add_argument("ckpt")
+    p.add_argument("out")
     p = sub.add_parser("cond")
     p.add_argument("ckpt")
     p.add_argument("inp")
@@ -383,7 +411,7 @@ def main():
     p.add_argument("--rep", type=float, default=REP)
     a = ap.parse_args()
     torch.set_num_threads(2)
-    return {"inputs": cmd_inputs, "cond": cmd_cond, "greedy": cmd_greedy, "sampler": cmd_sampler}[a.cmd](a)
+    return {"inputs": cmd_inputs, "gqa": cmd_gqa, "cond": cmd_cond, "greedy": cmd_greedy, "sampler": cmd_sampler}[a.cmd](a)
 
 
 if __name__ == "__main__":

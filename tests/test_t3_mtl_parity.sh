@@ -14,7 +14,9 @@
 #   6. F16 KV cache: prefill logits within rel. 1e-2;
 #   6b. a 3-token text with a 150-token voice prompt (buffers sized for short texts): prefill
 #       logits within rel. 1e-4;
-#   7. bad input (text id outside the vocabulary, wrong speaker size) fails with a message.
+#   7. bad input (text id outside the vocabulary, wrong speaker size) fails with a message;
+#   8. grouped-query attention (the checkpoint's k/v projections cut to one head): greedy CFG,
+#      logits within rel. 1e-4 and 30 identical tokens.
 # usage: test_t3_mtl_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
@@ -100,5 +102,14 @@ expect_fail() {  # expect_fail PATTERN ARGS...
 expect_fail "text token 100000" -m "$TMP/m.gguf" --text-ids "$TMP/bad_text.npy" --steps 1
 expect_fail "speaker embedding has 7 values" -m "$TMP/m.gguf" --text-ids "$IN/text.npy" \
   --speaker-emb "$TMP/bad_spk.npy" --steps 1
+
+echo "== 8. grouped-query attention (1 key/value head)"
+"$PY" "$REF" gqa "$CK" "$TMP/ckpt_gqa"
+"$CLI" convert "$TMP/ckpt_gqa" -o "$TMP/gqa.gguf" --type f32 > /dev/null 2>&1
+"$CLI" debug t3 -m "$TMP/gqa.gguf" --text-ids "$IN/text.npy" --speaker-emb "$IN/speaker.npy" \
+  --prompt-tokens "$IN/prompt.npy" --steps 30 --greedy --kv-type f32 \
+  --out-logits "$TMP/q_logits.npy" --out-guided "$TMP/q_guided.npy" --out-tokens "$TMP/q_tokens.npy"
+"$PY" "$REF" greedy "$TMP/ckpt_gqa" "$IN" --steps 30 --logits "$TMP/q_logits.npy" \
+  --guided "$TMP/q_guided.npy" --tokens "$TMP/q_tokens.npy" --rtol 1e-4 --min-tokens 30
 
 echo "PASS"
