@@ -91,6 +91,17 @@ done
 "$B" voice create "$T/ref.wav" -m "$T/m.gguf" -o "$T/a2.voice" --threads 2 2> /dev/null || fail "voice create 2"
 cmp -s "$T/a.voice" "$T/a2.voice" || fail "two builds of the same reference differ"
 
+# Options: no loudness normalisation (gain 1, other conditionals), a stored exaggeration.
+"$B" voice create "$T/ref.wav" -m "$T/m.gguf" -o "$T/n.voice" --no-norm-loudness --exaggeration 0.7 2> /dev/null ||
+  fail "voice create --no-norm-loudness --exaggeration"
+"$B" voice info "$T/n.voice" > "$T/ninfo.txt" || fail "voice info n.voice"
+grep -q "gain 1.0000 (+0.00 dB)" "$T/ninfo.txt" || { cat "$T/ninfo.txt"; fail "--no-norm-loudness applied a gain"; }
+grep -q "emotion_adv:        0.7" "$T/ninfo.txt" || { cat "$T/ninfo.txt"; fail "--exaggeration not stored"; }
+grep -q "gain 1.0000" "$T/info.txt" && fail "the default build applied no loudness gain"
+cmp -s "$T/a.voice" "$T/n.voice" && fail "--no-norm-loudness gave the same voice"
+expect_error "--max-seconds" -- "$B" voice create "$T/ref.wav" -m "$T/m.gguf" -o "$T/x.voice" --max-seconds 5
+expect_error "--exaggeration must not be negative" -- "$B" voice create "$T/ref.wav" -m "$T/m.gguf" -o "$T/x.voice" --exaggeration -2
+
 # say --voice: deterministic per seed; .voice and REF byte-identical; differs from the built-in voice.
 "${SAY[@]}" "$TEXT" -o "$T/r1.wav" --seed 5 --voice "$T/ref.wav" 2> "$T/r1.err" || { cat "$T/r1.err"; fail "say --voice REF"; }
 "${SAY[@]}" "$TEXT" -o "$T/r2.wav" --seed 5 --voice "$T/ref.wav" 2> /dev/null || fail "say --voice REF again"

@@ -105,6 +105,8 @@ int voice_create(int argc, char** argv) {
   CBX_CHECK(!out.empty(), "voice create: -o NAME.voice is required");
   CBX_CHECK(threads >= 0 && threads <= 256, "voice create: --threads %d", threads);
   CBX_CHECK(o.exaggeration >= 0 || o.exaggeration == -1, "voice create: --exaggeration must not be negative");
+  CBX_CHECK(o.max_seconds >= 10 && o.max_seconds <= 600, "voice create: --max-seconds %g must be in [10, 600]",
+            o.max_seconds);
   CBX_CHECK(!cbx::is_gguf_file(ref), "voice create: '%s' is a GGUF file, not reference audio", ref.c_str());
 
   const double t0 = now_ms();
