@@ -209,6 +209,39 @@ TEST_F(MtlTokenizerTest, AllLanguagesOtherTokenizerDir) {
   compare_all_languages(d + "/grapheme_mtl_merged_expanded_v1.json", d + "/Cangjie5_TC.json", &run_reference);
 }
 
+// Case mapping in context (final sigma next to case-ignorable marks and punctuation, titlecase
+// digraphs, dotted I, capital sharp s): 3000 random strings through prepare() and the reference.
+TEST_F(MtlTokenizerTest, LowerCaseInContextMatchesPython) {
+  const MtlTokenizer tok = MtlTokenizer::from_files(json_path(), cangjie_path());
+  const char* alpha[] = {"Σ", "σ", "Α", "ς", "'", "\u0301", ".", " ", "a", "B", "İ", "I", "\u00ad", "\u2019",
+                         "1", "Ω", "ǅ", "ẞ", "Ⅻ", "Ꭰ", "\u0345", "-", "Ώ"};
+  uint64_t state = 12345;
+  auto next = [&](uint64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (state >> 33) % n;
+  };
+  json req = {{"tokenizer", json_path()}, {"cangjie", nullptr}, {"cases", json::array()}};
+  std::vector<std::string> texts;
+  for (int k = 0; k < 3000; ++k) {
+    std::string t;
+    const uint64_t len = 1 + next(8);
+    for (uint64_t i = 0; i < len; ++i) t += alpha[next(sizeof alpha / sizeof alpha[0])];
+    texts.push_back(t);
+    req["cases"].push_back({{"lang", "el"}, {"text", t}});
+  }
+  json out;
+  std::string why;
+  if (!run_reference(req, &out, &why)) GTEST_SKIP() << why;
+  int bad = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string got = tok.prepare(texts[i], "el");
+    if (got != out["cases"][i]["prepared"].get<std::string>() && ++bad <= 5)
+      ADD_FAILURE() << texts[i] << " -> " << got << " vs " << out["cases"][i]["prepared"].get<std::string>();
+    if (i < 300) EXPECT_EQ(tok.encode_prepared(got), out["cases"][i]["ids"].get<std::vector<int32_t>>()) << texts[i];
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 // Hugging Face options the synthetic JSON does not use: normalizers, other pre-tokenizers,
 // added-token flags, fuse_unk, byte fallback, no unk token, post-processor, truncation.
 TEST_F(MtlTokenizerTest, TokenizerJsonVariantsMatchPythonReference) {
