@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -60,13 +61,15 @@ double now_ms() {
 
 std::string read_all(std::istream& in) { return std::string(std::istreambuf_iterator<char>(in), {}); }
 
-// --voice: a .voice file or reference audio, set on the pipeline (Turbo or Multilingual).
+// --voice: a .voice file (`saved`, read and checked before the model loads) or reference audio
+// (built with the pipeline's networks), set on the pipeline (Turbo or Multilingual).
 template <typename Pipeline>
-void use_voice(Pipeline& pipe, const std::string& path, bool verbose) {
+void use_voice(Pipeline& pipe, const std::string& path, const cbx::Voice* saved, bool verbose) {
   if (path.empty()) return;
   const double t0 = now_ms();
   std::vector<std::string> warnings;
-  cbx::Voice v = cbx::load_or_build_voice(path, pipe.gguf(), pipe.config(), pipe.pool(), {}, nullptr, &warnings);
+  cbx::Voice v = saved ? *saved
+                       : cbx::load_or_build_voice(path, pipe.gguf(), pipe.config(), pipe.pool(), {}, nullptr, &warnings);
   for (const std::string& w : warnings) std::fprintf(stderr, "say: warning: %s\n", w.c_str());
   pipe.set_voice(v, path);
   if (verbose)
@@ -145,6 +148,11 @@ int run(int argc, char** argv) {
 
   const bool to_stdout = out == "-";
   const cbx::ModelConfig cfg = cbx::read_config(*cbx::GgufFile::open(model));
+  std::unique_ptr<cbx::Voice> saved_voice;  // a .voice fails fast, before the (long) model load
+  if (!voice_path.empty() && cbx::is_gguf_file(voice_path)) {
+    saved_voice = std::make_unique<cbx::Voice>(cbx::load_voice(voice_path));
+    cbx::check_voice(*saved_voice, cfg, voice_path);
+  }
   const bool mtl = cfg.variant == cbx::Variant::Mtl;
   if (mtl) {
     mp.language = cbx::check_mtl_language(cfg.languages, mp.language);  // before the (long) load
@@ -184,7 +192,7 @@ int run(int argc, char** argv) {
     ml.max_new_tokens = lp.max_new_tokens;
     cbx::MtlPipeline pipe(model, ml);
     loaded(pipe.n_threads(), now_ms() - t0);
-    use_voice(pipe, voice_path, verbose);
+    use_voice(pipe, voice_path, saved_voice.get(), verbose);
     sr = pipe.sample_rate(), max_new = pipe.max_new_tokens();
     mp.seed = sp.seed;
     mp.temperature = sp.temperature;
@@ -195,7 +203,7 @@ int run(int argc, char** argv) {
   } else {
     cbx::TurboPipeline pipe(model, lp);
     loaded(pipe.n_threads(), now_ms() - t0);
-    use_voice(pipe, voice_path, verbose);
+    use_voice(pipe, voice_path, saved_voice.get(), verbose);
     sr = pipe.sample_rate(), max_new = pipe.max_new_tokens() + 1;
     audio = pipe.synthesize(text, sp, &tm, on_audio);
   }
