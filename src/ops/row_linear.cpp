@@ -1,15 +1,17 @@
 #include "ops/row_linear.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
 #include "kernels/matmul.h"
+#include "kernels/matvec_q4p.h"
 #include "kernels/nn.h"
 
 namespace cbx {
 
-RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa) : isa_(isa) {
+RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa, bool pack) : isa_(isa) {
   const int slot = matmul_weight_slot(w.dtype);
   CBX_CHECK(slot >= 0, "row_linear %s: weight %s has unsupported dtype %s", name, w.shape_str().c_str(),
             dtype_name(w.dtype));
@@ -31,6 +33,19 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
   w_ = static_cast<const uint8_t*>(w.data);
   ws_ = size_t(w.stride[0]);
   dot_ = &matmul_kernels(isa).dot[slot];
+  const DotKernel* q4p = w.dtype == DType::Q4_0 && pack ? q4p_dot(isa) : nullptr;
+  if (q4p && m_ > 0) {
+    const size_t rb = q4p_row_bytes(k_);
+    packed_bytes_ = rb * size_t(m_);
+    auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, packed_bytes_));
+    CBX_CHECK(buf, "row_linear %s: cannot allocate %zu bytes for the q4p copy of %s", name, packed_bytes_,
+              w.shape_str().c_str());
+    packed_ = std::shared_ptr<uint8_t>(buf, [](uint8_t* p) { std::free(p); });
+    for (int64_t m = 0; m < m_; ++m) q4p_pack_row(w_ + size_t(m) * ws_, k_, buf + size_t(m) * rb);
+    w_ = buf;
+    ws_ = rb;
+    dot_ = q4p;
+  }
   act_bytes_ = dot_->act == ActFormat::F32 ? 0 : act_row_bytes(dot_->act, k_);
 }
 

@@ -6,10 +6,15 @@
 // entry point; these functions never touch a pool and allocate nothing.
 //
 //   RowLinear:  y[m] = dot(w[m, :], x) + b[m] for rows m of [m0, m1), x: f32 [K]; same
-//               kernels and numerics as ops/matmul's dot path (N < matmul_gemm_min_rows()).
+//               numerics as ops/matmul's dot path (N < matmul_gemm_min_rows()). Q4_0
+//               weights are copied once into the planar q4p layout (kernels/matvec_q4p.h)
+//               where a SIMD kernel for it exists (AVX-512): same results, faster loads,
+//               at the cost of a second copy of those weights in memory
+//               (packed_bytes()); pack = false keeps the GGUF layout.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "core/cpu.h"
 #include "core/tensor.h"
@@ -30,10 +35,12 @@ class RowLinear {
   RowLinear() = default;
   // w: [M, K] of a matmul weight type (rows contiguous, K % 32 == 0 when quantized);
   // bias: contiguous f32 [M] or empty. Errors name `name`.
-  RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa = active_isa());
+  RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa = active_isa(), bool pack = true);
 
   int64_t rows() const { return m_; }
   int64_t cols() const { return k_; }
+  // Bytes of the re-laid-out weight copy this object owns (0 when it reads w in place).
+  size_t packed_bytes() const { return packed_bytes_; }
   // Bytes act() needs for a converted row (0 when the kernel reads f32 x in place).
   size_t act_bytes() const { return act_bytes_; }
   // Converts x (f32 [K]) for the dot kernel into buf (act_bytes() bytes, 64-aligned);
@@ -53,6 +60,8 @@ class RowLinear {
   const DotKernel* dot_ = nullptr;
   Isa isa_ = Isa::Generic;
   size_t act_bytes_ = 0;
+  std::shared_ptr<uint8_t> packed_;  // q4p copy of w (shared by copies of this object)
+  size_t packed_bytes_ = 0;
 };
 
 // Per-row helpers with the kernels of `isa` (no pool): layer norm of one row of n

@@ -1,0 +1,134 @@
+// Planar Q4_0 (q4p, kernels/matvec_q4p.h): packing and the dot kernel of the active ISA
+// (CBX_FORCE_ISA) against the generic GGUF-layout Q4_0 dot on the same weights, and
+// RowLinear (which packs Q4_0 where the kernel exists) against ops/matmul.
+//   - generic q4p dot == generic GGUF dot exactly (same arithmetic, same order);
+//   - SIMD q4p dot within 1e-5 of sum_b |d_w d_x isum_b| (integer block sums are exact,
+//     only the float accumulation order differs) of the generic one;
+//   - RowLinear rows == ops/matmul's dot path exactly (the SIMD q4p kernel keeps the
+//     GGUF-layout SIMD kernel's order).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/matvec_q4p.h"
+#include "ops/matmul.h"
+#include "ops/row_linear.h"
+
+using namespace cbx;
+
+namespace {
+
+struct Q4Rows {
+  int64_t m, k;
+  std::vector<uint8_t> gguf, q4p;
+  std::vector<float> x;
+  Q4Rows(int64_t m_, int64_t k_, uint32_t seed) : m(m_), k(k_) {
+    std::mt19937 g(seed);
+    std::normal_distribution<float> nd;
+    const size_t rb = dtype_row_bytes(DType::Q4_0, k), pb = q4p_row_bytes(k);
+    gguf.resize(rb * size_t(m));
+    q4p.assign(pb * size_t(m), 0xcd);
+    std::vector<float> row(static_cast<size_t>(k));
+    for (int64_t r = 0; r < m; ++r) {
+      for (float& v : row) v = nd(g) * (r % 3 == 0 ? 4.f : 0.5f);
+      type_traits(DType::Q4_0).from_float(row.data(), gguf.data() + size_t(r) * rb, k);
+      q4p_pack_row(gguf.data() + size_t(r) * rb, k, q4p.data() + size_t(r) * pb);
+    }
+    x.resize(static_cast<size_t>(k));
+    for (float& v : x) v = nd(g);
+  }
+};
+
+const int64_t kShapes[][2] = {{1, 32}, {7, 96}, {37, 512}, {16, 544}, {33, 1024}, {5, 4128}};
+
+}  // namespace
+
+TEST(KernelsQ4p, PackLayout) {
+  Q4Rows w(3, 544, 5);
+  const size_t rb = dtype_row_bytes(DType::Q4_0, 544), pb = q4p_row_bytes(544);
+  EXPECT_EQ(pb % 64, 0u);
+  EXPECT_GE(pb, size_t(17 * 18));
+  for (int64_t r = 0; r < 3; ++r) {
+    const auto* src = reinterpret_cast<const BlockQ4_0*>(w.gguf.data() + size_t(r) * rb);
+    const uint8_t* dst = w.q4p.data() + size_t(r) * pb;
+    for (int b = 0; b < 17; ++b) {
+      for (int j = 0; j < 16; ++j) ASSERT_EQ(dst[b * 16 + j], src[b].qs[j]) << "row " << r << " block " << b;
+      uint16_t d;
+      std::memcpy(&d, dst + 17 * 16 + b * 2, 2);
+      ASSERT_EQ(d, src[b].d);
+    }
+    for (size_t i = 17 * 18; i < pb; ++i) ASSERT_EQ(dst[i], 0) << "padding byte " << i;
+  }
+}
+
+TEST(KernelsQ4p, DotMatchesGenericGguf) {
+  if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_FORCE_ISA asks for more than this CPU has";
+  const MatmulKernels& gen = matmul_kernels(Isa::Generic);
+  const DotKernel* simd = q4p_dot(active_isa());
+  const DotKernel& pg = q4p_dot_generic();
+  uint32_t seed = 1;
+  for (const auto& sh : kShapes) {
+    Q4Rows w(sh[0], sh[1], seed++);
+    const int64_t m = w.m, k = w.k;
+    std::vector<uint8_t> a8(act_row_bytes(ActFormat::Q8, k));
+    gen.to_q8(w.x.data(), k, a8.data());
+    std::vector<float> ref(static_cast<size_t>(m)), got(static_cast<size_t>(m), NAN);
+    gen.dot[kWQ4_0].fn(w.gguf.data(), dtype_row_bytes(DType::Q4_0, k), 0, m, a8.data(), 0, 1, k, ref.data(), m);
+    pg.fn(w.q4p.data(), q4p_row_bytes(k), 0, m, a8.data(), 0, 1, k, got.data(), m);
+    for (int64_t r = 0; r < m; ++r) ASSERT_EQ(got[size_t(r)], ref[size_t(r)]) << "generic q4p, k " << k << " row " << r;
+    if (!simd) continue;
+    std::vector<uint8_t> as(act_row_bytes(simd->act, k));
+    simd->convert(w.x.data(), k, as.data());
+    std::fill(got.begin(), got.end(), NAN);
+    // Rows [1, m) too: an odd start and an odd count.
+    simd->fn(w.q4p.data(), q4p_row_bytes(k), 0, m, as.data(), 0, 1, k, got.data(), m);
+    const auto* dx = q8_act_d(a8.data(), k);
+    const auto* qx = q8_act_qs(a8.data());
+    for (int64_t r = 0; r < m; ++r) {
+      const auto* blk = reinterpret_cast<const BlockQ4_0*>(w.gguf.data() + size_t(r) * dtype_row_bytes(DType::Q4_0, k));
+      double mag = 0;
+      for (int64_t b = 0; b < k / 32; ++b) {
+        int32_t isum = 0;
+        for (int j = 0; j < 16; ++j)
+          isum += ((blk[b].qs[j] & 15) - 8) * qx[b * 32 + j] + ((blk[b].qs[j] >> 4) - 8) * qx[b * 32 + j + 16];
+        mag += std::fabs(double(f16_to_f32(blk[b].d)) * dx[b] * isum);
+      }
+      EXPECT_NEAR(got[size_t(r)], ref[size_t(r)], 1e-5 * mag + 1e-6) << isa_name(active_isa()) << " k " << k << " row " << r;
+    }
+  }
+}
+
+TEST(KernelsQ4p, RowLinearMatchesMatmul) {
+  if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_FORCE_ISA asks for more than this CPU has";
+  ThreadPool pool(1);
+  uint32_t seed = 50;
+  for (const auto& sh : kShapes) {
+    Q4Rows w(sh[0], sh[1], seed++);
+    const int64_t m = w.m, k = w.k;
+    Tensor wt = make_tensor(DType::Q4_0, {m, k}, w.gguf.data(), w.gguf.size());
+    std::vector<float> bias(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) bias[size_t(i)] = 0.01f * float(i);
+    Tensor bt = make_tensor(DType::F32, {m}, bias.data(), bias.size() * 4);
+    Tensor xt = make_tensor(DType::F32, {1, k}, w.x.data(), w.x.size() * 4);
+    std::vector<float> ref(static_cast<size_t>(m)), got(static_cast<size_t>(m), NAN);
+    Tensor yt = make_tensor(DType::F32, {1, m}, ref.data(), ref.size() * 4);
+    matmul_bias(pool, wt, bt, xt, yt);
+    RowLinear rl(wt, bt, "test");
+    EXPECT_EQ(rl.packed_bytes(), q4p_dot(active_isa()) ? q4p_row_bytes(k) * size_t(m) : 0u);
+    std::vector<uint8_t> abuf(rl.act_bytes() + 64);
+    const void* a = rl.act(w.x.data(), abuf.data());
+    // Two pieces, the second starting at an odd row.
+    const int64_t mid = m / 2 | 1;
+    rl.run(0, std::min(mid, m), a, got.data(), RowEpilogue::Store);
+    if (mid < m) rl.run(mid, m, a, got.data(), RowEpilogue::Store);
+    for (int64_t r = 0; r < m; ++r) ASSERT_EQ(got[size_t(r)], ref[size_t(r)]) << "k " << k << " row " << r;
+  }
+}
