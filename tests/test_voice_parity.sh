@@ -44,13 +44,18 @@ S3Gen part of the voice is cut at ten seconds while the T3 prompt sees all of it
 else
   "$PY" - "$T/ref.wav" << 'EOF' || fail "synthetic reference"
 import math, struct, sys, wave
+# Harmonics plus low broadband noise (-50 dBFS, as a recording has): with pure harmonics the
+# prompt mel's high bins sit at its 1e-5 floor, where float32 itself differs by ~1e-4 (torch
+# f32 vs f64), which would test float rounding instead of the wiring.
 rate, n = 44100, 17 * 44100
 with wave.open(sys.argv[1], 'wb') as w:
     w.setnchannels(2); w.setsampwidth(2); w.setframerate(rate)
-    fr = bytearray(); ph = 0.0
+    fr = bytearray(); ph = 0.0; seed = 12345
     for i in range(n):
         t = i / rate; ph += 2 * math.pi * (120 + 20 * math.sin(6 * t)) / rate
         x = (0.5 + 0.5 * math.sin(8 * t)) * sum(0.3 / k * math.sin(k * ph) for k in range(1, 8))
+        seed = (seed * 1103515245 + 12345) % 2147483648
+        x += 0.003 * (seed / 1073741824.0 - 1.0)
         fr += struct.pack('<h', int(x * 32767)) * 2
     w.writeframes(bytes(fr))
 EOF
