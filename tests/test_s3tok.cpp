@@ -280,6 +280,9 @@ TEST(S3TokWeights, ConfigErrors) {
   bad = cfg;
   bad.s3tok.codebook_levels = 5;
   EXPECT_NE(error_of([&] { S3Tokenizer t(*f, bad, 16000); }).find("FSQ has 5 levels"), std::string::npos);
+  bad = cfg;
+  bad.s3tok.codebook_dim = 6;
+  EXPECT_NE(error_of([&] { S3Tokenizer t(*f, bad, 16000); }).find("FSQ has 3 levels x 6 dims"), std::string::npos);
   std::remove(p.c_str());
 }
 

@@ -116,8 +116,8 @@ S3Tokenizer::S3Tokenizer(const GgufFile& f, const ModelConfig& mc, int64_t max_s
             path, c.n_state, c.n_head, (long long)kHeadDim, (long long)kHeadDim);
   CBX_CHECK(c.n_layer >= 0 && c.n_ff > 0 && c.fsmn_kernel > 0, "%s: bad s3 tokenizer n_layer %d / n_ff %d / "
             "fsmn_kernel %d", path, c.n_layer, c.n_ff, c.fsmn_kernel);
-  CBX_CHECK(c.codebook_levels == 3 && c.codebook_dim >= 1 && c.codebook_dim <= 19,
-            "%s: s3 tokenizer FSQ has %d levels x %d dims; FSQCodebook rounds to 3 levels (dims 1..19)", path,
+  CBX_CHECK(c.codebook_levels == 3 && c.codebook_dim == 8,
+            "%s: s3 tokenizer FSQ has %d levels x %d dims; FSQCodebook has 3 levels x 8 dims (3^8 codes)", path,
             c.codebook_levels, c.codebook_dim);
   CBX_CHECK(max_samples > S3TokenizerMel::kNFft / 2,
             "s3 tokenizer: max_samples %lld must exceed %d (the STFT's reflect padding)", (long long)max_samples,
