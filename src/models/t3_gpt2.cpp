@@ -146,14 +146,15 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   for (int l = 0; l < c.n_layer; ++l) {
     const T3Gpt2Layer& L = w.layers[size_t(l)];
     const std::string p = "t3 layer " + std::to_string(l);
-    rows_.push_back({RowLinear(L.c_attn_w, L.c_attn_b, (p + " c_attn").c_str()),
-                     RowLinear(L.c_proj_w, L.c_proj_b, (p + " c_proj").c_str()),
-                     RowLinear(L.fc_w, L.fc_b, (p + " c_fc").c_str()),
-                     RowLinear(L.proj_w, L.proj_b, (p + " mlp.c_proj").c_str())});
+    const Isa isa = active_isa();
+    rows_.push_back({RowLinear(L.c_attn_w, L.c_attn_b, (p + " c_attn").c_str(), isa, o.pack_q4),
+                     RowLinear(L.c_proj_w, L.c_proj_b, (p + " c_proj").c_str(), isa, o.pack_q4),
+                     RowLinear(L.fc_w, L.fc_b, (p + " c_fc").c_str(), isa, o.pack_q4),
+                     RowLinear(L.proj_w, L.proj_b, (p + " mlp.c_proj").c_str(), isa, o.pack_q4)});
     for (const RowLinear* r : {&rows_.back().qkv, &rows_.back().attn_proj, &rows_.back().fc, &rows_.back().proj})
       act_row = std::max(act_row, r->act_bytes());
   }
-  head_ = RowLinear(w.speech_head_w, w.speech_head_b, "t3 speech_head");
+  head_ = RowLinear(w.speech_head_w, w.speech_head_b, "t3 speech_head", active_isa(), o.pack_q4);
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
   const size_t fused = 2 * f32_bytes(nt * d) + size_t(nt) * act_stride_ + kAllocSlack;
@@ -190,6 +191,13 @@ void T3Gpt2::store_kv(int layer, const Tensor& qkv, int64_t T) {
     ThreadPool::split(items, ith, nth, &b, &e);
     for (int64_t i = b; i < e; ++i) job(i);
   });
+}
+
+size_t T3Gpt2::packed_weight_bytes() const {
+  size_t n = head_.packed_bytes();
+  for (const LayerRows& r : rows_)
+    n += r.qkv.packed_bytes() + r.attn_proj.packed_bytes() + r.fc.packed_bytes() + r.proj.packed_bytes();
+  return n;
 }
 
 void T3Gpt2::decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1) {

@@ -66,6 +66,10 @@ struct T3Gpt2Options {
   int64_t max_ctx = 0;    // KV cache length (<= n_ctx); 0 = n_ctx
   int64_t max_batch = 0;  // most rows one forward call takes (the prefill); 0 = max_ctx
   DType kv_type = DType::F16;  // F16 or F32
+  // Fused decode: copy Q4_0 layer matrices into the planar q4p layout where its SIMD
+  // kernel exists (same logits, faster decode; costs a second copy of those weights,
+  // ~160 MB for the full Turbo model). Off: the decode reads the GGUF layout.
+  bool pack_q4 = true;
 };
 
 // Named intermediates, reported during forward when a capture function is set (layer -1 for
@@ -104,6 +108,8 @@ class T3Gpt2 {
   size_t arena_bytes() const { return arena_.capacity(); }
   size_t arena_high_water() const { return arena_.high_water(); }
   size_t kv_cache_bytes() const { return kv_bytes_; }
+  // Bytes of re-laid-out weight copies held for the fused decode (T3Gpt2Options::pack_q4).
+  size_t packed_weight_bytes() const;
 
  private:
   void emit(const char* name, int layer, const Tensor& t) const {
