@@ -216,6 +216,14 @@ void T3Gpt2::decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1) {
   ap.causal = true;
   ap.q_offset = pos;
   const int64_t kv_shape[3] = {H, Tk, D};
+  // Nothing may throw inside the run (a worker cannot pass an exception on): validate the
+  // views and the attention call here, on an empty head range; every layer's cache has
+  // the same shape and strides.
+  {
+    const Tensor k = make_view(k_cache_[0], 3, kv_shape, k_cache_[0].stride, 0);
+    const Tensor v = make_view(v_cache_[0], 3, kv_shape, v_cache_[0].stride, 0);
+    attention_part(0, 1, q, k, v, Tensor{}, o, ap, 0, 0);
+  }
 
   pool_.run([&](int ith, int nth) {
     float* h = thread_h_.ptr<float>() + ith * d;
