@@ -1,5 +1,5 @@
 // chatterbox-bench t3 -m MODEL.gguf [--threads N] [--steps S] [--prompt P] [--text L]
-//                     [--kv-type f16|f32] [--mb MB] [--seed N]
+//                     [--kv-type f16|f32] [--mb MB] [--seed N] [--ab] [--no-pack-q4]
 //
 // T3 Turbo on random inputs: a prefill of 1 + P prompt speech tokens (default 375, the
 // 15 s voice prompt) + L text tokens (default 30) + BOS, then S decode steps (default 200)
@@ -13,6 +13,7 @@
 //   stream_gbps     read bandwidth of a --mb MB buffer (default 1024) with the same threads,
 //                   measured in the same run just before the decode
 //   decode_bw_ratio decode_gbps / stream_gbps
+//   packed_mb       re-laid-out weight copies the fused decode holds (--no-pack-q4: none)
 // --ab: steps alternate between the fused one-run decode and the op-by-op path (same
 // logits), and the line adds fused_tok_s, opbyop_tok_s and fused_speedup (their ratio),
 // measured step by step in the same run, so machine load hits both alike.
@@ -47,7 +48,7 @@ int run_t3(int argc, char** argv) {
   std::string model, kv = "f16";
   int threads = 2, steps = 200, prompt = 375, text = 30, mb = 1024;
   uint64_t seed = 1;
-  bool ab = false;
+  bool ab = false, pack_q4 = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -63,6 +64,7 @@ int run_t3(int argc, char** argv) {
     else if (a == "--mb") mb = std::atoi(next());
     else if (a == "--seed") seed = std::strtoull(next(), nullptr, 10);
     else if (a == "--ab") ab = true;
+    else if (a == "--no-pack-q4") pack_q4 = false;
     else fail("bench t3: unknown option '%s' (see bench/bench_t3.cpp)", a.c_str());
   }
   CBX_CHECK(!model.empty(), "usage: chatterbox-bench t3 -m MODEL.gguf [--threads N] [--steps S] [--prompt P]");
@@ -75,6 +77,7 @@ int run_t3(int argc, char** argv) {
   o.max_prompt = std::max(prompt, 1);
   o.max_new = steps;
   o.kv_type = dtype_from_name(kv.c_str());
+  o.pack_q4 = pack_q4;
   T3Turbo t3(*f, pool, o);
   const T3Config& c = t3.config().t3;
 
@@ -139,9 +142,10 @@ int run_t3(int argc, char** argv) {
   const double kvbytes = 2.0 * c.n_layer * double(c.n_head) * c.head_dim * es * avg_keys;
   const double decode_gbps = (wbytes + kvbytes) * tok_s / 1e9;
   std::printf("bench t3 model=%s threads=%d kv=%s prompt_rows=%lld steps=%d t3_prefill_ms=%.1f t3_tok_s=%.2f "
-              "weight_mb_per_tok=%.1f kv_mb_per_tok=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f\n",
+              "weight_mb_per_tok=%.1f kv_mb_per_tok=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
+              "packed_mb=%.1f\n",
               model.c_str(), threads, kv.c_str(), (long long)n_prompt_rows, steps, prefill_ms, tok_s, wbytes / 1e6,
-              kvbytes / 1e6, decode_gbps, stream, decode_gbps / stream);
+              kvbytes / 1e6, decode_gbps, stream, decode_gbps / stream, double(gpt.packed_weight_bytes()) / 1e6);
   if (ab && mode_n[0] > 0 && mode_n[1] > 0) {
     const double f = mode_n[0] / mode_s[0], u = mode_n[1] / mode_s[1];
     std::printf("bench t3 ab fused_tok_s=%.2f opbyop_tok_s=%.2f fused_speedup=%.3f\n", f, u, f / u);

@@ -31,6 +31,7 @@ struct T3TurboOptions {
   int64_t max_prompt = 0;    // 0 = t3.cond_prompt_len
   int64_t max_new = -1;      // tokens after the prefill one; -1 = pipeline.max_new_tokens
   DType kv_type = DType::F16;
+  bool pack_q4 = true;  // T3Gpt2Options::pack_q4
 };
 
 struct T3TurboResult {
