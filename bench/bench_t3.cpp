@@ -13,6 +13,8 @@
 //   stream_gbps     read bandwidth of a --mb MB buffer (default 1024) with the same threads,
 //                   measured in the same run just before the decode
 //   decode_bw_ratio decode_gbps / stream_gbps
+//   cpu_ms_per_tok  process CPU time per decode step (all threads; with --threads 1 a
+//                   figure that machine load disturbs much less than t3_tok_s)
 //   packed_mb       re-laid-out weight copies the fused decode holds (--no-pack-q4: none)
 // --ab: steps alternate between the fused one-run decode and the op-by-op path (same
 // logits), and the line adds fused_tok_s, opbyop_tok_s and fused_speedup (their ratio),
@@ -24,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +42,12 @@
 
 namespace cbx::bench {
 namespace {
+
+double cpu_s() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -115,6 +124,7 @@ int run_t3(int argc, char** argv) {
   int32_t id = 0;
   Tensor id_t = make_tensor(DType::I32, {1}, &id, 4);
   const Tensor& emb = t3.weights().speech_emb;
+  const double c0 = cpu_s();
   double mode_s[2] = {0, 0};
   int mode_n[2] = {0, 0};
   t0 = now_s();
@@ -133,6 +143,7 @@ int run_t3(int argc, char** argv) {
   }
   gpt.set_fused_decode(true);
   const double decode_s = now_s() - t0;
+  const double cpu_ms = (cpu_s() - c0) * 1e3 / steps;
   const double tok_s = steps / decode_s;
 
   const double wbytes = double(t3_gpt2_decode_weight_bytes(c, t3.weights()));
@@ -143,9 +154,10 @@ int run_t3(int argc, char** argv) {
   const double decode_gbps = (wbytes + kvbytes) * tok_s / 1e9;
   std::printf("bench t3 model=%s threads=%d kv=%s prompt_rows=%lld steps=%d t3_prefill_ms=%.1f t3_tok_s=%.2f "
               "weight_mb_per_tok=%.1f kv_mb_per_tok=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
-              "packed_mb=%.1f\n",
+              "cpu_ms_per_tok=%.2f packed_mb=%.1f\n",
               model.c_str(), threads, kv.c_str(), (long long)n_prompt_rows, steps, prefill_ms, tok_s, wbytes / 1e6,
-              kvbytes / 1e6, decode_gbps, stream, decode_gbps / stream, double(gpt.packed_weight_bytes()) / 1e6);
+              kvbytes / 1e6, decode_gbps, stream, decode_gbps / stream, cpu_ms,
+              double(gpt.packed_weight_bytes()) / 1e6);
   if (ab && mode_n[0] > 0 && mode_n[1] > 0) {
     const double f = mode_n[0] / mode_s[0], u = mode_n[1] / mode_s[1];
     std::printf("bench t3 ab fused_tok_s=%.2f opbyop_tok_s=%.2f fused_speedup=%.3f\n", f, u, f / u);
