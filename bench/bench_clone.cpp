@@ -18,9 +18,9 @@
 // networks, reserving scratch) is printed once; it is paid once per model, not per voice.
 // Then each network alone on the same signals, wall and CPU/threads medians (cpu_* lines), to
 // attribute the build's time on a shared machine.
-// clone_cpu_ms = process CPU time of one build / threads (median): an estimate of the unloaded
-// wall time when the machine is shared (a preempted thread accrues no CPU time; spin-waits for a
-// preempted partner still count, so it is pessimistic with 2 threads).
+// clone_cpu_ms = process CPU time of one build / threads (median). On a quiet machine it equals
+// clone_ms; under heavy load on the shared VM it read ~40% below the quiet wall time (see
+// docs/benchmarks.md), so treat it as a hint, not an estimate.
 #include <algorithm>
 #include <chrono>
 #include <ctime>
