@@ -36,8 +36,8 @@ class VoiceEncoder {
   VoiceEncoder(const VoiceEncoder&) = delete;
   VoiceEncoder& operator=(const VoiceEncoder&) = delete;
 
-  // wav: mono float at 16 kHz, already cut by the caller to what upstream feeds (prepare_conditionals:
-  // ref_16k_wav[:ENC_COND_LEN]). Returns T3's speaker_emb [c.ve.embed_size=256] exactly as upstream
+  // wav: mono float at 16 kHz, what upstream feeds (prepare_conditionals: the whole 16 kHz
+  // reference, not the ENC_COND_LEN cut the S3 tokenizer gets). Returns T3's speaker_emb [c.ve.embed_size=256] exactly as upstream
   // computes it (VoiceEncoder.embeds_from_wavs + the mean upstream takes). Throws cbx::Error (too
   // short, n > max_samples).
   std::vector<float> embed(ThreadPool& pool, const float* wav, int64_t n);
