@@ -199,7 +199,9 @@ TEST_P(MatmulTest, AgreesWithGenericAndReference) {
                   (long long)s.m, (long long)s.k, (long long)s.n, e.max_ref, e.rms_ref, e.max_gen);
     EXPECT_LE(e.max_ref, tol_ref(t, gemm));
     EXPECT_LE(e.max_gen, tol_generic(t));
-    if (quant) EXPECT_LE(e.rms_ref, 2e-3);
+    if (quant) {
+      EXPECT_LE(e.rms_ref, 2e-3);
+    }
   }
 }
 
@@ -254,9 +256,13 @@ TEST_P(MatmulTest, Bf16PrecisionBoundAndFallback) {
         same_bits &= std::memcmp(&y.at(i, j), &yf.at(i, j), 4) == 0;
       }
     EXPECT_LE(worst, 4e-3);
-    if (t == DType::BF16) EXPECT_TRUE(same_bits) << "BF16 weights run one GEMM in either precision";
-    else if (have) EXPECT_TRUE(differs) << "BF16 precision gave the F32 result: the bf16 GEMM did not run";
-    else EXPECT_TRUE(same_bits) << "without a bf16 GEMM, BF16 precision must run the F32 GEMM";
+    if (t == DType::BF16) {
+      EXPECT_TRUE(same_bits) << "BF16 weights run one GEMM in either precision";
+    } else if (have) {
+      EXPECT_TRUE(differs) << "BF16 precision gave the F32 result: the bf16 GEMM did not run";
+    } else {
+      EXPECT_TRUE(same_bits) << "without a bf16 GEMM, BF16 precision must run the F32 GEMM";
+    }
   }
 }
 
@@ -393,6 +399,21 @@ TEST(Matmul, GemmF32ActivationsTimesActivations) {
       }
       EXPECT_LE(std::fabs(c.at(i, j) - ref), 1e-5 * std::sqrt(an * bn));
     }
+  // BF16 on request (CFM attention): within 4e-3 sum |a b| (see the top), f32 bits without AMX.
+  Mat c16 = make_mat(50, 23, 0, 4);
+  gemm_f32(pool(), a.t, b.t, c16.t, nullptr, GemmPrecision::BF16);
+  bool same = true;
+  for (int64_t i = 0; i < 50; ++i)
+    for (int64_t j = 0; j < 23; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t q = 0; q < 70; ++q) {
+        ref += double(a.at(i, q)) * b.at(j, q);
+        mag += std::fabs(double(a.at(i, q)) * b.at(j, q));
+      }
+      EXPECT_LE(std::fabs(c16.at(i, j) - ref), 4e-3 * mag);
+      same &= c16.at(i, j) == c.at(i, j);
+    }
+  EXPECT_EQ(same, !gemm_bf16_available());
 }
 
 TEST(Matmul, ShapeErrorsThrow) {

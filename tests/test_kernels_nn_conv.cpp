@@ -78,8 +78,9 @@ void run_conv1d(const C1& c, uint32_t seed, double tol = kConvTol) {
                                 << " K " << c.K << " s " << c.p.stride << " d " << c.p.dilation
                                 << " g " << c.p.groups;
   EXPECT_LE(chk.worst_gen, tol + kConvTol) << "vs generic: Cin " << c.Cin << " T " << c.T;
-  if (tol > kConvTol && gemm_bf16_available())  // the bf16 GEMM ran: not the f32 result
+  if (tol > kConvTol && gemm_bf16_available()) {  // the bf16 GEMM ran: not the f32 result
     EXPECT_GT(chk.worst_gen, 0.0) << "BF16 precision gave the f32 result: Cin " << c.Cin << " T " << c.T;
+  }
 }
 
 Conv1dParams P(int64_t s, int64_t d, int64_t pl, int64_t pr, int64_t g) {
@@ -127,7 +128,8 @@ TEST(NnConv, Conv1dBf16Precision) {
       {1, 8, 12, 29, 3, P(1, 2, 4, 0, 4), true},       // grouped, dilated causal
       {1, 18, 10, 301, 30, P(15, 1, 7, 7, 1), true},   // HiFT source_downs[0] (im2col)
       {1, 40, 50, 1000, 3, P(2, 1, 1, 1, 1), true},    // strided, several chunks' worth
-      {1, 96, 70, 257, 3, P(1, 1, 2, 0, 1), false},    // causal CFM-like, edge tiles
+      {1, 96, 70, 257, 3, P(1, 1, 2, 0, 1), false},    // causal, edge tiles (direct path)
+      {1, 40, 150, 100, 3, P(1, 2, 2, 2, 1), true},    // C_out > 128: k-major GEMM path
       {1, 20, 8, 1, 1, P(1, 1, 0, 0, 1), true},        // T = 1 (1x1 conv)
   };
   uint32_t seed = 500;

@@ -111,6 +111,32 @@ struct Bf16Gemm {
   void (*pack_bt)(const float* b, const int64_t* b_off, int64_t b_rs, int cols, int64_t k0, int64_t kc,
                   void* dst);
   int64_t kc;  // k block of the GEMM driver with these kernels (a multiple of 32, the packers' limit)
+
+  // Stride-1 conv1d without im2col (ops/conv.cpp): the input is packed once as channel
+  // pairs, and every tap k reads its B tiles straight from it at column offset k * dilation,
+  // so the packing costs C_in T instead of C_in K T per output-channel tile.
+  //   xp: [cin_pad / 2][cols][2] bf16, column j = padded input position j (x[:, j - pad_left],
+  //       zero outside the input and past the channels); cols >= round_up(T_out, 32) + (K-1) d
+  //   wp: [K][cin_pad / 32][cout_pad][32] bf16, wp[k][b][o][i] = w[o][32 b + i][k] (zero padded)
+  //   bias16: [cout_pad][16] f32, row o = bias[o] (or 0) 16 times
+  // cin_pad, cout_pad: C_in, C_out rounded up to 32.
+  struct Conv {
+    const uint16_t* xp;
+    int64_t cols;
+    const uint16_t* wp;
+    const float* bias16;
+    float* y;
+    int64_t ys;  // y: [cout, tout], rows ys floats apart
+    int64_t cout, cin_pad, tout, k, dilation;
+  };
+  // Pairs [p0, p1) of xp from x [cin, T] (rows xs floats apart).
+  void (*conv_pack_x)(const float* x, int64_t xs, int64_t cin, int64_t T, int64_t pad_left, int64_t cols, int64_t p0,
+                      int64_t p1, uint16_t* xp);
+  // Block (tap kk, channel block b) of wp from w [cout, cin, K] (contiguous).
+  void (*conv_pack_w)(const float* w, int64_t cout, int64_t cin, int64_t K, int64_t cout_pad, int64_t kk, int64_t b,
+                      uint16_t* wp);
+  // Output tiles [i0, i1) of ceil(tout / 32) x (cout_pad / 32), time-tile major.
+  void (*conv_tiles)(const Conv& c, int64_t i0, int64_t i1);
 };
 // The BF16 GEMM that goes with matmul_kernels_avx512() (nullptr without AMX tiles, with
 // CBX_NO_AMX=1, or for any other table). Call only for an AVX-512 table.

@@ -23,6 +23,9 @@
 #include "kernels/matmul_avx512_q.h"
 #include "kernels/matmul_amx.h"
 
+// GCC 12 reports the undefined start value inside _mm512_cvtph_ps as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace cbx {
 namespace {
 
@@ -208,6 +211,96 @@ void pack_bt_amx(const float* b, const int64_t* off, int64_t b_rs, int cols, int
   }
 }
 
+// ---- stride-1 conv1d (Bf16Gemm::Conv) ----
+
+void conv_pack_x_amx(const float* x, int64_t xs, int64_t cin, int64_t T, int64_t pl, int64_t cols, int64_t p0,
+                     int64_t p1, uint16_t* xp) {
+  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t c0 = 2 * p, c1 = c0 + 1;
+    const float* r0 = c0 < cin ? x + c0 * xs : nullptr;
+    const float* r1 = c1 < cin ? x + c1 * xs : nullptr;
+    uint16_t* dst = xp + p * cols * 2;
+    for (int64_t j = 0; j < cols; j += 16) {
+      // Input positions j - pl .. j - pl + 15, the valid ones in [0, T).
+      const int64_t s = j - pl;
+      uint32_t valid = 0;
+      for (int l = 0; l < 16; ++l) valid |= uint32_t(s + l >= 0 && s + l < T) << l;
+      const __mmask16 m = __mmask16(valid);
+      const int64_t n = cols - j < 16 ? cols - j : 16;
+      __m512 a = _mm512_setzero_ps(), b = a;
+      if (m) {
+        if (r0) a = _mm512_maskz_loadu_ps(m, r0 + s);
+        if (r1) b = _mm512_maskz_loadu_ps(m, r1 + s);
+      }
+      // [a0..a15 | b0..b15] -> a0 b0 a1 b1 ...
+      const __m512i v = _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+      _mm512_mask_storeu_epi16(dst + 2 * j, n == 16 ? __mmask32(0xffffffffu) : __mmask32((1u << (2 * n)) - 1), v);
+    }
+  }
+}
+
+void conv_pack_w_amx(const float* w, int64_t cout, int64_t cin, int64_t K, int64_t cout_pad, int64_t kk, int64_t b,
+                     uint16_t* wp) {
+  const int64_t n_blocks = (cin + 31) / 32;
+  uint16_t* dst = wp + (kk * n_blocks + b) * cout_pad * 32;
+  alignas(64) float row[32];
+  for (int64_t o = 0; o < cout_pad; ++o) {
+    for (int i = 0; i < 32; ++i) {
+      const int64_t c = b * 32 + i;
+      row[i] = o < cout && c < cin ? w[(o * cin + c) * K + kk] : 0.f;
+    }
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_load_ps(row + 16), _mm512_load_ps(row));
+    _mm512_storeu_si512(dst + o * 32, (__m512i)v);
+  }
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) void conv_tiles_amx(const Bf16Gemm::Conv& c, int64_t i0, int64_t i1) {
+  configure_tiles();
+  const int64_t cout_pad = (c.cout + 31) / 32 * 32, o_tiles = cout_pad / 32, n_blocks = c.cin_pad / 32;
+  const size_t xstride = size_t(c.cols) * 4;  // bytes between channel pairs
+  alignas(64) float tmp[kNr * kMr];
+  for (int64_t it = i0; it < i1; ++it) {
+    const int64_t t0 = it / o_tiles * 32, o0 = it % o_tiles * 32;
+    _tile_loadd(0, c.bias16 + o0 * 16, 64);
+    _tile_loadd(1, c.bias16 + o0 * 16, 64);
+    _tile_loadd(2, c.bias16 + (o0 + 16) * 16, 64);
+    _tile_loadd(3, c.bias16 + (o0 + 16) * 16, 64);
+    for (int64_t kk = 0; kk < c.k; ++kk) {
+      const uint16_t* xb = c.xp + (t0 + kk * c.dilation) * 2;
+      const uint16_t* wb = c.wp + (kk * n_blocks * cout_pad + o0) * 32;
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        const uint16_t* xa = xb + b * 16 * c.cols * 2;
+        const uint16_t* wa = wb + b * cout_pad * 32;
+        _tile_loadd(4, wa, 64);
+        _tile_loadd(5, wa + 16 * 32, 64);
+        _tile_loadd(6, xa, xstride);
+        _tile_loadd(7, xa + 32, xstride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    const int rows = int(c.cout - o0 < 32 ? c.cout - o0 : 32), ncols = int(c.tout - t0 < 32 ? c.tout - t0 : 32);
+    float* y = c.y + o0 * c.ys + t0;
+    if (rows == 32 && ncols == 32) {
+      const size_t st = size_t(c.ys) * 4;
+      _tile_stored(0, y, st);
+      _tile_stored(1, y + 16, st);
+      _tile_stored(2, y + 16 * c.ys, st);
+      _tile_stored(3, y + 16 * c.ys + 16, st);
+    } else {
+      _tile_stored(0, tmp, 128);
+      _tile_stored(1, tmp + 16, 128);
+      _tile_stored(2, tmp + 16 * 32, 128);
+      _tile_stored(3, tmp + 16 * 32 + 16, 128);
+      for (int r = 0; r < rows; ++r) std::memcpy(y + r * c.ys, tmp + r * 32, size_t(ncols) * 4);
+    }
+  }
+}
+
 }  // namespace
 
 bool amx_bf16_usable() {
@@ -227,6 +320,9 @@ const Bf16Gemm* amx_bf16_gemm() {
     r.gemm[kWQ4_0] = GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_amx_widen<DType::Q4_0>, tile_amx};
     r.pack_bt = pack_bt_amx;
     r.kc = kAmxKc;
+    r.conv_pack_x = conv_pack_x_amx;
+    r.conv_pack_w = conv_pack_w_amx;
+    r.conv_tiles = conv_tiles_amx;
     return r;
   }();
   return amx_bf16_usable() ? &g : nullptr;

@@ -256,8 +256,8 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
   const int64_t cin_max = std::max<int64_t>(c.in_channels, 2 * C);
   transient = std::max(transient, f32_bytes(cin_max * (T + K - 1)) + size_t(cin_max * K) * 8 + 2 * kAllocSlack +
                                       (gemm_ == GemmPrecision::BF16
-                                           ? gemm_bf16_kmajor_scratch_bytes(std::max<int64_t>(C, c.out_channels),
-                                                                            cin_max * K, nt) + kAllocSlack
+                                           ? conv1d_bf16_scratch_bytes(cin_max, std::max<int64_t>(C, c.out_channels),
+                                                                       T, K, 1, nt) + kAllocSlack
                                            : 0));
   // Attention: per thread, scores + v^T of one item and the GEMMs' single-thread scratch.
   {
@@ -359,10 +359,10 @@ void CfmEstimator::transformer(const CfmTransformerWeights& tw, Bufs& bf, int64_
       Tensor sc = ar.alloc(DType::F32, {nq, Tk}, "cfm attention scores");
       const int64_t vsh[2] = {D, Tk}, vst[2] = {vt.stride[1], 4};
       const Tensor vth = make_view(vt, 2, vsh, vst, b * vt.stride[0] + hd * D * vt.stride[1]);
-      gemm_f32(solo, slice(head_view(q, b, hd, D, T), 0, q0, nq), head_view(k, b, hd, D, Tk), sc, &ar);
+      gemm_f32(solo, slice(head_view(q, b, hd, D, T), 0, q0, nq), head_view(k, b, hd, D, Tk), sc, &ar, gemm_);
       softmax(solo, sc, sc);
       Tensor oq = slice(head_view(att, b, hd, D, T), 0, q0, nq);
-      gemm_f32(solo, sc, vth, oq, &ar);
+      gemm_f32(solo, sc, vth, oq, &ar, gemm_);
     }
   });
   matmul_bias(pool_, tw.to_out_w, tw.to_out_b, att, norm, &arena_);

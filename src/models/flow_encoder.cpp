@@ -168,7 +168,7 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   tr = std::max(tr, f32_bytes(D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T (one head)
   const int64_t Kmax = std::max<int64_t>({c.pre_lookahead_len + 1, 3, c.up_kernel});
   tr = std::max(tr, f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack +  // conv1d
-                        (gemm_ == GemmPrecision::BF16 ? gemm_bf16_kmajor_scratch_bytes(d, d * Kmax, nt) + kAllocSlack
+                        (gemm_ == GemmPrecision::BF16 ? conv1d_bf16_scratch_bytes(d, d, T, Kmax, 1, nt) + kAllocSlack
                                                       : 0));
   arena_.reserve(persistent + act + tr + (size_t(1) << 16));
 

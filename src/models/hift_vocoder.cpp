@@ -309,19 +309,15 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
     scratch = std::max(scratch, conv1d_scratch(C, Li, max_k, int64_t(max_d) * (max_k - 1), 1));
   }
   scratch = std::max(scratch, conv1d_scratch(C0 >> n_stages_, L.F, 7, 6, 1));
-  if (gemm_ == GemmPrecision::BF16) {  // packed bf16 panels of the largest conv GEMM
-    size_t packed = 0;
-    auto conv = [&](const Tensor& t) {
-      packed = std::max(packed, gemm_bf16_kmajor_scratch_bytes(t.shape[0], t.shape[1] * t.shape[2], pool_.size()));
-    };
-    conv(w_.conv_pre_w);
-    conv(w_.conv_post_w);
-    for (const Tensor& t : w_.f0_w) conv(t);
-    for (const Tensor& t : w_.source_downs_w) conv(t);
-    for (const auto* rbs : {&w_.resblocks, &w_.source_resblocks})
-      for (const HiftResBlockWeights& rb : *rbs)
-        for (const auto* ws : {&rb.conv1_w, &rb.conv2_w})
-          for (const Tensor& t : *ws) conv(t);
+  if (gemm_ == GemmPrecision::BF16) {  // packed bf16 operands of the largest conv (f0 and conv_post stay f32)
+    const int nt = pool_.size();
+    size_t packed = conv1d_bf16_scratch_bytes(cfg_.in_channels, C0, L.T, cfg_.conv_pre_kernel, 1, nt);
+    for (int i = 0; i < n_stages_; ++i) {
+      const int64_t C = C0 >> (i + 1), Li = L.L[size_t(i)];
+      packed = std::max(packed, conv1d_bf16_scratch_bytes(C, C, Li, max_k, max_d, nt));
+      const Tensor& sdw = w_.source_downs_w[size_t(i)];
+      packed = std::max(packed, conv1d_bf16_scratch_bytes(sdw.shape[1], sdw.shape[0], Li, sdw.shape[2], 1, nt));
+    }
     scratch += packed;
   }
   arena_.reserve(bytes + scratch + 4096);

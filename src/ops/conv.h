@@ -6,9 +6,10 @@
 // `scratch` when given (rewound before returning), otherwise from a heap buffer, so pass
 // an Arena inside a decode step or a vocoder chunk. Scratch need is bounded: at most
 // C_in*(T+pads) floats for stride-1 conv1d and ~4 MiB chunks otherwise, plus, when conv1d
-// runs in BF16 GEMM precision (ops/matmul.h: GemmPrecisionScope or CBX_GEMM; never by
-// default, the weights being f32), gemm_bf16_kmajor_scratch_bytes(C_out/groups,
-// C_in/groups * K, threads) for its packed panels. conv_transpose1d and conv2d stay f32.
+// runs in BF16 GEMM precision (ops/matmul.h: the GemmPrecisionScope models hold, or
+// CBX_GEMM; the weights being f32, never without one of them), conv1d_bf16_scratch_bytes
+// for its packed bf16 operands.
+// conv_transpose1d and conv2d stay f32.
 #pragma once
 #include <cstdint>
 
@@ -32,6 +33,10 @@ int64_t conv1d_out_len(int64_t T, int64_t K, const Conv1dParams& p);
 // -> y: [C_out, T_out] or [B, C_out, T_out].
 void conv1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
             const Conv1dParams& p, Arena* scratch = nullptr, Isa isa = active_isa());
+// Extra scratch bytes conv1d takes in BF16 precision, at most (0 where the bf16 GEMM does
+// not exist): cin, cout, the output length and K as in conv1d; the largest dilation.
+size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t dilation,
+                                 int n_threads);
 
 struct ConvTranspose1dParams {
   int64_t stride = 1;

@@ -375,10 +375,11 @@ void matmul_bias(ThreadPool& pool, const Tensor& w, const Tensor& bias, const Te
   check_and_run(matmul_kernels(active_isa()), pool, w, &bias, x, y, scratch, "matmul_bias");
 }
 
-void gemm_f32(ThreadPool& pool, const Tensor& a, const Tensor& b, Tensor& c, Arena* scratch) {
+void gemm_f32(ThreadPool& pool, const Tensor& a, const Tensor& b, Tensor& c, Arena* scratch, GemmPrecision prec) {
   CBX_CHECK(b.dtype == DType::F32, "gemm_f32: b %s must be f32, got %s", b.shape_str().c_str(),
             dtype_name(b.dtype));
-  check_and_run(matmul_kernels(active_isa()), pool, b, nullptr, a, c, scratch, "gemm_f32", GemmPrecision::F32);
+  check_and_run(matmul_kernels(active_isa()), pool, b, nullptr, a, c, scratch, "gemm_f32",
+                prec == GemmPrecision::BF16 ? GemmPrecision::BF16 : GemmPrecision::F32);
 }
 
 }  // namespace cbx

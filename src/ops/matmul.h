@@ -33,7 +33,8 @@
 // weight is lossy already (F16, BF16, Q8_0, Q4_0) and F32 for F32 weights. Convolutions
 // (ops/conv.h, f32 weights) follow the scope and CBX_GEMM only, so models resolve their
 // precision once from their matmul weights (resolve_gemm_precision) and hold a scope
-// while they run; gemm_f32 (activations x activations, attention) is always F32.
+// while they run; gemm_f32 (activations x activations, attention) runs in F32 unless its
+// caller passes a precision (scopes and CBX_GEMM do not reach it).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -78,7 +79,8 @@ bool gemm_bf16_available();
 void matmul(ThreadPool& pool, const Tensor& w, const Tensor& x, Tensor& y, Arena* scratch = nullptr);
 void matmul_bias(ThreadPool& pool, const Tensor& w, const Tensor& bias, const Tensor& x, Tensor& y,
                  Arena* scratch = nullptr);
-void gemm_f32(ThreadPool& pool, const Tensor& a, const Tensor& b, Tensor& c, Arena* scratch = nullptr);
+void gemm_f32(ThreadPool& pool, const Tensor& a, const Tensor& b, Tensor& c, Arena* scratch = nullptr,
+              GemmPrecision prec = GemmPrecision::F32);
 
 // The same as matmul/matmul_bias (bias may be nullptr) with an explicit kernel table:
 // tests compare the active ISA with matmul_kernels(Isa::Generic).
