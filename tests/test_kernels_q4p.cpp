@@ -132,3 +132,66 @@ TEST(KernelsQ4p, RowLinearMatchesMatmul) {
     for (int64_t r = 0; r < m; ++r) ASSERT_EQ(got[size_t(r)], ref[size_t(r)]) << "k " << k << " row " << r;
   }
 }
+
+// The quantized dot kernels take several activation rows at once (a CFG decode step has
+// 2) and unpack each weight block once for all of them; every (weight row, activation
+// row) result must equal the one-row call exactly, for any row count and row range.
+TEST(KernelsQ4p, MultiRowDotEqualsOneRowCalls) {
+  if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_FORCE_ISA asks for more than this CPU has";
+  const MatmulKernels& kern = matmul_kernels(active_isa());
+  const DotKernel* q4p = q4p_dot(active_isa());
+  std::mt19937 g(7);
+  std::normal_distribution<float> nd;
+  uint32_t seed = 90;
+  for (const auto& sh : kShapes) {
+    Q4Rows w(sh[0], sh[1], seed++);
+    const int64_t m = w.m, k = w.k;
+    std::vector<uint8_t> q8(dtype_row_bytes(DType::Q8_0, k) * size_t(m));
+    {
+      std::vector<float> row(static_cast<size_t>(k));
+      for (int64_t r = 0; r < m; ++r) {
+        for (float& v : row) v = nd(g);
+        type_traits(DType::Q8_0).from_float(row.data(), q8.data() + size_t(r) * dtype_row_bytes(DType::Q8_0, k), k);
+      }
+    }
+    struct Case {
+      const char* name;
+      const DotKernel* d;
+      const uint8_t* w;
+      size_t ws;
+    };
+    const Case cases[] = {{"q4_0", &kern.dot[kWQ4_0], w.gguf.data(), dtype_row_bytes(DType::Q4_0, k)},
+                          {"q8_0", &kern.dot[kWQ8_0], q8.data(), dtype_row_bytes(DType::Q8_0, k)},
+                          {"q4p", q4p, w.q4p.data(), q4p_row_bytes(k)}};
+    for (const Case& c : cases) {
+      if (!c.d) continue;
+      for (int64_t n_rows : {1, 2, 3, 4, 5, 7}) {
+        SCOPED_TRACE(testing::Message() << c.name << " " << isa_name(active_isa()) << " m " << m << " k " << k
+                                        << " n_rows " << n_rows);
+        // Activation rows with a gap between them (as != the row size).
+        const size_t as = act_row_bytes(c.d->act, k) + 64;
+        std::vector<uint8_t> act(as * size_t(n_rows));
+        std::vector<float> x(static_cast<size_t>(k));
+        for (int64_t n = 0; n < n_rows; ++n) {
+          for (float& v : x) v = nd(g) * float(n + 1);
+          c.d->convert(x.data(), k, act.data() + size_t(n) * as);
+        }
+        const int64_t m0 = m > 2 ? 1 : 0, ldy = m + 3;  // an odd first row, a padded output
+        std::vector<float> got(size_t(ldy * n_rows), NAN), ref(size_t(ldy * n_rows), NAN);
+        c.d->fn(c.w, c.ws, m0, m, act.data(), as, n_rows, k, got.data(), ldy);
+        for (int64_t n = 0; n < n_rows; ++n)
+          for (int64_t r = m0; r < m; ++r)
+            c.d->fn(c.w, c.ws, r, r + 1, act.data() + size_t(n) * as, as, 1, k, ref.data() + n * ldy, ldy);
+        for (int64_t n = 0; n < n_rows; ++n)
+          for (int64_t r = 0; r < m; ++r) {
+            const float a = got[size_t(n * ldy + r)], b = ref[size_t(n * ldy + r)];
+            if (r < m0) {
+              ASSERT_TRUE(std::isnan(a)) << "row " << r << " outside [m0, m1) written";
+            } else {
+              ASSERT_EQ(a, b) << "act row " << n << " weight row " << r;
+            }
+          }
+      }
+    }
+  }
+}

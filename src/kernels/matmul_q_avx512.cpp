@@ -41,13 +41,6 @@ struct Q8W {
 struct Q4W {
   static constexpr int kBytes = 18;
   static constexpr int kShift = 3;
-  // Blocks at p and p + 18 -> [lo(b), hi(b), lo(b+1), hi(b+1)] nibbles, 16 bytes each.
-  static __m512i build2(const uint8_t* p) {
-    __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2)));
-    v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kBytes + 2)));
-    v = _mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
-    return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-  }
   static __m256i build1(const uint8_t* p) {
     __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
     const __m128i lo4 = _mm_set1_epi8(0x0f);
@@ -62,14 +55,9 @@ inline int32_t hsum256_epi32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Sum of the 16 per-block dot products of one row group, as 16 int32 lanes in block order.
-template <typename W>
-inline __m512i block_sums16(const uint8_t* p, const int8_t* q) {
-  const __m512i zero = _mm512_setzero_si512();
-  __m512i z[8];
-#pragma GCC unroll 8
-  for (int j = 0; j < 8; ++j)
-    z[j] = _mm512_dpbusd_epi32(zero, W::build2(p + 2 * j * W::kBytes), _mm512_loadu_si512(q + 64 * j));
+// The 16 block sums (int32, block order) of one 16-block group from z[8]: z[j] holds the
+// dpbusd of blocks 2j and 2j + 1 (4 dwords each) of the group.
+inline __m512i tree8(const __m512i* z) {
   const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
   const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
   const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[4], z[5]), _mm512_unpackhi_epi32(z[4], z[5]));
@@ -82,28 +70,56 @@ inline __m512i block_sums16(const uint8_t* p, const int8_t* q) {
   return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), s);
 }
 
-// Q4_0 against Q8Nib activations: one zmm holds the low (or high) nibbles of 4 blocks, so
-// the 16 block sums come from 4 accumulators (a 2-step tree) instead of 8 (3 steps).
-inline __m512i block_sums16_q4nib(const uint8_t* p, const int8_t* q) {
-  const __m512i zero = _mm512_setzero_si512(), lo4 = _mm512_set1_epi8(0x0f);
-  __m512i z[4];
-#pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g) {
-    const uint8_t* b = p + 4 * g * Q4W::kBytes + 2;
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + Q4W::kBytes)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 * Q4W::kBytes)), 2);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 3 * Q4W::kBytes)), 3);
-    const __m512i lo = _mm512_and_si512(v, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
-    z[g] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, _mm512_loadu_si512(q + 128 * g)), hi,
-                               _mm512_loadu_si512(q + 128 * g + 64));
-  }
-  // Lane L of z[g] holds block 4g + L.
+// The same from z[4] where lane L of z[g] holds block 4g + L (Q4_0 against Q8Nib: one zmm
+// holds the low or high nibbles of 4 blocks, so a 2-step tree suffices).
+inline __m512i tree4(const __m512i* z) {
   const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
   const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
   const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
   // u dword 4L + g is block 4g + L.
   return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), u);
+}
+
+// One 16-block group of one weight row, unpacked once to unsigned bytes: v[j] multiplies
+// the activation bytes q + 64 j (Q8_0: blocks 2j, 2j + 1; Q4_0 against Q8Nib: v[2g] the
+// low and v[2g + 1] the high nibbles of blocks 4g .. 4g + 3).
+template <typename W>
+inline void unpack16(const uint8_t* p, __m512i* v) {
+  if constexpr (std::is_same_v<W, Q4W>) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const uint8_t* b = p + 4 * g * Q4W::kBytes + 2;
+      __m512i x = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+      x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + Q4W::kBytes)), 1);
+      x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 * Q4W::kBytes)), 2);
+      x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 3 * Q4W::kBytes)), 3);
+      v[2 * g] = _mm512_and_si512(x, lo4);
+      v[2 * g + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), lo4);
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) v[j] = W::build2(p + 2 * j * W::kBytes);
+  }
+}
+
+// The 16 block sums of an unpacked group v against the activation bytes q of the group.
+template <typename W>
+inline __m512i block_sums16(const __m512i* v, const int8_t* q) {
+  const __m512i zero = _mm512_setzero_si512();
+  if constexpr (std::is_same_v<W, Q4W>) {
+    __m512i z[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g)
+      z[g] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, v[2 * g], _mm512_loadu_si512(q + 128 * g)), v[2 * g + 1],
+                                 _mm512_loadu_si512(q + 128 * g + 64));
+    return tree4(z);
+  } else {
+    __m512i z[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) z[j] = _mm512_dpbusd_epi32(zero, v[j], _mm512_loadu_si512(q + 64 * j));
+    return tree8(z);
+  }
 }
 
 // d_w of the 16 blocks at p (f16 at stride kBytes), gathered and widened.
@@ -129,59 +145,92 @@ inline float dot_tail(const uint8_t* wr, const int8_t* qs, const float* dx, cons
   return tail;
 }
 
-// R weight rows (rows stride ws apart) against one activation row; a software prefetch
-// into L2 runs pf bytes ahead in each. Measured on DRAM-resident Q4_0 weights, one core:
-// the prefetch adds ~30%, and two rows at a time beat one or four by ~8%.
-template <typename W, int R>
-inline void dot_rows(const uint8_t* wr, size_t ws, const void* act, int64_t k, int64_t pf, float* out) {
+// R weight rows (stride ws) against N activation rows (stride as): each 16-block group of
+// a weight row is loaded, unpacked and its scales gathered once for all N rows (a CFG
+// decode step has N = 2). Every (weight row, activation row) pair accumulates in the same
+// order as with N = 1, so the result does not depend on N. A software prefetch into L2
+// runs pf bytes ahead in each weight row. Measured on DRAM-resident Q4_0 weights, one
+// core, N = 1: the prefetch adds ~30%, and two rows at a time beat one or four by ~8%.
+template <typename W, int R, int N>
+inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as, int64_t k, int64_t pf,
+                     float* out /* [N][R] */) {
   const int64_t nb = k / 32;
-  const int8_t* qs = q8_act_qs(act);
-  const float* dx = q8_act_d(act, k);
-  const int32_t* sx = q8_act_sum(act, k);
-  __m512 acc[R];
+  const int8_t* qs[N];
+  const float* dx[N];
+  const int32_t* sx[N];
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int n = 0; n < N; ++n) {
+    qs[n] = q8_act_qs(act + n * as);
+    dx[n] = q8_act_d(act + n * as, k);
+    sx[n] = q8_act_sum(act + n * as, k);
+  }
+  __m512 acc[R][N];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 16 <= nb; b += 16) {
-    const __m512i corr = _mm512_slli_epi32(_mm512_loadu_si512(sx + b), W::kShift);
-    const __m512 dxv = _mm512_loadu_ps(dx + b);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const uint8_t* p = wr + r * ws + b * W::kBytes;
 #pragma GCC unroll 8
       for (int l = 0; l < 16 * W::kBytes; l += 64)
         _mm_prefetch(reinterpret_cast<const char*>(p + pf + l), _MM_HINT_T1);
-      __m512i s;
-      if constexpr (std::is_same_v<W, Q4W>) s = block_sums16_q4nib(p, qs + b * 32);
-      else s = block_sums16<W>(p, qs + b * 32);
-      s = _mm512_sub_epi32(s, corr);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(block_scales16<W>(p), dxv), acc[r]);
+      __m512i v[8];
+      unpack16<W>(p, v);
+      const __m512 dw = block_scales16<W>(p);
+#pragma GCC unroll 4
+      for (int n = 0; n < N; ++n) {
+        const __m512i corr = _mm512_slli_epi32(_mm512_loadu_si512(sx[n] + b), W::kShift);
+        const __m512i s = _mm512_sub_epi32(block_sums16<W>(v, qs[n] + b * 32), corr);
+        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_loadu_ps(dx[n] + b)), acc[r][n]);
+      }
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) + dot_tail<W>(wr + r * ws, qs, dx, sx, b, nb);
+  for (int n = 0; n < N; ++n)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      out[n * R + r] = _mm512_reduce_add_ps(acc[r][n]) + dot_tail<W>(wr + r * ws, qs[n], dx[n], sx[n], b, nb);
+}
+
+// Weight rows [m, m + R) against activation rows [n0, n0 + N).
+template <typename W, int R, int N>
+inline void dot_block(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n0,
+                      int64_t k, int64_t pf, float* y, int64_t ldy) {
+  float out[N * R];
+  dot_rows<W, R, N>(wb + m * ws, ws, act + n0 * as, as, k, pf, out);
+  for (int n = 0; n < N; ++n)
+    for (int r = 0; r < R; ++r) y[(n0 + n) * ldy + m + r] = out[n * R + r];
+}
+
+// Activation rows in groups of up to 4 (the dot path serves N < matmul_gemm_min_rows()).
+template <typename W, int R>
+inline void dot_all_rows(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n_rows,
+                         int64_t k, int64_t pf, float* y, int64_t ldy) {
+  int64_t n = 0;
+  for (; n + 4 <= n_rows; n += 4) dot_block<W, R, 4>(wb, ws, m, act, as, n, k, pf, y, ldy);
+  switch (n_rows - n) {
+    case 3: dot_block<W, R, 3>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    case 2: dot_block<W, R, 2>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    case 1: dot_block<W, R, 1>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    default: break;
+  }
 }
 
 template <typename W>
 void dot_q(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
            int64_t k, float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(act);
   // At least 128 blocks ahead and a whole number of row pairs, so that with short rows
   // one row of a pair never prefetches the other one's data.
   const int64_t step = 2 * int64_t(ws), want = 128 * W::kBytes;
   const int64_t pf = step > 0 ? (want + step - 1) / step * step : want;
   int64_t m = m0;
-  float out[2];
-  for (; m + 2 <= m1; m += 2)
-    for (int64_t n = 0; n < n_rows; ++n) {
-      dot_rows<W, 2>(wb + m * ws, ws, static_cast<const uint8_t*>(act) + n * as, k, pf, out);
-      for (int r = 0; r < 2; ++r) y[n * ldy + m + r] = out[r];
-    }
-  for (; m < m1; ++m)
-    for (int64_t n = 0; n < n_rows; ++n) {
-      dot_rows<W, 1>(wb + m * ws, ws, static_cast<const uint8_t*>(act) + n * as, k, pf, out);
-      y[n * ldy + m] = out[0];
-    }
+  for (; m + 2 <= m1; m += 2) dot_all_rows<W, 2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
+  for (; m < m1; ++m) dot_all_rows<W, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
 }
 
 }  // namespace
