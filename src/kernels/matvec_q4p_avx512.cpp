@@ -15,18 +15,27 @@
 namespace cbx {
 namespace {
 
-// 16 block sums (int32, block order) of the blocks whose nibbles start at qs, against
-// Q8Nib activations q of the same 16 blocks.
-inline __m512i block_sums16(const uint8_t* qs, const int8_t* q) {
-  const __m512i zero = _mm512_setzero_si512(), lo4 = _mm512_set1_epi8(0x0f);
-  __m512i z[4];
+// 4 groups of 4 blocks' nibbles at qs (4 aligned 64-byte loads), unpacked once: v[2g] the
+// low and v[2g + 1] the high nibbles of blocks 4g .. 4g + 3.
+inline void unpack16(const uint8_t* qs, __m512i* v) {
+  const __m512i lo4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
   for (int g = 0; g < 4; ++g) {
-    const __m512i v = _mm512_loadu_si512(qs + 64 * g);
-    const __m512i lo = _mm512_and_si512(v, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
-    z[g] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, _mm512_loadu_si512(q + 128 * g)), hi,
-                               _mm512_loadu_si512(q + 128 * g + 64));
+    const __m512i x = _mm512_loadu_si512(qs + 64 * g);
+    v[2 * g] = _mm512_and_si512(x, lo4);
+    v[2 * g + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), lo4);
   }
+}
+
+// 16 block sums (int32, block order) of an unpacked group v against Q8Nib activations q
+// of the same 16 blocks.
+inline __m512i block_sums16(const __m512i* v, const int8_t* q) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i z[4];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g)
+    z[g] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, v[2 * g], _mm512_loadu_si512(q + 128 * g)), v[2 * g + 1],
+                               _mm512_loadu_si512(q + 128 * g + 64));
   // Lane L of z[g] holds block 4g + L.
   const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
   const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
@@ -41,69 +50,104 @@ inline int32_t hsum256_epi32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// R rows (stride ws) against one activation row; L2 prefetch pf bytes ahead in each row.
-template <int R>
-inline void dot_rows(const uint8_t* wr, size_t ws, const void* act, int64_t k, int64_t pf, float* out) {
+// Blocks [b, nb) of one row against one activation row, one block at a time.
+inline float dot_tail(const uint8_t* row, const int8_t* qs, const float* dx, const int32_t* sx, int64_t b,
+                      int64_t nb) {
+  const uint16_t* dw = reinterpret_cast<const uint16_t*>(row + nb * 16);
+  const __m128i lo4 = _mm_set1_epi8(0x0f);
+  float tail = 0.f;
+  for (int64_t t = b; t < nb; ++t) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + t * 16));
+    const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
+    const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w,
+                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + t * 32)));
+    const int32_t s = hsum256_epi32(d) - (sx[t] << 3);
+    tail += _cvtsh_ss(dw[t]) * dx[t] * float(s);
+  }
+  return tail;
+}
+
+// R rows (stride ws) against N activation rows (stride as): each 16-block group of a
+// weight row is loaded and unpacked once for all N rows, and every (row, activation row)
+// pair accumulates in the N = 1 order, so results do not depend on N. L2 prefetch pf
+// bytes ahead in each weight row.
+template <int R, int N>
+inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as, int64_t k, int64_t pf,
+                     float* out /* [N][R] */) {
   const int64_t nb = k / 32;
-  const int8_t* qs = q8_act_qs(act);
-  const float* dx = q8_act_d(act, k);
-  const int32_t* sx = q8_act_sum(act, k);
-  __m512 acc[R];
+  const int8_t* qs[N];
+  const float* dx[N];
+  const int32_t* sx[N];
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int n = 0; n < N; ++n) {
+    qs[n] = q8_act_qs(act + n * as);
+    dx[n] = q8_act_d(act + n * as, k);
+    sx[n] = q8_act_sum(act + n * as, k);
+  }
+  __m512 acc[R][N];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 16 <= nb; b += 16) {
-    const __m512i corr = _mm512_slli_epi32(_mm512_loadu_si512(sx + b), 3);
-    const __m512 dxv = _mm512_loadu_ps(dx + b);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const uint8_t* row = wr + r * ws;
       // The row's bytes advance 18 per block whichever plane is read.
 #pragma GCC unroll 8
       for (int l = 0; l < 16 * 18; l += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b * 18 + pf + l), _MM_HINT_T1);
-      __m512i s = block_sums16(row + b * 16, qs + b * 32);
+      __m512i v[8];
+      unpack16(row + b * 16, v);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + nb * 16 + b * 2)));
-      s = _mm512_sub_epi32(s, corr);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, dxv), acc[r]);
+#pragma GCC unroll 4
+      for (int n = 0; n < N; ++n) {
+        const __m512i corr = _mm512_slli_epi32(_mm512_loadu_si512(sx[n] + b), 3);
+        const __m512i s = _mm512_sub_epi32(block_sums16(v, qs[n] + b * 32), corr);
+        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_loadu_ps(dx[n] + b)), acc[r][n]);
+      }
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    const uint8_t* row = wr + r * ws;
-    const uint16_t* dw = reinterpret_cast<const uint16_t*>(row + nb * 16);
-    const __m128i lo4 = _mm_set1_epi8(0x0f);
-    float tail = 0.f;
-    for (int64_t t = b; t < nb; ++t) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + t * 16));
-      const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
-      const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w,
-                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + t * 32)));
-      const int32_t s = hsum256_epi32(d) - (sx[t] << 3);
-      tail += _cvtsh_ss(dw[t]) * dx[t] * float(s);
-    }
-    out[r] = _mm512_reduce_add_ps(acc[r]) + tail;
+  for (int n = 0; n < N; ++n)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      out[n * R + r] = _mm512_reduce_add_ps(acc[r][n]) + dot_tail(wr + r * ws, qs[n], dx[n], sx[n], b, nb);
+}
+
+// Weight rows [m, m + R) against activation rows [n0, n0 + N).
+template <int R, int N>
+inline void dot_block(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n0,
+                      int64_t k, int64_t pf, float* y, int64_t ldy) {
+  float out[N * R];
+  dot_rows<R, N>(wb + m * ws, ws, act + n0 * as, as, k, pf, out);
+  for (int n = 0; n < N; ++n)
+    for (int r = 0; r < R; ++r) y[(n0 + n) * ldy + m + r] = out[n * R + r];
+}
+
+template <int R>
+inline void dot_all_rows(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n_rows,
+                         int64_t k, int64_t pf, float* y, int64_t ldy) {
+  int64_t n = 0;
+  for (; n + 4 <= n_rows; n += 4) dot_block<R, 4>(wb, ws, m, act, as, n, k, pf, y, ldy);
+  switch (n_rows - n) {
+    case 3: dot_block<R, 3>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    case 2: dot_block<R, 2>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    case 1: dot_block<R, 1>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    default: break;
   }
 }
 
 void dot_q4p(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
              int64_t k, float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(act);
   // As the GGUF-layout kernel: >= 128 blocks ahead, a whole number of row pairs.
   const int64_t step = 2 * int64_t(ws), want = 128 * 18;
   const int64_t pf = step > 0 ? (want + step - 1) / step * step : want;
   int64_t m = m0;
-  float out[2];
-  for (; m + 2 <= m1; m += 2)
-    for (int64_t n = 0; n < n_rows; ++n) {
-      dot_rows<2>(wb + m * ws, ws, static_cast<const uint8_t*>(act) + n * as, k, pf, out);
-      y[n * ldy + m] = out[0];
-      y[n * ldy + m + 1] = out[1];
-    }
-  for (; m < m1; ++m)
-    for (int64_t n = 0; n < n_rows; ++n) {
-      dot_rows<1>(wb + m * ws, ws, static_cast<const uint8_t*>(act) + n * as, k, pf, out);
-      y[n * ldy + m] = out[0];
-    }
+  for (; m + 2 <= m1; m += 2) dot_all_rows<2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
+  for (; m < m1; ++m) dot_all_rows<1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
 }
 
 }  // namespace
