@@ -4,6 +4,12 @@
 #   fail MSG...                    prints FAIL: MSG and exits 1
 #   expect_error NEEDLE... -- CMD  CMD must fail and its stderr must hold every NEEDLE
 #   wav_samples FILE               samples of a 16-bit mono WAV written by chatterbox say
+#   parity_test_init BUILD_DIR NAME  for scripts checked against a torch reference: sets SRC (the
+#                                  source tree, or $CBX_SOURCE_DIR), PY (/usr/bin/python3), CLI
+#                                  (chatterbox), MK (chatterbox-mkckpt) and TMP (a temporary
+#                                  directory removed on exit); exits 77 (skip) when PY cannot import
+#                                  torch and numpy or the binaries are not built
+#   tiny_gguf VARIANT SEED CKPT GGUF  mkckpt --size tiny into CKPT, converted to an f32 GGUF
 
 cli_test_init() {
   B=$1/bin/chatterbox
@@ -32,3 +38,20 @@ expect_error() {
 }
 
 wav_samples() { echo $(( ($(stat -c %s "$1") - 44) / 2 )); }
+
+parity_test_init() {
+  SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+  PY=/usr/bin/python3
+  if ! "$PY" -c "import torch, numpy" 2> /dev/null; then
+    echo "skip: $PY cannot import torch and numpy"
+    exit 77
+  fi
+  cli_test_init "$1" "$2"
+  CLI=$B
+  TMP=$T
+}
+
+tiny_gguf() {
+  "$MK" --variant "$1" --size tiny --seed "$2" "$3" > /dev/null 2>&1 || fail "mkckpt $1 --seed $2"
+  "$CLI" convert "$3" -o "$4" --type f32 --quiet > /dev/null || fail "convert $3"
+}

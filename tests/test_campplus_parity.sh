@@ -18,23 +18,11 @@
 # usage: test_campplus_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
-SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-PY=/usr/bin/python3
-CLI=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+parity_test_init "$BUILD" test-campplus-parity
 REF=$SRC/tests/campplus_reference.py
-
-if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch and numpy"; exit 77
-fi
-for b in "$CLI" "$MK"; do
-  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
-done
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-"$MK" --variant turbo --size tiny --seed 21 "$TMP/ck" > /dev/null 2>&1
-"$CLI" convert "$TMP/ck" -o "$TMP/m.gguf" --type f32 > /dev/null 2>&1
+tiny_gguf turbo 21 "$TMP/ck" "$TMP/m.gguf"
 
 SPEECH=synthetic
 if [ -z "${CBX_NO_ESPEAK:-}" ] && command -v espeak-ng > /dev/null 2>&1 &&
@@ -83,8 +71,7 @@ run_case fbank "$TMP/m.gguf" "$TMP/ck" fbank "$TMP/speech/fbank.npy"
 run_case min "$TMP/m.gguf" "$TMP/ck" wav "$TMP/min.npy"
 
 echo "== multilingual checkpoint (s3gen.pt)"
-"$MK" --variant mtl --size tiny --seed 22 "$TMP/ckm" > /dev/null 2>&1
-"$CLI" convert "$TMP/ckm" -o "$TMP/mtl.gguf" --type f32 > /dev/null 2>&1
+tiny_gguf mtl 22 "$TMP/ckm" "$TMP/mtl.gguf"
 run_case mtl "$TMP/mtl.gguf" "$TMP/ckm" wav "$TMP/odd.npy"
 
 echo "== 1 vs 2 threads"

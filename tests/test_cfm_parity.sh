@@ -11,21 +11,10 @@
 # usage: test_cfm_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
-SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-PY=/usr/bin/python3
-CLI=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+parity_test_init "$BUILD" test-cfm-parity
 REF=$SRC/tests/cfm_reference.py
-
-if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch and numpy"; exit 77
-fi
-for b in "$CLI" "$MK"; do
-  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
-done
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 "$PY" "$REF" inputs "$TMP/in" --seed 4 --prompt 40 --gen 60
 inputs=(--mu "$TMP/in/mu.npy" --cond "$TMP/in/cond.npy" --spks "$TMP/in/spks.npy")
 
@@ -34,8 +23,7 @@ for variant in turbo mtl; do
   CK=$TMP/ck_$variant
   D=$TMP/dump_$variant
   mkdir -p "$D"
-  "$MK" --variant $variant --size tiny --seed 13 "$CK" > /dev/null 2>&1
-  "$CLI" convert "$CK" -o "$TMP/$variant.gguf" --type f32 > /dev/null 2>&1
+  tiny_gguf $variant 13 "$CK" "$TMP/$variant.gguf"
   "$CLI" debug-cfm -m "$TMP/$variant.gguf" "${inputs[@]}" --noise "$TMP/in/noise.npy" \
     --out-mel "$TMP/mel_$variant.npy" --steps-out "$TMP/step_$variant" --dump-dir "$D" --threads 2
   "$PY" "$REF" check "$CK" "$TMP/in" --steps "$TMP/step_$variant" --mel "$TMP/mel_$variant.npy" \

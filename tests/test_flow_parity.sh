@@ -11,24 +11,12 @@
 # usage: test_flow_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
-SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-PY=/usr/bin/python3
-CLI=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+parity_test_init "$BUILD" test-flow-parity
 REF=$SRC/tests/flow_reference.py
-
-if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch and numpy"; exit 77
-fi
-for b in "$CLI" "$MK"; do
-  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
-done
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 CK=$TMP/ckpt
-"$MK" --variant turbo --size tiny --seed 7 "$CK" > /dev/null 2>&1
-"$CLI" convert "$CK" -o "$TMP/m.gguf" --type f32 > /dev/null 2>&1
+tiny_gguf turbo 7 "$CK" "$TMP/m.gguf"
 
 run_case() {  # name, then extra args for `inputs`
   local name=$1; shift

@@ -8,23 +8,11 @@
 # usage: test_mtl_audio_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
-SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-PY=/usr/bin/python3
-CLI=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+parity_test_init "$BUILD" test-mtl-audio-parity
 REF=$SRC/tests/mtl_audio_reference.py
-
-if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch and numpy"; exit 77
-fi
-for b in "$CLI" "$MK"; do
-  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
-done
-
-TMP=$(mktemp -d /tmp/cbx-mtl-audio-XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-"$MK" --variant mtl --size tiny --seed 7 "$TMP/ck" > /dev/null 2>&1
-"$CLI" convert "$TMP/ck" -o "$TMP/m.gguf" --type f32 --quiet > /dev/null
+tiny_gguf mtl 7 "$TMP/ck" "$TMP/m.gguf"
 "$PY" "$REF" inputs "$TMP/ck" "$TMP/in" --seed 3 --n-tokens 30
 "$CLI" debug-mtl-audio -m "$TMP/m.gguf" --tokens "$TMP/in/tokens.npy" --out "$TMP/wave.npy" \
   --out-tokens "$TMP/speech.npy" --cfm-noise "$TMP/in/cfm_noise.npy" --phases "$TMP/in/phases.npy" \

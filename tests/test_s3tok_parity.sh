@@ -18,24 +18,12 @@
 # usage: test_s3tok_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
-SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-PY=/usr/bin/python3
-CLI=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+parity_test_init "$BUILD" test-s3tok-parity
 REF=$SRC/tests/s3tok_reference.py
-
-if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch and numpy"; exit 77
-fi
-for b in "$CLI" "$MK"; do
-  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
-done
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 CK=$TMP/ckpt
-"$MK" --variant turbo --size tiny --seed 11 "$CK" > /dev/null 2>&1
-"$CLI" convert "$CK" -o "$TMP/m.gguf" --type f32 > /dev/null 2>&1
+tiny_gguf turbo 11 "$CK" "$TMP/m.gguf"
 
 run_case() {  # name, wav, gguf, then extra args for both sides (--max-tokens N) and the reference
   local name=$1 wav=$2 gguf=$3; shift 3

@@ -20,26 +20,14 @@
 # usage: test_t3_mtl_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
-SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-PY=/usr/bin/python3
-CLI=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+parity_test_init "$BUILD" test-t3-mtl-parity
 REF=$SRC/tests/t3_mtl_reference.py
-
-if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch and numpy"; exit 77
-fi
-for b in "$CLI" "$MK"; do
-  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
-done
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 CK=$TMP/ckpt
 IN=$TMP/in
 
-"$MK" --variant mtl --size tiny --seed 11 "$CK" > /dev/null 2>&1
-"$CLI" convert "$CK" -o "$TMP/m.gguf" --type f32 > /dev/null 2>&1
+tiny_gguf mtl 11 "$CK" "$TMP/m.gguf"
 "$PY" "$REF" inputs "$CK" "$IN" --seed 3 --n-text 21 --n-prompt 50
 
 common=(-m "$TMP/m.gguf" --text-ids "$IN/text.npy" --speaker-emb "$IN/speaker.npy" --threads 2)

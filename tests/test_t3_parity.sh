@@ -13,27 +13,15 @@
 # usage: test_t3_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
-SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-PY=/usr/bin/python3
-CLI=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+parity_test_init "$BUILD" test-t3-parity
 REF=$SRC/tests/t3_reference.py
-
-if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch and numpy"; exit 77
-fi
-for b in "$CLI" "$MK"; do
-  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
-done
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 CK=$TMP/ckpt
 IN=$TMP/in
 mkdir -p "$IN" "$TMP/dump"
 
-"$MK" --variant turbo --size tiny --seed 11 "$CK" > /dev/null 2>&1
-"$CLI" convert "$CK" -o "$TMP/m.gguf" --type f32 > /dev/null 2>&1
+tiny_gguf turbo 11 "$CK" "$TMP/m.gguf"
 "$PY" "$REF" inputs "$CK" "$IN" --seed 3 --n-text 23 --n-prompt 150
 
 common=(-m "$TMP/m.gguf" --text-ids "$IN/text.npy" --speaker-emb "$IN/speaker.npy"

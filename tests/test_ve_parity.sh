@@ -17,23 +17,11 @@
 # usage: test_ve_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
-SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-PY=/usr/bin/python3
-CLI=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+parity_test_init "$BUILD" test-ve-parity
 REF=$SRC/tests/ve_reference.py
-
-if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch and numpy"; exit 77
-fi
-for b in "$CLI" "$MK"; do
-  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
-done
-
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-"$MK" --variant turbo --size tiny --seed 11 "$TMP/ck" > /dev/null 2>&1
-"$CLI" convert "$TMP/ck" -o "$TMP/m.gguf" --type f32 > /dev/null 2>&1
+tiny_gguf turbo 11 "$TMP/ck" "$TMP/m.gguf"
 
 # Test signals (16 kHz float32 .npy). Speech: espeak-ng at its own rate, resampled by linear
 # interpolation (any voice-like 16 kHz signal will do: both sides read the same samples).
@@ -94,8 +82,7 @@ run_case cov204 "$TMP/m.gguf" "$TMP/ck" "$TMP/cov204.npy"
 [ "$(partials "$TMP/cov204/partials.npy")" = 1 ] || { echo "FAIL: 204 frames should give 1 partial"; exit 1; }
 
 echo "== multilingual checkpoint (ve.pt)"
-"$MK" --variant mtl --size tiny --seed 12 "$TMP/ckm" > /dev/null 2>&1
-"$CLI" convert "$TMP/ckm" -o "$TMP/mtl.gguf" --type f32 > /dev/null 2>&1
+tiny_gguf mtl 12 "$TMP/ckm" "$TMP/mtl.gguf"
 run_case mtl "$TMP/mtl.gguf" "$TMP/ckm" "$TMP/speech.npy"
 
 echo "== 1 vs 2 threads"
