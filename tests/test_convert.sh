@@ -4,27 +4,9 @@
 # Usage: test_convert.sh BUILD_DIR   (exit 77 = skipped)
 set -u
 BUILD=${1:?usage: test_convert.sh BUILD_DIR}
-B=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
-if [ ! -x "$B" ] || [ ! -x "$MK" ]; then
-  echo "skip: $B or $MK not built"
-  exit 77
-fi
-T=$(mktemp -d /tmp/cbx-test-convert-sh-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
-expect_error() {  # expect_error NEEDLE... -- CMD...: CMD fails and stderr holds every NEEDLE
-  local needles=()
-  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
-  shift
-  if "$@" > "$T/out.txt" 2> "$T/err.txt"; then fail "accepted: $*"; fi
-  for n in "${needles[@]}"; do
-    grep -qF -- "$n" "$T/err.txt" || { cat "$T/err.txt"; fail "'$n' not in the error of: $*"; }
-  done
-}
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+cli_test_init "$BUILD" test-convert-sh
 
 for v in turbo mtl; do
   "$MK" --variant $v --size tiny --seed 5 --threads 1 "$T/$v" > /dev/null 2>&1 || fail "mkckpt $v"

@@ -6,12 +6,11 @@
 set -euo pipefail
 BUILD=${1:?usage: test_tokenize_cli.sh BUILD_DIR}
 SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-CLI="$BUILD/bin/chatterbox"
-MK="$BUILD/bin/chatterbox-mkckpt"
-[ -x "$CLI" ] && [ -x "$MK" ] || { echo "skip: chatterbox / chatterbox-mkckpt not built"; exit 77; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+cli_test_init "$BUILD" test-tokenize-cli
+CLI=$B
+TMP=$T
 
 "$MK" --variant mtl --size tiny --seed 3 --threads 1 "$TMP/ckpt" > /dev/null 2>&1 || fail "mkckpt"
 "$CLI" convert "$TMP/ckpt" -o "$TMP/m.gguf" --type f32 > /dev/null 2>&1 || fail "convert"

@@ -15,21 +15,12 @@
 # Usage: test_voice_parity.sh BUILD_DIR   (exit 77 = skipped)
 set -u
 BUILD=${1:?usage: test_voice_parity.sh BUILD_DIR}
-B=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
-PY=/usr/bin/python3
-SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-[ -x "$B" ] && [ -x "$MK" ] || { echo "skip: $B or $MK not built"; exit 77; }
-"$PY" -c "import torch, numpy" 2> /dev/null || { echo "skip: python3-torch/numpy missing"; exit 77; }
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+parity_test_init "$BUILD" test-voice-parity
 for r in ve_reference.py campplus_reference.py s3tok_reference.py; do
   [ -f "$SRC/tests/$r" ] || { echo "skip: tests/$r missing"; exit 77; }
 done
-T=$(mktemp -d /tmp/cbx-test-voice-parity-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
 
 "$MK" --variant turbo --size tiny --seed 3 --threads 1 "$T/ckpt" > /dev/null 2>&1 || fail "mkckpt"
 "$B" convert "$T/ckpt" -o "$T/m.gguf" --type f32 --quiet > /dev/null || fail "convert"
