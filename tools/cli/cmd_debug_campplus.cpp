@@ -23,12 +23,6 @@
 
 namespace {
 
-double cpu_ms() {  // process CPU time (all threads), robust to a loaded machine
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
-}
-
 const char* kUsage =
     "usage: chatterbox debug campplus -m MODEL.gguf (--wav WAV.npy | --fbank FB.npy) -o EMB.npy [options]\n"
     "  --wav F         float32 .npy [n] (or [1, n]): mono 16 kHz wave (ref_wav_16)\n"
@@ -43,14 +37,6 @@ const char* kUsage =
     "                  to each named intermediate since the previous one), and the medians of\n"
     "                  wall and process CPU time\n"
     "  --threads N     (default 2)\n";
-
-void save(const std::string& path, const cbx::Tensor& t) {
-  const int64_t rows = t.rows(), cols = t.cols();
-  std::vector<float> buf(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(buf.data() + r * cols, t.row(r), size_t(cols) * 4);
-  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-  cbx::npy_save_f32(path, shape, buf.data());
-}
 
 int run(int argc, char** argv) {
   std::string model, wav_path, fb_path, out_path, out_fbank, dump_dir;
@@ -101,7 +87,7 @@ int run(int argc, char** argv) {
   std::vector<double> ms, cpu;
   for (int r = 0; r < repeat; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    const double c0 = cpu_ms();
+    const double c0 = cbx::cli::process_cpu_ms();
     std::string phases;
     auto last = t0;
     if ((!dump_dir.empty() || !out_fbank.empty() || timing) && r + 1 == repeat)
@@ -110,13 +96,13 @@ int run(int argc, char** argv) {
         char buf[64];
         std::snprintf(buf, sizeof buf, " %s %.1f", name, std::chrono::duration<double, std::milli>(now - last).count());
         phases += buf;
-        if (!dump_dir.empty()) save(dump_dir + "/" + name + ".npy", t);
-        if (!out_fbank.empty() && std::strcmp(name, "fbank") == 0) save(out_fbank, t);
+        if (!dump_dir.empty()) cbx::cli::save_tensor_npy(dump_dir + "/" + name + ".npy", t);
+        if (!out_fbank.empty() && std::strcmp(name, "fbank") == 0) cbx::cli::save_tensor_npy(out_fbank, t);
         last = std::chrono::steady_clock::now();  // excludes the dump itself
       });
     emb = wav_path.empty() ? cam.embed_fbank(pool, in.as<float>(), T) : cam.embed(pool, in.as<float>(), n);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    cpu.push_back(cpu_ms() - c0);
+    cpu.push_back(cbx::cli::process_cpu_ms() - c0);
     if (timing) std::fprintf(stderr, "run %d: %.1f ms%s%s\n", r, ms.back(), phases.empty() ? "" : "; up to each:",
                              phases.c_str());
   }

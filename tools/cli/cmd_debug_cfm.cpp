@@ -53,20 +53,6 @@ cbx::Tensor mel_tensor(cbx::NpyArray& a, const std::string& path, int64_t M) {
 
 // CPU seconds of the whole process (all threads): on a shared machine the wall time of a run
 // also counts other processes, this does not.
-double process_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-void save_tensor(const std::string& path, const cbx::Tensor& t) {
-  const int64_t rows = t.rows(), cols = t.cols();
-  std::vector<float> buf(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(buf.data() + r * cols, t.row(r), size_t(cols) * 4);
-  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-  cbx::npy_save_f32(path, shape, buf.data());
-}
-
 int run(int argc, char** argv) {
   std::string model, mu_path, cond_path, spks_path, noise_path, out_path, steps_out, dump_dir;
   int64_t prompt = -1, valid = -1;
@@ -153,18 +139,18 @@ int run(int argc, char** argv) {
     const bool last = r + 1 == repeat;
     if (last && !steps_out.empty())
       solver.set_step_capture([&](int k, const cbx::Tensor& x) {
-        save_tensor(steps_out + "." + std::to_string(k) + ".npy", x);
+        cbx::cli::save_tensor_npy(steps_out + "." + std::to_string(k) + ".npy", x);
       });
     bool dumped = false;
     if (last && !dump_dir.empty())
       solver.estimator().set_capture([&](const char* name, int index, const cbx::Tensor& t) {
         if (dumped) return;
-        save_tensor(dump_dir + "/" + name + (index >= 0 ? "." + std::to_string(index) : "") + ".npy", t);
+        cbx::cli::save_tensor_npy(dump_dir + "/" + name + (index >= 0 ? "." + std::to_string(index) : "") + ".npy", t);
         if (std::strcmp(name, "out") == 0) dumped = true;
       });
-    const double cpu0 = process_cpu_s();
+    const double cpu0 = cbx::cli::process_cpu_ms();
     mel = &solver.solve(mu, spks, cond, prompt, noise, mask);
-    const double cpu_ms = 1e3 * (process_cpu_s() - cpu0);
+    const double cpu_ms = cbx::cli::process_cpu_ms() - cpu0;
     if (timing) {
       double total = 0;
       std::string steps;
@@ -178,7 +164,7 @@ int run(int argc, char** argv) {
                    total, steps.c_str(), cpu_ms);
     }
   }
-  if (!out_path.empty()) save_tensor(out_path, *mel);
+  if (!out_path.empty()) cbx::cli::save_tensor_npy(out_path, *mel);
   if (timing)
     std::fprintf(stderr,
                  "cfm: %s, T %lld frames (%lld prompt), %d steps%s, %d threads, estimator arena %.1f MB\n",

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "command.h"
+#include "debug_npy.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
@@ -64,14 +65,6 @@ std::vector<float> load_f32(const std::string& path, int64_t cols, int64_t* rows
               (long long)cols, a.shape_str().c_str());
   if (rows) *rows = s[0];
   return a.to_f32();
-}
-
-void save_tensor(const std::string& path, const cbx::Tensor& t) {
-  const int64_t rows = t.rows(), cols = t.cols();
-  std::vector<float> buf(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(buf.data() + r * cols, t.row(r), size_t(cols) * 4);
-  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-  cbx::npy_save_f32(path, shape, buf.data());
 }
 
 int run(int argc, char** argv) {
@@ -147,7 +140,7 @@ int run(int argc, char** argv) {
   for (int it = 0; it < repeat; ++it) {
     if (it == 0 && !dump_dir.empty())
       enc.set_capture([&](const std::string& name, const cbx::Tensor& t) {
-        save_tensor(dump_dir + "/" + name + ".npy", t);
+        cbx::cli::save_tensor_npy(dump_dir + "/" + name + ".npy", t);
       });
     else if (timings && it == repeat - 1) {
       marks.clear();
@@ -163,9 +156,9 @@ int run(int argc, char** argv) {
     if (it > 0 || dump_dir.empty())
       best_ms = std::min(best_ms, std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
-  if (!out_mu.empty()) save_tensor(out_mu, r.mu);
-  if (!out_cond.empty()) save_tensor(out_cond, r.cond);
-  if (!out_spks.empty()) save_tensor(out_spks, r.spks);
+  if (!out_mu.empty()) cbx::cli::save_tensor_npy(out_mu, r.mu);
+  if (!out_cond.empty()) cbx::cli::save_tensor_npy(out_cond, r.cond);
+  if (!out_spks.empty()) cbx::cli::save_tensor_npy(out_spks, r.spks);
   std::printf("prompt_tokens=%zu tokens=%zu frames=%lld prompt_frames=%lld threads=%d arena_mb=%.1f "
               "high_water_mb=%.1f",
               ptoks.size(), tokens.size(), (long long)r.n_frames, (long long)r.n_prompt_frames, threads,

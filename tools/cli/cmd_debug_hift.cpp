@@ -39,14 +39,6 @@ std::vector<int64_t> squeeze_to(const cbx::NpyArray& a, size_t want, const std::
   return cbx::cli::squeeze_to("debug hift", a, want, path);
 }
 
-void save_tensor(const std::string& path, const cbx::Tensor& t) {
-  const int64_t rows = t.rows(), cols = t.cols();
-  std::vector<float> buf(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(buf.data() + r * cols, t.row(r), size_t(cols) * 4);
-  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-  cbx::npy_save_f32(path, shape, buf.data());
-}
-
 int run(int argc, char** argv) {
   std::string model, mel_path, out_path, ph_path, noise_path, dump_dir;
   uint64_t seed = 0;
@@ -117,7 +109,7 @@ int run(int argc, char** argv) {
           path += std::to_string(stage);
         }
         path += ".npy";
-        save_tensor(path, t);
+        cbx::cli::save_tensor_npy(path, t);
       });
     result = &voc.forward(mel, draws.phases ? &draws : nullptr);
     if (timing) std::fprintf(stderr, "run %d: %.1f ms\n", r, voc.last_timing().total);

@@ -36,20 +36,6 @@ const char* kUsage =
     "  --gemm P         GEMM precision: f32 (default), bf16, auto (CBX_GEMM, else bf16 for f16/q weights)\n"
     "  --threads N      (default 2)\n";
 
-void save_tensor(const std::string& path, const cbx::Tensor& t) {
-  const int64_t rows = t.rows(), cols = t.cols();
-  std::vector<float> buf(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(buf.data() + r * cols, t.row(r), size_t(cols) * 4);
-  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-  cbx::npy_save_f32(path, shape, buf.data());
-}
-
-double process_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
 int run(int argc, char** argv) {
   std::string model, wav_path, out, out_proj, out_enc, dump_dir;
   int threads = 2, repeat = 1;
@@ -106,20 +92,20 @@ int run(int argc, char** argv) {
     if (dump || proj || timed)
       tok.set_capture([&](const std::string& name, const cbx::Tensor& t) {
         if (timed) marks.emplace_back(name, Clock::now());
-        if (dump) save_tensor(dump_dir + "/" + name + ".npy", t);
-        if (proj && !out_proj.empty() && name == "s3tok.project_down") save_tensor(out_proj, t);
-        if (proj && !out_enc.empty() && name == enc_name) save_tensor(out_enc, t);
+        if (dump) cbx::cli::save_tensor_npy(dump_dir + "/" + name + ".npy", t);
+        if (proj && !out_proj.empty() && name == "s3tok.project_down") cbx::cli::save_tensor_npy(out_proj, t);
+        if (proj && !out_enc.empty() && name == enc_name) cbx::cli::save_tensor_npy(out_enc, t);
       });
-    const double c0 = process_cpu_s();
+    const double c0 = cbx::cli::process_cpu_ms();
     const auto t0 = std::chrono::steady_clock::now();
     if (timed) marks.emplace_back("start", t0);
     tokens = tok.tokenize(pool, wav, n, max_tokens);
     const auto t1 = std::chrono::steady_clock::now();
-    const double c1 = process_cpu_s();
+    const double c1 = cbx::cli::process_cpu_ms();
     tok.set_capture(nullptr);
     if (!dump) {
       ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      cpu_ms += (c1 - c0) * 1e3;
+      cpu_ms += c1 - c0;
     }
   }
   if (!out.empty()) cbx::npy_save(out, cbx::DType::I32, {int64_t(tokens.size())}, tokens.data());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "command.h"
+#include "debug_npy.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
@@ -61,15 +62,6 @@ std::vector<float> load_vec(const std::string& path) {
 }
 
 // Copies a (possibly strided) f32 [rows, cols] tensor into a .npy file.
-void save_tensor(const std::string& path, const cbx::Tensor& t) {
-  const int64_t rows = t.rows(), cols = t.cols();
-  std::vector<float> buf(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(buf.data() + r * cols, t.row(r), size_t(cols) * 4);
-  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-  cbx::npy_save_f32(path, shape, buf.data());
-}
-
 // True when the -m/--model argument names a Multilingual GGUF (handled by debug-t3-mtl).
 bool is_mtl_model(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
@@ -160,7 +152,7 @@ int run(int argc, char** argv) {
   if (!dump_dir.empty()) {
     t3.backbone().set_capture([&](const char* name, int layer, const cbx::Tensor& t) {
       std::string p = dump_dir + "/" + name + (layer >= 0 ? "." + std::to_string(layer) : "") + ".npy";
-      save_tensor(p, t);
+      cbx::cli::save_tensor_npy(p, t);
     });
   }
   const int64_t V = t3.config().t3.speech_vocab;

@@ -23,12 +23,6 @@
 
 namespace {
 
-double cpu_ms() {  // process CPU time (all threads), robust to a loaded machine
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
-}
-
 const char* kUsage =
     "usage: chatterbox debug ve -m MODEL.gguf --wav WAV.npy -o EMB.npy [options]\n"
     "  --wav F         float32 .npy [n] (or [1, n]): mono 16 kHz wave (the caller's cut)\n"
@@ -79,10 +73,10 @@ int run(int argc, char** argv) {
         cbx::npy_save_f32(dump_dir + "/" + name + ".npy", shape, t.ptr<float>());
       });
     auto t0 = std::chrono::steady_clock::now();
-    const double c0 = cpu_ms();
+    const double c0 = cbx::cli::process_cpu_ms();
     emb = ve.embed(pool, wav.as<float>(), n);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    cpu.push_back(cpu_ms() - c0);
+    cpu.push_back(cbx::cli::process_cpu_ms() - c0);
     if (timing) std::fprintf(stderr, "run %d: %.1f ms\n", r, ms.back());
   }
   if (timing) {

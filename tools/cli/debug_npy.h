@@ -1,10 +1,14 @@
-// .npy input helpers shared by the `debug` stage commands; `cmd` names the command in errors.
+// .npy input / output helpers shared by the `debug` stage commands; `cmd` names the command in
+// errors. Also the process CPU clock their timings report.
 #pragma once
+#include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/npy.h"
+#include "core/tensor.h"
 
 namespace cbx::cli {
 
@@ -22,6 +26,22 @@ inline std::vector<int64_t> squeeze_to(const char* cmd, const NpyArray& a, size_
   CBX_CHECK(s.size() == want, "%s: '%s' has shape %s, want %zu dims", cmd, path.c_str(),
             a.shape_str().c_str(), want);
   return s;
+}
+
+// Writes a float32 tensor (rows possibly strided) as a contiguous .npy of the tensor's shape.
+inline void save_tensor_npy(const std::string& path, const Tensor& t) {
+  const int64_t rows = t.rows(), cols = t.cols();
+  std::vector<float> buf(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(buf.data() + r * cols, t.row(r), size_t(cols) * 4);
+  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
+  npy_save_f32(path, shape, buf.data());
+}
+
+// Process CPU time (all threads) in ms: robust to a loaded machine, unlike wall time.
+inline double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) / 1e6;
 }
 
 }  // namespace cbx::cli
