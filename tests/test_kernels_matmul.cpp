@@ -181,6 +181,7 @@ TEST_P(MatmulTest, AgreesWithGenericAndReference) {
       {67, 1024, 1, true, true},     // 2 full 16-block groups, strided rows
       {33, 544, 7, false, true},     // group + tail blocks, N = 7 (dot path)
       {19, 160, 3, true, false},
+      {21, 1056, 2, true, true},     // N = 2 (a CFG decode step): 2 groups + 1 tail block
       {65, 576, 300, true, true},    // GEMM path, K > one k block, edge tiles
       {40, 96, 9, false, false},     // GEMM path, small
   };
