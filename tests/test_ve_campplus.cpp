@@ -23,6 +23,8 @@
 #include "models/model_config.h"
 #include "models/voice_encoder.h"
 
+#include "gguf_test_util.h"
+
 // Counts heap allocations (all threads) while g_counting is set. GCC's -Wmismatched-new-delete
 // cannot see that these replacements pair malloc with free.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -55,17 +57,11 @@ ModelConfig small_config() {
   return c;
 }
 
-struct Edit {
-  std::string name;
-  bool drop = false;
-  std::vector<int64_t> shape;  // empty: keep
-  DType dtype = DType::F32;
-};
+using gguf_test::Edit;
+using gguf_test::error_of;
 
 std::string write_gguf(const ModelConfig& c, const std::vector<Edit>& edits = {}) {
-  static int counter = 0;
-  const std::string path =
-      "/tmp/cbx_test_ve_campplus_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".gguf";
+  const std::string path = gguf_test::temp_gguf_path("ve_campplus");
   std::mt19937 rng(4321);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   GgufWriter w;
@@ -73,14 +69,7 @@ std::string write_gguf(const ModelConfig& c, const std::vector<Edit>& edits = {}
     if (s.name.rfind("ve.", 0) != 0 && s.name.rfind("campplus.", 0) != 0) continue;
     std::vector<int64_t> shape = s.shape;
     DType dt = DType::F32;
-    bool drop = false;
-    for (const Edit& e : edits)
-      if (e.name == s.name) {
-        drop = e.drop;
-        if (!e.shape.empty()) shape = e.shape;
-        dt = e.dtype;
-      }
-    if (drop) continue;
+    if (!gguf_test::apply_edits(edits, s.name, shape, dt)) continue;
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     const int64_t fan_in = shape.size() >= 2 ? n / shape[0] : 1;
@@ -88,13 +77,7 @@ std::string write_gguf(const ModelConfig& c, const std::vector<Edit>& edits = {}
     std::vector<float> v(static_cast<size_t>(n));
     for (float& x : v)
       x = scale ? 1.f + 0.1f * u(rng) : (shape.size() >= 2 ? u(rng) * std::sqrt(3.f / float(fan_in)) : 0.1f * u(rng));
-    if (dt == DType::F32) {
-      w.add_tensor(s.name, dt, shape, v.data(), v.size() * 4);
-    } else {
-      std::vector<uint8_t> enc(dtype_row_bytes(dt, n));
-      type_traits(dt).from_float(v.data(), enc.data(), n);
-      w.add_tensor(s.name, dt, shape, enc.data(), enc.size());
-    }
+    gguf_test::add_tensor_as(w, s.name, dt, shape, v);
   }
   w.write(path);
   return path;
@@ -110,16 +93,6 @@ std::vector<float> test_wave(int64_t n, uint32_t seed) {
                          (0.6 + 0.4 * std::sin(2 * M_PI * 2.5 * t))) + g(rng);
   }
   return x;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 class VoiceNetsTest : public ::testing::Test {
