@@ -20,27 +20,16 @@
 # usage: test_gemm_bf16.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
-SRC=${CBX_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-PY=/usr/bin/python3
-CLI=$BUILD/bin/chatterbox
-MK=$BUILD/bin/chatterbox-mkckpt
-
-if ! "$PY" -c "import torch, numpy" 2>/dev/null; then
-  echo "SKIP: $PY cannot import torch and numpy"; exit 77
-fi
-for b in "$CLI" "$MK"; do
-  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
-done
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+parity_test_init "$BUILD" test-gemm-bf16
 unset CBX_GEMM
 amx=0
 if grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && [ -z "${CBX_NO_AMX:-}" ] &&
    { [ -z "${CBX_FORCE_ISA:-}" ] || [ "${CBX_FORCE_ISA}" = avx512 ]; }; then amx=1; fi
 echo "bf16 GEMM expected to run: $amx"
 
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-"$MK" --variant turbo --size tiny --seed 7 "$TMP/ck" > /dev/null 2>&1
-"$CLI" convert "$TMP/ck" -o "$TMP/f32.gguf" --type f32 > /dev/null 2>&1
+tiny_gguf turbo 7 "$TMP/ck" "$TMP/f32.gguf"
 "$CLI" convert "$TMP/ck" -o "$TMP/q8.gguf" --type q8_0 > /dev/null 2>&1
 "$PY" "$SRC/tests/cfm_reference.py" inputs "$TMP/cin" --seed 4 --prompt 40 --gen 60
 "$PY" "$SRC/tests/hift_reference.py" inputs "$TMP/hin" --seed 3 --frames 40
