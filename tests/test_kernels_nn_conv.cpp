@@ -136,11 +136,13 @@ TEST(NnConv, Conv1dBf16Precision) {
   for (const C1& c : cases) run_conv1d(c, seed += 10, tol);
 }
 
-TEST(NnConv, ConvTranspose1dHiftShapes) {
-  CBX_SKIP_IF_ISA_UNAVAILABLE();
+// conv_transpose1d on HiFT upsampling shapes vs a double reference and the generic ISA;
+// tol > kConvTol: BF16 precision (then the bf16 GEMM must have run where it exists).
+static void run_conv_transpose1d_cases(double tol) {
   struct Ct { int64_t Cin, Cout, T, K, s, pad, opad; };
-  const Ct cases[] = {{16, 8, 13, 16, 8, 4, 0}, {8, 6, 21, 11, 5, 3, 0}, {6, 4, 30, 7, 3, 2, 0},
-                      {3, 5, 7, 4, 2, 1, 1},    {5, 3, 1, 3, 1, 0, 0},   {40, 24, 300, 16, 8, 4, 0}};
+  const Ct cases[] = {{16, 8, 13, 16, 8, 4, 0},  {8, 6, 21, 11, 5, 3, 0},   {6, 4, 30, 7, 3, 2, 0},
+                      {3, 5, 7, 4, 2, 1, 1},     {5, 3, 1, 3, 1, 0, 0},     {40, 24, 300, 16, 8, 4, 0},
+                      {64, 32, 2100, 16, 8, 4, 0}};  // several column chunks, threaded
   uint32_t seed = 100;
   for (const Ct& c : cases) {
     ConvTranspose1dParams p;
@@ -152,6 +154,7 @@ TEST(NnConv, ConvTranspose1dHiftShapes) {
     Buf y({c.Cout, Tout}), g({c.Cout, Tout});
     Arena arena(16 << 20);
     conv_transpose1d(pool(), x.t, w.t, b.t, y.t, p, &arena);
+    EXPECT_EQ(arena.used(), 0u);
     conv_transpose1d(pool(), x.t, w.t, b.t, g.t, p, nullptr, Isa::Generic);
     std::vector<double> ref(size_t(c.Cout * Tout)), mag(ref.size());
     for (int64_t o = 0; o < c.Cout; ++o)
@@ -168,9 +171,24 @@ TEST(NnConv, ConvTranspose1dHiftShapes) {
           }
     Check chk;
     for (size_t i = 0; i < ref.size(); ++i) chk.add(y.v[i], g.v[i], ref[i], mag[i]);
-    EXPECT_LE(chk.worst_ref, kConvTol) << "K " << c.K << " s " << c.s;
-    EXPECT_LE(chk.worst_gen, kConvTol) << "K " << c.K << " s " << c.s;
+    EXPECT_LE(chk.worst_ref, tol) << "K " << c.K << " s " << c.s;
+    EXPECT_LE(chk.worst_gen, tol + kConvTol) << "K " << c.K << " s " << c.s;
+    if (tol > kConvTol && gemm_bf16_available()) {  // the bf16 GEMM ran: not the f32 result
+      EXPECT_GT(chk.worst_gen, 0.0) << "BF16 precision gave the f32 result: K " << c.K << " s " << c.s;
+    }
   }
+}
+
+TEST(NnConv, ConvTranspose1dHiftShapes) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  run_conv_transpose1d_cases(kConvTol);
+}
+
+// conv_transpose1d in BF16 GEMM precision: AMX where it exists, else exact f32.
+TEST(NnConv, ConvTranspose1dBf16Precision) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  GemmPrecisionScope bf16(GemmPrecision::BF16);
+  run_conv_transpose1d_cases(gemm_bf16_available() ? kConvBf16Tol : kConvTol);
 }
 
 TEST(NnConv, Conv2dCampplusShapes) {

@@ -317,6 +317,7 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
       packed = std::max(packed, conv1d_bf16_scratch_bytes(C, C, Li, max_k, max_d, nt));
       const Tensor& sdw = w_.source_downs_w[size_t(i)];
       packed = std::max(packed, conv1d_bf16_scratch_bytes(sdw.shape[1], sdw.shape[0], Li, sdw.shape[2], 1, nt));
+      packed = std::max(packed, conv_transpose1d_bf16_scratch_bytes(C * 2, C, cfg_.upsample_kernels[size_t(i)], nt));
     }
     scratch += packed;
   }

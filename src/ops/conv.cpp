@@ -10,7 +10,8 @@
 // from their weights, or CBX_GEMM), when the AMX kernels exist and the active ISA is asked
 // for: stride-1 single-group conv1d with C_out <= kDirectMaxCout packs its input once as
 // bf16 channel pairs and runs every tap on it (Bf16Gemm::Conv); other conv1d run through
-// gemm_bf16_kmajor on the same B rows (offset table or im2col chunks).
+// gemm_bf16_kmajor on the same B rows (offset table or im2col chunks); conv_transpose1d
+// transposes w to [(o, k), c] rows in scratch and runs gemm_bf16_kmajor on x per chunk.
 #include "ops/conv.h"
 
 #include <algorithm>
@@ -337,6 +338,11 @@ size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64
   return std::max(direct_bytes(cin, cout, t_out, K, dilation), gemm_bf16_kmajor_scratch_bytes(cout, cin * K, n_threads));
 }
 
+size_t conv_transpose1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t K, int n_threads) {
+  if (!bf16_kernels()) return 0;
+  return size_t(cin * cout * K) * 4 + 64 + gemm_bf16_kmajor_scratch_bytes(cout * K, cin, n_threads);
+}
+
 int64_t conv_transpose1d_out_len(int64_t T, int64_t K, const ConvTranspose1dParams& p) {
   return (T - 1) * p.stride - 2 * p.padding + p.dilation * (K - 1) + p.output_padding + 1;
 }
@@ -371,6 +377,51 @@ void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const 
   float* Z = sc.get<float>(MK * NT, "conv_transpose1d columns");
   const float* xp = x.ptr<float>();
   float* yp = y.ptr<float>();
+  const int64_t s = p.stride, pad = p.padding, d = p.dilation;
+  if (conv_uses_bf16(isa)) {  // A = w transposed to [(o, k), c] rows, then the k-major bf16 GEMM
+    float* At = sc.get<float>(MK * Cin, "conv_transpose1d bf16 weights");
+    const float* wp = w.ptr<float>();
+    run_threads(pool, MK * Cin, [&](int ith, int nth) {
+      int64_t r0, r1;
+      ThreadPool::split(MK, ith, nth, &r0, &r1);
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = 0; c < Cin; ++c) At[r * Cin + c] = wp[c * MK + r];
+    });
+    for (int64_t o = 0; o < Cout; ++o) {
+      float v = bp ? bp[o] : 0.f;
+      for (int64_t t = 0; t < Tout; ++t) yp[o * ys + t] = v;
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += NT) {
+      const int64_t nt = std::min(NT, T - t0);
+      KMajorGemm q;
+      q.a = At;
+      q.a_rs = Cin;
+      q.b = xp + t0;
+      q.b_rs = xs;
+      q.c = Z;
+      q.c_rs = NT;
+      q.m = MK;
+      q.n = nt;
+      q.k = Cin;
+      CBX_ASSERT(gemm_bf16_kmajor(pool, q, arena));
+      run_threads(pool, MK * nt, [&](int ith, int nth) {
+        int64_t o0, o1;
+        ThreadPool::split(Cout, ith, nth, &o0, &o1);
+        for (int64_t o = o0; o < o1; ++o) {
+          float* yr = yp + o * ys;
+          for (int64_t kk = 0; kk < K; ++kk) {
+            const float* zr = Z + (o * K + kk) * NT;
+            const int64_t base = t0 * s - pad + kk * d;
+            for (int64_t t = 0; t < nt; ++t) {
+              int64_t to = base + t * s;
+              if (to >= 0 && to < Tout) yr[to] += zr[t];
+            }
+          }
+        }
+      });
+    }
+    return;
+  }
   GemmJob j;
   j.t.a = w.ptr<float>();
   j.t.a_rs = 1;    // A[(o, k), c] = w[c, o, k]
@@ -380,7 +431,6 @@ void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const 
   j.t.c_rs = NT;
   j.t.m = MK;
   j.t.k = Cin;
-  const int64_t s = p.stride, pad = p.padding, d = p.dilation;
   run_threads(pool, MK * Cin * T, [&](int ith, int nth) {
     int64_t o0, o1;
     ThreadPool::split(Cout, ith, nth, &o0, &o1);

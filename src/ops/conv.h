@@ -8,8 +8,9 @@
 // C_in*(T+pads) floats for stride-1 conv1d and ~4 MiB chunks otherwise, plus, when conv1d
 // runs in BF16 GEMM precision (ops/matmul.h: the GemmPrecisionScope models hold, or
 // CBX_GEMM; the weights being f32, never without one of them), conv1d_bf16_scratch_bytes
-// for its packed bf16 operands.
-// conv_transpose1d and conv2d stay f32.
+// for its packed bf16 operands; conv_transpose1d in BF16 precision the same way (x and w
+// rounded to bf16, f32 accumulation) with conv_transpose1d_bf16_scratch_bytes.
+// conv2d stays f32.
 #pragma once
 #include <cstdint>
 
@@ -51,6 +52,9 @@ int64_t conv_transpose1d_out_len(int64_t T, int64_t K, const ConvTranspose1dPara
 void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias,
                       Tensor& y, const ConvTranspose1dParams& p, Arena* scratch = nullptr,
                       Isa isa = active_isa());
+// Extra scratch bytes conv_transpose1d takes in BF16 precision, at most (0 where the bf16
+// GEMM does not exist): the transposed weights and the packed bf16 operands.
+size_t conv_transpose1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t K, int n_threads);
 
 struct Conv2dParams {
   int64_t stride_h = 1, stride_w = 1;
