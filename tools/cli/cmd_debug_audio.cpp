@@ -14,6 +14,7 @@
 #include "audio/resample.h"
 #include "audio/stft.h"
 #include "command.h"
+#include "debug_npy.h"
 #include "core/error.h"
 #include "core/npy.h"
 
@@ -54,10 +55,7 @@ int run(int argc, char** argv) {
   bool mean_norm = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      CBX_CHECK(i + 1 < argc, "debug-frontend: %s needs a value", a.c_str());
-      return argv[++i];
-    };
+    auto next = [&] { return cbx::cli::option_value("debug-frontend", argc, argv, i); };
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;

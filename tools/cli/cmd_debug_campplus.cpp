@@ -44,10 +44,7 @@ int run(int argc, char** argv) {
   bool timing = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      CBX_CHECK(i + 1 < argc, "debug campplus: %s needs a value", a.c_str());
-      return argv[++i];
-    };
+    auto next = [&] { return cbx::cli::option_value("debug campplus", argc, argv, i); };
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;

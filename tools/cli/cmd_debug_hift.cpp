@@ -46,10 +46,7 @@ int run(int argc, char** argv) {
   bool trim = false, timing = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      CBX_CHECK(i + 1 < argc, "debug hift: %s needs a value", a.c_str());
-      return argv[++i];
-    };
+    auto next = [&] { return cbx::cli::option_value("debug hift", argc, argv, i); };
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;

@@ -34,10 +34,7 @@ int run(int argc, char** argv) {
   uint64_t seed = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      CBX_CHECK(i + 1 < argc, "%s: %s needs a value", kCmd, a.c_str());
-      return argv[++i];
-    };
+    auto next = [&] { return cbx::cli::option_value(kCmd, argc, argv, i); };
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "command.h"
+#include "debug_npy.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
@@ -68,10 +69,7 @@ int run(int argc, char** argv) {
   double cfg_w = -1e30, temperature = -1, min_p = -1, top_p = -1, rep = -1, exaggeration = -1e30;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      CBX_CHECK(i + 1 < argc, "debug t3-mtl: %s needs a value", a.c_str());
-      return argv[++i];
-    };
+    auto next = [&] { return cbx::cli::option_value("debug t3-mtl", argc, argv, i); };
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;

@@ -1,5 +1,5 @@
 // .npy input / output helpers shared by the `debug` stage commands; `cmd` names the command in
-// errors. Also the process CPU clock their timings report.
+// errors. Also their option-value reader and the process CPU clock their timings report.
 #pragma once
 #include <cstring>
 #include <ctime>
@@ -26,6 +26,13 @@ inline std::vector<int64_t> squeeze_to(const char* cmd, const NpyArray& a, size_
   CBX_CHECK(s.size() == want, "%s: '%s' has shape %s, want %zu dims", cmd, path.c_str(),
             a.shape_str().c_str(), want);
   return s;
+}
+
+// The value after option argv[i] (i advances to it); an error naming `cmd` and the option when
+// argv ends first.
+inline std::string option_value(const char* cmd, int argc, char** argv, int& i) {
+  CBX_CHECK(i + 1 < argc, "%s: %s needs a value", cmd, argv[i]);
+  return argv[++i];
 }
 
 // Writes a float32 tensor (rows possibly strided) as a contiguous .npy of the tensor's shape.
