@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "core/gguf.h"
-#include "models/t3_llama.h"  // bind_t3_tensor
+#include "models/t3_llama.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"

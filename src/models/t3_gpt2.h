@@ -37,6 +37,12 @@ struct T3Gpt2Layer {
 // Where a tensor may be stored: Vector = F32 only; Matrix = any float/quantized weight type.
 enum class T3WeightKind { Vector, Matrix };
 
+// Binds one GGUF tensor into slot checking presence, shape and dtype (Vector: F32 only; Matrix: any
+// float/quantized weight type). Errors name the file and the tensor. A missing optional one leaves
+// slot empty.
+void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot,
+                    const std::vector<int64_t>& shape, T3WeightKind kind, bool required);
+
 struct T3Gpt2Weights {
   Tensor wpe;  // [n_ctx, d]
   std::vector<T3Gpt2Layer> layers;

@@ -12,34 +12,6 @@
 
 namespace cbx {
 
-void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot,
-                    const std::vector<int64_t>& shape, T3WeightKind kind, bool required) {
-  const GgufTensorInfo* ti = f.find_tensor(name);
-  if (!ti) {
-    CBX_CHECK(!required, "%s: missing tensor '%s'", f.path().c_str(), name.c_str());
-    slot = Tensor{};
-    return;
-  }
-  bool ok = ti->ndim == int(shape.size());
-  for (int i = 0; ok && i < ti->ndim; ++i) ok = ti->shape[i] == shape[size_t(i)];
-  if (!ok) {
-    std::string want = "[";
-    for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
-    want += "]";
-    Tensor got = f.tensor(*ti);
-    fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(),
-         got.shape_str().c_str(), want.c_str());
-  }
-  const TypeTraits& tr = type_traits(ti->dtype);
-  if (kind == T3WeightKind::Vector)
-    CBX_CHECK(ti->dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(),
-              name.c_str(), tr.name);
-  else
-    CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type",
-              f.path().c_str(), name.c_str(), tr.name);
-  slot = f.tensor(*ti);
-}
-
 void T3LlamaWeights::for_each_tensor(const T3Config& c, const Visitor& fn) {
   const int64_t d = c.n_embd, ff = c.n_ff, q = int64_t(c.n_head) * c.head_dim,
                 kv = int64_t(c.n_kv_head) * c.head_dim;

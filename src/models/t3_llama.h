@@ -47,11 +47,6 @@ struct T3LlamaWeights {
   void for_each_tensor(const T3Config& c, const Visitor& fn);
 };
 
-// Binds one GGUF tensor into slot checking presence, shape and dtype (Vector: F32 only; Matrix: any
-// float/quantized weight type). Errors name the file and the tensor. A missing optional one leaves
-// slot empty.
-void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot,
-                    const std::vector<int64_t>& shape, T3WeightKind kind, bool required);
 // Checks the Llama hyper-parameters, then binds every backbone weight (zero copy).
 void bind_t3_llama(const GgufFile& f, const T3Config& c, T3LlamaWeights& w);
 // Bytes of the weights one decode step reads: every layer matrix and norm, the final norm and the
