@@ -10,16 +10,18 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
+#include "ops/matmul_detail.h"
 
 namespace cbx {
-namespace {
+namespace matmul_detail {
 
-constexpr int64_t kGemmMinRows = 8;
 // GEMM cache blocking: one packed weight panel [mr, kKc] (32 KB for f32) stays in L1
 // while the x slices of every n-tile ([N, kKc], L2) stream past it.
 constexpr int64_t kKc = 256;  // multiple of 32 (quant blocks and AMX k-steps)
 
+namespace {
 size_t align64(size_t b) { return (b + 63) & ~size_t(63); }
+}  // namespace
 
 // Row stride (bytes) of t seen as [rows(), cols()]; requires the leading dims to collapse.
 int64_t row_stride(const Tensor& t, const char* what, const char* name) {
@@ -195,7 +197,7 @@ GemmPrecision effective_precision(GemmPrecision requested, DType w_type) {
 
 void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w, const Tensor* bias,
                    const Tensor& x, Tensor& y, Arena* arena, const char* what,
-                   GemmPrecision prec = GemmPrecision::Auto) {
+                   GemmPrecision prec) {
   const int slot = matmul_weight_slot(w.dtype);
   CBX_CHECK(slot >= 0, "%s: weight %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0)",
             what, w.shape_str().c_str(), dtype_name(w.dtype));
@@ -251,7 +253,9 @@ void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w,
   if (arena) arena->rewind(mark);
 }
 
-}  // namespace
+}  // namespace matmul_detail
+
+using namespace matmul_detail;
 
 const char* gemm_precision_name(GemmPrecision p) {
   switch (p) {

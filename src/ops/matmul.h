@@ -38,6 +38,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -109,6 +111,81 @@ struct KMajorGemm {
 bool gemm_bf16_kmajor(ThreadPool& pool, const KMajorGemm& g, Arena* scratch = nullptr);
 // Upper bound of the scratch bytes gemm_bf16_kmajor needs (0 where it is unavailable).
 size_t gemm_bf16_kmajor_scratch_bytes(int64_t m, int64_t k, int n_threads);
+
+// ---- Pre-packed weights and fused epilogues (repeated GEMMs of one model) ----
+//
+// A PackedWeight is one or more [M_i, K] weight parts stacked along M (to_q | to_k | to_v as
+// one [3 inner, K] weight: the activations are packed once for all three). The parts are
+// referenced, not copied (they must outlive it). When the weights' GEMM precision resolves to
+// BF16 and the bf16 GEMM exists, pack_weight also converts them once into that GEMM's weight
+// panels: [ceil(M / mr)][kp][mr] bf16 pairs (kp = K rounded up to 32), M * kp * 2 bytes, made
+// by the same packer the per-call path runs, so the products are bit for bit the same.
+//
+// matmul_packed: y = act(x . w^T + bias) + residual, bias [M] and residual (shaped like y,
+// may alias it) optional, act none or exact GELU. With panels, N >= matmul_gemm_min_rows()
+// and the call's precision BF16 (the thread's scope, CBX_GEMM, else BF16 for lossy weights,
+// as matmul), each thread packs 32 activation rows once for all of K and applies the epilogue
+// to each 32 x 32 output tile while it is in L1: one pass over y, one pool dispatch. Any
+// other call runs matmul per part, then the epilogue as separate passes. Either way the
+// result equals matmul_bias + gelu + add (same ISA and precision) bit for bit.
+enum class MatmulAct : int { None = 0, Gelu = 1 };
+struct MatmulEpilogue {
+  const Tensor* bias = nullptr;      // F32 [M], contiguous
+  MatmulAct act = MatmulAct::None;   // applied after the bias
+  const Tensor* residual = nullptr;  // F32, y's shape; added last; may be y itself
+};
+
+class PackedWeight {
+ public:
+  PackedWeight() = default;
+  PackedWeight(PackedWeight&&) noexcept = default;
+  PackedWeight& operator=(PackedWeight&&) noexcept = default;
+
+  bool empty() const { return parts_.empty(); }
+  int64_t rows() const { return m_; }  // M, all parts
+  int64_t cols() const { return k_; }  // K
+  DType dtype() const { return dtype_; }
+  bool has_panels() const { return panels_ != nullptr; }
+  size_t panel_bytes() const { return panel_bytes_; }  // 0 without panels
+  const std::vector<Tensor>& parts() const { return parts_; }
+  const std::vector<int64_t>& part_rows() const { return offs_; }  // first row of each part
+  struct Tile {
+    int64_t m0;  // first output column (row of the stacked weight)
+    int mcols;   // <= mr (a part's last tile may be short: parts are padded separately)
+    size_t off;  // byte offset of its [kp][mr] panel
+  };
+
+ private:
+  friend PackedWeight pack_weight_with(const MatmulKernels&, ThreadPool&, const std::vector<const Tensor*>&,
+                                       GemmPrecision, const char*);
+  friend struct PackedAccess;
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::vector<Tensor> parts_;
+  std::vector<int64_t> offs_;
+  int64_t m_ = 0, k_ = 0;
+  DType dtype_ = DType::F32;
+  const MatmulKernels* kernels_ = nullptr;  // the table whose bf16 GEMM made the panels
+  int64_t kp_ = 0;
+  std::vector<Tile> tiles_;
+  size_t panel_bytes_ = 0;
+  std::unique_ptr<uint8_t, Free> panels_;
+};
+
+// Parts: 2-D, one dtype, one K, contiguous rows. prec is resolved as a matmul call's (Auto: the
+// thread's scope, else CBX_GEMM, else BF16 for lossy weights); panels are made when that is
+// BF16 and the active ISA's bf16 GEMM exists. `what` names the weight in errors. Packing runs on the pool.
+PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts, GemmPrecision prec,
+                         const char* what);
+// The same for an explicit kernel table (tests); panels only with that table's bf16 GEMM.
+PackedWeight pack_weight_with(const MatmulKernels& kernels, ThreadPool& pool, const std::vector<const Tensor*>& parts,
+                              GemmPrecision prec, const char* what);
+
+void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Tensor& y,
+                   const MatmulEpilogue& e = {}, Arena* scratch = nullptr);
+// Upper bound of the scratch bytes one matmul_packed call with n rows needs.
+size_t matmul_packed_scratch_bytes(const PackedWeight& w, int64_t n, int n_threads);
 
 // Activation rows from which the GEMM path is used.
 int64_t matmul_gemm_min_rows();

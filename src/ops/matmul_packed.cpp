@@ -1,0 +1,297 @@
+// Pre-packed weights and fused GEMM epilogues (ops/matmul.h: PackedWeight, matmul_packed).
+//
+// The per-call BF16 GEMM (ops/matmul.cpp) packs every weight panel again on each call and
+// packs the activations into a shared buffer behind a barrier. With the panels made once:
+//   - a thread takes a contiguous range of (32-row activation tile, weight tile) items,
+//     row-tile major, packs its activation tile once for all of K into its own buffer (no
+//     barrier), and runs one tile call over all of K (the panels of consecutive k blocks are
+//     contiguous), into a 32 x 32 f32 buffer;
+//   - the epilogue (bias, GELU, residual) runs on that buffer while it is in L1 and writes
+//     y once.
+// The weight panels of one matrix (<= 768 KB in the CFM) stay in L2 across the row tiles.
+// The tile kernel accumulates the same bf16 products in the same k order whether K is split
+// into blocks (the f32 partial sums are stored and reloaded exactly) or not, so the results
+// equal the per-call path bit for bit.
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/arena.h"
+#include "core/cpu.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/nn.h"
+#include "ops/matmul.h"
+#include "ops/matmul_detail.h"
+
+namespace cbx {
+
+using namespace matmul_detail;
+
+namespace {
+
+size_t align64(size_t b) { return (b + 63) & ~size_t(63); }
+
+// Bytes of one thread's scratch on the panel path: its activation panel and one output tile.
+size_t thread_bytes(const GemmKernel& g, int64_t kp) {
+  return align64(size_t(kp) * g.nr * g.elem_bytes) + align64(size_t(g.nr) * g.mr * 4);
+}
+
+// [lo, hi) byte range a 2-D-collapsible f32 tensor can touch.
+void byte_range(const Tensor& t, int64_t rs, const uint8_t** lo, const uint8_t** hi) {
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  *lo = p;
+  *hi = p + (t.rows() > 0 ? (t.rows() - 1) * rs + t.cols() * 4 : 0);
+}
+
+struct Epi {
+  const float* bias;
+  MatmulAct act;
+  const float* res;
+  int64_t ldr;  // floats
+  const NnKernels* nn;
+};
+
+// One finished tile (rows [n0, n0 + nrows), columns [m0, m0 + mcols)), t: [nrows][ld] f32.
+void finish_tile(const Epi& e, float* t, int64_t ld, int nrows, int mcols, float* y, int64_t ldy, int64_t n0,
+                 int64_t m0) {
+  for (int i = 0; i < nrows; ++i) {
+    float* v = t + i * ld;
+    float* out = y + (n0 + i) * ldy + m0;
+    if (e.bias) e.nn->binary(Binary::Add, v, e.bias + m0, v, mcols, false);
+    if (e.act == MatmulAct::Gelu) e.nn->unary(Unary::Gelu, v, v, mcols, 0.f, 0.f);
+    if (e.res) e.nn->binary(Binary::Add, e.res + (n0 + i) * e.ldr + m0, v, out, mcols, false);
+    else std::memcpy(out, v, size_t(mcols) * 4);
+  }
+}
+
+// The panel path: y = epilogue(x . w^T) with w's panels.
+void run_panels(const PackedWeight& w, const GemmKernel& g, const std::vector<PackedWeight::Tile>& tiles,
+                const uint8_t* panels, int64_t kp, ThreadPool& pool, const uint8_t* x, int64_t xs, int64_t n, float* y, int64_t ldy,
+                const Epi& e, uint8_t* scratch) {
+  const int64_t n_tiles = (n + g.nr - 1) / g.nr, m_tiles = int64_t(tiles.size());
+  const int64_t items = n_tiles * m_tiles, k = w.cols();
+  const size_t xbytes = align64(size_t(kp) * g.nr * g.elem_bytes), per = thread_bytes(g, kp);
+  pool.run([&](int ith, int nth) {
+    int64_t i0, i1;
+    ThreadPool::split(items, ith, nth, &i0, &i1);
+    uint8_t* xp = scratch + size_t(ith) * per;
+    float* tile = reinterpret_cast<float*>(xp + xbytes);
+    int64_t cur = -1;
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t nt = it / m_tiles, t = it % m_tiles;
+      const int nrows = int(std::min<int64_t>(g.nr, n - nt * g.nr));
+      if (nt != cur) {
+        g.pack_x(reinterpret_cast<const float*>(x + nt * g.nr * xs), size_t(xs), nrows, k, xp);
+        cur = nt;
+      }
+      // Full tile into the buffer: rows past nrows and columns past mcols are zero padding.
+      const PackedWeight::Tile& wt = tiles[size_t(t)];
+      g.tile(xp, panels + wt.off, kp, tile, g.mr, g.nr, g.mr, false);
+      finish_tile(e, tile, g.mr, nrows, wt.mcols, y, ldy, nt * g.nr, wt.m0);
+    }
+  });
+}
+
+// The epilogue as separate passes: src rows (the GEMM result, bias included; y itself or a
+// buffer) get act in place, then y = residual + src (or a copy into y).
+void epilogue_passes(ThreadPool& pool, const NnKernels& nn, MatmulAct act, const float* res, int64_t ldr, float* src,
+                     int64_t lds, float* y, int64_t ldy, int64_t n, int64_t m) {
+  if (act == MatmulAct::None && !res && src == y) return;
+  pool.run([&](int ith, int nth) {
+    int64_t r0, r1;
+    ThreadPool::split(n, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; ++r) {
+      float* s = src + r * lds;
+      float* out = y + r * ldy;
+      if (act == MatmulAct::Gelu) nn.unary(Unary::Gelu, s, s, m, 0.f, 0.f);
+      if (res) nn.binary(Binary::Add, res + r * ldr, s, out, m, false);
+      else if (s != out) std::memmove(out, s, size_t(m) * 4);
+    }
+  });
+}
+
+}  // namespace
+
+// Everything matmul_packed needs from a PackedWeight.
+struct PackedAccess {
+  static const MatmulKernels* kernels(const PackedWeight& w) { return w.kernels_; }
+  static int64_t kp(const PackedWeight& w) { return w.kp_; }
+  static const uint8_t* panels(const PackedWeight& w) { return w.panels_.get(); }
+  static const std::vector<PackedWeight::Tile>& tiles(const PackedWeight& w) { return w.tiles_; }
+};
+
+void PackedWeight::Free::operator()(uint8_t* p) const { std::free(p); }
+
+PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool, const std::vector<const Tensor*>& parts,
+                              GemmPrecision prec, const char* what) {
+  CBX_CHECK(!parts.empty(), "pack_weight %s: no weight parts", what);
+  PackedWeight w;
+  for (const Tensor* p : parts) {
+    CBX_CHECK(p && !p->empty() && p->ndim == 2, "pack_weight %s: every part must be a 2-D weight, got %s", what,
+              p ? p->shape_str().c_str() : "null");
+    const Tensor& f = *parts[0];
+    CBX_CHECK(matmul_weight_slot(p->dtype) >= 0,
+              "pack_weight %s: part %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0)", what,
+              p->shape_str().c_str(), dtype_name(p->dtype));
+    CBX_CHECK(p->dtype == f.dtype && p->shape[1] == f.shape[1],
+              "pack_weight %s: part %s %s does not match the first part %s %s (one dtype and K)", what,
+              dtype_name(p->dtype), p->shape_str().c_str(), dtype_name(f.dtype), f.shape_str().c_str());
+    CBX_CHECK(type_traits(p->dtype).is_quantized || p->shape[1] <= 1 ||
+                  p->stride[1] == int64_t(type_traits(p->dtype).block_bytes),
+              "pack_weight %s: part %s rows must be contiguous", what, p->shape_str().c_str());
+    w.offs_.push_back(w.m_);
+    w.parts_.push_back(*p);
+    w.m_ += p->shape[0];
+  }
+  w.k_ = parts[0]->shape[1];
+  w.dtype_ = parts[0]->dtype;
+  CBX_CHECK(!type_traits(w.dtype_).is_quantized || w.k_ % 32 == 0,
+            "pack_weight %s: quantized weight needs K %% 32 == 0, got K = %lld", what, (long long)w.k_);
+  const Bf16Gemm* b = bf16_for(kern);
+  if (!b || w.k_ == 0 || w.m_ == 0 ||
+      effective_precision(prec, w.dtype_) != GemmPrecision::BF16)
+    return w;
+
+  const int slot = matmul_weight_slot(w.dtype_);
+  const GemmKernel& g = b->gemm[slot];
+  w.kernels_ = &kern;
+  w.kp_ = (w.k_ + 31) / 32 * 32;
+  CBX_ASSERT(w.kp_ % g.k_pack == 0 && b->kc % g.k_pack == 0);
+  const size_t panel = size_t(w.kp_) * g.mr * g.elem_bytes;
+  for (size_t i = 0; i < w.parts_.size(); ++i) {
+    const int64_t rows = w.parts_[i].shape[0];
+    for (int64_t r = 0; r < rows; r += g.mr)
+      w.tiles_.push_back({w.offs_[i] + r, int(std::min<int64_t>(g.mr, rows - r)), w.tiles_.size() * panel});
+  }
+  w.panel_bytes_ = w.tiles_.size() * panel;
+  auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, align64(w.panel_bytes_)));
+  CBX_CHECK(mem, "pack_weight %s: cannot allocate %zu bytes of panels", what, w.panel_bytes_);
+  w.panels_.reset(mem);
+  // Tile j of part i: the packer the per-call path runs, once per k block (kc as there).
+  std::vector<std::pair<size_t, int64_t>> owner;  // (part, first row in the part) per tile
+  for (size_t i = 0; i < w.parts_.size(); ++i)
+    for (int64_t r = 0; r < w.parts_[i].shape[0]; r += g.mr) owner.push_back({i, r});
+  pool.run([&](int ith, int nth) {
+    int64_t t0, t1;
+    ThreadPool::split(int64_t(w.tiles_.size()), ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; ++t) {
+      const Tensor& p = w.parts_[owner[size_t(t)].first];
+      const auto* src = static_cast<const uint8_t*>(p.data) + owner[size_t(t)].second * p.stride[0];
+      uint8_t* dst = mem + w.tiles_[size_t(t)].off;
+      for (int64_t k0 = 0; k0 < w.k_; k0 += b->kc) {
+        const int64_t kc = std::min(b->kc, w.k_ - k0);
+        g.pack_w(src, size_t(p.stride[0]), w.tiles_[size_t(t)].mcols, k0, kc, dst + size_t(k0) * g.mr * g.elem_bytes);
+      }
+    }
+  });
+  return w;
+}
+
+PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts, GemmPrecision prec,
+                         const char* what) {
+  return pack_weight_with(matmul_kernels(active_isa()), pool, parts, prec, what);
+}
+
+size_t matmul_packed_scratch_bytes(const PackedWeight& w, int64_t n, int n_threads) {
+  size_t most = 0;
+  for (const Tensor& p : w.parts()) most = std::max(most, matmul_scratch_bytes(p.dtype, n, p.shape[0], p.shape[1], n_threads));
+  most += align64(size_t(n) * size_t(w.rows()) * 4) + 64;  // GEMM result when the residual aliases y
+  if (const MatmulKernels* k = PackedAccess::kernels(w)) {
+    const GemmKernel& g = bf16_for(*k)->gemm[matmul_weight_slot(w.dtype())];
+    most = std::max(most, size_t(n_threads) * thread_bytes(g, PackedAccess::kp(w)) + 64);
+  }
+  return most + 128;
+}
+
+void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Tensor& y, const MatmulEpilogue& e,
+                   Arena* arena) {
+  const char* what = "matmul_packed";
+  CBX_CHECK(!w.empty(), "%s: the weight is empty (not packed)", what);
+  const int64_t m = w.rows(), k = w.cols();
+  CBX_CHECK(x.dtype == DType::F32 && y.dtype == DType::F32, "%s: x (%s) and y (%s) must be f32", what,
+            dtype_name(x.dtype), dtype_name(y.dtype));
+  CBX_CHECK(x.ndim >= 1 && x.cols() == k && x.ndim == y.ndim && y.cols() == m,
+            "%s: x %s . weight [%lld, %lld]^T does not give y %s", what, x.shape_str().c_str(), (long long)m,
+            (long long)k, y.shape_str().c_str());
+  for (int i = 0; i + 1 < x.ndim; ++i)
+    CBX_CHECK(x.shape[i] == y.shape[i], "%s: y %s does not match x %s", what, y.shape_str().c_str(),
+              x.shape_str().c_str());
+  CBX_CHECK((x.stride[x.ndim - 1] == 4 || k <= 1) && (y.stride[y.ndim - 1] == 4 || m <= 1),
+            "%s: x %s and y %s need a contiguous innermost dim", what, x.shape_str().c_str(), y.shape_str().c_str());
+  if (e.bias)
+    CBX_CHECK(e.bias->dtype == DType::F32 && e.bias->ndim == 1 && e.bias->shape[0] == m &&
+                  (e.bias->stride[0] == 4 || m <= 1),
+              "%s: bias %s (%s) must be contiguous f32 [%lld]", what, e.bias->shape_str().c_str(),
+              dtype_name(e.bias->dtype), (long long)m);
+  const int64_t xs = row_stride(x, what, "x"), ys = row_stride(y, what, "y");
+  CBX_CHECK(ys % 4 == 0, "%s: y row stride %lld is not a multiple of 4 bytes", what, (long long)ys);
+  int64_t rs = 0;
+  bool aliased = false;
+  if (e.residual) {
+    const Tensor& r = *e.residual;
+    CBX_CHECK(r.dtype == DType::F32 && same_shape(r, y) && (r.stride[r.ndim - 1] == 4 || m <= 1),
+              "%s: residual %s (%s) must be f32 shaped like y %s", what, r.shape_str().c_str(), dtype_name(r.dtype),
+              y.shape_str().c_str());
+    rs = row_stride(r, what, "residual");
+    CBX_CHECK(rs % 4 == 0, "%s: residual row stride %lld is not a multiple of 4 bytes", what, (long long)rs);
+    const uint8_t *rl, *rh, *yl, *yh;
+    byte_range(r, rs, &rl, &rh);
+    byte_range(y, ys, &yl, &yh);
+    aliased = rl < yh && yl < rh;
+    CBX_CHECK(!aliased || (r.data == y.data && rs == ys),
+              "%s: residual %s overlaps y %s without being y itself", what, r.shape_str().c_str(),
+              y.shape_str().c_str());
+  }
+  const int64_t n = x.rows();
+  if (n == 0 || m == 0) return;
+  const MatmulKernels& kern = PackedAccess::kernels(w) ? *PackedAccess::kernels(w) : matmul_kernels(active_isa());
+  const NnKernels& nn = nn_kernels(kern.isa);
+  const float* res = e.residual ? e.residual->ptr<float>() : nullptr;
+  float* yp = y.ptr<float>();
+
+  const size_t mark = arena ? arena->mark() : 0;
+  auto body = [&] {
+    if (w.has_panels() && k > 0 && n >= kGemmMinRows &&
+        effective_precision(GemmPrecision::Auto, w.dtype()) == GemmPrecision::BF16) {
+      const GemmKernel& g = bf16_for(kern)->gemm[matmul_weight_slot(w.dtype())];
+      uint8_t* scratch = get_scratch(arena, size_t(pool.size()) * thread_bytes(g, PackedAccess::kp(w)));
+      const Epi ep{e.bias ? e.bias->ptr<float>() : nullptr, e.act, res, rs / 4, &nn};
+      run_panels(w, g, PackedAccess::tiles(w), PackedAccess::panels(w), PackedAccess::kp(w), pool,
+                 static_cast<const uint8_t*>(x.data), xs, n, yp, ys / 4, ep, scratch);
+      return;
+    }
+    // Per part through matmul (its dot / GEMM paths and precision rules), then the epilogue.
+    Tensor dst = y;
+    if (aliased) {
+      float* tmp = reinterpret_cast<float*>(get_scratch(arena, size_t(n) * size_t(m) * 4));
+      dst = make_tensor(DType::F32, {n, m}, tmp, size_t(n) * size_t(m) * 4);
+    }
+    Tensor dst2 = dst.ndim == 2 ? dst : make_view(dst, 2, std::array<int64_t, 2>{n, m}.data(),
+                                                   std::array<int64_t, 2>{ys, 4}.data(), 0);
+    const Tensor x2 = make_view(x, 2, std::array<int64_t, 2>{n, k}.data(), std::array<int64_t, 2>{xs, 4}.data(), 0);
+    for (size_t i = 0; i < w.parts().size(); ++i) {
+      const Tensor& p = w.parts()[i];
+      const int64_t o = w.part_rows()[i], mi = p.shape[0];
+      Tensor yi = slice(dst2, 1, o, mi);
+      if (e.bias) {
+        const Tensor bi = slice(*e.bias, 0, o, mi);
+        check_and_run(kern, pool, p, &bi, x2, yi, arena, what);
+      } else {
+        check_and_run(kern, pool, p, nullptr, x2, yi, arena, what);
+      }
+    }
+    epilogue_passes(pool, nn, e.act, res, rs / 4, dst2.ptr<float>(), dst2.stride[0] / 4, yp, ys / 4, n, m);
+  };
+  try {
+    body();
+  } catch (...) {
+    if (arena) arena->rewind(mark);
+    throw;
+  }
+  if (arena) arena->rewind(mark);
+}
+
+}  // namespace cbx
