@@ -1,0 +1,258 @@
+// Fused AMX-BF16 attention (layouts and data flow in kernels/attention_amx.h).
+//
+// Tiles: every tile is configured as 16 rows x 64 bytes, the same configuration the AMX GEMM
+// (matmul_amx_avx512.cpp) loads, so the two may run on one thread in any order.
+//   S phase (32 queries x 16 keys per step): acc 0, 1 (rows 0-15, 16-31); q tiles 2..5 stay
+//     loaded for D <= 64 (rows x 32-dim chunks); k tiles 6, 7.
+//   O phase (32 queries x 32 dims per pass, D / 32 passes): acc 0..3, P tiles 4, 5, v tiles 6, 7.
+// exp: p = 2^n 2^f with n = round(t), f = t - n in [-0.5, 0.5], 2^f by a cubic (minimax for
+// the relative error, max 7.5e-5; p is then rounded to bf16, relative error up to 2^-9).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/attention_amx.h"
+#include "kernels/matmul_avx512_q.h"
+
+// GCC 12 reports the undefined start value inside the _mm512_reduce_* / mask intrinsics as
+// maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace cbx {
+namespace {
+
+constexpr int kQb = int(kAttnAmxQueryBlock);
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// GCC 12's _tile_loadconfig declares an 8-byte memory operand, so the compiler may drop the
+// stores of rows / colsb before it (it did here); this asm names the whole 64-byte config.
+__attribute__((target("amx-tile"))) void configure_tiles() {
+  thread_local bool done = false;
+  if (done) return;
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.rows[i] = 16;
+    cfg.colsb[i] = 64;
+  }
+  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+  done = true;
+}
+
+// Lanes [0, n) of 16 (n may be <= 0 or >= 16).
+inline __mmask16 lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// Interleaves the 16 values of a (even rows) and b (odd rows) as bf16 pairs: a0 b0 a1 b1 ...
+inline __m512i pair_bf16(__m512 a, __m512 b) {
+  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
+// f32 row [n] -> bf16 [n] (n % 32 == 0).
+inline void row_bf16(const float* x, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; i += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(dst + i, (__m512i)v);
+  }
+}
+
+void pack_k(const float* k, int64_t k_rs, int64_t Tk, int64_t D, uint16_t* kp) {
+  const int64_t nkt = (Tk + 15) / 16, np = D / 2;
+  alignas(64) uint32_t tmp[16][kAttnAmxMaxHeadDim / 2];
+  auto* out = reinterpret_cast<uint32_t*>(kp);
+  for (int64_t t = 0; t < nkt; ++t) {
+    for (int j = 0; j < 16; ++j) {
+      const int64_t key = t * 16 + j;
+      if (key < Tk)
+        row_bf16(k + key * k_rs, D, reinterpret_cast<uint16_t*>(tmp[j]));
+      else
+        std::memset(tmp[j], 0, size_t(np) * 4);
+    }
+    // [16 keys][np pairs] -> [np pairs][16 keys], 16 pairs at a time by a 32-bit gather.
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32(int(kAttnAmxMaxHeadDim / 2)));
+    uint32_t* dst = out + t * np * 16;
+    for (int64_t p = 0; p < np; ++p)
+      _mm512_storeu_si512(dst + p * 16, _mm512_i32gather_epi32(idx, tmp[0] + p, 4));
+  }
+}
+
+void pack_v(const float* v, int64_t v_rs, int64_t Tk, int64_t D, uint16_t* vp) {
+  const int64_t nkc = (Tk + 31) / 32, nt = D / 16;
+  for (int64_t c = 0; c < nkc; ++c) {
+    for (int r = 0; r < 16; ++r) {
+      const int64_t k0 = c * 32 + 2 * r, k1 = k0 + 1;
+      const float* a = k0 < Tk ? v + k0 * v_rs : nullptr;
+      const float* b = k1 < Tk ? v + k1 * v_rs : nullptr;
+      for (int64_t t = 0; t < nt; ++t) {
+        const __m512 va = a ? _mm512_loadu_ps(a + t * 16) : _mm512_setzero_ps();
+        const __m512 vb = b ? _mm512_loadu_ps(b + t * 16) : _mm512_setzero_ps();
+        _mm512_storeu_si512(vp + ((c * nt + t) * 16 + r) * 32, pair_bf16(va, vb));
+      }
+    }
+  }
+}
+
+inline __m512 exp2_poly(__m512 t) {
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0.05517132207751274f), f, _mm512_set1_ps(0.24261054396629333f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6932609677314758f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999281167984009f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Row of Tk scores (f32) -> probabilities (bf16, in place over the row's first half, zero in
+// [Tk, round_up(Tk, 32))); returns 1 / sum.
+inline float softmax_row_bf16(float* s, int64_t Tk, float scale) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < Tk; j += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, lanes(Tk - j), s + j));
+  const float c = scale * 1.4426950408889634f;  // log2(e)
+  const __m512 vc = _mm512_set1_ps(c), vmc = _mm512_set1_ps(_mm512_reduce_max_ps(mx) * c);
+  __m512 sum = _mm512_setzero_ps();
+  auto* p = reinterpret_cast<uint16_t*>(s);
+  for (int64_t j = 0; j < Tk; j += 32) {
+    // Loads of [j, j + 32) happen before the 64-byte store at byte 2 j, which only covers
+    // scores < j + 16 already read (the store trails the loads).
+    const __mmask16 m0 = lanes(Tk - j), m1 = lanes(Tk - j - 16);
+    const __m512 a = _mm512_maskz_loadu_ps(m0, s + j), b = _mm512_maskz_loadu_ps(m1, s + j + 16);
+    const __m512 pa = _mm512_maskz_mov_ps(m0, exp2_poly(_mm512_fmsub_ps(a, vc, vmc)));
+    const __m512 pb = _mm512_maskz_mov_ps(m1, exp2_poly(_mm512_fmsub_ps(b, vc, vmc)));
+    sum = _mm512_add_ps(sum, _mm512_add_ps(pa, pb));
+    _mm512_storeu_si512(p + j, (__m512i)_mm512_cvtne2ps_pbh(pb, pa));
+  }
+  return 1.f / _mm512_reduce_add_ps(sum);
+}
+
+// S [32][lds] = q [32][D] . k^T for all key tiles.
+template <int ND>
+__attribute__((target("amx-tile,amx-bf16"))) void scores_tiles(const uint16_t* qb, const uint16_t* kp, int64_t nkt,
+                                                              float* s, int64_t lds) {
+  constexpr int64_t D = ND * 32;
+  constexpr size_t qs = D * 2;
+  const size_t ss = size_t(lds) * 4;
+  if constexpr (ND == 2) {
+    _tile_loadd(2, qb, qs);
+    _tile_loadd(3, qb + 32, qs);
+    _tile_loadd(4, qb + 16 * D, qs);
+    _tile_loadd(5, qb + 16 * D + 32, qs);
+    for (int64_t t = 0; t < nkt; ++t) {
+      const uint16_t* kb = kp + t * 16 * D;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_loadd(6, kb, 64);
+      _tile_loadd(7, kb + 512, 64);
+      _tile_dpbf16ps(0, 2, 6);
+      _tile_dpbf16ps(1, 4, 6);
+      _tile_dpbf16ps(0, 3, 7);
+      _tile_dpbf16ps(1, 5, 7);
+      _tile_stored(0, s + t * 16, ss);
+      _tile_stored(1, s + 16 * lds + t * 16, ss);
+    }
+  } else {
+    for (int64_t t = 0; t < nkt; ++t) {
+      const uint16_t* kb = kp + t * 16 * D;
+      _tile_zero(0);
+      _tile_zero(1);
+      for (int c = 0; c < ND; ++c) {
+        _tile_loadd(2, qb + c * 32, qs);
+        _tile_loadd(3, qb + 16 * D + c * 32, qs);
+        _tile_loadd(6, kb + c * 512, 64);
+        _tile_dpbf16ps(0, 2, 6);
+        _tile_dpbf16ps(1, 3, 6);
+      }
+      _tile_stored(0, s + t * 16, ss);
+      _tile_stored(1, s + 16 * lds + t * 16, ss);
+    }
+  }
+}
+
+// ot [32][32] = P [32][keys] . v[:, 32 dh .. 32 dh + 31] over nkc chunks of 32 keys.
+template <int ND>
+__attribute__((target("amx-tile,amx-bf16"))) void output_tiles(const uint16_t* p, int64_t lds, const uint16_t* vp,
+                                                              int64_t nkc, int dh, float* ot) {
+  constexpr int64_t nt = ND * 2;  // 16-dim tiles
+  const size_t ps = size_t(lds) * 4;
+  const uint16_t* p1 = p + 32 * lds;  // row 16 (rows are 2 lds uint16 apart)
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t c = 0; c < nkc; ++c) {
+    const uint16_t* vb = vp + (c * nt + 2 * dh) * 512;
+    _tile_loadd(4, p + c * 32, ps);
+    _tile_loadd(5, p1 + c * 32, ps);
+    _tile_loadd(6, vb, 64);
+    _tile_loadd(7, vb + 512, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, ot, 128);
+  _tile_stored(1, ot + 16, 128);
+  _tile_stored(2, ot + 16 * 32, 128);
+  _tile_stored(3, ot + 16 * 32 + 16, 128);
+}
+
+inline uint8_t* align64(void* p) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
+}
+
+template <int ND>
+void rows_amx(const AttnAmxHead& h, int64_t q0, void* ws) {
+  constexpr int64_t D = ND * 32;
+  configure_tiles();
+  const int64_t Tk = h.Tk, lds = attention_amx_score_stride(Tk);
+  const int nq = int(h.Tq - q0 < kQb ? h.Tq - q0 : kQb);
+  float* s = reinterpret_cast<float*>(align64(ws));
+  auto* qb = reinterpret_cast<uint16_t*>(align64(s + kQb * lds));
+  float* ot = reinterpret_cast<float*>(align64(qb + kQb * D));
+  for (int r = 0; r < kQb; ++r) {
+    if (r < nq)
+      row_bf16(h.q + (q0 + r) * h.q_rs, D, qb + r * D);
+    else
+      std::memset(qb + r * D, 0, D * 2);
+  }
+  scores_tiles<ND>(qb, h.kp, (Tk + 15) / 16, s, lds);
+  alignas(64) float inv[kQb];
+  for (int r = 0; r < nq; ++r) inv[r] = softmax_row_bf16(s + r * lds, Tk, h.scale);
+  const auto* p = reinterpret_cast<const uint16_t*>(s);
+  for (int dh = 0; dh < ND; ++dh) {
+    output_tiles<ND>(p, lds, h.vp, (Tk + 31) / 32, dh, ot);
+    for (int r = 0; r < nq; ++r) {
+      float* o = h.o + (q0 + r) * h.o_rs + dh * 32;
+      const __m512 sc = _mm512_set1_ps(inv[r]);
+      _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_load_ps(ot + r * 32), sc));
+      _mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_load_ps(ot + r * 32 + 16), sc));
+    }
+  }
+}
+
+void rows_dispatch(const AttnAmxHead& h, int64_t q0, void* ws) {
+  switch (h.D) {
+    case 32: return rows_amx<1>(h, q0, ws);
+    case 64: return rows_amx<2>(h, q0, ws);
+    case 96: return rows_amx<3>(h, q0, ws);
+    default: return rows_amx<4>(h, q0, ws);  // 128 (the front end checks D)
+  }
+}
+
+}  // namespace
+
+const AttentionAmxKernels* attention_amx_kernels() {
+  static const AttentionAmxKernels k{pack_k, pack_v, rows_dispatch};
+  return amx_bf16_usable() ? &k : nullptr;
+}
+
+}  // namespace cbx

@@ -1,0 +1,118 @@
+#include "ops/attention_bf16.h"
+
+#include <algorithm>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "kernels/attention_amx.h"
+#include "ops/nn_util.h"
+
+namespace cbx {
+namespace {
+
+constexpr const char* kOp = "attention_bf16";
+
+const AttentionAmxKernels* kernels() { return active_isa() == Isa::Avx512 ? attention_amx_kernels() : nullptr; }
+
+bool head_dim_ok(int64_t D) { return D >= 32 && D <= kAttnAmxMaxHeadDim && D % 32 == 0; }
+
+size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+// [H, T, D] -> [1, H, T, D]; checks f32, 3 or 4 dims, contiguous D, strides in whole floats.
+Tensor as4(const Tensor& t, const char* name) {
+  nn_detail::check_f32(kOp, name, t);
+  CBX_CHECK(t.ndim == 3 || t.ndim == 4, "%s: %s %s must be [B, H, T, D] or [H, T, D]", kOp, name,
+            t.shape_str().c_str());
+  Tensor r = t;
+  if (t.ndim == 3) {
+    r.ndim = 4;
+    for (int i = 3; i >= 1; --i) {
+      r.shape[i] = t.shape[i - 1];
+      r.stride[i] = t.stride[i - 1];
+    }
+    r.shape[0] = 1;
+    r.stride[0] = 0;
+  }
+  for (int i = 0; i < 3; ++i)
+    CBX_CHECK(r.stride[i] % 4 == 0, "%s: %s %s has a stride not a multiple of 4 bytes", kOp, name,
+              t.shape_str().c_str());
+  return r;
+}
+
+const float* at(const Tensor& t, int64_t b, int64_t h) {
+  return reinterpret_cast<const float*>(static_cast<const uint8_t*>(t.data) + b * t.stride[0] + h * t.stride[1]);
+}
+
+}  // namespace
+
+bool attention_bf16_available(int64_t head_dim) { return head_dim_ok(head_dim) && kernels() != nullptr; }
+
+size_t attention_bf16_scratch_bytes(int64_t B, int64_t H, int64_t Tk, int64_t D, int n_threads) {
+  const size_t heads = size_t(B * H);
+  return heads * round64(attention_amx_kp_elems(Tk, D) * 2) + heads * round64(attention_amx_vp_elems(Tk, D) * 2) +
+         size_t(std::max(n_threads, 1)) * round64(attention_amx_ws_bytes(Tk, D)) + 4 * 64;
+}
+
+void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, Tensor& out_in,
+                    float scale, Arena& scratch) {
+  const Tensor q = as4(q_in, "q"), k = as4(k_in, "k"), v = as4(v_in, "v"), out = as4(out_in, "out");
+  const int64_t B = q.shape[0], H = q.shape[1], Tq = q.shape[2], D = q.shape[3], Tk = k.shape[2];
+  CBX_CHECK(same_shape(q, out), "%s: q %s and out %s differ in shape", kOp, q_in.shape_str().c_str(),
+            out_in.shape_str().c_str());
+  CBX_CHECK(same_shape(k, v) && k.shape[0] == B && k.shape[1] == H && k.shape[3] == D,
+            "%s: k %s and v %s must be [%lld, %lld, Tk, %lld] like q %s", kOp, k_in.shape_str().c_str(),
+            v_in.shape_str().c_str(), (long long)B, (long long)H, (long long)D, q_in.shape_str().c_str());
+  CBX_CHECK(Tq >= 1 && Tk >= 1 && B >= 1 && H >= 1, "%s: empty q %s or k %s", kOp, q_in.shape_str().c_str(),
+            k_in.shape_str().c_str());
+  CBX_CHECK(head_dim_ok(D), "%s: head dim %lld must be a multiple of 32 in [32, %lld]", kOp, (long long)D,
+            (long long)kAttnAmxMaxHeadDim);
+  CBX_CHECK(scale > 0.f && scale == scale, "%s: scale %g must be positive", kOp, double(scale));
+  const AttentionAmxKernels* kern = kernels();
+  CBX_CHECK(kern != nullptr, "%s: needs AMX-BF16 tiles with the AVX-512 ISA (active: %s)", kOp,
+            isa_name(active_isa()));
+
+  const int nth_pool = pool.size();
+  const size_t need = attention_bf16_scratch_bytes(B, H, Tk, D, nth_pool);
+  CBX_CHECK(scratch.capacity() - scratch.used() >= need,
+            "%s: scratch has %zu bytes free, [%lld, %lld] heads of %lld keys need %zu", kOp,
+            scratch.capacity() - scratch.used(), (long long)B, (long long)H, (long long)Tk, need);
+  const size_t mark = scratch.mark();
+  const size_t kp_n = attention_amx_kp_elems(Tk, D), vp_n = attention_amx_vp_elems(Tk, D);
+  const size_t kp_b = round64(kp_n * 2), vp_b = round64(vp_n * 2), ws_b = round64(attention_amx_ws_bytes(Tk, D));
+  const int64_t heads = B * H;
+  auto* kp = static_cast<uint8_t*>(scratch.alloc_bytes(size_t(heads) * kp_b, 64, "attention_bf16 packed k"));
+  auto* vp = static_cast<uint8_t*>(scratch.alloc_bytes(size_t(heads) * vp_b, 64, "attention_bf16 packed v"));
+  auto* ws = static_cast<uint8_t*>(scratch.alloc_bytes(size_t(nth_pool) * ws_b, 64, "attention_bf16 workspace"));
+
+  const int64_t nqb = (Tq + kAttnAmxQueryBlock - 1) / kAttnAmxQueryBlock, items = heads * nqb;
+  pool.run([&](int ith, int nth) {
+    // Each thread packs the heads its query blocks mostly fall in (same contiguous split).
+    int64_t h0, h1, i0, i1;
+    ThreadPool::split(heads, ith, nth, &h0, &h1);
+    for (int64_t bh = h0; bh < h1; ++bh) {
+      const int64_t b = bh / H, h = bh % H;
+      kern->pack_k(at(k, b, h), k.stride[2] / 4, Tk, D, reinterpret_cast<uint16_t*>(kp + bh * kp_b));
+      kern->pack_v(at(v, b, h), v.stride[2] / 4, Tk, D, reinterpret_cast<uint16_t*>(vp + bh * vp_b));
+    }
+    if (nth > 1) pool.barrier();
+    ThreadPool::split(items, ith, nth, &i0, &i1);
+    AttnAmxHead hd;
+    hd.Tq = Tq;
+    hd.Tk = Tk;
+    hd.D = D;
+    hd.scale = scale;
+    hd.q_rs = q.stride[2] / 4;
+    hd.o_rs = out.stride[2] / 4;
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t bh = it / nqb, b = bh / H, h = bh % H;
+      hd.q = at(q, b, h);
+      hd.o = const_cast<float*>(at(out, b, h));
+      hd.kp = reinterpret_cast<const uint16_t*>(kp + bh * kp_b);
+      hd.vp = reinterpret_cast<const uint16_t*>(vp + bh * vp_b);
+      kern->rows(hd, (it % nqb) * kAttnAmxQueryBlock, ws + size_t(ith) * ws_b);
+    }
+  });
+  scratch.rewind(mark);
+}
+
+}  // namespace cbx

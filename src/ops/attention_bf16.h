@@ -1,0 +1,41 @@
+// Fused bidirectional attention in bf16 on AMX tiles (kernels/attention_amx.h): one pass per
+// block of 32 queries, the score matrix never leaves the thread's cache.
+//
+//   out[b, h, i, :] = sum_j softmax_j(scale q[b, h, i, :] . k[b, h, j, :]) v[b, h, j, :]
+//
+// q, out: F32 [B, H, Tq, D] (or [H, Tq, D]); k, v: F32 [B, H, Tk, D] (or [H, Tk, D]). Any
+// strides (e.g. heads of a [B, T, 3 H D] projection buffer), innermost dim contiguous.
+// No mask: every query sees keys [0, Tk) (pass a shorter k / v for a length mask).
+// D % 32 == 0, D <= 128; Tk >= 1.
+//
+// Numerics (the BF16 GEMM precision of ops/matmul.h): q, k, v and the probabilities are
+// rounded to bf16 (round to nearest even, relative 2^-9), both products accumulate in f32;
+// the row max is exact, exp uses a cubic for 2^f (relative error <= 7.5e-5, far below the
+// bf16 rounding of p), the sum and 1 / sum stay f32. Same rounding points as running q k^T
+// and P v through gemm_f32 at GemmPrecision::BF16 with an f32 softmax between.
+//
+// Work: K and V of each (b, h) are packed to bf16 tile layouts once per call, then blocks of
+// 32 queries are split over the pool. Scratch comes from `scratch` (rewound on return):
+// attention_bf16_scratch_bytes for the largest call; nothing is allocated.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/arena.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace cbx {
+
+// Whether attention_bf16 runs here for head dim D: the AVX-512 ISA is active (CBX_FORCE_ISA),
+// the CPU and OS give AMX-BF16 tiles, CBX_NO_AMX is unset, and D is supported.
+bool attention_bf16_available(int64_t head_dim);
+
+// Scratch bytes for B x H heads of Tk keys with head dim D on n_threads threads.
+size_t attention_bf16_scratch_bytes(int64_t B, int64_t H, int64_t Tk, int64_t D, int n_threads);
+
+// Throws cbx::Error when unavailable, on bad shapes, or when scratch is too small.
+void attention_bf16(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale,
+                    Arena& scratch);
+
+}  // namespace cbx
