@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "ops/attention_bf16.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -259,8 +260,12 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
                                            ? conv1d_bf16_scratch_bytes(cin_max, std::max<int64_t>(C, c.out_channels),
                                                                        T, K, 1, nt) + kAllocSlack
                                            : 0));
-  // Attention: per thread, scores + v^T of one item and the GEMMs' single-thread scratch.
-  {
+  // Attention: the fused bf16 kernel (AMX) takes its scratch from arena_; the f32 path has, per
+  // thread, scores + v^T of one item and the GEMMs' single-thread scratch.
+  attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(c.head_dim);
+  if (attn_bf16_) {
+    transient = std::max(transient, attention_bf16_scratch_bytes(B, c.n_head, T, c.head_dim, nt) + kAllocSlack);
+  } else {
     const int64_t Qc = std::min<int64_t>(T, kQueryChunk), D = c.head_dim;
     const size_t gemm = std::max(matmul_scratch_bytes(DType::F32, Qc, T, D, 1),
                                  matmul_scratch_bytes(DType::F32, Qc, D, T, 1));
@@ -334,18 +339,36 @@ void CfmEstimator::resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& t
 // One BasicTransformerBlock on xt [B, T, C] in place.
 void CfmEstimator::transformer(const CfmTransformerWeights& tw, Bufs& bf, int64_t n_valid) {
   Tensor &xt = bf.xt, &norm = bf.norm, &qkv = bf.qkv, &att = bf.att, &ff = bf.ff, &vt_all = bf.vt;
-  const int64_t B = xt.shape[0], T = xt.shape[1], H = c_.n_head, D = c_.head_dim, inner = H * D;
+  const int64_t inner = inner_dim(c_);
   layer_norm(pool_, xt, tw.norm1_w, tw.norm1_b, kLnEps, norm);
   Tensor q = cols(qkv, 0, inner), k = cols(qkv, inner, inner), v = cols(qkv, 2 * inner, inner);
   matmul(pool_, tw.to_q, norm, q, &arena_);
   matmul(pool_, tw.to_k, norm, k, &arena_);
   matmul(pool_, tw.to_v, norm, v, &arena_);
+  // Keys are the valid prefix (a length mask); every query row is computed, as upstream does.
+  if (attn_bf16_)
+    attention_amx(q, k, v, att, n_valid);
+  else
+    attention_f32(q, k, v, att, vt_all, n_valid);
+  matmul_bias(pool_, tw.to_out_w, tw.to_out_b, att, norm, &arena_);
+  add(pool_, xt, norm, xt);
+  layer_norm(pool_, xt, tw.norm3_w, tw.norm3_b, kLnEps, norm);
+  matmul_bias(pool_, tw.ff1_w, tw.ff1_b, norm, ff, &arena_);
+  gelu(pool_, ff, ff);
+  matmul_bias(pool_, tw.ff2_w, tw.ff2_b, ff, norm, &arena_);
+  add(pool_, xt, norm, xt);
+}
+
+// att [B, T, inner] = attention of q, k, v (column slices of [B, T, 3 inner]) over the keys
+// [0, n_valid), in f32 GEMMs (gemm_ precision) per work item; q is scaled in place.
+void CfmEstimator::attention_f32(Tensor& q, const Tensor& k, const Tensor& v, Tensor& att, Tensor& vt_all,
+                                 int64_t n_valid) {
   // Items (row b, head, chunk of queries) run on the pool's threads, each with single-threaded
   // GEMMs and its own scratch: S = (q / sqrt(D)) k^T [nq, Tk], softmax, out = S v. For D = 64
   // the scale 1/8 is a power of two, so pre-scaling q is exact. This beats the flash kernel here (full
   // bidirectional attention, D = 64, no KV cache) and needs one pool dispatch per block.
+  const int64_t Tk = n_valid, B = q.shape[0], T = q.shape[1], H = c_.n_head, D = c_.head_dim;
   scale(pool_, q, q, 1.f / std::sqrt(float(D)));
-  const int64_t Tk = n_valid;
   Tensor vt = slice(vt_all, 2, 0, Tk);  // [B, inner, Tk]: head hd's v^T is rows hd D .. hd D + D - 1
   transpose_into(pool_, slice(v, 1, 0, Tk), vt);
   const int64_t n_chunks = (T + kQueryChunk - 1) / kQueryChunk, items = B * H * n_chunks;
@@ -365,13 +388,17 @@ void CfmEstimator::transformer(const CfmTransformerWeights& tw, Bufs& bf, int64_
       gemm_f32(solo, sc, vth, oq, &ar, gemm_);
     }
   });
-  matmul_bias(pool_, tw.to_out_w, tw.to_out_b, att, norm, &arena_);
-  add(pool_, xt, norm, xt);
-  layer_norm(pool_, xt, tw.norm3_w, tw.norm3_b, kLnEps, norm);
-  matmul_bias(pool_, tw.ff1_w, tw.ff1_b, norm, ff, &arena_);
-  gelu(pool_, ff, ff);
-  matmul_bias(pool_, tw.ff2_w, tw.ff2_b, ff, norm, &arena_);
-  add(pool_, xt, norm, xt);
+}
+
+// The same in one fused bf16 pass on AMX tiles (ops/attention_bf16.h); q is not modified.
+void CfmEstimator::attention_amx(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& att, int64_t n_valid) {
+  const int64_t B = q.shape[0], T = q.shape[1], H = c_.n_head, D = c_.head_dim;
+  auto heads = [&](const Tensor& buf, int64_t rows) {  // [B, rows, H D] -> [B, H, rows, D]
+    const int64_t sh[4] = {B, H, rows, D}, st[4] = {buf.stride[0], D * 4, buf.stride[1], 4};
+    return make_view(buf, 4, sh, st, 0);
+  };
+  Tensor o = heads(att, T);
+  attention_bf16(pool_, heads(q, T), heads(k, n_valid), heads(v, n_valid), o, 1.f / std::sqrt(float(D)), arena_);
 }
 
 // out = transformers(resnet(x)) (channels-first); t0, t1: [B, C, T] temporaries (out may be x).

@@ -149,6 +149,8 @@ class CfmEstimator {
   void resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& tproj, Tensor& y, Tensor& tmp,
               int64_t n_valid);
   void transformer(const CfmTransformerWeights& tw, Bufs& b, int64_t n_valid);
+  void attention_f32(Tensor& q, const Tensor& k, const Tensor& v, Tensor& att, Tensor& vt_all, int64_t n_valid);
+  void attention_amx(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& att, int64_t n_valid);
   void stage(const CfmStageWeights& sw, const char* resnet_name, const char* tfm_name, int index, Tensor& x,
              Tensor& out, const Tensor& tproj, Bufs& b, int64_t n_valid);
 
@@ -157,6 +159,7 @@ class CfmEstimator {
   ThreadPool& pool_;
   int64_t max_frames_ = 0, max_batch_ = 0;
   GemmPrecision gemm_ = GemmPrecision::F32;
+  bool attn_bf16_ = false;  // gemm_ is BF16 and the fused AMX attention is available
   Arena arena_;
   std::vector<std::unique_ptr<ThreadPool>> solo_;  // one single-thread pool per pool thread (attention)
   std::vector<Arena> solo_arena_;                  // their scratch
