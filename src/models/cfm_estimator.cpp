@@ -245,10 +245,20 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
   mm(w.time1_w, 2 * B);
   mm(w.time2_w, 2 * B);
   if (c.meanflow) mm(w.mixer_w, B);
+  // Transformer matrices packed once (bf16 panels when gemm_ is BF16 on AMX): q | k | v stacked.
   auto stage_mm = [&](const CfmStageWeights& s) {
     mm(s.resnet.mlp_w, B);
     for (const CfmTransformerWeights& b : s.blocks) {
-      for (const Tensor* t : {&b.to_q, &b.to_k, &b.to_v, &b.to_out_w, &b.ff1_w, &b.ff2_w}) mm(*t, N);
+      PackedBlock pb;
+      pb.qkv = pack_weight(pool, {&b.to_q, &b.to_k, &b.to_v}, gemm_, "cfm attn1.to_q|to_k|to_v");
+      pb.out = pack_weight(pool, {&b.to_out_w}, gemm_, "cfm attn1.to_out.0");
+      pb.ff1 = pack_weight(pool, {&b.ff1_w}, gemm_, "cfm ff.net.0.proj");
+      pb.ff2 = pack_weight(pool, {&b.ff2_w}, gemm_, "cfm ff.net.2");
+      for (const PackedWeight* p : {&pb.qkv, &pb.out, &pb.ff1, &pb.ff2}) {
+        transient = std::max(transient, matmul_packed_scratch_bytes(*p, N, nt));
+        packed_bytes_ += p->panel_bytes();
+      }
+      packed_.emplace_back(&b, std::move(pb));
     }
   };
   stage_mm(w.down);
@@ -262,7 +272,7 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
                                            : 0));
   // Attention: the fused bf16 kernel (AMX) takes its scratch from arena_; the f32 path has, per
   // thread, scores + v^T of one item and the GEMMs' single-thread scratch.
-  attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(c.head_dim);
+  attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(c.head_dim) && !std::getenv("CBX_TMP_ATTN_OLD");  // TMP-ATTN
   if (attn_bf16_) {
     transient = std::max(transient, attention_bf16_scratch_bytes(B, c.n_head, T, c.head_dim, nt) + kAllocSlack);
   } else {
@@ -336,27 +346,30 @@ void CfmEstimator::resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& t
   add(pool_, y, tmp, y);
 }
 
+const CfmEstimator::PackedBlock& CfmEstimator::packed_for(const CfmTransformerWeights& tw) const {
+  for (const auto& [w, p] : packed_)
+    if (w == &tw) return p;
+  fail("cfm estimator: transformer block weights %p were not packed at construction", static_cast<const void*>(&tw));
+}
+
 // One BasicTransformerBlock on xt [B, T, C] in place.
 void CfmEstimator::transformer(const CfmTransformerWeights& tw, Bufs& bf, int64_t n_valid) {
   Tensor &xt = bf.xt, &norm = bf.norm, &qkv = bf.qkv, &att = bf.att, &ff = bf.ff, &vt_all = bf.vt;
   const int64_t inner = inner_dim(c_);
   layer_norm(pool_, xt, tw.norm1_w, tw.norm1_b, kLnEps, norm);
   Tensor q = cols(qkv, 0, inner), k = cols(qkv, inner, inner), v = cols(qkv, 2 * inner, inner);
-  matmul(pool_, tw.to_q, norm, q, &arena_);
-  matmul(pool_, tw.to_k, norm, k, &arena_);
-  matmul(pool_, tw.to_v, norm, v, &arena_);
+  const PackedBlock& pk = packed_for(tw);
+  matmul_packed(pool_, pk.qkv, norm, qkv, {}, &arena_);  // [B, T, 3 inner]: q | k | v
   // Keys are the valid prefix (a length mask); every query row is computed, as upstream does.
   if (attn_bf16_)
     attention_amx(q, k, v, att, n_valid);
   else
     attention_f32(q, k, v, att, vt_all, n_valid);
-  matmul_bias(pool_, tw.to_out_w, tw.to_out_b, att, norm, &arena_);
-  add(pool_, xt, norm, xt);
+  // xt += to_out(att) + b; xt += ff2(gelu(ff1(norm3(xt)) + b1)) + b2, epilogues fused into the GEMMs.
+  matmul_packed(pool_, pk.out, att, xt, MatmulEpilogue{&tw.to_out_b, MatmulAct::None, &xt}, &arena_);
   layer_norm(pool_, xt, tw.norm3_w, tw.norm3_b, kLnEps, norm);
-  matmul_bias(pool_, tw.ff1_w, tw.ff1_b, norm, ff, &arena_);
-  gelu(pool_, ff, ff);
-  matmul_bias(pool_, tw.ff2_w, tw.ff2_b, ff, norm, &arena_);
-  add(pool_, xt, norm, xt);
+  matmul_packed(pool_, pk.ff1, norm, ff, MatmulEpilogue{&tw.ff1_b, MatmulAct::Gelu, nullptr}, &arena_);
+  matmul_packed(pool_, pk.ff2, ff, xt, MatmulEpilogue{&tw.ff2_b, MatmulAct::None, &xt}, &arena_);
 }
 
 // att [B, T, inner] = attention of q, k, v (column slices of [B, T, 3 inner]) over the keys

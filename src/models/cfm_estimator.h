@@ -31,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/arena.h"
@@ -132,6 +133,7 @@ class CfmEstimator {
   void set_capture(CfmCapture fn) { capture_ = std::move(fn); }
   size_t arena_bytes() const { return arena_.capacity(); }
   size_t arena_high_water() const { return arena_.high_water(); }
+  size_t packed_weight_bytes() const { return packed_bytes_; }  // bf16 panels made at construction
 
  private:
   struct Bufs {  // per-call activations
@@ -154,6 +156,12 @@ class CfmEstimator {
   void stage(const CfmStageWeights& sw, const char* resnet_name, const char* tfm_name, int index, Tensor& x,
              Tensor& out, const Tensor& tproj, Bufs& b, int64_t n_valid);
 
+  struct PackedBlock {  // one transformer block's matrices (ops/matmul.h PackedWeight)
+    PackedWeight qkv;     // to_q | to_k | to_v: [3 inner, C]
+    PackedWeight out, ff1, ff2;
+  };
+  const PackedBlock& packed_for(const CfmTransformerWeights& tw) const;
+
   const CfmConfig& c_;
   const CfmEstimatorWeights& w_;
   ThreadPool& pool_;
@@ -163,6 +171,8 @@ class CfmEstimator {
   Arena arena_;
   std::vector<std::unique_ptr<ThreadPool>> solo_;  // one single-thread pool per pool thread (attention)
   std::vector<Arena> solo_arena_;                  // their scratch
+  std::vector<std::pair<const CfmTransformerWeights*, PackedBlock>> packed_;  // down, mid, up order
+  size_t packed_bytes_ = 0;
   Tensor out_buf_;  // [max_batch, 80, max_frames]
   Tensor out_;      // view for the last call
   size_t call_mark_ = 0;
