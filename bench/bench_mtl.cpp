@@ -1,5 +1,5 @@
 // chatterbox-bench mtl -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] [--mb MB]
-//                      [--lang L] [--cfg-weight W]
+//                      [--lang L] [--cfg-weight W] [--ab R]
 //
 // The whole Multilingual pipeline with generation forced to N speech tokens (EOS ignored;
 // default 200, ~8 s of audio): T3 prefill (34 conditioning tokens + a fixed sentence, CFG batch
@@ -24,6 +24,12 @@
 //   cpu_rtf         cpu_s / threads / audio seconds: rtf if the threads had the cores to
 //                   themselves and never waited (an estimate for a loaded machine)
 //   peak_rss_mb     VmHWM of this process
+//   packed_mb       the decode's q4p weight copies (part of peak_rss_mb)
+// --ab R: before the pipeline, R alternating pairs of T3 generations (op-by-op decode, then the
+// fused one-run decode; same tokens) and one more line: median decode tok/s and CPU ms per
+// decode step of each, and their ratio (measured in the same run, so it holds up on a loaded
+// machine better than two separate runs).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -48,12 +54,14 @@ int run_mtl(int argc, char** argv) {
   args.tokens = 200;
   std::string lang = "en";
   float cfg_weight = -1;
+  int ab_rounds = 0;
   const char* usage =
       "usage: chatterbox-bench mtl -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] "
-      "[--mb MB] [--lang L] [--cfg-weight W]  (see bench/bench_mtl.cpp)";
+      "[--mb MB] [--lang L] [--cfg-weight W] [--ab R]  (see bench/bench_mtl.cpp)";
   auto extra = [&](const std::string& a, const std::function<const char*()>& next) {
     if (a == "--lang") lang = next();
     else if (a == "--cfg-weight") cfg_weight = float(std::atof(next()));
+    else if (a == "--ab") ab_rounds = std::atoi(next());
     else return false;
     return true;
   };
@@ -78,6 +86,36 @@ int run_mtl(int argc, char** argv) {
   T3MtlSampling s = pipe.t3().default_sampling();
   s.seed = args.seed;
   if (cfg_weight >= 0) s.cfg_weight = cfg_weight;
+
+  CBX_CHECK(ab_rounds >= 0 && ab_rounds <= 50, "bench mtl: --ab %d outside 0..50", ab_rounds);
+  if (ab_rounds > 0) {
+    // [0] op by op, [1] fused: decode tok/s and CPU ms per decode step.
+    std::vector<double> tok[2], cpu[2];
+    std::vector<int32_t> first[2];
+    for (int r = 0; r < ab_rounds; ++r)
+      for (int f = 0; f < 2; ++f) {
+        pipe.t3().set_fused_decode(f == 1);
+        T3MtlStats ab;
+        const double c0 = process_cpu_s();
+        std::vector<int32_t> g = pipe.t3().generate(cond, text_ids, s, &ab, nullptr, args.tokens);
+        const double c1 = process_cpu_s() - c0;
+        if (r == 0) first[f] = g;
+        tok[f].push_back(ab.n_decode > 0 ? double(ab.n_decode) / (ab.decode_ms / 1e3) : 0.0);
+        // CPU of the whole generate, less the prefill's wall time x threads (an upper bound on its CPU).
+        cpu[f].push_back(ab.n_decode > 0 ? (c1 * 1e3 - ab.prefill_ms * pipe.n_threads()) / double(ab.n_decode)
+                                         : 0.0);
+      }
+    pipe.t3().set_fused_decode(true);
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const double t0 = median(tok[0]), t1 = median(tok[1]);
+    std::printf("bench mtl-ab rounds=%d tokens=%d same_tokens=%d opbyop_tok_s=%.2f fused_tok_s=%.2f speedup=%.3f "
+                "opbyop_cpu_ms_step=%.2f fused_cpu_ms_step=%.2f\n",
+                ab_rounds, args.tokens, int(first[0] == first[1]), t0, t1, t0 > 0 ? t1 / t0 : 0.0,
+                median(cpu[0]), median(cpu[1]));
+  }
 
   const double cpu0 = process_cpu_s(), wall0 = now_ms();
   T3MtlStats st;
@@ -113,12 +151,13 @@ int run_mtl(int argc, char** argv) {
               "tokens=%d folded=%lld audio_s=%.2f t3_prefill_ms=%.1f t3_decode_ms=%.1f t3_tok_s=%.2f "
               "weight_mb_step=%.1f kv_mb_step=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
               "flow_ms=%.1f cfm_ms=%.1f cfm_step_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f cpu_s=%.1f cpu_t3_s=%.1f "
-              "cpu_s3gen_hift_s=%.1f cpu_per_wall=%.2f cpu_rtf=%.3f peak_rss_mb=%.0f\n",
+              "cpu_s3gen_hift_s=%.1f cpu_per_wall=%.2f cpu_rtf=%.3f peak_rss_mb=%.0f packed_mb=%.0f\n",
               args.model.c_str(), pipe.n_threads(), args.kv.c_str(), lang.c_str(), double(s.cfg_weight),
               (long long)st.n_rows, load_ms, (long long)st.prompt_len, args.tokens, (long long)n_folded, audio_s,
               st.prefill_ms, st.decode_ms, tok_s, st.weight_bytes_per_step / 1e6, st.kv_bytes_per_step / 1e6,
               decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, cfm_step_ms, s3gen_ms, tm.hift_ms,
-              rtf, cpu_s, cpu_t3, cpu_s - cpu_t3, cpu_s / wall_s, cpu_rtf, rss_mb);
+              rtf, cpu_s, cpu_t3, cpu_s - cpu_t3, cpu_s / wall_s, cpu_rtf, rss_mb,
+              double(pipe.t3().packed_weight_bytes()) / 1e6);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 #include "models/t3_llama.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -128,9 +129,49 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
   transient = std::max(transient, matmul_scratch_bytes(w.speech_head_w.dtype, n_rows_, V, d, nt));
   transient = std::max(
       transient, f32_bytes(n_rows_ * Hkv * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
-  arena_.reserve(act + transient + 4 * kAllocSlack);
+
+  // Fused decode: row projections and per-thread scratch.
+  const Isa isa = active_isa();
+  size_t act_row = 0;
+  rows_.reserve(size_t(c.n_layer));
+  for (int l = 0; l < c.n_layer; ++l) {
+    const T3LlamaLayer& L = w.layers[size_t(l)];
+    const std::string p = "t3 llama layer " + std::to_string(l);
+    const Tensor none;
+    rows_.push_back({RowLinear(L.wq, none, (p + " q_proj").c_str(), isa, o.pack_q4),
+                     RowLinear(L.wk, none, (p + " k_proj").c_str(), isa, o.pack_q4),
+                     RowLinear(L.wv, none, (p + " v_proj").c_str(), isa, o.pack_q4),
+                     RowLinear(L.wo, none, (p + " o_proj").c_str(), isa, o.pack_q4),
+                     RowLinear(L.w_gate, none, (p + " gate_proj").c_str(), isa, o.pack_q4),
+                     RowLinear(L.w_up, none, (p + " up_proj").c_str(), isa, o.pack_q4),
+                     RowLinear(L.w_down, none, (p + " down_proj").c_str(), isa, o.pack_q4)});
+    const LayerRows& r = rows_.back();
+    for (const RowLinear* x : {&r.q, &r.k, &r.v, &r.o, &r.gate, &r.up, &r.down})
+      act_row = std::max(act_row, x->act_bytes());
+  }
+  head_ = RowLinear(w.speech_head_w, Tensor{}, "t3 llama speech_head", isa, o.pack_q4);
+  act_row = std::max(act_row, head_.act_bytes());
+  act_stride_ = (act_row + 63) / 64 * 64;
+  const size_t fused = 2 * f32_bytes(nt * n_rows_ * d) + size_t(nt * n_rows_) * act_stride_ +
+                       f32_bytes(D) + 2 * kAllocSlack;
+
+  arena_.reserve(act + transient + fused + 4 * kAllocSlack);
   logits_ = arena_.alloc(DType::F32, {n_rows_, V}, "t3 llama logits");
+  thread_h_ = arena_.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode norm rows").ptr<float>();
+  thread_tmp_ =
+      arena_.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode residual partials").ptr<float>();
+  thread_act_ = static_cast<uint8_t*>(arena_.alloc_bytes(
+      size_t(nt * n_rows_) * act_stride_ + 64, 64, "t3 llama decode activations"));
+  rope_cs_ = arena_.alloc(DType::F32, {D}, "t3 llama decode rope angles").ptr<float>();
   call_mark_ = arena_.mark();
+}
+
+size_t T3Llama::packed_weight_bytes() const {
+  size_t n = head_.packed_bytes();
+  for (const LayerRows& r : rows_)
+    for (const RowLinear* x : {&r.q, &r.k, &r.v, &r.o, &r.gate, &r.up, &r.down})
+      n += x->packed_bytes();
+  return n;
 }
 
 size_t T3Llama::kv_step_bytes(int64_t B) const {
@@ -187,6 +228,119 @@ void T3Llama::store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, i
   });
 }
 
+void T3Llama::decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v, Tensor& att,
+                           Tensor& g, Tensor& u) {
+  const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff,
+                V = c_.speech_vocab;
+  const int64_t group = H / Hkv, half = D / 2, pos = n_past_, Tk = n_past_ + 1;
+  const float eps = c_.norm_eps;
+  // The step's RoPE angles, formed as ops/norm rope does (f32 position x f32 inv_freq).
+  float* cs = rope_cs_;
+  float* sn = rope_cs_ + half;
+  const float p = float(pos);
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = p * inv_freq_[size_t(i)];
+    cs[i] = std::cos(a);
+    sn[i] = std::sin(a);
+  }
+  float* xr = x.ptr<float>();
+  float* qr = q.ptr<float>();
+  float* kr = k.ptr<float>();
+  float* vr = v.ptr<float>();
+  float* ar = att.ptr<float>();
+  float* gr = g.ptr<float>();
+  float* ur = u.ptr<float>();
+  float* lr = logits_.ptr<float>();
+  // Sequence b's query head h is head b*H + h of [B*H, 1, D] views of q and att; it reads
+  // cache head (b*H + h) / group = b*Hkv + h / group (as the op-by-op decode call).
+  const int64_t hs[3] = {B * H, 1, D}, st[3] = {D * 4, H * D * 4, 4}, kv_shape[3] = {B * Hkv, Tk, D};
+  const Tensor qv = make_view(q, 3, hs, st, 0);
+  Tensor ov = make_view(att, 3, hs, st, 0);
+  AttentionParams ap;
+  ap.causal = true;
+  ap.q_offset = pos;
+  // Nothing may throw inside the run: validate the views and the attention call here, on an
+  // empty head range (every layer's cache has the same shape and strides).
+  {
+    const Tensor kb = make_view(k_cache_[0], 3, kv_shape, k_cache_[0].stride, 0);
+    const Tensor vb = make_view(v_cache_[0], 3, kv_shape, v_cache_[0].stride, 0);
+    attention_part(0, 1, qv, kb, vb, Tensor{}, ov, ap, 0, 0);
+  }
+  const bool f16 = kv_type_ == DType::F16;
+  const FromFloatFn to16 = type_traits(DType::F16).from_float;
+  auto store = [&](const float* src, const Tensor& dst_t, int64_t head) {
+    uint8_t* dst = static_cast<uint8_t*>(dst_t.data) + head * dst_t.stride[0] + pos * dst_t.stride[1];
+    if (f16)
+      to16(src, dst, D);
+    else
+      std::memcpy(dst, src, size_t(D) * 4);
+  };
+
+  pool_.run([&](int ith, int nth) {
+    float* h = thread_h_ + size_t(ith) * size_t(n_rows_ * d);
+    float* tmp = thread_tmp_ + size_t(ith) * size_t(n_rows_ * d);
+    uint8_t* abuf = thread_act_ + size_t(ith) * size_t(n_rows_) * act_stride_;
+    int64_t g0, g1, m0, m1;
+    ThreadPool::split(Hkv, ith, nth, &g0, &g1);
+    size_t as = 0;
+    const void* a = nullptr;
+    for (int l = 0; l < c_.n_layer; ++l) {
+      const T3LlamaLayer& L = w_.layers[size_t(l)];
+      const LayerRows& R = rows_[size_t(l)];
+      const Tensor& kc = k_cache_[size_t(l)];
+      const Tensor& vc = v_cache_[size_t(l)];
+      // input_layernorm, then q/k/v of this thread's KV heads (and their query heads).
+      for (int64_t b = 0; b < B; ++b) row_rms_norm(xr + b * d, h + b * d, d, L.attn_norm, eps);
+      a = R.q.act_rows(h, d, B, abuf, &as);
+      R.q.run_rows(g0 * group * D, g1 * group * D, a, as, B, qr, H * D, RowEpilogue::Store);
+      if (!R.k.same_act(R.q)) a = R.k.act_rows(h, d, B, abuf, &as);
+      R.k.run_rows(g0 * D, g1 * D, a, as, B, kr, Hkv * D, RowEpilogue::Store);
+      if (!R.v.same_act(R.k)) a = R.v.act_rows(h, d, B, abuf, &as);
+      R.v.run_rows(g0 * D, g1 * D, a, as, B, vr, Hkv * D, RowEpilogue::Store);
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t hh = g0 * group; hh < g1 * group; ++hh)
+          row_rope(qr + b * H * D + hh * D, half, cs, sn);
+        for (int64_t hk = g0; hk < g1; ++hk) {
+          float* kh = kr + b * Hkv * D + hk * D;
+          row_rope(kh, half, cs, sn);
+          store(kh, kc, b * Hkv + hk);
+          store(vr + b * Hkv * D + hk * D, vc, b * Hkv + hk);
+        }
+      }
+      if (g1 > g0) {
+        const Tensor kb = make_view(kc, 3, kv_shape, kc.stride, 0);
+        const Tensor vb = make_view(vc, 3, kv_shape, vc.stride, 0);
+        for (int64_t b = 0; b < B; ++b)
+          attention_part(0, 1, qv, kb, vb, Tensor{}, ov, ap, b * H + g0 * group, b * H + g1 * group);
+      }
+      pool_.barrier();
+      // x += o_proj(att)
+      R.o.split(ith, nth, &m0, &m1);
+      a = R.o.act_rows(ar, H * D, B, abuf, &as);
+      R.o.run_rows(m0, m1, a, as, B, xr, d, RowEpilogue::AddTo, tmp);
+      pool_.barrier();
+      // g = silu(gate_proj(h)) * up_proj(h), h = post_attention_layernorm(x)
+      for (int64_t b = 0; b < B; ++b) row_rms_norm(xr + b * d, h + b * d, d, L.ffn_norm, eps);
+      R.gate.split(ith, nth, &m0, &m1);
+      a = R.gate.act_rows(h, d, B, abuf, &as);
+      R.gate.run_rows(m0, m1, a, as, B, gr, ff, RowEpilogue::Store);
+      if (!R.up.same_act(R.gate)) a = R.up.act_rows(h, d, B, abuf, &as);
+      R.up.run_rows(m0, m1, a, as, B, ur, ff, RowEpilogue::Store);
+      for (int64_t b = 0; b < B; ++b) row_silu_mul(gr + b * ff + m0, ur + b * ff + m0, m1 - m0);
+      pool_.barrier();
+      // x += down_proj(g)
+      R.down.split(ith, nth, &m0, &m1);
+      a = R.down.act_rows(gr, ff, B, abuf, &as);
+      R.down.run_rows(m0, m1, a, as, B, xr, d, RowEpilogue::AddTo, tmp);
+      pool_.barrier();
+    }
+    for (int64_t b = 0; b < B; ++b) row_rms_norm(xr + b * d, h + b * d, d, w_.norm, eps);
+    head_.split(ith, nth, &m0, &m1);
+    a = head_.act_rows(h, d, B, abuf, &as);
+    head_.run_rows(m0, m1, a, as, B, lr, V, RowEpilogue::Store);
+  });
+}
+
 Tensor T3Llama::forward(const Tensor& embeds, int64_t B) {
   const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff;
   CBX_CHECK(B >= 1 && B <= n_rows_, "t3 llama forward: %lld sequences (1..%lld)", (long long)B,
@@ -218,6 +372,11 @@ Tensor T3Llama::forward(const Tensor& embeds, int64_t B) {
   Tensor hn = arena_.alloc(DType::F32, {B, d}, "t3 llama final norm");
 
   copy_tensor(pool_, embeds, x);
+  if (T == 1 && fused_ && !capture_) {
+    decode_fused(B, x, q, k, v, att, g, u);
+    n_past_ += 1;
+    return slice(logits_, 0, 0, B);
+  }
   emit("inp", -1, x);
   // RoPE views [R, heads, D] of q and k (rows contiguous).
   const int64_t q3[3] = {R, H, D}, k3[3] = {R, Hkv, D};

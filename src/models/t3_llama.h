@@ -27,6 +27,7 @@
 #include "core/thread_pool.h"
 #include "models/model_config.h"
 #include "models/t3_gpt2.h"  // T3WeightKind, T3Capture
+#include "ops/row_linear.h"
 
 namespace cbx {
 
@@ -58,6 +59,10 @@ struct T3LlamaOptions {
   int64_t max_tokens = 0;  // most tokens per sequence in one call (the prefill); 0 = max_ctx
   int64_t n_rows = 2;      // sequences (CFG: cond, uncond)
   DType kv_type = DType::F16;
+  // Fused decode: copy Q4_0 layer matrices and the head into the planar q4p layout where its
+  // SIMD kernel exists (same logits, faster decode; costs a second copy of those weights,
+  // ~290 MB for the full Multilingual model). Off: the decode reads the GGUF layout.
+  bool pack_q4 = true;
 };
 
 // Named intermediates (capture): "inp" [B*T, d]; per layer "attn_norm", "q" (after RoPE) [B*T,
@@ -87,12 +92,27 @@ class T3Llama {
   // both sequences' remaining tokens with B = 2).
   void copy_sequence(int64_t src, int64_t dst);
   void set_capture(T3Capture fn) { capture_ = std::move(fn); }
+  // One-token calls (T == 1) take the fused decode path unless this is off or a capture is set
+  // (the op-by-op path reports every named intermediate); both give the same logits.
+  void set_fused_decode(bool on) { fused_ = on; }
+  bool fused_decode() const { return fused_; }
+  // Bytes of re-laid-out weight copies held for the fused decode (T3LlamaOptions::pack_q4).
+  size_t packed_weight_bytes() const;
 
  private:
   void emit(const char* name, int layer, const Tensor& t) const {
     if (capture_) capture_(name, layer, t);
   }
   void store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, int64_t T);
+  // One-token forward of B sequences as a single pool run. Per layer: each thread takes a
+  // share of the KV heads and computes their q/k/v rows (both sequences per weight read),
+  // RoPE, K/V stores and attention; then row-split o_proj (+ residual), gate/up with the
+  // SwiGLU combine, down_proj (+ residual), with the RMS norms done by every thread for
+  // itself (4 barriers a layer, no serial sections). Same kernels and per-output order as
+  // the op-by-op path, so the logits are identical. x [B, d] (updated in place), q, k, v,
+  // att, g, u: the forward's buffers; writes logits_ rows [0, B).
+  void decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v, Tensor& att, Tensor& g,
+                    Tensor& u);
 
   const T3Config& c_;
   const T3LlamaWeights& w_;
@@ -108,6 +128,20 @@ class T3Llama {
       v_cache_;  // [layer]: [n_rows * H_kv, max_ctx, D] (sequence-major heads)
   Arena arena_;
   Tensor logits_;  // [n_rows, speech_vocab]
+  // Fused decode: projections bound once (q4p copies owned here), per-thread rows (norm
+  // outputs, residual partials, converted activations) and the step's RoPE angles, all
+  // outside the per-call part of the arena.
+  struct LayerRows {
+    RowLinear q, k, v, o, gate, up, down;
+  };
+  std::vector<LayerRows> rows_;
+  RowLinear head_;
+  float* thread_h_ = nullptr;    // [nt, n_rows, d]
+  float* thread_tmp_ = nullptr;  // [nt, n_rows, d]
+  uint8_t* thread_act_ = nullptr;  // nt blocks of n_rows * act_stride_ bytes
+  size_t act_stride_ = 0;
+  float* rope_cs_ = nullptr;  // [D/2] cos, then [D/2] sin
+  bool fused_ = true;
   size_t call_mark_ = 0;
   T3Capture capture_;
 };

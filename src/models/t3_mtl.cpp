@@ -165,6 +165,8 @@ T3Mtl::T3Mtl(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const T3
 T3Mtl::~T3Mtl() = default;
 
 void T3Mtl::set_step_callback(T3MtlStepFn fn) { impl_->on_step = std::move(fn); }
+void T3Mtl::set_fused_decode(bool on) { impl_->llama->set_fused_decode(on); }
+size_t T3Mtl::packed_weight_bytes() const { return impl_->llama->packed_weight_bytes(); }
 int64_t T3Mtl::max_new_tokens() const { return impl_->max_new; }
 const ModelConfig& T3Mtl::config() const { return impl_->cfg; }
 

@@ -14,6 +14,7 @@
 // one row is run (same logits, half the work). The 34 conditioning rows are the same in both
 // sequences: the prefill runs them once and copies their keys/values to the uncond cache.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -95,6 +96,11 @@ class T3Mtl {
   std::vector<float> cond_embeddings(const T3MtlCond& cond);
   // Called once per sampled step by generate (null to clear).
   void set_step_callback(T3MtlStepFn fn);
+  // Decode steps through T3Llama's fused one-run step (default) or op by op (same tokens;
+  // for A/B timing).
+  void set_fused_decode(bool on);
+  // Bytes of the decode's re-laid-out (q4p) weight copies.
+  size_t packed_weight_bytes() const;
   // The GGUF's sampler.* / pipeline defaults.
   T3MtlSampling default_sampling() const;
   int64_t max_new_tokens() const;

@@ -85,6 +85,56 @@ void RowLinear::run(int64_t m0, int64_t m1, const void* act, float* y, RowEpilog
   }
 }
 
+const void* RowLinear::act_rows(const float* x, int64_t xs, int64_t n, void* buf, size_t* as) const {
+  if (dot_->act == ActFormat::F32) {
+    *as = size_t(xs) * 4;
+    return x;
+  }
+  *as = act_bytes_;
+  for (int64_t r = 0; r < n; ++r) dot_->convert(x + r * xs, k_, static_cast<uint8_t*>(buf) + size_t(r) * act_bytes_);
+  return buf;
+}
+
+void RowLinear::run_rows(int64_t m0, int64_t m1, const void* act, size_t as, int64_t n, float* y, int64_t ldy,
+                         RowEpilogue e, float* tmp) const {
+  CBX_ASSERT(m0 >= 0 && m0 <= m1 && m1 <= m_ && n >= 1);
+  if (m0 == m1) return;
+  const int64_t cnt = m1 - m0;
+  const bool add = e == RowEpilogue::AddTo;
+  CBX_ASSERT(!add || tmp != nullptr);
+  // The kernel sees rows [0, cnt) of the weight slice starting at row m0.
+  float* out = add ? tmp : y + m0;
+  const int64_t ldo = add ? cnt : ldy;
+  dot_->fn(w_ + size_t(m0) * ws_, ws_, 0, cnt, act, as, n, k_, out, ldo);
+  const float* b = b_ ? b_ + m0 : nullptr;
+  for (int64_t r = 0; r < n; ++r) {
+    float* o = out + r * ldo;
+    switch (e) {
+      case RowEpilogue::Store:
+        if (b)
+          for (int64_t i = 0; i < cnt; ++i) o[i] += b[i];
+        break;
+      case RowEpilogue::GeluTanh:
+        if (b)
+          for (int64_t i = 0; i < cnt; ++i) o[i] += b[i];
+        nn_kernels(isa_).unary(Unary::GeluTanh, o, o, cnt, 0.f, 0.f);
+        break;
+      case RowEpilogue::AddTo: {
+        float* yr = y + r * ldy + m0;
+        if (b)
+          for (int64_t i = 0; i < cnt; ++i) yr[i] += o[i] + b[i];
+        else
+          for (int64_t i = 0; i < cnt; ++i) yr[i] += o[i];
+        break;
+      }
+    }
+  }
+}
+
+bool RowLinear::same_act(const RowLinear& o) const {
+  return dot_ && o.dot_ && k_ == o.k_ && dot_->act == o.dot_->act && dot_->convert == o.dot_->convert;
+}
+
 void RowLinear::split(int ith, int nth, int64_t* m0, int64_t* m1) const {
   const int64_t chunks = (m_ + 15) / 16;
   int64_t c0, c1;
@@ -114,6 +164,31 @@ void row_store(const float* x, void* dst, DType dst_type, int64_t n) {
   CBX_CHECK(dst_type == DType::F16, "row_store: destination type %s (f32 or f16)", dtype_name(dst_type));
   auto* d = static_cast<uint16_t*>(dst);
   for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(x[i]);
+}
+
+}  // namespace cbx
+
+namespace cbx {
+
+void row_rms_norm(const float* x, float* y, int64_t n, const Tensor& w, float eps, Isa isa) {
+  const float* wp = nullptr;
+  if (!w.empty()) {
+    CBX_CHECK(w.dtype == DType::F32 && w.numel() == n && w.is_contiguous(),
+              "row_rms_norm: weight %s (%s) must be contiguous f32 [%lld]", w.shape_str().c_str(),
+              dtype_name(w.dtype), (long long)n);
+    wp = w.ptr<float>();
+  }
+  nn_kernels(isa).rms_norm(x, y, n, wp, eps);
+}
+
+void row_rope(float* x, int64_t half, const float* cos, const float* sin, Isa isa) {
+  nn_kernels(isa).rope(x, x, half, cos, sin);
+}
+
+void row_silu_mul(float* g, const float* u, int64_t n, Isa isa) {
+  const NnKernels& k = nn_kernels(isa);
+  k.unary(Unary::Silu, g, g, n, 0.f, 0.f);
+  k.binary(Binary::Mul, g, u, g, n, false);
 }
 
 }  // namespace cbx

@@ -52,6 +52,21 @@ class RowLinear {
   // Rows [m0, m1) of thread ith of nth: chunks of 16 rows (whole cache lines of y).
   void split(int ith, int nth, int64_t* m0, int64_t* m1) const;
 
+  // Several activation rows at once (a CFG batch): each weight row is read once for all n
+  // rows, and every output equals the one-row run's exactly (the dot kernels accumulate
+  // each (weight row, activation row) pair in the one-row order).
+  // act_rows converts n rows of x (rows xs floats apart) into buf (n * act_bytes() bytes,
+  // 64-aligned) and returns the activation rows with their stride in *as (x itself, xs * 4
+  // bytes apart, when no conversion is needed).
+  const void* act_rows(const float* x, int64_t xs, int64_t n, void* buf, size_t* as) const;
+  // Output rows [m0, m1) for activation rows [0, n): y[r * ldy + m]. tmp: at least
+  // n * (m1 - m0) floats (AddTo only).
+  void run_rows(int64_t m0, int64_t m1, const void* act, size_t as, int64_t n, float* y, int64_t ldy,
+                RowEpilogue e, float* tmp = nullptr) const;
+  // Whether o takes the same converted activations as this (same kernel format and K), so
+  // one act_rows() serves both.
+  bool same_act(const RowLinear& o) const;
+
  private:
   const uint8_t* w_ = nullptr;
   size_t ws_ = 0;
@@ -69,5 +84,12 @@ class RowLinear {
 void row_layer_norm(const float* x, float* y, int64_t n, const Tensor& w, const Tensor& b, float eps,
                     Isa isa = active_isa());
 void row_store(const float* x, void* dst, DType dst_type, int64_t n);
+// RMS norm of one row (ops/norm rms_norm's kernel): y = x / sqrt(mean(x^2) + eps) * w.
+void row_rms_norm(const float* x, float* y, int64_t n, const Tensor& w, float eps, Isa isa = active_isa());
+// NeoX rotate-half RoPE of one row of 2 * half values in place, angles given by cos/sin
+// [half] (ops/norm rope's kernel).
+void row_rope(float* x, int64_t half, const float* cos, const float* sin, Isa isa = active_isa());
+// SwiGLU combine as ops/elementwise silu then mul: g = silu(g) * u over n values (in place).
+void row_silu_mul(float* g, const float* u, int64_t n, Isa isa = active_isa());
 
 }  // namespace cbx
