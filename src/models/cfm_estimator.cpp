@@ -272,7 +272,7 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
                                            : 0));
   // Attention: the fused bf16 kernel (AMX) takes its scratch from arena_; the f32 path has, per
   // thread, scores + v^T of one item and the GEMMs' single-thread scratch.
-  attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(c.head_dim) && !std::getenv("CBX_TMP_ATTN_OLD");  // TMP-ATTN
+  attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(c.head_dim);
   if (attn_bf16_) {
     transient = std::max(transient, attention_bf16_scratch_bytes(B, c.n_head, T, c.head_dim, nt) + kAllocSlack);
   } else {
