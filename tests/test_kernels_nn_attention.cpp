@@ -129,6 +129,12 @@ TEST(NnAttention, PrefillDecodeMasksLayouts) {
       {2, 1, 7, 20, 64, true, 13, DType::F32, 1, true},       // chunked decode with offset
       {2, 2, 150, 150, 64, true, 0, DType::F32, 0, false},    // threaded, several key tiles
       {1, 1, 3, 5, 8, true, 0, DType::F32, 0, false},         // tiny
+      // One query (the single-query kernel): odd D, masks, Tk below one key group,
+      // causal limit inside the slice, D below the lane width.
+      {3, 3, 1, 70, 36, false, 0, DType::F16, 1, false},
+      {2, 2, 1, 13, 20, false, 0, DType::F32, 2, true},
+      {4, 2, 1, 200, 64, true, 150, DType::F16, 0, false},
+      {1, 1, 1, 130, 8, true, 129, DType::F32, 0, false},
   };
   uint32_t seed = 1;
   for (const Case& c : cases) run_case(c, seed += 10);

@@ -63,6 +63,16 @@ struct V8 {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  // Lane j of the result = sum of the 8 lanes of v[j] (a transpose-add).
+  static R sum_lanes_t(const R* v) {
+    R b[4], c[2];
+    for (int i = 0; i < 4; ++i)  // per 128-bit lane: {v2i 0+2, v2i+1 0+2, v2i 1+3, v2i+1 1+3}
+      b[i] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 2; ++i)  // per 128-bit lane: partial sums of v4i .. v4i+3
+      c[i] = _mm256_add_ps(_mm256_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
+                           _mm256_shuffle_ps(b[2 * i], b[2 * i + 1], 0xee));
+    return _mm256_add_ps(_mm256_permute2f128_ps(c[0], c[1], 0x20), _mm256_permute2f128_ps(c[0], c[1], 0x31));
+  }
   static float reduce_max(R v) {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));

@@ -63,6 +63,21 @@ struct V16 {
     return _mm512_castsi512_ps(m);
   }
   static float reduce_add(R v) { return _mm512_reduce_add_ps(v); }
+  // Lane j of the result = sum of the 16 lanes of v[j] (a transpose-add: 45 shuffles and
+  // adds for 16 sums instead of 16 horizontal reductions).
+  static R sum_lanes_t(const R* v) {
+    R b[8], c[4], e[2];
+    for (int i = 0; i < 8; ++i)  // per 128-bit lane: {v2i 0+2, v2i+1 0+2, v2i 1+3, v2i+1 1+3}
+      b[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; ++i) {  // per 128-bit lane: partial sums of v4i .. v4i+3
+      const __m512d x = _mm512_castps_pd(b[2 * i]), y = _mm512_castps_pd(b[2 * i + 1]);
+      c[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    for (int i = 0; i < 2; ++i)  // lanes {c2i.0+1, c2i.2+3, c2i+1.0+1, c2i+1.2+3}
+      e[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
+                           _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(e[0], e[1], 0x88), _mm512_shuffle_f32x4(e[0], e[1], 0xdd));
+  }
   static float reduce_max(R v) { return _mm512_reduce_max_ps(v); }
 };
 

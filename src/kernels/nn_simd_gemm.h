@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/nn.h"
 #include "kernels/nn_simd_kernels.h"
@@ -244,9 +245,144 @@ void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
   }
 }
 
+// ---- one query (decode over a KV cache) ----
+template <class V, bool kF16>
+inline typename V::R kv_row_load(const void* p, int64_t at) {
+  if constexpr (kF16) return V::load_h(static_cast<const uint16_t*>(p) + at);
+  else return V::load(static_cast<const float*>(p) + at);
+}
+template <class V, bool kF16>
+inline typename V::R kv_row_load_n(const void* p, int64_t at, int64_t n) {
+  if constexpr (kF16) return V::load_h_n(static_cast<const uint16_t*>(p) + at, n);
+  else return V::load_n(static_cast<const float*>(p) + at, n);
+}
+
+// Prefetch of the row kAttnPrefetchRows ahead of `row`, up to the last key. (Continuing
+// into the next head's first rows was tried: no gain in the decode step.)
+template <bool kF16>
+inline void prefetch_ahead(const void* base, int64_t row, int64_t kend, int64_t rs, int64_t d) {
+  const int64_t r = row + kAttnPrefetchRows;
+  if (r < kend) prefetch_kv_row(base, kF16 ? DType::F16 : DType::F32, r * rs, d);
+}
+
+// One query against its keys, tiles of kAttnKeyTile keys with online softmax. Scores
+// W keys at a time: each key leaves a W-lane vector of partial products (d / W FMAs,
+// the scale folded into q), and V::sum_lanes_t turns W such vectors into W scores at
+// once instead of W horizontal sums. P.V keeps two accumulator sets (even / odd keys)
+// so consecutive keys do not wait on each other's FMAs.
+template <class V, bool kF16>
+void attn_one(const AttnHead& h, int64_t i, float* scratch) {
+  using R = typename V::R;
+  constexpr int W = V::W;
+  constexpr int64_t KT = kAttnKeyTile;
+  static_assert(KT % W == 0);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t d = h.d, dv = d / W * W, dt = d - dv;
+  float* S = scratch;   // [KT] scores, then probabilities
+  float* acc = S + KT;  // [d]
+  float* qs = acc + d;  // [d] query x scale
+  const float* q = h.q + i * h.q_rs;
+  for (int64_t c = 0; c < d; ++c) {
+    qs[c] = q[c] * h.scale;
+    acc[c] = 0.f;
+  }
+  const int64_t kend = h.causal ? imin(h.tk, imax(0, h.q_offset + i + 1)) : h.tk;
+  const float* mrow = h.mask ? h.mask + i * h.mask_rs : nullptr;
+  float m = ninf, l = 0.f;
+  for (int64_t j0 = 0; j0 < kend; j0 += KT) {
+    const int64_t nk = imin(KT, kend - j0);
+    R vmax = V::set1(ninf);
+    for (int64_t g = 0; g < nk; g += W) {
+      const int64_t ng = imin(W, nk - g);
+      R part[W];
+      for (int j = 0; j < W; ++j) {
+        if (j >= ng) {
+          part[j] = V::zero();
+          continue;
+        }
+        const int64_t row = j0 + g + j;
+        prefetch_ahead<kF16>(h.k, row, kend, h.k_rs, d);
+        const int64_t at = row * h.k_rs;
+        R a = V::zero();
+        for (int64_t c = 0; c < dv; c += W) a = V::fma(V::load(qs + c), kv_row_load<V, kF16>(h.k, at + c), a);
+        if (dt) a = V::fma(V::load_n(qs + dv, dt), kv_row_load_n<V, kF16>(h.k, at + dv, dt), a);
+        part[j] = a;
+      }
+      R sv = V::sum_lanes_t(part);
+      if (mrow) sv = V::add(sv, V::load_n(mrow + j0 + g, ng));
+      V::store(S + g, sv);
+      if (ng < W) {
+        for (int64_t jj = ng; jj < W; ++jj) S[g + jj] = ninf;
+        sv = V::load(S + g);
+      }
+      vmax = V::max(vmax, sv);
+    }
+    const float mt = V::reduce_max(vmax);
+    const float mn = mt > m ? mt : m;
+    if (mn == ninf) continue;  // nothing visible yet: acc and l stay 0
+    const float alpha = std::exp(m - mn);
+    const R vm = V::set1(mn);
+    R psum = V::zero();
+    for (int64_t g = 0; g < nk; g += W) {  // lanes past nk hold -inf: p = 0
+      R p = vexp<V>(V::sub(V::load(S + g), vm));
+      V::store(S + g, p);
+      psum = V::add(psum, p);
+    }
+    l = l * alpha + V::reduce_add(psum);
+    m = mn;
+    // acc = alpha acc + P V over column chunks of NVD vectors (the last may be partial).
+    constexpr int NVD = V::kAttnNV;
+    const R va = V::set1(alpha);
+    for (int64_t c0 = 0; c0 < d; c0 += NVD * W) {
+      const int64_t cols = imin(NVD * W, d - c0);
+      const int nv = int((cols + W - 1) / W);
+      const int64_t last = cols - int64_t(nv - 1) * W;  // lanes of the last vector
+      R a0[NVD], a1[NVD];
+      for (int v = 0; v < NVD; ++v) {
+        a0[v] = v < nv ? V::mul(V::load_n(acc + c0 + v * W, v + 1 < nv ? W : last), va) : V::zero();
+        a1[v] = V::zero();
+      }
+      auto keys = [&](auto full) {  // full: NVD whole vectors (the common case, d % (NVD W) == 0)
+        auto key = [&](int64_t jj, R* a) {
+          const int64_t row = j0 + jj;
+          if (c0 == 0) prefetch_ahead<kF16>(h.v, row, kend, h.v_rs, d);
+          const R p = V::set1(S[jj]);
+          const int64_t at = row * h.v_rs + c0;
+          if constexpr (decltype(full)::value) {
+            for (int v = 0; v < NVD; ++v) a[v] = V::fma(p, kv_row_load<V, kF16>(h.v, at + v * W), a[v]);
+          } else {
+            for (int v = 0; v < nv; ++v)
+              a[v] = V::fma(p, kv_row_load_n<V, kF16>(h.v, at + v * W, v + 1 < nv ? W : last), a[v]);
+          }
+        };
+        int64_t jj = 0;
+        for (; jj + 2 <= nk; jj += 2) {
+          key(jj, a0);
+          key(jj + 1, a1);
+        }
+        if (jj < nk) key(jj, a0);
+      };
+      if (nv == NVD && last == W) keys(std::true_type{});
+      else keys(std::false_type{});
+      for (int v = 0; v < nv; ++v) V::store_n(acc + c0 + v * W, V::add(a0[v], a1[v]), v + 1 < nv ? W : last);
+    }
+  }
+  const R inv = V::set1(l > 0.f ? 1.f / l : 0.f);
+  float* o = h.o + i * h.o_rs;
+  for (int64_t c = 0; c < d; c += W) {
+    const int64_t cnt = imin(W, d - c);
+    V::store_n(o + c, V::mul(V::load_n(acc + c, cnt), inv), cnt);
+  }
+}
+
 template <class V>
 void attn(const AttnHead& h, int64_t q0, int64_t q1, float* scratch) {
   static_assert(kAttnQueryBlock == 4);
+  if (q1 - q0 == 1 && !h.kt) {
+    if (h.kv_dtype == DType::F16) attn_one<V, true>(h, q0, scratch);
+    else attn_one<V, false>(h, q0, scratch);
+    return;
+  }
   int64_t i = q0;
   for (; i + 4 <= q1; i += 4) attn_block<V, 4>(h, i, scratch);
   switch (q1 - i) {
