@@ -4,10 +4,11 @@
 // The linears of one CFM-estimator transformer block (models/cfm_estimator.cpp; defaults
 // T = 900, B = 2 (the Multilingual CFG pair), C = 256, inner = 512, F = 1024, q4_0 weights,
 // BF16 GEMM precision, 2 threads) two ways, alternating within each repetition:
-//   percall: matmul to_q, to_k, to_v into column slices of qkv; matmul_bias to_out + add;
-//            matmul_bias ff1 + gelu; matmul_bias ff2 + add (weights packed on every call)
-//   packed:  matmul_packed on the PackedWeights (q|k|v stacked; bias, GELU and the residual
-//            fused into the GEMM epilogue)
+//   percall: layer_norm; matmul to_q, to_k, to_v into column slices of qkv; matmul_bias
+//            to_out + add; layer_norm; matmul_bias ff1 + gelu; matmul_bias ff2 + add (weights
+//            packed on every call)
+//   packed:  matmul_packed on the PackedWeights (q|k|v stacked; the LayerNorms fused as
+//            prologues; bias, GELU and the residual fused into the GEMM epilogues)
 // Prints the median ms of each over R reps (default 9), their ratio, the panel bytes, and
 // whether the outputs are bit-identical (they must be). --clock cpu divides process CPU
 // time by the thread count (for a loaded machine; the pool's idle spinning still counts).
@@ -28,6 +29,7 @@
 #include "core/thread_pool.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
+#include "ops/norm.h"
 
 namespace cbx::bench {
 namespace {
@@ -89,29 +91,43 @@ int run_cfm_linears(int argc, char** argv) {
       CBX_CHECK(i + 1 < argc, "cfm-linears: %s needs a value", a.c_str());
       return argv[++i];
     };
-    if (a == "--t") T = std::atoll(next());
-    else if (a == "--batch") B = std::atoll(next());
-    else if (a == "--threads") g_threads = std::atoi(next());
-    else if (a == "--reps") reps = std::atoi(next());
-    else if (a == "--clock") g_cpu = std::string(next()) == "cpu";
-    else if (a == "--gemm") prec = parse_gemm_precision(next(), "--gemm");
+    if (a == "--t")
+      T = std::atoll(next());
+    else if (a == "--batch")
+      B = std::atoll(next());
+    else if (a == "--threads")
+      g_threads = std::atoi(next());
+    else if (a == "--reps")
+      reps = std::atoi(next());
+    else if (a == "--clock")
+      g_cpu = std::string(next()) == "cpu";
+    else if (a == "--gemm")
+      prec = parse_gemm_precision(next(), "--gemm");
     else if (a == "--type") {
       const std::string s = next();
-      dt = s == "f32" ? DType::F32 : s == "f16" ? DType::F16 : s == "q8_0" ? DType::Q8_0 : s == "q4_0" ? DType::Q4_0
-                                                                                           : (fail("cfm-linears: --type %s is not f32, f16, q8_0, q4_0", s.c_str()), DType::F32);
+      dt = s == "f32"    ? DType::F32
+           : s == "f16"  ? DType::F16
+           : s == "q8_0" ? DType::Q8_0
+           : s == "q4_0" ? DType::Q4_0
+                         : (fail("cfm-linears: --type %s is not f32, f16, q8_0, q4_0", s.c_str()),
+                            DType::F32);
     } else {
-      std::fprintf(stderr, "usage: chatterbox-bench cfm-linears [--t T] [--batch B] [--type f16|q8_0|q4_0|f32] "
-                           "[--threads N] [--reps R] [--clock wall|cpu] [--gemm f32|bf16]\n");
+      std::fprintf(
+          stderr,
+          "usage: chatterbox-bench cfm-linears [--t T] [--batch B] [--type f16|q8_0|q4_0|f32] "
+          "[--threads N] [--reps R] [--clock wall|cpu] [--gemm f32|bf16]\n");
       return 2;
     }
   }
-  CBX_CHECK(T >= 1 && B >= 1 && reps >= 1 && g_threads >= 1, "cfm-linears: bad --t / --batch / --reps / --threads");
+  CBX_CHECK(T >= 1 && B >= 1 && reps >= 1 && g_threads >= 1,
+            "cfm-linears: bad --t / --batch / --reps / --threads");
   ThreadPool pool(g_threads);
   GemmPrecisionScope scope(prec);
   std::mt19937 rng(7);
   Mat wq(dt, inner, C, rng), wk(dt, inner, C, rng), wv(dt, inner, C, rng), wo(dt, C, inner, rng);
   Mat w1(dt, F, C, rng), w2(dt, C, F, rng);
   Buf bo({C}, rng, 0.1f), b1({F}, rng, 0.1f), b2({C}, rng, 0.1f);
+  Buf l1w({C}, rng, 0.1f), l1b({C}, rng, 0.1f), l3w({C}, rng, 0.1f), l3b({C}, rng, 0.1f);
   Buf norm({B, T, C}, rng, 1.f), att({B, T, inner}, rng, 1.f), x0({B, T, C}, rng, 1.f);
   Buf qkv_a({B, T, 3 * inner}, rng, 0), qkv_b({B, T, 3 * inner}, rng, 0), ff_a({B, T, F}, rng, 0),
       ff_b({B, T, F}, rng, 0), tmp({B, T, C}, rng, 0), xa({B, T, C}, rng, 0), xb({B, T, C}, rng, 0);
@@ -124,21 +140,26 @@ int run_cfm_linears(int argc, char** argv) {
 
   auto percall = [&] {
     Tensor& q = qkv_a.t;
-    Tensor qs = slice(q, 2, 0, inner), ks = slice(q, 2, inner, inner), vs = slice(q, 2, 2 * inner, inner);
+    Tensor qs = slice(q, 2, 0, inner), ks = slice(q, 2, inner, inner),
+           vs = slice(q, 2, 2 * inner, inner);
+    layer_norm(pool, xa.t, l1w.t, l1b.t, 1e-5f, norm.t);
     matmul(pool, wq.t, norm.t, qs);
     matmul(pool, wk.t, norm.t, ks);
     matmul(pool, wv.t, norm.t, vs);
     matmul_bias(pool, wo.t, bo.t, att.t, tmp.t);
     add(pool, xa.t, tmp.t, xa.t);
+    layer_norm(pool, xa.t, l3w.t, l3b.t, 1e-5f, norm.t);
     matmul_bias(pool, w1.t, b1.t, norm.t, ff_a.t);
     gelu(pool, ff_a.t, ff_a.t);
     matmul_bias(pool, w2.t, b2.t, ff_a.t, tmp.t);
     add(pool, xa.t, tmp.t, xa.t);
   };
   auto packed = [&] {
-    matmul_packed(pool, pqkv, norm.t, qkv_b.t);
+    matmul_packed(pool, pqkv, xb.t, qkv_b.t,
+                  MatmulEpilogue{nullptr, MatmulAct::None, nullptr, &l1w.t, &l1b.t, 1e-5f});
     matmul_packed(pool, po, att.t, xb.t, MatmulEpilogue{&bo.t, MatmulAct::None, &xb.t});
-    matmul_packed(pool, p1, norm.t, ff_b.t, MatmulEpilogue{&b1.t, MatmulAct::Gelu, nullptr});
+    matmul_packed(pool, p1, xb.t, ff_b.t,
+                  MatmulEpilogue{&b1.t, MatmulAct::Gelu, nullptr, &l3w.t, &l3b.t, 1e-5f});
     matmul_packed(pool, p2, ff_b.t, xb.t, MatmulEpilogue{&b2.t, MatmulAct::None, &xb.t});
   };
   std::vector<double> ta, tb;
@@ -155,19 +176,25 @@ int run_cfm_linears(int argc, char** argv) {
       ta.push_back((t1 - t0) * 1e3);
       tb.push_back((t2 - t1) * 1e3);
     }
-    auto eq = [](const Buf& a, const Buf& b) { return std::memcmp(a.v.data(), b.v.data(), a.v.size() * 4) == 0; };
+    auto eq = [](const Buf& a, const Buf& b) {
+      return std::memcmp(a.v.data(), b.v.data(), a.v.size() * 4) == 0;
+    };
     same &= eq(xa, xb) && eq(qkv_a, qkv_b) && eq(ff_a, ff_b);
   }
-  std::printf("bench cfm-linears isa=%s threads=%d B=%lld T=%lld type=%s gemm=%s panels=%d reps=%d clock=%s "
-              "percall_ms=%.2f packed_ms=%.2f ratio=%.3f panel_mb=%.2f identical=%d\n",
-              isa_name(active_isa()), g_threads, (long long)B, (long long)T, dtype_name(dt), gemm_precision_name(prec),
-              int(pqkv.has_panels()), reps, g_cpu ? "cpu" : "wall", median(ta), median(tb), median(ta) / median(tb),
-              double(panel) / (1 << 20), int(same));
+  std::printf(
+      "bench cfm-linears isa=%s threads=%d B=%lld T=%lld type=%s gemm=%s panels=%d reps=%d "
+      "clock=%s "
+      "percall_ms=%.2f packed_ms=%.2f ratio=%.3f panel_mb=%.2f identical=%d\n",
+      isa_name(active_isa()), g_threads, (long long)B, (long long)T, dtype_name(dt),
+      gemm_precision_name(prec), int(pqkv.has_panels()), reps, g_cpu ? "cpu" : "wall", median(ta),
+      median(tb), median(ta) / median(tb), double(panel) / (1 << 20), int(same));
   return same ? 0 : 1;
 }
 
-const RegisterBench reg("cfm-linears", "CFM transformer-block linears: per-call packing vs PackedWeight + fused epilogues",
-                        run_cfm_linears);
+const RegisterBench reg(
+    "cfm-linears",
+    "CFM transformer-block linears: per-call packing vs PackedWeight + fused epilogues",
+    run_cfm_linears);
 
 }  // namespace
 }  // namespace cbx::bench

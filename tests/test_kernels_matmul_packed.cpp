@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
+#include "ops/norm.h"
 
 using namespace cbx;
 
@@ -92,13 +93,15 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // The unfused reference: matmul_bias per part into column slices of y, gelu, y = residual + y.
-void unfused(const std::vector<const Tensor*>& parts, const Tensor* bias, const Tensor& x, Tensor& y, bool gelu_act,
-             const Tensor* residual) {
+void unfused(const std::vector<const Tensor*>& parts, const Tensor* bias, const Tensor& x,
+             Tensor& y, bool gelu_act, const Tensor* residual) {
   int64_t o = 0;
   for (const Tensor* p : parts) {
     Tensor yi = cols_of(y, o, p->shape[0]);
-    if (bias) matmul_bias(pool(), *p, slice(*bias, 0, o, p->shape[0]), x, yi);
-    else matmul(pool(), *p, x, yi);
+    if (bias)
+      matmul_bias(pool(), *p, slice(*bias, 0, o, p->shape[0]), x, yi);
+    else
+      matmul(pool(), *p, x, yi);
     o += p->shape[0];
   }
   if (gelu_act) gelu(pool(), y, y);
@@ -123,12 +126,13 @@ TEST_P(PackedTest, EqualsPerCallBitForBit) {
     std::vector<int64_t> rows;
     int64_t k, n, batch;
   };
-  const std::vector<Case> cases = {{{65}, quant ? 576 : 45, 300, 0},     {{40, 33, 64}, 1088, 70, 0},
-                                   {{96, 96, 96}, 256, 37, 2},          {{31}, 64, 9, 0},
-                                   {{64, 7}, quant ? 32 : 3, 33, 0},    {{100}, 512, 5, 0}};
+  const std::vector<Case> cases = {{{65}, quant ? 576 : 45, 300, 0}, {{40, 33, 64}, 1088, 70, 0},
+                                   {{96, 96, 96}, 256, 37, 2},       {{31}, 64, 9, 0},
+                                   {{64, 7}, quant ? 32 : 3, 33, 0}, {{100}, 512, 5, 0}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(testing::Message() << dtype_name(t) << " prec=" << gemm_precision_name(prec) << " K=" << c.k
-                                    << " N=" << c.n << " B=" << c.batch << " parts=" << c.rows.size());
+    SCOPED_TRACE(testing::Message()
+                 << dtype_name(t) << " prec=" << gemm_precision_name(prec) << " K=" << c.k
+                 << " N=" << c.n << " B=" << c.batch << " parts=" << c.rows.size());
     std::vector<Weight> ws;
     std::vector<const Tensor*> parts;
     int64_t m = 0;
@@ -159,16 +163,18 @@ TEST_P(PackedTest, EqualsPerCallBitForBit) {
   }
 }
 
-// Fused epilogues (bias + GELU, bias + residual, residual aliasing y, all three) against the
-// unfused ops, with an arena for the scratch.
+// Fused epilogues (bias + GELU, bias + residual, residual aliasing y, all three) and the
+// LayerNorm prologue against the unfused ops (layer_norm first), with an arena for the scratch.
 TEST_P(PackedTest, EpiloguesEqualUnfused) {
   const auto [t, prec] = GetParam();
   GemmPrecisionScope scope(prec);
   uint32_t seed = 500;
-  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{256, 1024, 300}, {1024, 256, 97}, {70, 96, 40},
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{256, 1024, 300},
+                         {1024, 256, 97},
+                         {70, 96, 40},
                          {48, 64, 6}}) {
-    SCOPED_TRACE(testing::Message() << dtype_name(t) << " prec=" << gemm_precision_name(prec) << " M=" << m
-                                    << " K=" << k << " N=" << n);
+    SCOPED_TRACE(testing::Message() << dtype_name(t) << " prec=" << gemm_precision_name(prec)
+                                    << " M=" << m << " K=" << k << " N=" << n);
     Weight w = make_weight(t, m, k, seed += 11);
     const PackedWeight pw = pack_weight(pool(), {&w.t}, GemmPrecision::Auto, "test");
     Mat x = make_mat(0, n, k, 0, seed + 1);
@@ -176,19 +182,36 @@ TEST_P(PackedTest, EpiloguesEqualUnfused) {
     for (int64_t i = 0; i < m; ++i) bv[size_t(i)] = 0.05f * float(i % 9) - 0.2f;
     Tensor bt = make_tensor(DType::F32, {m}, bv.data(), bv.size() * 4);
     Arena arena(matmul_packed_scratch_bytes(pw, n, pool().size()));
-    for (int mode = 0; mode < 4; ++mode) {  // gelu, residual, residual = y, gelu + residual = y
+    std::vector<float> lw(static_cast<size_t>(k)), lb(static_cast<size_t>(k));
+    for (int64_t i = 0; i < k; ++i) {
+      lw[size_t(i)] = 1.f + 0.01f * float(i % 13);
+      lb[size_t(i)] = 0.02f * float(i % 5) - 0.04f;
+    }
+    Tensor lwt = make_tensor(DType::F32, {k}, lw.data(), lw.size() * 4);
+    Tensor lbt = make_tensor(DType::F32, {k}, lb.data(), lb.size() * 4);
+    Mat xn = make_mat(0, n, k, 0, seed + 5);
+    layer_norm(pool(), x.t, lwt, lbt, 1e-5f, xn.t);
+    // gelu, residual, residual = y, gelu + residual = y; then LayerNorm + gelu, LayerNorm +
+    // residual = y
+    for (int mode = 0; mode < 6; ++mode) {
       SCOPED_TRACE(testing::Message() << "mode " << mode);
-      const bool act = mode == 0 || mode == 3, alias = mode >= 2;
+      const bool act = mode == 0 || mode == 3 || mode == 4,
+                 alias = mode == 2 || mode == 3 || mode == 5;
+      const bool ln = mode >= 4, with_res = mode != 0 && mode != 4;
       Mat res = make_mat(0, n, m, 2, seed + 2);
       Mat y = make_mat(0, n, m, 2, seed + 2);  // = res
       Mat yr = make_mat(0, n, m, 0, seed + 4), r2 = make_mat(0, n, m, 2, seed + 2);
       MatmulEpilogue e;
       e.bias = &bt;
       e.act = act ? MatmulAct::Gelu : MatmulAct::None;
-      e.residual = mode == 0 ? nullptr : alias ? &y.t : &res.t;
+      e.residual = !with_res ? nullptr : alias ? &y.t : &res.t;
+      if (ln) {
+        e.ln_w = &lwt;
+        e.ln_b = &lbt;
+      }
       matmul_packed(pool(), pw, x.t, y.t, e, &arena);
       EXPECT_EQ(arena.used(), 0u);
-      unfused({&w.t}, &bt, x.t, yr.t, act, mode == 0 ? nullptr : &r2.t);
+      unfused({&w.t}, &bt, ln ? xn.t : x.t, yr.t, act, with_res ? &r2.t : nullptr);
       EXPECT_TRUE(same_bits(y.t, yr.t));
     }
     EXPECT_LE(arena.high_water(), arena.capacity());
@@ -196,9 +219,10 @@ TEST_P(PackedTest, EpiloguesEqualUnfused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedTest,
-                         ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
-                                                              DType::Q4_0),
-                                            ::testing::Values(GemmPrecision::F32, GemmPrecision::BF16)),
+                         ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16,
+                                                              DType::Q8_0, DType::Q4_0),
+                                            ::testing::Values(GemmPrecision::F32,
+                                                              GemmPrecision::BF16)),
                          [](const auto& info) {
                            return std::string(dtype_name(std::get<0>(info.param))) + "_" +
                                   gemm_precision_name(std::get<1>(info.param));
@@ -210,11 +234,22 @@ TEST(Packed, PanelsFollowTheCallsPrecision) {
   Weight w = make_weight(DType::Q4_0, 96, 256, 7);
   const PackedWeight pw = pack_weight(pool(), {&w.t}, GemmPrecision::BF16, "test");
   EXPECT_EQ(pw.has_panels(), gemm_bf16_available());
-  Mat x = make_mat(0, 64, 256, 0, 8), y = make_mat(0, 64, 96, 0, 9), yr = make_mat(0, 64, 96, 0, 10);
+  Mat x = make_mat(0, 64, 256, 0, 8), y = make_mat(0, 64, 96, 0, 9),
+      yr = make_mat(0, 64, 96, 0, 10);
   GemmPrecisionScope f32(GemmPrecision::F32);
   matmul_packed(pool(), pw, x.t, y.t);
   matmul(pool(), w.t, x.t, yr.t);
   EXPECT_TRUE(same_bits(y.t, yr.t));
+  // Without an arena, the residual-aliasing fallback keeps its GEMM result apart from matmul's
+  // scratch.
+  std::vector<float> bv(96, 0.25f);
+  Tensor bt = make_tensor(DType::F32, {96}, bv.data(), bv.size() * 4);
+  Mat r = make_mat(0, 64, 96, 0, 11), r2 = make_mat(0, 64, 96, 0, 11),
+      tmp = make_mat(0, 64, 96, 0, 12);
+  matmul_packed(pool(), pw, x.t, r.t, MatmulEpilogue{&bt, MatmulAct::None, &r.t});
+  matmul_bias(pool(), w.t, bt, x.t, tmp.t);
+  add(pool(), r2.t, tmp.t, r2.t);
+  EXPECT_TRUE(same_bits(r.t, r2.t));
 }
 
 TEST(Packed, ErrorsNameTheProblem) {
@@ -223,7 +258,8 @@ TEST(Packed, ErrorsNameTheProblem) {
   Weight q = make_weight(DType::Q8_0, 32, 64, 3);
   EXPECT_THROW(pack_weight(pool(), {}, GemmPrecision::Auto, "w"), Error);
   EXPECT_THROW(pack_weight(pool(), {&a.t, &b.t}, GemmPrecision::Auto, "w"), Error);  // K differs
-  EXPECT_THROW(pack_weight(pool(), {&a.t, &q.t}, GemmPrecision::Auto, "w"), Error);  // dtype differs
+  EXPECT_THROW(pack_weight(pool(), {&a.t, &q.t}, GemmPrecision::Auto, "w"),
+               Error);  // dtype differs
   const PackedWeight pw = pack_weight(pool(), {&a.t, &a.t}, GemmPrecision::BF16, "w");
   EXPECT_EQ(pw.rows(), 64);
   Mat x = make_mat(0, 40, 64, 0, 4), y = make_mat(0, 40, 64, 0, 5), bad = make_mat(0, 40, 63, 0, 6);

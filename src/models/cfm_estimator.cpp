@@ -212,7 +212,7 @@ size_t activation_bytes(const CfmConfig& c, int64_t B, int64_t T) {
   b += f32_bytes(n_res * B * C);                                                 // resnet time projections
   b += f32_bytes(B * c.in_channels * T) + f32_bytes(B * 2 * C * T);              // x_in, [h | skip]
   b += 2 * f32_bytes(B * C * T);                                                 // t0, t1
-  b += 2 * f32_bytes(B * T * C) + f32_bytes(B * T * 3 * inner) + f32_bytes(B * T * inner);
+  b += f32_bytes(B * T * C) + f32_bytes(B * T * 3 * inner) + f32_bytes(B * T * inner);
   b += f32_bytes(B * T * c.ff_dim) + f32_bytes(B * inner * T);
   return b;
 }
@@ -354,12 +354,13 @@ const CfmEstimator::PackedBlock& CfmEstimator::packed_for(const CfmTransformerWe
 
 // One BasicTransformerBlock on xt [B, T, C] in place.
 void CfmEstimator::transformer(const CfmTransformerWeights& tw, Bufs& bf, int64_t n_valid) {
-  Tensor &xt = bf.xt, &norm = bf.norm, &qkv = bf.qkv, &att = bf.att, &ff = bf.ff, &vt_all = bf.vt;
+  Tensor &xt = bf.xt, &qkv = bf.qkv, &att = bf.att, &ff = bf.ff, &vt_all = bf.vt;
   const int64_t inner = inner_dim(c_);
-  layer_norm(pool_, xt, tw.norm1_w, tw.norm1_b, kLnEps, norm);
   Tensor q = cols(qkv, 0, inner), k = cols(qkv, inner, inner), v = cols(qkv, 2 * inner, inner);
   const PackedBlock& pk = packed_for(tw);
-  matmul_packed(pool_, pk.qkv, norm, qkv, {}, &arena_);  // [B, T, 3 inner]: q | k | v
+  // qkv [B, T, 3 inner] = q | k | v of norm1(xt), the LayerNorm fused into the GEMM.
+  matmul_packed(pool_, pk.qkv, xt, qkv,
+                MatmulEpilogue{nullptr, MatmulAct::None, nullptr, &tw.norm1_w, &tw.norm1_b, kLnEps}, &arena_);
   // Keys are the valid prefix (a length mask); every query row is computed, as upstream does.
   if (attn_bf16_)
     attention_amx(q, k, v, att, n_valid);
@@ -367,8 +368,8 @@ void CfmEstimator::transformer(const CfmTransformerWeights& tw, Bufs& bf, int64_
     attention_f32(q, k, v, att, vt_all, n_valid);
   // xt += to_out(att) + b; xt += ff2(gelu(ff1(norm3(xt)) + b1)) + b2, epilogues fused into the GEMMs.
   matmul_packed(pool_, pk.out, att, xt, MatmulEpilogue{&tw.to_out_b, MatmulAct::None, &xt}, &arena_);
-  layer_norm(pool_, xt, tw.norm3_w, tw.norm3_b, kLnEps, norm);
-  matmul_packed(pool_, pk.ff1, norm, ff, MatmulEpilogue{&tw.ff1_b, MatmulAct::Gelu, nullptr}, &arena_);
+  matmul_packed(pool_, pk.ff1, xt, ff,
+                MatmulEpilogue{&tw.ff1_b, MatmulAct::Gelu, nullptr, &tw.norm3_w, &tw.norm3_b, kLnEps}, &arena_);
   matmul_packed(pool_, pk.ff2, ff, xt, MatmulEpilogue{&tw.ff2_b, MatmulAct::None, &xt}, &arena_);
 }
 
@@ -485,7 +486,6 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
   bf.t0 = arena_.alloc(DType::F32, {B, C, T}, "cfm t0");
   bf.t1 = arena_.alloc(DType::F32, {B, C, T}, "cfm t1");
   bf.xt = arena_.alloc(DType::F32, {B, T, C}, "cfm xt");
-  bf.norm = arena_.alloc(DType::F32, {B, T, C}, "cfm norm");
   bf.qkv = arena_.alloc(DType::F32, {B, T, 3 * inner}, "cfm qkv");
   bf.att = arena_.alloc(DType::F32, {B, T, inner}, "cfm attention");
   bf.ff = arena_.alloc(DType::F32, {B, T, c_.ff_dim}, "cfm ff");

@@ -138,7 +138,7 @@ class CfmEstimator {
  private:
   struct Bufs {  // per-call activations
     Tensor t0, t1;                    // [B, C, T]
-    Tensor xt, norm;                  // [B, T, C]
+    Tensor xt;                        // [B, T, C]
     Tensor qkv, att, ff;              // [B, T, 3 inner], [B, T, inner], [B, T, F]
     Tensor vt;                        // [B, inner, T]: v transposed
   };

@@ -121,18 +121,24 @@ size_t gemm_bf16_kmajor_scratch_bytes(int64_t m, int64_t k, int n_threads);
 // panels: [ceil(M / mr)][kp][mr] bf16 pairs (kp = K rounded up to 32), M * kp * 2 bytes, made
 // by the same packer the per-call path runs, so the products are bit for bit the same.
 //
-// matmul_packed: y = act(x . w^T + bias) + residual, bias [M] and residual (shaped like y,
-// may alias it) optional, act none or exact GELU. With panels, N >= matmul_gemm_min_rows()
-// and the call's precision BF16 (the thread's scope, CBX_GEMM, else BF16 for lossy weights,
-// as matmul), each thread packs 32 activation rows once for all of K and applies the epilogue
-// to each 32 x 32 output tile while it is in L1: one pass over y, one pool dispatch. Any
-// other call runs matmul per part, then the epilogue as separate passes. Either way the
-// result equals matmul_bias + gelu + add (same ISA and precision) bit for bit.
+// matmul_packed: y = act(LN(x) . w^T + bias) + residual, where LN (optional) is a LayerNorm
+// of each x row over K, bias [M] and residual (shaped like y, may alias it) are optional, and
+// act is none or exact GELU. With panels, N >= matmul_gemm_min_rows() and the call's
+// precision BF16 (the thread's scope, CBX_GEMM, else BF16 for lossy weights, as matmul), each
+// thread normalizes and packs 32 activation rows once for all of K and applies the epilogue
+// to each 32 x 32 output tile while it is in L1: one pass over x and y, one pool dispatch.
+// Any other call runs layer_norm into scratch, matmul per part, then the epilogue as separate
+// passes. Either way the result equals layer_norm + matmul_bias + gelu + add (same ISA and
+// precision) bit for bit.
 enum class MatmulAct : int { None = 0, Gelu = 1 };
 struct MatmulEpilogue {
   const Tensor* bias = nullptr;      // F32 [M], contiguous
   MatmulAct act = MatmulAct::None;   // applied after the bias
   const Tensor* residual = nullptr;  // F32, y's shape; added last; may be y itself
+  // Prologue: x rows layer-normed first when ln_w is set (ln_w, ln_b: F32 [K], contiguous).
+  const Tensor* ln_w = nullptr;
+  const Tensor* ln_b = nullptr;
+  float ln_eps = 1e-5f;
 };
 
 class PackedWeight {

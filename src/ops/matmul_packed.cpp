@@ -34,9 +34,32 @@ namespace {
 
 size_t align64(size_t b) { return (b + 63) & ~size_t(63); }
 
-// Bytes of one thread's scratch on the panel path: its activation panel and one output tile.
-size_t thread_bytes(const GemmKernel& g, int64_t kp) {
-  return align64(size_t(kp) * g.nr * g.elem_bytes) + align64(size_t(g.nr) * g.mr * 4);
+// Bytes of one thread's scratch on the panel path: its activation panel, one output tile and,
+// with a LayerNorm prologue, its normalized rows.
+size_t thread_bytes(const GemmKernel& g, int64_t kp, bool ln) {
+  return align64(size_t(kp) * g.nr * g.elem_bytes) + align64(size_t(g.nr) * g.mr * 4) +
+         (ln ? align64(size_t(kp) * g.nr * 4) : 0);
+}
+
+// matmul_packed's own temporaries: from the arena (after which matmul takes its scratch there
+// too), else from a grow-only per-thread buffer separate from matmul's.
+uint8_t* own_scratch(Arena* arena, size_t bytes) {
+  if (arena)
+    return static_cast<uint8_t*>(arena->alloc_bytes(bytes, 64, "matmul_packed temporaries"));
+  struct Buf {
+    uint8_t* p = nullptr;
+    size_t n = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf buf;
+  if (buf.n < bytes) {
+    std::free(buf.p);
+    buf.n = 0;
+    buf.p = static_cast<uint8_t*>(std::aligned_alloc(64, align64(bytes)));
+    CBX_CHECK(buf.p, "matmul_packed: cannot allocate %zu bytes of scratch", bytes);
+    buf.n = align64(bytes);
+  }
+  return buf.p;
 }
 
 // [lo, hi) byte range a 2-D-collapsible f32 tensor can touch.
@@ -47,6 +70,9 @@ void byte_range(const Tensor& t, int64_t rs, const uint8_t** lo, const uint8_t**
 }
 
 struct Epi {
+  const float* ln_w;  // LayerNorm prologue when set
+  const float* ln_b;
+  float ln_eps;
   const float* bias;
   MatmulAct act;
   const float* res;
@@ -55,36 +81,50 @@ struct Epi {
 };
 
 // One finished tile (rows [n0, n0 + nrows), columns [m0, m0 + mcols)), t: [nrows][ld] f32.
-void finish_tile(const Epi& e, float* t, int64_t ld, int nrows, int mcols, float* y, int64_t ldy, int64_t n0,
-                 int64_t m0) {
+void finish_tile(const Epi& e, float* t, int64_t ld, int nrows, int mcols, float* y, int64_t ldy,
+                 int64_t n0, int64_t m0) {
   for (int i = 0; i < nrows; ++i) {
     float* v = t + i * ld;
     float* out = y + (n0 + i) * ldy + m0;
     if (e.bias) e.nn->binary(Binary::Add, v, e.bias + m0, v, mcols, false);
     if (e.act == MatmulAct::Gelu) e.nn->unary(Unary::Gelu, v, v, mcols, 0.f, 0.f);
-    if (e.res) e.nn->binary(Binary::Add, e.res + (n0 + i) * e.ldr + m0, v, out, mcols, false);
-    else std::memcpy(out, v, size_t(mcols) * 4);
+    if (e.res)
+      e.nn->binary(Binary::Add, e.res + (n0 + i) * e.ldr + m0, v, out, mcols, false);
+    else
+      std::memcpy(out, v, size_t(mcols) * 4);
   }
 }
 
 // The panel path: y = epilogue(x . w^T) with w's panels.
-void run_panels(const PackedWeight& w, const GemmKernel& g, const std::vector<PackedWeight::Tile>& tiles,
-                const uint8_t* panels, int64_t kp, ThreadPool& pool, const uint8_t* x, int64_t xs, int64_t n, float* y, int64_t ldy,
+void run_panels(const PackedWeight& w, const GemmKernel& g,
+                const std::vector<PackedWeight::Tile>& tiles, const uint8_t* panels, int64_t kp,
+                ThreadPool& pool, const uint8_t* x, int64_t xs, int64_t n, float* y, int64_t ldy,
                 const Epi& e, uint8_t* scratch) {
   const int64_t n_tiles = (n + g.nr - 1) / g.nr, m_tiles = int64_t(tiles.size());
   const int64_t items = n_tiles * m_tiles, k = w.cols();
-  const size_t xbytes = align64(size_t(kp) * g.nr * g.elem_bytes), per = thread_bytes(g, kp);
+  const size_t xbytes = align64(size_t(kp) * g.nr * g.elem_bytes),
+               per = thread_bytes(g, kp, e.ln_w != nullptr);
+  const size_t tbytes = align64(size_t(g.nr) * g.mr * 4);
   pool.run([&](int ith, int nth) {
     int64_t i0, i1;
     ThreadPool::split(items, ith, nth, &i0, &i1);
     uint8_t* xp = scratch + size_t(ith) * per;
     float* tile = reinterpret_cast<float*>(xp + xbytes);
+    float* lnrows = reinterpret_cast<float*>(xp + xbytes + tbytes);  // [nr][k] with a prologue
     int64_t cur = -1;
     for (int64_t it = i0; it < i1; ++it) {
       const int64_t nt = it / m_tiles, t = it % m_tiles;
       const int nrows = int(std::min<int64_t>(g.nr, n - nt * g.nr));
       if (nt != cur) {
-        g.pack_x(reinterpret_cast<const float*>(x + nt * g.nr * xs), size_t(xs), nrows, k, xp);
+        const auto* xr = reinterpret_cast<const float*>(x + nt * g.nr * xs);
+        if (e.ln_w) {
+          for (int i = 0; i < nrows; ++i)
+            e.nn->layer_norm(reinterpret_cast<const float*>(x + (nt * g.nr + i) * xs),
+                             lnrows + i * k, k, e.ln_w, e.ln_b, e.ln_eps);
+          g.pack_x(lnrows, size_t(k) * 4, nrows, k, xp);
+        } else {
+          g.pack_x(xr, size_t(xs), nrows, k, xp);
+        }
         cur = nt;
       }
       // Full tile into the buffer: rows past nrows and columns past mcols are zero padding.
@@ -97,8 +137,9 @@ void run_panels(const PackedWeight& w, const GemmKernel& g, const std::vector<Pa
 
 // The epilogue as separate passes: src rows (the GEMM result, bias included; y itself or a
 // buffer) get act in place, then y = residual + src (or a copy into y).
-void epilogue_passes(ThreadPool& pool, const NnKernels& nn, MatmulAct act, const float* res, int64_t ldr, float* src,
-                     int64_t lds, float* y, int64_t ldy, int64_t n, int64_t m) {
+void epilogue_passes(ThreadPool& pool, const NnKernels& nn, MatmulAct act, const float* res,
+                     int64_t ldr, float* src, int64_t lds, float* y, int64_t ldy, int64_t n,
+                     int64_t m) {
   if (act == MatmulAct::None && !res && src == y) return;
   pool.run([&](int ith, int nth) {
     int64_t r0, r1;
@@ -107,8 +148,10 @@ void epilogue_passes(ThreadPool& pool, const NnKernels& nn, MatmulAct act, const
       float* s = src + r * lds;
       float* out = y + r * ldy;
       if (act == MatmulAct::Gelu) nn.unary(Unary::Gelu, s, s, m, 0.f, 0.f);
-      if (res) nn.binary(Binary::Add, res + r * ldr, s, out, m, false);
-      else if (s != out) std::memmove(out, s, size_t(m) * 4);
+      if (res)
+        nn.binary(Binary::Add, res + r * ldr, s, out, m, false);
+      else if (s != out)
+        std::memmove(out, s, size_t(m) * 4);
     }
   });
 }
@@ -125,20 +168,24 @@ struct PackedAccess {
 
 void PackedWeight::Free::operator()(uint8_t* p) const { std::free(p); }
 
-PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool, const std::vector<const Tensor*>& parts,
-                              GemmPrecision prec, const char* what) {
+PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
+                              const std::vector<const Tensor*>& parts, GemmPrecision prec,
+                              const char* what) {
   CBX_CHECK(!parts.empty(), "pack_weight %s: no weight parts", what);
   PackedWeight w;
   for (const Tensor* p : parts) {
-    CBX_CHECK(p && !p->empty() && p->ndim == 2, "pack_weight %s: every part must be a 2-D weight, got %s", what,
+    CBX_CHECK(p && !p->empty() && p->ndim == 2,
+              "pack_weight %s: every part must be a 2-D weight, got %s", what,
               p ? p->shape_str().c_str() : "null");
     const Tensor& f = *parts[0];
-    CBX_CHECK(matmul_weight_slot(p->dtype) >= 0,
-              "pack_weight %s: part %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0)", what,
-              p->shape_str().c_str(), dtype_name(p->dtype));
+    CBX_CHECK(
+        matmul_weight_slot(p->dtype) >= 0,
+        "pack_weight %s: part %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0)",
+        what, p->shape_str().c_str(), dtype_name(p->dtype));
     CBX_CHECK(p->dtype == f.dtype && p->shape[1] == f.shape[1],
-              "pack_weight %s: part %s %s does not match the first part %s %s (one dtype and K)", what,
-              dtype_name(p->dtype), p->shape_str().c_str(), dtype_name(f.dtype), f.shape_str().c_str());
+              "pack_weight %s: part %s %s does not match the first part %s %s (one dtype and K)",
+              what, dtype_name(p->dtype), p->shape_str().c_str(), dtype_name(f.dtype),
+              f.shape_str().c_str());
     CBX_CHECK(type_traits(p->dtype).is_quantized || p->shape[1] <= 1 ||
                   p->stride[1] == int64_t(type_traits(p->dtype).block_bytes),
               "pack_weight %s: part %s rows must be contiguous", what, p->shape_str().c_str());
@@ -149,10 +196,10 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool, const
   w.k_ = parts[0]->shape[1];
   w.dtype_ = parts[0]->dtype;
   CBX_CHECK(!type_traits(w.dtype_).is_quantized || w.k_ % 32 == 0,
-            "pack_weight %s: quantized weight needs K %% 32 == 0, got K = %lld", what, (long long)w.k_);
+            "pack_weight %s: quantized weight needs K %% 32 == 0, got K = %lld", what,
+            (long long)w.k_);
   const Bf16Gemm* b = bf16_for(kern);
-  if (!b || w.k_ == 0 || w.m_ == 0 ||
-      effective_precision(prec, w.dtype_) != GemmPrecision::BF16)
+  if (!b || w.k_ == 0 || w.m_ == 0 || effective_precision(prec, w.dtype_) != GemmPrecision::BF16)
     return w;
 
   const int slot = matmul_weight_slot(w.dtype_);
@@ -164,7 +211,8 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool, const
   for (size_t i = 0; i < w.parts_.size(); ++i) {
     const int64_t rows = w.parts_[i].shape[0];
     for (int64_t r = 0; r < rows; r += g.mr)
-      w.tiles_.push_back({w.offs_[i] + r, int(std::min<int64_t>(g.mr, rows - r)), w.tiles_.size() * panel});
+      w.tiles_.push_back(
+          {w.offs_[i] + r, int(std::min<int64_t>(g.mr, rows - r)), w.tiles_.size() * panel});
   }
   w.panel_bytes_ = w.tiles_.size() * panel;
   auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, align64(w.panel_bytes_)));
@@ -183,44 +231,49 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool, const
       uint8_t* dst = mem + w.tiles_[size_t(t)].off;
       for (int64_t k0 = 0; k0 < w.k_; k0 += b->kc) {
         const int64_t kc = std::min(b->kc, w.k_ - k0);
-        g.pack_w(src, size_t(p.stride[0]), w.tiles_[size_t(t)].mcols, k0, kc, dst + size_t(k0) * g.mr * g.elem_bytes);
+        g.pack_w(src, size_t(p.stride[0]), w.tiles_[size_t(t)].mcols, k0, kc,
+                 dst + size_t(k0) * g.mr * g.elem_bytes);
       }
     }
   });
   return w;
 }
 
-PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts, GemmPrecision prec,
-                         const char* what) {
+PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts,
+                         GemmPrecision prec, const char* what) {
   return pack_weight_with(matmul_kernels(active_isa()), pool, parts, prec, what);
 }
 
 size_t matmul_packed_scratch_bytes(const PackedWeight& w, int64_t n, int n_threads) {
   size_t most = 0;
-  for (const Tensor& p : w.parts()) most = std::max(most, matmul_scratch_bytes(p.dtype, n, p.shape[0], p.shape[1], n_threads));
-  most += align64(size_t(n) * size_t(w.rows()) * 4) + 64;  // GEMM result when the residual aliases y
+  for (const Tensor& p : w.parts())
+    most = std::max(most, matmul_scratch_bytes(p.dtype, n, p.shape[0], p.shape[1], n_threads));
+  // GEMM result when the residual aliases y; normalized x with a LayerNorm prologue.
+  most +=
+      align64(size_t(n) * size_t(w.rows()) * 4) + align64(size_t(n) * size_t(w.cols()) * 4) + 128;
   if (const MatmulKernels* k = PackedAccess::kernels(w)) {
     const GemmKernel& g = bf16_for(*k)->gemm[matmul_weight_slot(w.dtype())];
-    most = std::max(most, size_t(n_threads) * thread_bytes(g, PackedAccess::kp(w)) + 64);
+    most = std::max(most, size_t(n_threads) * thread_bytes(g, PackedAccess::kp(w), true) + 64);
   }
   return most + 128;
 }
 
-void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Tensor& y, const MatmulEpilogue& e,
-                   Arena* arena) {
+void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Tensor& y,
+                   const MatmulEpilogue& e, Arena* arena) {
   const char* what = "matmul_packed";
   CBX_CHECK(!w.empty(), "%s: the weight is empty (not packed)", what);
   const int64_t m = w.rows(), k = w.cols();
-  CBX_CHECK(x.dtype == DType::F32 && y.dtype == DType::F32, "%s: x (%s) and y (%s) must be f32", what,
-            dtype_name(x.dtype), dtype_name(y.dtype));
+  CBX_CHECK(x.dtype == DType::F32 && y.dtype == DType::F32, "%s: x (%s) and y (%s) must be f32",
+            what, dtype_name(x.dtype), dtype_name(y.dtype));
   CBX_CHECK(x.ndim >= 1 && x.cols() == k && x.ndim == y.ndim && y.cols() == m,
-            "%s: x %s . weight [%lld, %lld]^T does not give y %s", what, x.shape_str().c_str(), (long long)m,
-            (long long)k, y.shape_str().c_str());
+            "%s: x %s . weight [%lld, %lld]^T does not give y %s", what, x.shape_str().c_str(),
+            (long long)m, (long long)k, y.shape_str().c_str());
   for (int i = 0; i + 1 < x.ndim; ++i)
     CBX_CHECK(x.shape[i] == y.shape[i], "%s: y %s does not match x %s", what, y.shape_str().c_str(),
               x.shape_str().c_str());
   CBX_CHECK((x.stride[x.ndim - 1] == 4 || k <= 1) && (y.stride[y.ndim - 1] == 4 || m <= 1),
-            "%s: x %s and y %s need a contiguous innermost dim", what, x.shape_str().c_str(), y.shape_str().c_str());
+            "%s: x %s and y %s need a contiguous innermost dim", what, x.shape_str().c_str(),
+            y.shape_str().c_str());
   if (e.bias)
     CBX_CHECK(e.bias->dtype == DType::F32 && e.bias->ndim == 1 && e.bias->shape[0] == m &&
                   (e.bias->stride[0] == 4 || m <= 1),
@@ -233,10 +286,11 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
   if (e.residual) {
     const Tensor& r = *e.residual;
     CBX_CHECK(r.dtype == DType::F32 && same_shape(r, y) && (r.stride[r.ndim - 1] == 4 || m <= 1),
-              "%s: residual %s (%s) must be f32 shaped like y %s", what, r.shape_str().c_str(), dtype_name(r.dtype),
-              y.shape_str().c_str());
+              "%s: residual %s (%s) must be f32 shaped like y %s", what, r.shape_str().c_str(),
+              dtype_name(r.dtype), y.shape_str().c_str());
     rs = row_stride(r, what, "residual");
-    CBX_CHECK(rs % 4 == 0, "%s: residual row stride %lld is not a multiple of 4 bytes", what, (long long)rs);
+    CBX_CHECK(rs % 4 == 0, "%s: residual row stride %lld is not a multiple of 4 bytes", what,
+              (long long)rs);
     const uint8_t *rl, *rh, *yl, *yh;
     byte_range(r, rs, &rl, &rh);
     byte_range(y, ys, &yl, &yh);
@@ -245,9 +299,16 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
               "%s: residual %s overlaps y %s without being y itself", what, r.shape_str().c_str(),
               y.shape_str().c_str());
   }
+  if (e.ln_w)
+    for (const Tensor* t : {e.ln_w, e.ln_b})
+      CBX_CHECK(!t || (t->dtype == DType::F32 && t->ndim == 1 && t->shape[0] == k &&
+                       (t->stride[0] == 4 || k <= 1)),
+                "%s: LayerNorm parameter %s (%s) must be contiguous f32 [%lld]", what,
+                t->shape_str().c_str(), dtype_name(t->dtype), (long long)k);
   const int64_t n = x.rows();
   if (n == 0 || m == 0) return;
-  const MatmulKernels& kern = PackedAccess::kernels(w) ? *PackedAccess::kernels(w) : matmul_kernels(active_isa());
+  const MatmulKernels& kern =
+      PackedAccess::kernels(w) ? *PackedAccess::kernels(w) : matmul_kernels(active_isa());
   const NnKernels& nn = nn_kernels(kern.isa);
   const float* res = e.residual ? e.residual->ptr<float>() : nullptr;
   float* yp = y.ptr<float>();
@@ -257,21 +318,45 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
     if (w.has_panels() && k > 0 && n >= kGemmMinRows &&
         effective_precision(GemmPrecision::Auto, w.dtype()) == GemmPrecision::BF16) {
       const GemmKernel& g = bf16_for(kern)->gemm[matmul_weight_slot(w.dtype())];
-      uint8_t* scratch = get_scratch(arena, size_t(pool.size()) * thread_bytes(g, PackedAccess::kp(w)));
-      const Epi ep{e.bias ? e.bias->ptr<float>() : nullptr, e.act, res, rs / 4, &nn};
+      uint8_t* scratch = get_scratch(
+          arena, size_t(pool.size()) * thread_bytes(g, PackedAccess::kp(w), e.ln_w != nullptr));
+      const Epi ep{e.ln_w ? e.ln_w->ptr<float>() : nullptr,
+                   e.ln_b ? e.ln_b->ptr<float>() : nullptr,
+                   e.ln_eps,
+                   e.bias ? e.bias->ptr<float>() : nullptr,
+                   e.act,
+                   res,
+                   rs / 4,
+                   &nn};
       run_panels(w, g, PackedAccess::tiles(w), PackedAccess::panels(w), PackedAccess::kp(w), pool,
                  static_cast<const uint8_t*>(x.data), xs, n, yp, ys / 4, ep, scratch);
       return;
     }
     // Per part through matmul (its dot / GEMM paths and precision rules), then the epilogue.
+    // Temporaries: the GEMM result when the residual aliases y, the normalized x rows.
+    const size_t tmp_bytes = aliased ? align64(size_t(n) * size_t(m) * 4) : 0;
+    const size_t ln_bytes = e.ln_w ? align64(size_t(n) * size_t(k) * 4) : 0;
+    uint8_t* tmp = tmp_bytes + ln_bytes ? own_scratch(arena, tmp_bytes + ln_bytes) : nullptr;
     Tensor dst = y;
-    if (aliased) {
-      float* tmp = reinterpret_cast<float*>(get_scratch(arena, size_t(n) * size_t(m) * 4));
-      dst = make_tensor(DType::F32, {n, m}, tmp, size_t(n) * size_t(m) * 4);
+    if (aliased) dst = make_tensor(DType::F32, {n, m}, tmp, size_t(n) * size_t(m) * 4);
+    Tensor dst2 = dst.ndim == 2 ? dst
+                                : make_view(dst, 2, std::array<int64_t, 2>{n, m}.data(),
+                                            std::array<int64_t, 2>{ys, 4}.data(), 0);
+    Tensor x2 = make_view(x, 2, std::array<int64_t, 2>{n, k}.data(),
+                          std::array<int64_t, 2>{xs, 4}.data(), 0);
+    if (e.ln_w) {
+      float* lx = reinterpret_cast<float*>(tmp + tmp_bytes);
+      const float *lw = e.ln_w->ptr<float>(), *lb = e.ln_b ? e.ln_b->ptr<float>() : nullptr;
+      pool.run([&](int ith, int nth) {
+        int64_t r0, r1;
+        ThreadPool::split(n, ith, nth, &r0, &r1);
+        for (int64_t r = r0; r < r1; ++r)
+          nn.layer_norm(
+              reinterpret_cast<const float*>(static_cast<const uint8_t*>(x.data) + r * xs),
+              lx + r * k, k, lw, lb, e.ln_eps);
+      });
+      x2 = make_tensor(DType::F32, {n, k}, lx, size_t(n) * size_t(k) * 4);
     }
-    Tensor dst2 = dst.ndim == 2 ? dst : make_view(dst, 2, std::array<int64_t, 2>{n, m}.data(),
-                                                   std::array<int64_t, 2>{ys, 4}.data(), 0);
-    const Tensor x2 = make_view(x, 2, std::array<int64_t, 2>{n, k}.data(), std::array<int64_t, 2>{xs, 4}.data(), 0);
     for (size_t i = 0; i < w.parts().size(); ++i) {
       const Tensor& p = w.parts()[i];
       const int64_t o = w.part_rows()[i], mi = p.shape[0];
@@ -283,7 +368,8 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
         check_and_run(kern, pool, p, nullptr, x2, yi, arena, what);
       }
     }
-    epilogue_passes(pool, nn, e.act, res, rs / 4, dst2.ptr<float>(), dst2.stride[0] / 4, yp, ys / 4, n, m);
+    epilogue_passes(pool, nn, e.act, res, rs / 4, dst2.ptr<float>(), dst2.stride[0] / 4, yp, ys / 4,
+                    n, m);
   };
   try {
     body();
