@@ -16,6 +16,7 @@
 
 #include "core/arena.h"
 #include "core/dtype.h"
+#include "core/huge_buffer.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
@@ -135,7 +136,7 @@ class T3Gpt2 {
   DType kv_type_;
   int64_t max_ctx_ = 0, max_batch_ = 0;
   int64_t n_past_ = 0;
-  Arena kv_arena_;  // K and V per layer: [H, max_ctx, D] each
+  HugeBuffer kv_buf_;  // K and V per layer: [H, max_ctx, D] each, on huge pages where allowed
   size_t kv_bytes_ = 0;
   std::vector<Tensor> k_cache_, v_cache_;
   Arena arena_;

@@ -1,0 +1,39 @@
+#include "core/huge_buffer.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <utility>
+
+#include "core/error.h"
+
+namespace cbx {
+
+HugeBuffer::HugeBuffer(size_t bytes) : n_(bytes) {
+  if (bytes == 0) return;
+  const bool big = bytes >= kHugeMin;
+  const size_t align = big ? kHugePage : 64;
+  const size_t rounded = (bytes + align - 1) / align * align;
+  p_ = static_cast<uint8_t*>(std::aligned_alloc(align, rounded));
+  CBX_CHECK(p_ != nullptr, "huge buffer: cannot allocate %zu bytes", rounded);
+#ifdef MADV_HUGEPAGE
+  if (big) huge_ = madvise(p_, rounded, MADV_HUGEPAGE) == 0;
+#endif
+}
+
+HugeBuffer::~HugeBuffer() { std::free(p_); }
+
+HugeBuffer::HugeBuffer(HugeBuffer&& o) noexcept
+    : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), huge_(std::exchange(o.huge_, false)) {}
+
+HugeBuffer& HugeBuffer::operator=(HugeBuffer&& o) noexcept {
+  if (this != &o) {
+    std::free(p_);
+    p_ = std::exchange(o.p_, nullptr);
+    n_ = std::exchange(o.n_, 0);
+    huge_ = std::exchange(o.huge_, false);
+  }
+  return *this;
+}
+
+}  // namespace cbx

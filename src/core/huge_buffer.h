@@ -1,0 +1,39 @@
+// Large read-mostly buffers (KV caches, re-laid-out weights) on transparent huge pages where
+// the kernel allows them (THP "always" or "madvise" mode): 2 MB pages cut the TLB misses
+// of a decode step that streams a few hundred MB, and the page walks are dearer still under
+// a hypervisor. Measured on the 2-vCPU KVM dev machine, a 256 MB sequential read through
+// 4 KB vs huge pages (same process, alternating, loaded machine): 12.7 vs 15.2 GB/s on one
+// thread, 8.8 vs 13.1 GB/s on two. Without THP support this is a plain aligned buffer.
+// The memory is not zeroed; pages are only backed once touched.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace cbx {
+
+class HugeBuffer {
+ public:
+  HugeBuffer() = default;
+  // bytes >= kHugeMin: 2 MB aligned, size rounded up to whole 2 MB pages, MADV_HUGEPAGE
+  // asked for (failure to get it is not an error); smaller: 64-byte aligned.
+  explicit HugeBuffer(size_t bytes);
+  ~HugeBuffer();
+  HugeBuffer(HugeBuffer&& o) noexcept;
+  HugeBuffer& operator=(HugeBuffer&& o) noexcept;
+  HugeBuffer(const HugeBuffer&) = delete;
+  HugeBuffer& operator=(const HugeBuffer&) = delete;
+
+  uint8_t* data() const { return p_; }
+  size_t size() const { return n_; }       // bytes asked for
+  bool huge() const { return huge_; }      // whether MADV_HUGEPAGE was accepted
+
+  static constexpr size_t kHugePage = size_t(2) << 20;
+  static constexpr size_t kHugeMin = size_t(1) << 20;
+
+ private:
+  uint8_t* p_ = nullptr;
+  size_t n_ = 0;
+  bool huge_ = false;
+};
+
+}  // namespace cbx
