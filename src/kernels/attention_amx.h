@@ -3,11 +3,13 @@
 //
 //   out[i, :] = sum_j softmax_j(scale q[i, :] . k[j, :]) v[j, :]      i < Tq, j < Tk
 //
-// Per block of 32 queries (rows): q rounded to bf16, S = q k^T on tiles (f32) for all keys
-// into a per-thread buffer (32 x Tk f32 stays in L2), then per row the exact max, p =
-// exp(scale (s - max)) with an AVX-512 polynomial, the sum in f32 and p rounded to bf16 in
-// place, then O = P v on tiles and out = O / sum. Because the whole score row block is in
-// cache no online rescaling is needed; the score matrix never goes to memory.
+// Per block of 32 queries: q rounded to bf16, S = q k^T on tiles (f32) for all keys into a
+// per-thread buffer (32 x Tk f32 stays in L2), then per row the exact max, p = exp(scale
+// (s - max)) with an AVX-512 polynomial, the sum in f32 and p rounded to bf16 in place, then
+// O = P v on tiles and out = O / sum. Because the whole score row block is in cache no online
+// rescaling is needed; the score matrix never goes to memory. A thread runs a range of blocks
+// as a pipeline: the tile multiplies of the next block's S are issued between the softmax
+// rows of the current one (two score buffers), so the AMX unit works while AVX-512 does exp.
 //
 // Operand layouts (bf16 as uint16, round to nearest even; zero past Tk):
 //   kp: [ceil(Tk / 16)][D / 2][16][2]   kp[t][p][j][e] = k[16 t + j][2 p + e]
@@ -21,7 +23,7 @@
 
 namespace cbx {
 
-constexpr int64_t kAttnAmxQueryBlock = 32;   // queries per rows() call
+constexpr int64_t kAttnAmxQueryBlock = 32;   // queries per block
 constexpr int64_t kAttnAmxMaxHeadDim = 128;
 
 struct AttnAmxHead {
@@ -40,9 +42,10 @@ struct AttentionAmxKernels {
   // attention_amx_vp_elems uint16 each, padding included).
   void (*pack_k)(const float* k, int64_t k_rs, int64_t Tk, int64_t D, uint16_t* kp);
   void (*pack_v)(const float* v, int64_t v_rs, int64_t Tk, int64_t D, uint16_t* vp);
-  // Output rows [q0, min(q0 + 32, Tq)) of one head; ws: attention_amx_ws_bytes(Tk, D) bytes,
-  // 64-byte aligned, private to the calling thread.
-  void (*rows)(const AttnAmxHead& h, int64_t q0, void* ws);
+  // Blocks [i0, i1) of heads[0 .. n_heads) x nqb blocks of 32 queries: block i is rows
+  // [32 (i % nqb), min(32 (i % nqb) + 32, Tq)) of heads[i / nqb]. All heads share Tq, Tk, D
+  // and scale. ws: attention_amx_ws_bytes(Tk, D) bytes, 64-byte aligned, private to the thread.
+  void (*run)(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void* ws);
 };
 
 // Sizes (inline: callable without AVX-512). The score rows of the workspace are padded by 16
@@ -51,8 +54,8 @@ inline int64_t attention_amx_score_stride(int64_t Tk) { return (Tk + 31) / 32 * 
 inline size_t attention_amx_kp_elems(int64_t Tk, int64_t D) { return size_t((Tk + 15) / 16 * 16 * D); }
 inline size_t attention_amx_vp_elems(int64_t Tk, int64_t D) { return size_t((Tk + 31) / 32 * 32 * D); }
 inline size_t attention_amx_ws_bytes(int64_t Tk, int64_t D) {
-  // scores / probabilities [32][stride] f32, q [32][D] bf16, one output block [32][32] f32
-  return size_t(kAttnAmxQueryBlock * attention_amx_score_stride(Tk) * 4 + kAttnAmxQueryBlock * D * 2 +
+  // two scores / probabilities buffers [32][stride] f32, q [32][D] bf16, one output block [32][32] f32
+  return size_t(2 * kAttnAmxQueryBlock * attention_amx_score_stride(Tk) * 4 + kAttnAmxQueryBlock * D * 2 +
                 kAttnAmxQueryBlock * 32 * 4 + 3 * 64);
 }
 

@@ -3,7 +3,7 @@
 // Tiles: every tile is configured as 16 rows x 64 bytes, the same configuration the AMX GEMM
 // (matmul_amx_avx512.cpp) loads, so the two may run on one thread in any order.
 //   S phase (32 queries x 16 keys per step): acc 0, 1 (rows 0-15, 16-31); q tiles 2..5 stay
-//     loaded for D <= 64 (rows x 32-dim chunks); k tiles 6, 7.
+//     loaded for D = 64 (rows x 32-dim chunks) while the previous block's softmax runs; k tiles 6, 7.
 //   O phase (32 queries x 32 dims per pass, D / 32 passes): acc 0..3, P tiles 4, 5, v tiles 6, 7.
 // exp: p = 2^n 2^f with n = round(t), f = t - n in [-0.5, 0.5], 2^f by a cubic (minimax for
 // the relative error, max 7.5e-5; p is then rounded to bf16, relative error up to 2^-9).
@@ -113,40 +113,58 @@ inline __m512 exp2_poly(__m512 t) {
 }
 
 // Row of Tk scores (f32) -> probabilities (bf16, in place over the row's first half, zero in
-// [Tk, round_up(Tk, 32))); returns 1 / sum.
+// [Tk, round_up(Tk, 32))); returns 1 / sum. Loads of [j, j + 32) happen before the 64-byte
+// store at byte 2 j, which only covers scores < j + 16 already read (the store trails the loads).
 inline float softmax_row_bf16(float* s, int64_t Tk, float scale) {
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int64_t j = 0; j < Tk; j += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, lanes(Tk - j), s + j));
+  const int64_t full16 = Tk / 16 * 16, full32 = Tk / 32 * 32;
+  __m512 mx = _mm512_set1_ps(-INFINITY), mx1 = mx;
+  int64_t j = 0;
+  for (; j + 32 <= full16; j += 32) {
+    mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
+    mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(s + j + 16));
+  }
+  for (; j < Tk; j += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, lanes(Tk - j), s + j));
   const float c = scale * 1.4426950408889634f;  // log2(e)
-  const __m512 vc = _mm512_set1_ps(c), vmc = _mm512_set1_ps(_mm512_reduce_max_ps(mx) * c);
-  __m512 sum = _mm512_setzero_ps();
+  const __m512 vc = _mm512_set1_ps(c), vmc = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(mx, mx1)) * c);
+  __m512 sum = _mm512_setzero_ps(), sum1 = sum;
   auto* p = reinterpret_cast<uint16_t*>(s);
-  for (int64_t j = 0; j < Tk; j += 32) {
-    // Loads of [j, j + 32) happen before the 64-byte store at byte 2 j, which only covers
-    // scores < j + 16 already read (the store trails the loads).
+  for (j = 0; j < full32; j += 32) {
+    const __m512 pa = exp2_poly(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vc, vmc));
+    const __m512 pb = exp2_poly(_mm512_fmsub_ps(_mm512_loadu_ps(s + j + 16), vc, vmc));
+    sum = _mm512_add_ps(sum, pa);
+    sum1 = _mm512_add_ps(sum1, pb);
+    _mm512_storeu_si512(p + j, (__m512i)_mm512_cvtne2ps_pbh(pb, pa));
+  }
+  if (j < Tk) {
     const __mmask16 m0 = lanes(Tk - j), m1 = lanes(Tk - j - 16);
     const __m512 a = _mm512_maskz_loadu_ps(m0, s + j), b = _mm512_maskz_loadu_ps(m1, s + j + 16);
     const __m512 pa = _mm512_maskz_mov_ps(m0, exp2_poly(_mm512_fmsub_ps(a, vc, vmc)));
     const __m512 pb = _mm512_maskz_mov_ps(m1, exp2_poly(_mm512_fmsub_ps(b, vc, vmc)));
-    sum = _mm512_add_ps(sum, _mm512_add_ps(pa, pb));
+    sum = _mm512_add_ps(sum, pa);
+    sum1 = _mm512_add_ps(sum1, pb);
     _mm512_storeu_si512(p + j, (__m512i)_mm512_cvtne2ps_pbh(pb, pa));
   }
-  return 1.f / _mm512_reduce_add_ps(sum);
+  return 1.f / _mm512_reduce_add_ps(_mm512_add_ps(sum, sum1));
 }
 
-// S [32][lds] = q [32][D] . k^T for all key tiles.
+// Q tiles 2..5 (rows 0-15 / 16-31 x dims 0-31 / 32-63) for D = 64, where they stay loaded.
+__attribute__((target("amx-tile"))) void load_q_tiles(const uint16_t* qb) {
+  constexpr size_t qs = 128;
+  _tile_loadd(2, qb, qs);
+  _tile_loadd(3, qb + 32, qs);
+  _tile_loadd(4, qb + 16 * 64, qs);
+  _tile_loadd(5, qb + 16 * 64 + 32, qs);
+}
+
+// S [32][lds], key tiles [t0, t1) = q [32][D] . k^T (for D = 64 the q tiles must be loaded).
 template <int ND>
-__attribute__((target("amx-tile,amx-bf16"))) void scores_tiles(const uint16_t* qb, const uint16_t* kp, int64_t nkt,
-                                                              float* s, int64_t lds) {
+__attribute__((target("amx-tile,amx-bf16"))) void scores_tiles(const uint16_t* qb, const uint16_t* kp, int64_t t0,
+                                                              int64_t t1, float* s, int64_t lds) {
   constexpr int64_t D = ND * 32;
   constexpr size_t qs = D * 2;
   const size_t ss = size_t(lds) * 4;
   if constexpr (ND == 2) {
-    _tile_loadd(2, qb, qs);
-    _tile_loadd(3, qb + 32, qs);
-    _tile_loadd(4, qb + 16 * D, qs);
-    _tile_loadd(5, qb + 16 * D + 32, qs);
-    for (int64_t t = 0; t < nkt; ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
       const uint16_t* kb = kp + t * 16 * D;
       _tile_zero(0);
       _tile_zero(1);
@@ -160,7 +178,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void scores_tiles(const uint16_t* q
       _tile_stored(1, s + 16 * lds + t * 16, ss);
     }
   } else {
-    for (int64_t t = 0; t < nkt; ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
       const uint16_t* kb = kp + t * 16 * D;
       _tile_zero(0);
       _tile_zero(1);
@@ -209,49 +227,86 @@ inline uint8_t* align64(void* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
 }
 
+// Block it's q rows -> qb (bf16, zero rows past Tq); returns the number of valid rows.
 template <int ND>
-void rows_amx(const AttnAmxHead& h, int64_t q0, void* ws) {
+int load_q(const AttnAmxHead& h, int64_t q0, uint16_t* qb) {
   constexpr int64_t D = ND * 32;
-  configure_tiles();
-  const int64_t Tk = h.Tk, lds = attention_amx_score_stride(Tk);
   const int nq = int(h.Tq - q0 < kQb ? h.Tq - q0 : kQb);
-  float* s = reinterpret_cast<float*>(align64(ws));
-  auto* qb = reinterpret_cast<uint16_t*>(align64(s + kQb * lds));
-  float* ot = reinterpret_cast<float*>(align64(qb + kQb * D));
   for (int r = 0; r < kQb; ++r) {
     if (r < nq)
       row_bf16(h.q + (q0 + r) * h.q_rs, D, qb + r * D);
     else
       std::memset(qb + r * D, 0, D * 2);
   }
-  scores_tiles<ND>(qb, h.kp, (Tk + 15) / 16, s, lds);
+  return nq;
+}
+
+template <int ND>
+void run_amx(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void* ws) {
+  constexpr int64_t D = ND * 32;
+  if (i0 >= i1) return;
+  configure_tiles();
+  const int64_t Tk = heads[0].Tk, lds = attention_amx_score_stride(Tk), nkt = (Tk + 15) / 16;
+  const float scale = heads[0].scale;
+  float* sbuf[2];
+  sbuf[0] = reinterpret_cast<float*>(align64(ws));
+  sbuf[1] = reinterpret_cast<float*>(align64(sbuf[0] + kQb * lds));
+  auto* qb = reinterpret_cast<uint16_t*>(align64(sbuf[1] + kQb * lds));
+  float* ot = reinterpret_cast<float*>(align64(qb + kQb * D));
   alignas(64) float inv[kQb];
-  for (int r = 0; r < nq; ++r) inv[r] = softmax_row_bf16(s + r * lds, Tk, h.scale);
-  const auto* p = reinterpret_cast<const uint16_t*>(s);
-  for (int dh = 0; dh < ND; ++dh) {
-    output_tiles<ND>(p, lds, h.vp, (Tk + 31) / 32, dh, ot);
-    for (int r = 0; r < nq; ++r) {
-      float* o = h.o + (q0 + r) * h.o_rs + dh * 32;
-      const __m512 sc = _mm512_set1_ps(inv[r]);
-      _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_load_ps(ot + r * 32), sc));
-      _mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_load_ps(ot + r * 32 + 16), sc));
+
+  // Prologue: S of the first block.
+  int nq = load_q<ND>(heads[i0 / nqb], (i0 % nqb) * kQb, qb);
+  if constexpr (ND == 2) load_q_tiles(qb);
+  scores_tiles<ND>(qb, heads[i0 / nqb].kp, 0, nkt, sbuf[0], lds);
+  int cur = 0;
+  for (int64_t it = i0; it < i1; ++it) {
+    const AttnAmxHead& h = heads[it / nqb];
+    const int64_t q0 = (it % nqb) * kQb;
+    float* s = sbuf[cur];
+    // Softmax rows of this block, with the next block's S tiles issued in between.
+    const bool next = it + 1 < i1;
+    const uint16_t* kp_next = nullptr;
+    int nq_next = 0;
+    if (next) {
+      const AttnAmxHead& hn = heads[(it + 1) / nqb];
+      kp_next = hn.kp;
+      nq_next = load_q<ND>(hn, ((it + 1) % nqb) * kQb, qb);
+      if constexpr (ND == 2) load_q_tiles(qb);
     }
+    float* sn = sbuf[cur ^ 1];
+    for (int r = 0; r < kQb; ++r) {
+      if (r < nq) inv[r] = softmax_row_bf16(s + r * lds, Tk, scale);
+      if (next) scores_tiles<ND>(qb, kp_next, nkt * r / kQb, nkt * (r + 1) / kQb, sn, lds);
+    }
+    const auto* p = reinterpret_cast<const uint16_t*>(s);
+    for (int dh = 0; dh < ND; ++dh) {
+      output_tiles<ND>(p, lds, h.vp, (Tk + 31) / 32, dh, ot);
+      for (int r = 0; r < nq; ++r) {
+        float* o = h.o + (q0 + r) * h.o_rs + dh * 32;
+        const __m512 sc = _mm512_set1_ps(inv[r]);
+        _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_load_ps(ot + r * 32), sc));
+        _mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_load_ps(ot + r * 32 + 16), sc));
+      }
+    }
+    nq = nq_next;
+    cur ^= 1;
   }
 }
 
-void rows_dispatch(const AttnAmxHead& h, int64_t q0, void* ws) {
-  switch (h.D) {
-    case 32: return rows_amx<1>(h, q0, ws);
-    case 64: return rows_amx<2>(h, q0, ws);
-    case 96: return rows_amx<3>(h, q0, ws);
-    default: return rows_amx<4>(h, q0, ws);  // 128 (the front end checks D)
+void run_dispatch(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void* ws) {
+  switch (heads[0].D) {
+    case 32: return run_amx<1>(heads, nqb, i0, i1, ws);
+    case 64: return run_amx<2>(heads, nqb, i0, i1, ws);
+    case 96: return run_amx<3>(heads, nqb, i0, i1, ws);
+    default: return run_amx<4>(heads, nqb, i0, i1, ws);  // 128 (the front end checks D)
   }
 }
 
 }  // namespace
 
 const AttentionAmxKernels* attention_amx_kernels() {
-  static const AttentionAmxKernels k{pack_k, pack_v, rows_dispatch};
+  static const AttentionAmxKernels k{pack_k, pack_v, run_dispatch};
   return amx_bf16_usable() ? &k : nullptr;
 }
 

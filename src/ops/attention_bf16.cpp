@@ -50,7 +50,8 @@ bool attention_bf16_available(int64_t head_dim) { return head_dim_ok(head_dim) &
 size_t attention_bf16_scratch_bytes(int64_t B, int64_t H, int64_t Tk, int64_t D, int n_threads) {
   const size_t heads = size_t(B * H);
   return heads * round64(attention_amx_kp_elems(Tk, D) * 2) + heads * round64(attention_amx_vp_elems(Tk, D) * 2) +
-         size_t(std::max(n_threads, 1)) * round64(attention_amx_ws_bytes(Tk, D)) + 4 * 64;
+         size_t(std::max(n_threads, 1)) * round64(attention_amx_ws_bytes(Tk, D)) +
+         round64(heads * sizeof(AttnAmxHead)) + 5 * 64;
 }
 
 void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, Tensor& out_in,
@@ -84,6 +85,23 @@ void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, co
   auto* vp = static_cast<uint8_t*>(scratch.alloc_bytes(size_t(heads) * vp_b, 64, "attention_bf16 packed v"));
   auto* ws = static_cast<uint8_t*>(scratch.alloc_bytes(size_t(nth_pool) * ws_b, 64, "attention_bf16 workspace"));
 
+  auto* hv = static_cast<AttnAmxHead*>(scratch.alloc_bytes(size_t(heads) * sizeof(AttnAmxHead), 64,
+                                                          "attention_bf16 heads"));
+  for (int64_t bh = 0; bh < heads; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    AttnAmxHead& hd = hv[bh];
+    hd = AttnAmxHead{};
+    hd.q = at(q, b, h);
+    hd.q_rs = q.stride[2] / 4;
+    hd.o = const_cast<float*>(at(out, b, h));
+    hd.o_rs = out.stride[2] / 4;
+    hd.kp = reinterpret_cast<const uint16_t*>(kp + bh * kp_b);
+    hd.vp = reinterpret_cast<const uint16_t*>(vp + bh * vp_b);
+    hd.Tq = Tq;
+    hd.Tk = Tk;
+    hd.D = D;
+    hd.scale = scale;
+  }
   const int64_t nqb = (Tq + kAttnAmxQueryBlock - 1) / kAttnAmxQueryBlock, items = heads * nqb;
   pool.run([&](int ith, int nth) {
     // Each thread packs the heads its query blocks mostly fall in (same contiguous split).
@@ -96,21 +114,7 @@ void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, co
     }
     if (nth > 1) pool.barrier();
     ThreadPool::split(items, ith, nth, &i0, &i1);
-    AttnAmxHead hd;
-    hd.Tq = Tq;
-    hd.Tk = Tk;
-    hd.D = D;
-    hd.scale = scale;
-    hd.q_rs = q.stride[2] / 4;
-    hd.o_rs = out.stride[2] / 4;
-    for (int64_t it = i0; it < i1; ++it) {
-      const int64_t bh = it / nqb, b = bh / H, h = bh % H;
-      hd.q = at(q, b, h);
-      hd.o = const_cast<float*>(at(out, b, h));
-      hd.kp = reinterpret_cast<const uint16_t*>(kp + bh * kp_b);
-      hd.vp = reinterpret_cast<const uint16_t*>(vp + bh * vp_b);
-      kern->rows(hd, (it % nqb) * kAttnAmxQueryBlock, ws + size_t(ith) * ws_b);
-    }
+    kern->run(hv, nqb, i0, i1, ws + size_t(ith) * ws_b);
   });
   scratch.rewind(mark);
 }
