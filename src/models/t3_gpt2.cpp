@@ -162,6 +162,7 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   head_ = RowLinear(w.speech_head_w, w.speech_head_b, "t3 speech_head", active_isa(), o.pack_q4);
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
+  claims_ = std::make_unique<Claim[]>(size_t(4 * c.n_layer + 1));
   const size_t fused = 2 * f32_bytes(nt * d) + size_t(nt) * act_stride_ + kAllocSlack;
 
   arena_.reserve(act + transient + fused + 4 * kAllocSlack);
@@ -230,52 +231,69 @@ void T3Gpt2::decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1) {
     attention_part(0, 1, q, k, v, Tensor{}, o, ap, 0, 0);
   }
 
+  const int n_claims = 4 * c_.n_layer + 1;
+  for (int i = 0; i < n_claims; ++i) claims_[size_t(i)].next.store(0, std::memory_order_relaxed);
+
   pool_.run([&](int ith, int nth) {
     float* h = thread_h_.ptr<float>() + ith * d;
     float* tmp = thread_tmp_.ptr<float>() + ith * d;
     uint8_t* abuf = thread_act_ + size_t(ith) * act_stride_;
-    int64_t h0, h1;
-    ThreadPool::split(H, ith, nth, &h0, &h1);
-    int64_t m0, m1;
+    // Units [0, n) of a phase: each thread first takes its own contiguous block (3/4 of
+    // an even share, so the weight rows stay long streams), then the rest goes in chunks
+    // of `chunk` claimed from counter `phase` until none is left; fn(u0, u1) per piece.
+    auto claim = [&](int phase, int64_t n, int64_t align, int64_t chunk, auto&& fn) {
+      const int64_t own = n * 3 / (4 * nth) / align * align;
+      if (own > 0) fn(ith * own, (ith + 1) * own);
+      std::atomic<int64_t>& next = claims_[size_t(phase)].next;
+      for (int64_t u0; (u0 = nth * own + next.fetch_add(chunk, std::memory_order_relaxed)) < n;)
+        fn(u0, std::min(n, u0 + chunk));
+    };
+    // Row chunks of ~1/64 of the rows, whole 16-row groups (RowLinear::split's unit).
+    auto claim_rows = [&](int phase, const RowLinear& r, auto&& fn) {
+      claim(phase, r.rows(), 16, std::max<int64_t>(16, (r.rows() + 1023) / 1024 * 16), fn);
+    };
     for (int l = 0; l < c_.n_layer; ++l) {
       const T3Gpt2Layer& L = w_.layers[size_t(l)];
       const LayerRows& R = rows_[size_t(l)];
       const Tensor& kc = k_cache_[size_t(l)];
       const Tensor& vc = v_cache_[size_t(l)];
-      // ln_1, then q, k, v of this thread's heads; their K/V go to the cache.
+      const Tensor k = make_view(kc, 3, kv_shape, kc.stride, 0);
+      const Tensor v = make_view(vc, 3, kv_shape, vc.stride, 0);
+      // ln_1, then per claimed head: its q, k, v rows, its K/V into the cache, its attention.
       row_layer_norm(xr, h, d, L.ln_1_w, L.ln_1_b, c_.norm_eps);
       const void* a = R.qkv.act(h, abuf);
-      for (int part = 0; part < 3; ++part)
-        R.qkv.run(part * d + h0 * D, part * d + h1 * D, a, qkvr, RowEpilogue::Store);
-      for (int64_t hh = h0; hh < h1; ++hh) {
-        row_store(qkvr + d + hh * D, static_cast<uint8_t*>(kc.data) + hh * kc.stride[0] + pos * kc.stride[1],
-                  kv_type_, D);
-        row_store(qkvr + 2 * d + hh * D, static_cast<uint8_t*>(vc.data) + hh * vc.stride[0] + pos * vc.stride[1],
-                  kv_type_, D);
-      }
-      if (h1 > h0) {
-        const Tensor k = make_view(kc, 3, kv_shape, kc.stride, 0);
-        const Tensor v = make_view(vc, 3, kv_shape, vc.stride, 0);
+      claim(4 * l, H, 1, 1, [&](int64_t h0, int64_t h1) {
+        for (int part = 0; part < 3; ++part)
+          R.qkv.run(part * d + h0 * D, part * d + h1 * D, a, qkvr, RowEpilogue::Store);
+        for (int64_t hh = h0; hh < h1; ++hh) {
+          row_store(qkvr + d + hh * D, static_cast<uint8_t*>(kc.data) + hh * kc.stride[0] + pos * kc.stride[1],
+                    kv_type_, D);
+          row_store(qkvr + 2 * d + hh * D, static_cast<uint8_t*>(vc.data) + hh * vc.stride[0] + pos * vc.stride[1],
+                    kv_type_, D);
+        }
         attention_part(0, 1, q, k, v, Tensor{}, o, ap, h0, h1);
-      }
+      });
       pool_.barrier();
       // x += c_proj(att)
-      R.attn_proj.split(ith, nth, &m0, &m1);
-      R.attn_proj.run(m0, m1, R.attn_proj.act(attr, abuf), xr, RowEpilogue::AddTo, tmp);
+      const void* aa = R.attn_proj.act(attr, abuf);
+      claim_rows(4 * l + 1, R.attn_proj,
+                 [&](int64_t m0, int64_t m1) { R.attn_proj.run(m0, m1, aa, xr, RowEpilogue::AddTo, tmp); });
       pool_.barrier();
       // f1 = gelu(c_fc(ln_2(x)))
       row_layer_norm(xr, h, d, L.ln_2_w, L.ln_2_b, c_.norm_eps);
-      R.fc.split(ith, nth, &m0, &m1);
-      R.fc.run(m0, m1, R.fc.act(h, abuf), f1r, RowEpilogue::GeluTanh);
+      const void* af = R.fc.act(h, abuf);
+      claim_rows(4 * l + 2, R.fc, [&](int64_t m0, int64_t m1) { R.fc.run(m0, m1, af, f1r, RowEpilogue::GeluTanh); });
       pool_.barrier();
       // x += mlp.c_proj(f1)
-      R.proj.split(ith, nth, &m0, &m1);
-      R.proj.run(m0, m1, R.proj.act(f1r, abuf), xr, RowEpilogue::AddTo, tmp);
+      const void* ap2 = R.proj.act(f1r, abuf);
+      claim_rows(4 * l + 3, R.proj,
+                 [&](int64_t m0, int64_t m1) { R.proj.run(m0, m1, ap2, xr, RowEpilogue::AddTo, tmp); });
       pool_.barrier();
     }
     row_layer_norm(xr, h, d, w_.ln_f_w, w_.ln_f_b, c_.norm_eps);
-    head_.split(ith, nth, &m0, &m1);
-    head_.run(m0, m1, head_.act(h, abuf), logits_.ptr<float>(), RowEpilogue::Store);
+    const void* ah = head_.act(h, abuf);
+    claim_rows(4 * c_.n_layer, head_,
+               [&](int64_t m0, int64_t m1) { head_.run(m0, m1, ah, logits_.ptr<float>(), RowEpilogue::Store); });
   });
 }
 

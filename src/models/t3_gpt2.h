@@ -9,7 +9,9 @@
 // Arena for every activation, both reserved at construction for the worst case (max_ctx
 // keys, max_batch rows per call); a forward call allocates nothing.
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <functional>
 #include <string>
 #include <vector>
@@ -123,10 +125,12 @@ class T3Gpt2 {
     if (capture_) capture_(name, layer, t);
   }
   void store_kv(int layer, const Tensor& qkv, int64_t T);
-  // One-row forward (decode) as a single pool run: per layer, each thread projects the
-  // q/k/v rows of its own heads, stores their K/V and runs their attention, then three
-  // barrier-separated row-split projections with norm, bias, GELU and residual fused
-  // (4 barriers a layer, no serial sections). x: [1, d] inputs + wpe (updated in place);
+  // One-row forward (decode) as a single pool run: per layer, the heads (q/k/v rows of a
+  // head, its K/V stored, its attention), then three barrier-separated projections with
+  // norm, bias, GELU and residual fused (4 barriers a layer, no serial sections). Work is
+  // shared out as a fixed block per thread (3/4 of an even share) plus small pieces
+  // claimed from a counter (claims_). Every output row is computed whole by one thread,
+  // so the result does not depend on who took what. x: [1, d] inputs + wpe (updated in place);
   // qkv [1, 3d], att [1, d], f1 [1, n_ff]: the forward's buffers; writes logits_.
   void decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1);
 
@@ -148,6 +152,13 @@ class T3Gpt2 {
   };
   std::vector<LayerRows> rows_;
   RowLinear head_;
+  // Work counters of the fused decode, one per barrier-separated phase (4 a layer + the
+  // head): threads claim heads / row chunks from them instead of taking fixed halves, so
+  // a thread slowed by the memory system or the OS does not leave the other waiting.
+  struct alignas(64) Claim {
+    std::atomic<int64_t> next{0};
+  };
+  std::unique_ptr<Claim[]> claims_;
   Tensor thread_h_, thread_tmp_;  // [nt, d] each
   uint8_t* thread_act_ = nullptr;  // nt rows of act_stride_ bytes
   size_t act_stride_ = 0;
