@@ -218,6 +218,56 @@ TEST_P(PackedTest, EpiloguesEqualUnfused) {
   }
 }
 
+// The MLP (LayerNorm + ff1 + bias + GELU, then ff2 + bias + residual) against the unfused ops,
+// with x = y (the CFM case: xt += ff2(gelu(ff1(norm3(xt))))) and with x apart from y.
+TEST_P(PackedTest, MlpEqualsUnfused) {
+  const auto [t, prec] = GetParam();
+  GemmPrecisionScope scope(prec);
+  uint32_t seed = 900;
+  for (auto [c, f, n] :
+       {std::tuple<int64_t, int64_t, int64_t>{256, 1024, 300}, {64, 96, 45}, {96, 64, 7}}) {
+    SCOPED_TRACE(testing::Message() << dtype_name(t) << " prec=" << gemm_precision_name(prec)
+                                    << " C=" << c << " F=" << f << " N=" << n);
+    Weight w1 = make_weight(t, f, c, seed += 3), w2 = make_weight(t, c, f, seed += 3);
+    const PackedWeight p1 = pack_weight(pool(), {&w1.t}, GemmPrecision::Auto, "ff1");
+    const PackedWeight p2 = pack_weight(pool(), {&w2.t}, GemmPrecision::Auto, "ff2");
+    std::vector<float> b1(static_cast<size_t>(f)), b2(static_cast<size_t>(c)),
+        lw(static_cast<size_t>(c)), lb(static_cast<size_t>(c));
+    for (size_t i = 0; i < b1.size(); ++i) b1[i] = 0.03f * float(i % 11) - 0.1f;
+    for (size_t i = 0; i < b2.size(); ++i) {
+      b2[i] = 0.02f * float(i % 7) - 0.05f;
+      lw[i] = 1.f - 0.01f * float(i % 9);
+      lb[i] = 0.01f * float(i % 4);
+    }
+    Tensor b1t = make_tensor(DType::F32, {f}, b1.data(), b1.size() * 4);
+    Tensor b2t = make_tensor(DType::F32, {c}, b2.data(), b2.size() * 4);
+    Tensor lwt = make_tensor(DType::F32, {c}, lw.data(), lw.size() * 4);
+    Tensor lbt = make_tensor(DType::F32, {c}, lb.data(), lb.size() * 4);
+    Arena arena(matmul_mlp_scratch_bytes(p1, p2, n, pool().size()));
+    for (bool in_place : {true, false}) {
+      SCOPED_TRACE(in_place ? "x = y" : "x apart");
+      Mat x = make_mat(0, n, c, 3, seed + 1), y = make_mat(0, n, c, 3, seed + 1);
+      Mat other = make_mat(0, n, c, 0, seed + 2), hid = make_mat(0, n, f, 0, seed + 4);
+      Tensor& xin = in_place ? y.t : other.t;
+      // Reference: from copies of the same inputs.
+      Mat rx = make_mat(0, n, c, in_place ? 3 : 0, in_place ? seed + 1 : seed + 2),
+          ry = make_mat(0, n, c, 3, seed + 1);
+      Mat rn = make_mat(0, n, c, 0, seed + 5), rh = make_mat(0, n, f, 0, seed + 6),
+          rt = make_mat(0, n, c, 0, seed + 7);
+      layer_norm(pool(), rx.t, lwt, lbt, 1e-5f, rn.t);
+      matmul_bias(pool(), w1.t, b1t, rn.t, rh.t);
+      gelu(pool(), rh.t, rh.t);
+      matmul_bias(pool(), w2.t, b2t, rh.t, rt.t);
+      add(pool(), ry.t, rt.t, ry.t);
+
+      matmul_mlp(pool(), p1, MatmulEpilogue{&b1t, MatmulAct::Gelu, nullptr, &lwt, &lbt, 1e-5f}, p2,
+                 MatmulEpilogue{&b2t, MatmulAct::None, &y.t}, xin, hid.t, y.t, &arena);
+      EXPECT_EQ(arena.used(), 0u);
+      EXPECT_TRUE(same_bits(y.t, ry.t));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, PackedTest,
                          ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16,
                                                               DType::Q8_0, DType::Q4_0),

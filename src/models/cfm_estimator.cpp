@@ -258,6 +258,7 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
         transient = std::max(transient, matmul_packed_scratch_bytes(*p, N, nt));
         packed_bytes_ += p->panel_bytes();
       }
+      transient = std::max(transient, matmul_mlp_scratch_bytes(pb.ff1, pb.ff2, N, nt));
       packed_.emplace_back(&b, std::move(pb));
     }
   };
@@ -368,9 +369,9 @@ void CfmEstimator::transformer(const CfmTransformerWeights& tw, Bufs& bf, int64_
     attention_f32(q, k, v, att, vt_all, n_valid);
   // xt += to_out(att) + b; xt += ff2(gelu(ff1(norm3(xt)) + b1)) + b2, epilogues fused into the GEMMs.
   matmul_packed(pool_, pk.out, att, xt, MatmulEpilogue{&tw.to_out_b, MatmulAct::None, &xt}, &arena_);
-  matmul_packed(pool_, pk.ff1, xt, ff,
-                MatmulEpilogue{&tw.ff1_b, MatmulAct::Gelu, nullptr, &tw.norm3_w, &tw.norm3_b, kLnEps}, &arena_);
-  matmul_packed(pool_, pk.ff2, ff, xt, MatmulEpilogue{&tw.ff2_b, MatmulAct::None, &xt}, &arena_);
+  // The MLP runs per 32-row tile with the hidden rows in per-thread scratch (ff only on fallback).
+  matmul_mlp(pool_, pk.ff1, MatmulEpilogue{&tw.ff1_b, MatmulAct::Gelu, nullptr, &tw.norm3_w, &tw.norm3_b, kLnEps},
+             pk.ff2, MatmulEpilogue{&tw.ff2_b, MatmulAct::None, &xt}, xt, ff, xt, &arena_);
 }
 
 // att [B, T, inner] = attention of q, k, v (column slices of [B, T, 3 inner]) over the keys

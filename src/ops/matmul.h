@@ -128,7 +128,7 @@ size_t gemm_bf16_kmajor_scratch_bytes(int64_t m, int64_t k, int n_threads);
 // thread normalizes and packs 32 activation rows once for all of K and applies the epilogue
 // to each 32 x 32 output tile while it is in L1: one pass over x and y, one pool dispatch.
 // Any other call runs layer_norm into scratch, matmul per part, then the epilogue as separate
-// passes. Either way the result equals layer_norm + matmul_bias + gelu + add (same ISA and
+// passes. x must not overlap y. Either way the result equals layer_norm + matmul_bias + gelu + add (same ISA and
 // precision) bit for bit.
 enum class MatmulAct : int { None = 0, Gelu = 1 };
 struct MatmulEpilogue {
@@ -192,6 +192,17 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
                    const MatmulEpilogue& e = {}, Arena* scratch = nullptr);
 // Upper bound of the scratch bytes one matmul_packed call with n rows needs.
 size_t matmul_packed_scratch_bytes(const PackedWeight& w, int64_t n, int n_threads);
+
+// Two GEMMs in a row (an MLP): hidden = e1(x . w1^T), y = e2(hidden . w2^T) (e1 without a
+// residual, e2 without a LayerNorm; w2's K = w1's M). On the panel path each thread takes whole
+// 32-row tiles and keeps their hidden rows in its own scratch ([32, M1] f32 and its bf16 panel):
+// hidden is neither written nor read, one pool dispatch. x may be y itself (each row tile is read
+// before it is written). Otherwise two matmul_packed calls through `hidden`. Same bits either way.
+void matmul_mlp(ThreadPool& pool, const PackedWeight& w1, const MatmulEpilogue& e1,
+                const PackedWeight& w2, const MatmulEpilogue& e2, const Tensor& x, Tensor& hidden,
+                Tensor& y, Arena* scratch = nullptr);
+size_t matmul_mlp_scratch_bytes(const PackedWeight& w1, const PackedWeight& w2, int64_t n,
+                                int n_threads);
 
 // Activation rows from which the GEMM path is used.
 int64_t matmul_gemm_min_rows();

@@ -95,6 +95,34 @@ void finish_tile(const Epi& e, float* t, int64_t ld, int nrows, int mcols, float
   }
 }
 
+// Packs activation rows [n0, n0 + nrows) of x (rows xs bytes apart, k columns) into the x
+// panel xp, layer-normed into lnrows ([nr][k] f32) first when e has a prologue.
+void pack_rows(const GemmKernel& g, const Epi& e, const uint8_t* x, int64_t xs, int64_t n0,
+               int nrows, int64_t k, float* lnrows, uint8_t* xp) {
+  if (e.ln_w) {
+    for (int i = 0; i < nrows; ++i)
+      e.nn->layer_norm(reinterpret_cast<const float*>(x + (n0 + i) * xs), lnrows + i * k, k, e.ln_w,
+                       e.ln_b, e.ln_eps);
+    g.pack_x(lnrows, size_t(k) * 4, nrows, k, xp);
+  } else {
+    g.pack_x(reinterpret_cast<const float*>(x + n0 * xs), size_t(xs), nrows, k, xp);
+  }
+}
+
+// One output tile: rows [n0, n0 + nrows) x weight tile wt, over all of K (kp), with the epilogue.
+// Without one the tile kernel stores into y itself; else into `tile` ([nr][mr]: rows past
+// nrows and columns past mcols are zero padding), then finish_tile writes y.
+void run_tile(const GemmKernel& g, const Epi& e, const uint8_t* xp, const uint8_t* panels,
+              const PackedWeight::Tile& wt, int64_t kp, float* tile, int nrows, float* y,
+              int64_t ldy, int64_t n0) {
+  if (!e.bias && e.act == MatmulAct::None && !e.res) {
+    g.tile(xp, panels + wt.off, kp, y + n0 * ldy + wt.m0, ldy, nrows, wt.mcols, false);
+    return;
+  }
+  g.tile(xp, panels + wt.off, kp, tile, g.mr, g.nr, g.mr, false);
+  finish_tile(e, tile, g.mr, nrows, wt.mcols, y, ldy, n0, wt.m0);
+}
+
 // The panel path: y = epilogue(x . w^T) with w's panels.
 void run_panels(const PackedWeight& w, const GemmKernel& g,
                 const std::vector<PackedWeight::Tile>& tiles, const uint8_t* panels, int64_t kp,
@@ -116,21 +144,55 @@ void run_panels(const PackedWeight& w, const GemmKernel& g,
       const int64_t nt = it / m_tiles, t = it % m_tiles;
       const int nrows = int(std::min<int64_t>(g.nr, n - nt * g.nr));
       if (nt != cur) {
-        const auto* xr = reinterpret_cast<const float*>(x + nt * g.nr * xs);
-        if (e.ln_w) {
-          for (int i = 0; i < nrows; ++i)
-            e.nn->layer_norm(reinterpret_cast<const float*>(x + (nt * g.nr + i) * xs),
-                             lnrows + i * k, k, e.ln_w, e.ln_b, e.ln_eps);
-          g.pack_x(lnrows, size_t(k) * 4, nrows, k, xp);
-        } else {
-          g.pack_x(xr, size_t(xs), nrows, k, xp);
-        }
+        pack_rows(g, e, x, xs, nt * g.nr, nrows, k, lnrows, xp);
         cur = nt;
       }
-      // Full tile into the buffer: rows past nrows and columns past mcols are zero padding.
-      const PackedWeight::Tile& wt = tiles[size_t(t)];
-      g.tile(xp, panels + wt.off, kp, tile, g.mr, g.nr, g.mr, false);
-      finish_tile(e, tile, g.mr, nrows, wt.mcols, y, ldy, nt * g.nr, wt.m0);
+      run_tile(g, e, xp, panels, tiles[size_t(t)], kp, tile, nrows, y, ldy, nt * g.nr);
+    }
+  });
+}
+
+// Bytes of one thread's scratch on the MLP panel path.
+size_t mlp_thread_bytes(const GemmKernel& g1, int64_t kp1, const GemmKernel& g2, int64_t kp2,
+                        int64_t f) {
+  return thread_bytes(g1, kp1, true) + align64(size_t(g2.nr) * size_t(f) * 4) +
+         align64(size_t(kp2) * g2.nr * g2.elem_bytes);
+}
+
+// The MLP panel path: per 32-row tile, h = e1(x . w1^T) into the thread's [nr][F] rows, then
+// y = e2(h . w2^T); threads take contiguous row tiles.
+struct MlpSide {
+  const GemmKernel* g;
+  const std::vector<PackedWeight::Tile>* tiles;
+  const uint8_t* panels;
+  int64_t kp;
+  Epi e;
+};
+void run_mlp_panels(const MlpSide& a, const MlpSide& b, ThreadPool& pool, const uint8_t* x,
+                    int64_t xs, int64_t n, int64_t k, int64_t f, float* y, int64_t ldy,
+                    uint8_t* scratch) {
+  const GemmKernel &g1 = *a.g, &g2 = *b.g;
+  const int64_t n_tiles = (n + g1.nr - 1) / g1.nr;
+  const size_t x1 = align64(size_t(a.kp) * g1.nr * g1.elem_bytes),
+               t1 = align64(size_t(g1.nr) * g1.mr * 4);
+  const size_t ln = align64(size_t(a.kp) * g1.nr * 4), hb = align64(size_t(g2.nr) * size_t(f) * 4);
+  const size_t per = mlp_thread_bytes(g1, a.kp, g2, b.kp, f);
+  pool.run([&](int ith, int nth) {
+    int64_t r0, r1;
+    ThreadPool::split(n_tiles, ith, nth, &r0, &r1);
+    uint8_t* xp = scratch + size_t(ith) * per;
+    float* tile = reinterpret_cast<float*>(xp + x1);
+    float* lnrows = reinterpret_cast<float*>(xp + x1 + t1);
+    float* h = reinterpret_cast<float*>(xp + x1 + t1 + ln);
+    uint8_t* hp = xp + x1 + t1 + ln + hb;
+    for (int64_t nt = r0; nt < r1; ++nt) {
+      const int nrows = int(std::min<int64_t>(g1.nr, n - nt * g1.nr));
+      pack_rows(g1, a.e, x, xs, nt * g1.nr, nrows, k, lnrows, xp);
+      for (const PackedWeight::Tile& wt : *a.tiles)
+        run_tile(g1, a.e, xp, a.panels, wt, a.kp, tile, nrows, h, f, 0);
+      g2.pack_x(h, size_t(f) * 4, nrows, f, hp);
+      for (const PackedWeight::Tile& wt : *b.tiles)
+        run_tile(g2, b.e, hp, b.panels, wt, b.kp, tile, nrows, y, ldy, nt * g1.nr);
     }
   });
 }
@@ -258,9 +320,16 @@ size_t matmul_packed_scratch_bytes(const PackedWeight& w, int64_t n, int n_threa
   return most + 128;
 }
 
-void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Tensor& y,
-                   const MatmulEpilogue& e, Arena* arena) {
-  const char* what = "matmul_packed";
+namespace {
+
+struct Checked {
+  int64_t xs, ys, rs;  // row strides (bytes) of x, y, the residual
+  bool aliased;        // the residual is y
+};
+
+// Shapes, dtypes and strides of y = epilogue(x . w^T) (x and y apart).
+Checked check_packed(const char* what, const PackedWeight& w, const Tensor& x, const Tensor& y,
+                     const MatmulEpilogue& e) {
   CBX_CHECK(!w.empty(), "%s: the weight is empty (not packed)", what);
   const int64_t m = w.rows(), k = w.cols();
   CBX_CHECK(x.dtype == DType::F32 && y.dtype == DType::F32, "%s: x (%s) and y (%s) must be f32",
@@ -279,23 +348,26 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
                   (e.bias->stride[0] == 4 || m <= 1),
               "%s: bias %s (%s) must be contiguous f32 [%lld]", what, e.bias->shape_str().c_str(),
               dtype_name(e.bias->dtype), (long long)m);
-  const int64_t xs = row_stride(x, what, "x"), ys = row_stride(y, what, "y");
-  CBX_CHECK(ys % 4 == 0, "%s: y row stride %lld is not a multiple of 4 bytes", what, (long long)ys);
-  int64_t rs = 0;
-  bool aliased = false;
+  Checked c{row_stride(x, what, "x"), row_stride(y, what, "y"), 0, false};
+  CBX_CHECK(c.ys % 4 == 0, "%s: y row stride %lld is not a multiple of 4 bytes", what,
+            (long long)c.ys);
+  const uint8_t *xl, *xh, *yl, *yh;
+  byte_range(x, c.xs, &xl, &xh);
+  byte_range(y, c.ys, &yl, &yh);
+  CBX_CHECK(!(xl < yh && yl < xh), "%s: x %s overlaps y %s", what, x.shape_str().c_str(),
+            y.shape_str().c_str());
   if (e.residual) {
     const Tensor& r = *e.residual;
     CBX_CHECK(r.dtype == DType::F32 && same_shape(r, y) && (r.stride[r.ndim - 1] == 4 || m <= 1),
               "%s: residual %s (%s) must be f32 shaped like y %s", what, r.shape_str().c_str(),
               dtype_name(r.dtype), y.shape_str().c_str());
-    rs = row_stride(r, what, "residual");
-    CBX_CHECK(rs % 4 == 0, "%s: residual row stride %lld is not a multiple of 4 bytes", what,
-              (long long)rs);
-    const uint8_t *rl, *rh, *yl, *yh;
-    byte_range(r, rs, &rl, &rh);
-    byte_range(y, ys, &yl, &yh);
-    aliased = rl < yh && yl < rh;
-    CBX_CHECK(!aliased || (r.data == y.data && rs == ys),
+    c.rs = row_stride(r, what, "residual");
+    CBX_CHECK(c.rs % 4 == 0, "%s: residual row stride %lld is not a multiple of 4 bytes", what,
+              (long long)c.rs);
+    const uint8_t *rl, *rh;
+    byte_range(r, c.rs, &rl, &rh);
+    c.aliased = rl < yh && yl < rh;
+    CBX_CHECK(!c.aliased || (r.data == y.data && c.rs == c.ys),
               "%s: residual %s overlaps y %s without being y itself", what, r.shape_str().c_str(),
               y.shape_str().c_str());
   }
@@ -305,6 +377,38 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
                        (t->stride[0] == 4 || k <= 1)),
                 "%s: LayerNorm parameter %s (%s) must be contiguous f32 [%lld]", what,
                 t->shape_str().c_str(), dtype_name(t->dtype), (long long)k);
+  return c;
+}
+
+Epi make_epi(const MatmulEpilogue& e, int64_t rs, const NnKernels& nn) {
+  return Epi{e.ln_w ? e.ln_w->ptr<float>() : nullptr,
+             e.ln_b ? e.ln_b->ptr<float>() : nullptr,
+             e.ln_eps,
+             e.bias ? e.bias->ptr<float>() : nullptr,
+             e.act,
+             e.residual ? e.residual->ptr<float>() : nullptr,
+             rs / 4,
+             &nn};
+}
+
+// Whether a call with n rows runs on w's panels.
+bool use_panels(const PackedWeight& w, int64_t n) {
+  return w.has_panels() && w.cols() > 0 && n >= kGemmMinRows &&
+         effective_precision(GemmPrecision::Auto, w.dtype()) == GemmPrecision::BF16;
+}
+
+const GemmKernel& panel_kernel(const PackedWeight& w) {
+  return bf16_for(*PackedAccess::kernels(w))->gemm[matmul_weight_slot(w.dtype())];
+}
+
+}  // namespace
+
+void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Tensor& y,
+                   const MatmulEpilogue& e, Arena* arena) {
+  const char* what = "matmul_packed";
+  const Checked c = check_packed(what, w, x, y, e);
+  const int64_t m = w.rows(), k = w.cols(), xs = c.xs, ys = c.ys, rs = c.rs;
+  const bool aliased = c.aliased;
   const int64_t n = x.rows();
   if (n == 0 || m == 0) return;
   const MatmulKernels& kern =
@@ -315,21 +419,13 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
 
   const size_t mark = arena ? arena->mark() : 0;
   auto body = [&] {
-    if (w.has_panels() && k > 0 && n >= kGemmMinRows &&
-        effective_precision(GemmPrecision::Auto, w.dtype()) == GemmPrecision::BF16) {
-      const GemmKernel& g = bf16_for(kern)->gemm[matmul_weight_slot(w.dtype())];
+    if (use_panels(w, n)) {
+      const GemmKernel& g = panel_kernel(w);
       uint8_t* scratch = get_scratch(
           arena, size_t(pool.size()) * thread_bytes(g, PackedAccess::kp(w), e.ln_w != nullptr));
-      const Epi ep{e.ln_w ? e.ln_w->ptr<float>() : nullptr,
-                   e.ln_b ? e.ln_b->ptr<float>() : nullptr,
-                   e.ln_eps,
-                   e.bias ? e.bias->ptr<float>() : nullptr,
-                   e.act,
-                   res,
-                   rs / 4,
-                   &nn};
       run_panels(w, g, PackedAccess::tiles(w), PackedAccess::panels(w), PackedAccess::kp(w), pool,
-                 static_cast<const uint8_t*>(x.data), xs, n, yp, ys / 4, ep, scratch);
+                 static_cast<const uint8_t*>(x.data), xs, n, yp, ys / 4, make_epi(e, rs, nn),
+                 scratch);
       return;
     }
     // Per part through matmul (its dot / GEMM paths and precision rules), then the epilogue.
@@ -373,6 +469,65 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
   };
   try {
     body();
+  } catch (...) {
+    if (arena) arena->rewind(mark);
+    throw;
+  }
+  if (arena) arena->rewind(mark);
+}
+
+size_t matmul_mlp_scratch_bytes(const PackedWeight& w1, const PackedWeight& w2, int64_t n,
+                                int n_threads) {
+  size_t most = std::max(matmul_packed_scratch_bytes(w1, n, n_threads),
+                         matmul_packed_scratch_bytes(w2, n, n_threads));
+  if (w1.has_panels() && w2.has_panels())
+    most =
+        std::max(most, size_t(n_threads) * mlp_thread_bytes(panel_kernel(w1), PackedAccess::kp(w1),
+                                                            panel_kernel(w2), PackedAccess::kp(w2),
+                                                            w1.rows()) +
+                           128);
+  return most + 128;
+}
+
+void matmul_mlp(ThreadPool& pool, const PackedWeight& w1, const MatmulEpilogue& e1,
+                const PackedWeight& w2, const MatmulEpilogue& e2, const Tensor& x, Tensor& hidden,
+                Tensor& y, Arena* arena) {
+  const char* what = "matmul_mlp";
+  CBX_CHECK(!e1.residual && !e2.ln_w,
+            "%s: the first GEMM takes no residual and the second no LayerNorm", what);
+  CBX_CHECK(!w1.empty() && !w2.empty() && w2.cols() == w1.rows(),
+            "%s: w2 [%lld, %lld] does not take w1's %lld outputs", what, (long long)w2.rows(),
+            (long long)w2.cols(), (long long)w1.rows());
+  const Checked c1 = check_packed(what, w1, x, hidden, e1);
+  const Checked c2 = check_packed(what, w2, hidden, y, e2);
+  {  // x may be y itself (each thread reads its row tiles before writing them), else apart
+    const uint8_t *xl, *xh, *yl, *yh;
+    byte_range(x, c1.xs, &xl, &xh);
+    byte_range(y, c2.ys, &yl, &yh);
+    CBX_CHECK(!(xl < yh && yl < xh) || (x.data == y.data && c1.xs == c2.ys && x.cols() == y.cols()),
+              "%s: x %s overlaps y %s without being y itself", what, x.shape_str().c_str(),
+              y.shape_str().c_str());
+  }
+  const int64_t n = x.rows();
+  if (n == 0 || w2.rows() == 0) return;
+  if (!use_panels(w1, n) || !use_panels(w2, n) || panel_kernel(w1).nr != panel_kernel(w2).nr) {
+    matmul_packed(pool, w1, x, hidden, e1, arena);
+    matmul_packed(pool, w2, hidden, y, e2, arena);
+    return;
+  }
+  const GemmKernel &g1 = panel_kernel(w1), &g2 = panel_kernel(w2);
+  const NnKernels& nn = nn_kernels(PackedAccess::kernels(w1)->isa);
+  const size_t mark = arena ? arena->mark() : 0;
+  uint8_t* scratch =
+      get_scratch(arena, size_t(pool.size()) * mlp_thread_bytes(g1, PackedAccess::kp(w1), g2,
+                                                                PackedAccess::kp(w2), w1.rows()));
+  const MlpSide a{&g1, &PackedAccess::tiles(w1), PackedAccess::panels(w1), PackedAccess::kp(w1),
+                  make_epi(e1, c1.rs, nn)};
+  const MlpSide b{&g2, &PackedAccess::tiles(w2), PackedAccess::panels(w2), PackedAccess::kp(w2),
+                  make_epi(e2, c2.rs, nn)};
+  try {
+    run_mlp_panels(a, b, pool, static_cast<const uint8_t*>(x.data), c1.xs, n, w1.cols(), w1.rows(),
+                   y.ptr<float>(), c2.ys / 4, scratch);
   } catch (...) {
     if (arena) arena->rewind(mark);
     throw;
