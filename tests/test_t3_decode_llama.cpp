@@ -46,11 +46,13 @@ T3Config tiny_config(int n_kv_head) {
   T3Config c;
   c.arch = "llama";
   c.n_layer = 2;
-  c.n_embd = 64;
+  // d = 512 and n_ff = 544 give Q4_0 rows with a full 16-block group (and a tail block in
+  // down_proj); n_head * head_dim = 64 != d (Llama allows it).
+  c.n_embd = 512;
   c.n_head = 4;
   c.n_kv_head = n_kv_head;
   c.head_dim = 16;
-  c.n_ff = 160;  // 10 chunks of 16 rows: uneven splits over 3 threads
+  c.n_ff = 544;  // 34 chunks of 16 rows: uneven splits over 3 threads
   c.n_ctx = 64;
   c.norm_eps = 1e-5f;
   c.rope_theta = 500000.f;

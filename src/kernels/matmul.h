@@ -26,6 +26,11 @@ enum class ActFormat : int {
   // zmm of Q4_0 low (high) nibbles of 4 blocks meets its activations in one load. Blocks
   // after the last full group keep the Q8 order; d and sum are as in Q8.
   Q8Nib = 3,
+  // Q8 with qs interleaved inside every full group of 16 blocks as 8 chunks of 64 bytes:
+  // chunk t, 4-byte lane b = elements 4t .. 4t+3 of block b, so a VNNI dot of a chunk
+  // against matching q4p weight lanes (kernels/matvec_q4p.h) sums each block in its own
+  // 32-bit lane. Blocks after the last full group keep the Q8 order; d and sum as in Q8.
+  Q8Lane = 4,
 };
 
 // Q8 activation row (our own layout, not GGUF): k elements (k % 32 == 0) quantized per

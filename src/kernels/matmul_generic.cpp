@@ -19,7 +19,8 @@ size_t act_row_bytes(ActFormat f, int64_t k) {
     case ActFormat::F32: b = size_t(k) * 4; break;
     case ActFormat::BF16: b = size_t(k) * 2; break;
     case ActFormat::Q8:
-    case ActFormat::Q8Nib: return q8_act_row_bytes(k);
+    case ActFormat::Q8Nib:
+    case ActFormat::Q8Lane: return q8_act_row_bytes(k);
   }
   return (b + 63) & ~size_t(63);
 }

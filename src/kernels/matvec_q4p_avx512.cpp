@@ -1,10 +1,12 @@
-// AVX-512 VNNI dot for q4p (planar Q4_0) weights against Q8Nib activation rows. The
-// arithmetic is that of the GGUF-layout Q4_0 kernel (matmul_q_avx512.cpp), in the same
-// order, so both give identical results; only the loads differ: 4 blocks of nibbles per
-// 64-byte load and 16 scales per 32-byte load instead of per-block inserts and a gather
-// (~1.3x the GGUF-layout kernel with L2-resident weights, ~1.1x streaming from memory,
-// one core of the 2-core dev VM, measured under load).
+// AVX-512 VNNI dot for q4p (planar Q4_0, block-interleaved groups) weights against Q8Lane
+// activation rows. Per 16-block group: 4 64-byte nibble loads, 8 dpbusd per
+// activation row leave the 16 block sums in the 16 lanes (no shuffles), 16 scales in one
+// 32-byte load. The float arithmetic after the exact integer block sums is that of the
+// GGUF-layout Q4_0 kernel (matmul_q_avx512.cpp), in the same order, so both give identical
+// results.
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "kernels/matmul_avx512_q.h"
 #include "kernels/matvec_q4p.h"
@@ -15,32 +17,32 @@
 namespace cbx {
 namespace {
 
-// 4 groups of 4 blocks' nibbles at qs (4 aligned 64-byte loads), unpacked once: v[2g] the
-// low and v[2g + 1] the high nibbles of blocks 4g .. 4g + 3.
-inline void unpack16(const uint8_t* qs, __m512i* v) {
+// The 16-block group at qs (4 64-byte loads, aligned in RowLinear's copies): lo[s] / hi[s]
+// the low / high nibbles of chunk s, i.e. elements 4s .. 4s+3 / 16+4s .. 16+4s+3 of every
+// block, one block a lane.
+inline void unpack16(const uint8_t* qs, __m512i* lo, __m512i* hi) {
   const __m512i lo4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g) {
-    const __m512i x = _mm512_loadu_si512(qs + 64 * g);
-    v[2 * g] = _mm512_and_si512(x, lo4);
-    v[2 * g + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), lo4);
+  for (int s = 0; s < 4; ++s) {
+    const __m512i x = _mm512_loadu_si512(qs + 64 * s);
+    lo[s] = _mm512_and_si512(x, lo4);
+    hi[s] = _mm512_and_si512(_mm512_srli_epi16(x, 4), lo4);
   }
 }
 
-// 16 block sums (int32, block order) of an unpacked group v against Q8Nib activations q
-// of the same 16 blocks.
-inline __m512i block_sums16(const __m512i* v, const int8_t* q) {
+// The 16 integer block sums (lane b = block b) of an unpacked group against the Q8Lane
+// activations q of the same 16 blocks (chunks t = 0..7: elements 4t .. 4t+3).
+inline __m512i block_sums16(const __m512i* lo, const __m512i* hi, const int8_t* q) {
   const __m512i zero = _mm512_setzero_si512();
-  __m512i z[4];
-#pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g)
-    z[g] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, v[2 * g], _mm512_loadu_si512(q + 128 * g)), v[2 * g + 1],
-                               _mm512_loadu_si512(q + 128 * g + 64));
-  // Lane L of z[g] holds block 4g + L.
-  const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
-  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
-  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
-  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), u);
+  __m512i z0 = _mm512_dpbusd_epi32(zero, lo[0], _mm512_loadu_si512(q));
+  __m512i z1 = _mm512_dpbusd_epi32(zero, lo[1], _mm512_loadu_si512(q + 64));
+  z0 = _mm512_dpbusd_epi32(z0, lo[2], _mm512_loadu_si512(q + 128));
+  z1 = _mm512_dpbusd_epi32(z1, lo[3], _mm512_loadu_si512(q + 192));
+  z0 = _mm512_dpbusd_epi32(z0, hi[0], _mm512_loadu_si512(q + 256));
+  z1 = _mm512_dpbusd_epi32(z1, hi[1], _mm512_loadu_si512(q + 320));
+  z0 = _mm512_dpbusd_epi32(z0, hi[2], _mm512_loadu_si512(q + 384));
+  z1 = _mm512_dpbusd_epi32(z1, hi[3], _mm512_loadu_si512(q + 448));
+  return _mm512_add_epi32(z0, z1);
 }
 
 inline int32_t hsum256_epi32(__m256i v) {
@@ -97,13 +99,13 @@ inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as
       // The row's bytes advance 18 per block whichever plane is read.
 #pragma GCC unroll 8
       for (int l = 0; l < 16 * 18; l += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b * 18 + pf + l), _MM_HINT_T1);
-      __m512i v[8];
-      unpack16(row + b * 16, v);
+      __m512i lo[4], hi[4];
+      unpack16(row + b * 16, lo, hi);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + nb * 16 + b * 2)));
 #pragma GCC unroll 4
       for (int n = 0; n < N; ++n) {
         const __m512i corr = _mm512_slli_epi32(_mm512_loadu_si512(sx[n] + b), 3);
-        const __m512i s = _mm512_sub_epi32(block_sums16(v, qs[n] + b * 32), corr);
+        const __m512i s = _mm512_sub_epi32(block_sums16(lo, hi, qs[n] + b * 32), corr);
         acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_loadu_ps(dx[n] + b)), acc[r][n]);
       }
     }
@@ -150,10 +152,24 @@ void dot_q4p(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, 
   for (; m < m1; ++m) dot_all_rows<1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
 }
 
+// f32 row -> Q8Lane: the Q8 row (to_q8_avx512), then each full group of 16 blocks
+// interleaved in place (4-byte piece t of block b to chunk t, lane b).
+void to_q8_lane_avx512(const float* x, int64_t k, void* dst) {
+  to_q8_avx512(x, k, dst);
+  auto* qs = static_cast<uint8_t*>(dst);
+  alignas(64) uint32_t tmp[128];
+  for (int64_t g = 0; g + 16 <= k / 32; g += 16) {
+    uint8_t* q = qs + g * 32;
+    for (int b = 0; b < 16; ++b)
+      for (int t = 0; t < 8; ++t) std::memcpy(&tmp[t * 16 + b], q + b * 32 + t * 4, 4);
+    std::memcpy(q, tmp, sizeof(tmp));
+  }
+}
+
 }  // namespace
 
 const DotKernel& q4p_dot_avx512() {
-  static const DotKernel k{ActFormat::Q8Nib, to_q8_nib_avx512, dot_q4p};
+  static const DotKernel k{ActFormat::Q8Lane, to_q8_lane_avx512, dot_q4p};
   return k;
 }
 

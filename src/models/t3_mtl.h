@@ -32,6 +32,7 @@ struct T3MtlLoadParams {
   DType kv_type = DType::F16;
   int64_t max_new_tokens = -1;  // -1: GGUF's (1000)
   int64_t max_text_tokens = 2048;
+  bool pack_q4 = true;  // T3LlamaOptions::pack_q4 (q4p copies of Q4_0 matrices for the decode)
 };
 
 struct T3MtlCond {                 // T3 conditioning (from a Voice)
