@@ -161,6 +161,26 @@ TEST(AttentionAmx, ThreeDimViewsAndOnePool) {
   }
 }
 
+TEST(AttentionAmx, ThreadSplits) {
+  if (!available()) GTEST_SKIP() << "AMX-BF16 attention not available with this ISA / CPU";
+  // 3 heads x 3 blocks of 32 queries: on 2 threads a thread's block range runs from one head
+  // into the next (the pipeline switches K / V mid-range); on 11 threads two threads have no
+  // block and 8 no head to pack, and all still meet the barrier.
+  nn_test::Buf q({3, 70, 64}, 4), k({3, 7, 64}, 5), v({3, 7, 64}, 6);
+  for (int threads : {2, 11}) {
+    nn_test::Buf o({3, 70, 64});
+    ThreadPool tp(threads);
+    Arena scratch(attention_bf16_scratch_bytes(1, 3, 7, 64, threads));
+    for (int rep = 0; rep < 2; ++rep) attention_bf16(tp, q.t, k.t, v.t, o.t, 0.125f, scratch);
+    std::vector<double> ref;
+    for (int64_t h = 0; h < 3; ++h) {
+      reference(q.p() + h * 70 * 64, k.p() + h * 7 * 64, v.p() + h * 7 * 64, 64, 70, 7, 64, 0.125, true, ref);
+      for (int64_t i = 0; i < 70 * 64; ++i)
+        ASSERT_NEAR(o.v[size_t(h * 70 * 64 + i)], ref[size_t(i)], kTolRounded) << threads << " threads, head " << h;
+    }
+  }
+}
+
 TEST(AttentionAmx, BadInputs) {
   if (!available()) GTEST_SKIP() << "AMX-BF16 attention not available with this ISA / CPU";
   nn_test::Buf q({2, 8, 64}), k({2, 9, 64}), v({2, 9, 64}), o({2, 8, 64}), k48({2, 9, 48}), q48({2, 8, 48}),
