@@ -2,7 +2,8 @@
 //   1. temperature   logits / T                                (if T > 0 and T != 1)
 //   2. top-k         keep logits >= the k-th largest            (if k > 0)
 //   3. top-p         sort ascending, softmax, cumsum; drop those with cumulative prob
-//                    <= 1 - p, always keeping the largest        (if p < 1)
+//                    <= 1 - p, always keeping the largest        (if p < 1); equal
+//                    logits sort by id (torch leaves their order unspecified)
 //   4. repetition    for each distinct id in `history`: logit / r if > 0 else logit * r
 //                    (if r != 1)
 //   5. softmax, then one multinomial draw from a seeded PRNG (ours: xoshiro256**, so draws
@@ -63,6 +64,8 @@ class TurboSampler {
   std::vector<float> proc_;     // processed logits
   std::vector<float> work_;     // top-k selection copy / top-p sorted probabilities
   std::vector<int32_t> order_;  // top-p sort order
+  std::vector<int32_t> order2_;  // top-p radix sort ping-pong
+  std::vector<uint32_t> keys_;  // [2 vocab] top-k select / top-p sort keys
   std::vector<double> prob_;    // sampling probabilities
   std::vector<uint32_t> seen_;  // repetition penalty: stamp per id
   uint32_t stamp_ = 0;
@@ -101,7 +104,8 @@ class MtlSampler {
   MtlSamplerParams p_;
   Rng rng_;
   std::vector<float> cfg_, proc_, work_;
-  std::vector<int32_t> order_;
+  std::vector<int32_t> order_, order2_;
+  std::vector<uint32_t> keys_;  // [2 vocab] top-p sort keys
   std::vector<double> prob_;
   std::vector<uint32_t> seen_;
   uint32_t stamp_ = 0;
