@@ -218,8 +218,8 @@ TEST_P(PackedTest, EpiloguesEqualUnfused) {
   }
 }
 
-// The MLP (LayerNorm + ff1 + bias + GELU, then ff2 + bias + residual) against the unfused ops,
-// with x = y (the CFM case: xt += ff2(gelu(ff1(norm3(xt))))) and with x apart from y.
+// The MLP (LayerNorm + ff1 + bias + GELU or SiLU, then ff2 + bias + residual) against the unfused
+// ops, with x = y (the CFM case: xt += ff2(gelu(ff1(norm3(xt))))) and with x apart from y.
 TEST_P(PackedTest, MlpEqualsUnfused) {
   const auto [t, prec] = GetParam();
   GemmPrecisionScope scope(prec);
@@ -244,8 +244,10 @@ TEST_P(PackedTest, MlpEqualsUnfused) {
     Tensor lwt = make_tensor(DType::F32, {c}, lw.data(), lw.size() * 4);
     Tensor lbt = make_tensor(DType::F32, {c}, lb.data(), lb.size() * 4);
     Arena arena(matmul_mlp_scratch_bytes(p1, p2, n, pool().size()));
-    for (bool in_place : {true, false}) {
-      SCOPED_TRACE(in_place ? "x = y" : "x apart");
+    for (int mode = 0; mode < 3; ++mode) {  // GELU with x = y, GELU with x apart, SiLU with x = y
+      const bool in_place = mode != 1;
+      const MatmulAct act = mode == 2 ? MatmulAct::Silu : MatmulAct::Gelu;
+      SCOPED_TRACE(testing::Message() << "mode " << mode);
       Mat x = make_mat(0, n, c, 3, seed + 1), y = make_mat(0, n, c, 3, seed + 1);
       Mat other = make_mat(0, n, c, 0, seed + 2), hid = make_mat(0, n, f, 0, seed + 4);
       Tensor& xin = in_place ? y.t : other.t;
@@ -256,11 +258,14 @@ TEST_P(PackedTest, MlpEqualsUnfused) {
           rt = make_mat(0, n, c, 0, seed + 7);
       layer_norm(pool(), rx.t, lwt, lbt, 1e-5f, rn.t);
       matmul_bias(pool(), w1.t, b1t, rn.t, rh.t);
-      gelu(pool(), rh.t, rh.t);
+      if (act == MatmulAct::Gelu)
+        gelu(pool(), rh.t, rh.t);
+      else
+        silu(pool(), rh.t, rh.t);
       matmul_bias(pool(), w2.t, b2t, rh.t, rt.t);
       add(pool(), ry.t, rt.t, ry.t);
 
-      matmul_mlp(pool(), p1, MatmulEpilogue{&b1t, MatmulAct::Gelu, nullptr, &lwt, &lbt, 1e-5f}, p2,
+      matmul_mlp(pool(), p1, MatmulEpilogue{&b1t, act, nullptr, &lwt, &lbt, 1e-5f}, p2,
                  MatmulEpilogue{&b2t, MatmulAct::None, &y.t}, xin, hid.t, y.t, &arena);
       EXPECT_EQ(arena.used(), 0u);
       EXPECT_TRUE(same_bits(y.t, ry.t));

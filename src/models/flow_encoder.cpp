@@ -159,10 +159,22 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   };
   mm(w.spk_affine_w, 1);
   mm(w.embed_w, T), mm(w.up_embed_w, T), mm(w.proj_w, T);
+  // Conformer matrices packed once (bf16 panels when gemm_ is BF16 on AMX).
   for (const auto* layers : {&w.encoders, &w.up_encoders})
     for (const FlowConformerLayer& Ly : *layers) {
-      mm(Ly.q_w, T), mm(Ly.k_w, T), mm(Ly.v_w, T), mm(Ly.out_w, T), mm(Ly.pos_w, P);
-      mm(Ly.w1_w, T), mm(Ly.w2_w, T);
+      PackedLayer pl;
+      pl.q = pack_weight(pool, {&Ly.q_w}, gemm_, "flow linear_q");
+      pl.k = pack_weight(pool, {&Ly.k_w}, gemm_, "flow linear_k");
+      pl.v = pack_weight(pool, {&Ly.v_w}, gemm_, "flow linear_v");
+      pl.out = pack_weight(pool, {&Ly.out_w}, gemm_, "flow linear_out");
+      pl.pos = pack_weight(pool, {&Ly.pos_w}, gemm_, "flow linear_pos");
+      pl.w1 = pack_weight(pool, {&Ly.w1_w}, gemm_, "flow feed_forward.w_1");
+      pl.w2 = pack_weight(pool, {&Ly.w2_w}, gemm_, "flow feed_forward.w_2");
+      for (const PackedWeight* pw : {&pl.q, &pl.k, &pl.v, &pl.out, &pl.w1, &pl.w2})
+        tr = std::max(tr, matmul_packed_scratch_bytes(*pw, T, nt));
+      tr = std::max(tr, matmul_packed_scratch_bytes(pl.pos, P, nt));
+      tr = std::max(tr, matmul_mlp_scratch_bytes(pl.w1, pl.w2, T, nt));
+      packed_.emplace_back(&Ly, std::move(pl));
     }
   tr = std::max(tr, matmul_scratch_bytes(DType::F32, T, P, D, nt));          // (q + v) p^T per head
   tr = std::max(tr, f32_bytes(D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T (one head)
@@ -192,6 +204,12 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   call_mark_ = arena_.mark();
 }
 
+const FlowEncoder::PackedLayer& FlowEncoder::packed_for(const FlowConformerLayer& W) const {
+  for (const auto& [w, p] : packed_)
+    if (w == &W) return p;
+  fail("flow encoder: conformer layer weights %p were not packed at construction", static_cast<const void*>(&W));
+}
+
 Tensor FlowEncoder::pos_table(int64_t n) const {
   const int64_t Tmax = (pos_.shape[0] + 1) / 2;
   return slice(pos_, 0, Tmax - n, 2 * n - 1);
@@ -208,15 +226,16 @@ void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const 
                                   const std::string& name) {
   const int64_t n = x.shape[0], d = c_.d_model, H = c_.n_head, D = c_.head_dim, P = 2 * n - 1;
   Tensor xn = rows_of(b.xn, n, d), q = rows_of(b.q, n, d), k = rows_of(b.k, n, d), v = rows_of(b.v, n, d);
-  Tensor qv = rows_of(b.qv, n, d), att = rows_of(b.att, n, d), tmp = rows_of(b.tmp, n, d);
+  Tensor qv = rows_of(b.qv, n, d), att = rows_of(b.att, n, d);
   Tensor p = rows_of(b.p, P, d), hid = rows_of(b.hid, n, c_.n_ff);
   Arena* sc = &arena_;
 
   layer_norm(pool_, x, W.norm_mha_w, W.norm_mha_b, c_.layer_ln_eps, xn);
-  matmul_bias(pool_, W.q_w, W.q_b, xn, q, sc);
-  matmul_bias(pool_, W.k_w, W.k_b, xn, k, sc);
-  matmul_bias(pool_, W.v_w, W.v_b, xn, v, sc);
-  matmul(pool_, W.pos_w, pos, p, sc);
+  const PackedLayer& pk = packed_for(W);
+  matmul_packed(pool_, pk.q, xn, q, MatmulEpilogue{&W.q_b}, sc);
+  matmul_packed(pool_, pk.k, xn, k, MatmulEpilogue{&W.k_b}, sc);
+  matmul_packed(pool_, pk.v, xn, v, MatmulEpilogue{&W.v_b}, sc);
+  matmul_packed(pool_, pk.pos, pos, p, {}, sc);
   // Both score terms carry the 1/sqrt(D) here, so the attention op runs with scale 1.
   const float s = 1.f / std::sqrt(float(D));
   add(pool_, q, reshape(W.pos_bias_v, {H * D}), qv);
@@ -242,15 +261,13 @@ void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const 
     attention(pool_, make_view(q, 3, hs, st, off), make_view(k, 3, hs, st, off), make_view(v, 3, hs, st, off),
               mask, oh, ap, sc);
   }
-  matmul_bias(pool_, W.out_w, W.out_b, att, tmp, sc);
-  add(pool_, x, tmp, x);
+  matmul_packed(pool_, pk.out, att, x, MatmulEpilogue{&W.out_b, MatmulAct::None, &x}, sc);  // x += out(att)
   emit(name + ".attn", x);
 
-  layer_norm(pool_, x, W.norm_ff_w, W.norm_ff_b, c_.layer_ln_eps, xn);
-  matmul_bias(pool_, W.w1_w, W.w1_b, xn, hid, sc);
-  silu(pool_, hid, hid);
-  matmul_bias(pool_, W.w2_w, W.w2_b, hid, tmp, sc);
-  add(pool_, x, tmp, x);
+  // x += w2(silu(w1(LN(x)))): one MLP call (LayerNorm, bias, SiLU and residual fused).
+  matmul_mlp(pool_, pk.w1,
+             MatmulEpilogue{&W.w1_b, MatmulAct::Silu, nullptr, &W.norm_ff_w, &W.norm_ff_b, c_.layer_ln_eps},
+             pk.w2, MatmulEpilogue{&W.w2_b, MatmulAct::None, &x}, x, hid, x, sc);
   emit(name + ".out", x);
 }
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/arena.h"
@@ -143,6 +144,10 @@ class FlowEncoder {
   void embed(const Tensor& w, const Tensor& bias, const Tensor& ln_w, const Tensor& ln_b, Tensor& x,
              Tensor& tmp);
   Tensor pos_table(int64_t n) const;  // [2n-1, d] view of the table
+  struct PackedLayer {  // one conformer layer's matrices (ops/matmul.h PackedWeight)
+    PackedWeight q, k, v, out, pos, w1, w2;
+  };
+  const PackedLayer& packed_for(const FlowConformerLayer& W) const;
 
   const FlowConfig& c_;
   const FlowEncoderWeights& w_;
@@ -151,6 +156,7 @@ class FlowEncoder {
   GemmPrecision gemm_ = GemmPrecision::F32;
   Arena arena_;
   Tensor pos_;  // [2 T_max - 1, d]: relative positions T_max-1 .. -(T_max-1)
+  std::vector<std::pair<const FlowConformerLayer*, PackedLayer>> packed_;  // made at construction
   size_t call_mark_ = 0;
   FlowCapture capture_;
 };

@@ -123,14 +123,14 @@ size_t gemm_bf16_kmajor_scratch_bytes(int64_t m, int64_t k, int n_threads);
 //
 // matmul_packed: y = act(LN(x) . w^T + bias) + residual, where LN (optional) is a LayerNorm
 // of each x row over K, bias [M] and residual (shaped like y, may alias it) are optional, and
-// act is none or exact GELU. With panels, N >= matmul_gemm_min_rows() and the call's
+// act is none, exact GELU or SiLU. With panels, N >= matmul_gemm_min_rows() and the call's
 // precision BF16 (the thread's scope, CBX_GEMM, else BF16 for lossy weights, as matmul), each
 // thread normalizes and packs 32 activation rows once for all of K and applies the epilogue
 // to each 32 x 32 output tile while it is in L1: one pass over x and y, one pool dispatch.
 // Any other call runs layer_norm into scratch, matmul per part, then the epilogue as separate
 // passes. x must not overlap y. Either way the result equals layer_norm + matmul_bias + gelu + add (same ISA and
 // precision) bit for bit.
-enum class MatmulAct : int { None = 0, Gelu = 1 };
+enum class MatmulAct : int { None = 0, Gelu = 1, Silu = 2 };  // exact GELU; x sigmoid(x)
 struct MatmulEpilogue {
   const Tensor* bias = nullptr;      // F32 [M], contiguous
   MatmulAct act = MatmulAct::None;   // applied after the bias

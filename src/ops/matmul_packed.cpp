@@ -69,6 +69,8 @@ void byte_range(const Tensor& t, int64_t rs, const uint8_t** lo, const uint8_t**
   *hi = p + (t.rows() > 0 ? (t.rows() - 1) * rs + t.cols() * 4 : 0);
 }
 
+Unary unary_of(MatmulAct a) { return a == MatmulAct::Gelu ? Unary::Gelu : Unary::Silu; }
+
 struct Epi {
   const float* ln_w;  // LayerNorm prologue when set
   const float* ln_b;
@@ -87,7 +89,7 @@ void finish_tile(const Epi& e, float* t, int64_t ld, int nrows, int mcols, float
     float* v = t + i * ld;
     float* out = y + (n0 + i) * ldy + m0;
     if (e.bias) e.nn->binary(Binary::Add, v, e.bias + m0, v, mcols, false);
-    if (e.act == MatmulAct::Gelu) e.nn->unary(Unary::Gelu, v, v, mcols, 0.f, 0.f);
+    if (e.act != MatmulAct::None) e.nn->unary(unary_of(e.act), v, v, mcols, 0.f, 0.f);
     if (e.res)
       e.nn->binary(Binary::Add, e.res + (n0 + i) * e.ldr + m0, v, out, mcols, false);
     else
@@ -209,7 +211,7 @@ void epilogue_passes(ThreadPool& pool, const NnKernels& nn, MatmulAct act, const
     for (int64_t r = r0; r < r1; ++r) {
       float* s = src + r * lds;
       float* out = y + r * ldy;
-      if (act == MatmulAct::Gelu) nn.unary(Unary::Gelu, s, s, m, 0.f, 0.f);
+      if (act != MatmulAct::None) nn.unary(unary_of(act), s, s, m, 0.f, 0.f);
       if (res)
         nn.binary(Binary::Add, res + r * ldr, s, out, m, false);
       else if (s != out)
