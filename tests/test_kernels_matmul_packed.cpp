@@ -6,6 +6,7 @@
 // exists only on AVX-512 with AMX, elsewhere the fallback must give the same bits.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <tuple>
@@ -83,6 +84,12 @@ Mat make_mat(int64_t b, int64_t rows, int64_t cols, int64_t pad, uint32_t seed) 
   return a;
 }
 
+// Whether pack_weight makes panels for a BF16 weight here (CBX_NO_PREPACK=1 turns them off).
+bool panels_possible() {
+  const char* off = std::getenv("CBX_NO_PREPACK");
+  return gemm_bf16_available() && !(off && *off && std::strcmp(off, "0") != 0);
+}
+
 Tensor cols_of(const Tensor& t, int64_t c0, int64_t n) { return slice(t, t.ndim - 1, c0, n); }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
@@ -144,7 +151,7 @@ TEST_P(PackedTest, EqualsPerCallBitForBit) {
     const PackedWeight pw = pack_weight(pool(), parts, GemmPrecision::Auto, "test");
     EXPECT_EQ(pw.rows(), m);
     EXPECT_EQ(pw.cols(), c.k);
-    const bool want_panels = gemm_bf16_available() && prec == GemmPrecision::BF16;
+    const bool want_panels = panels_possible() && prec == GemmPrecision::BF16;
     EXPECT_EQ(pw.has_panels(), want_panels);
     if (want_panels) EXPECT_GE(pw.panel_bytes(), size_t(m * ((c.k + 31) / 32 * 32) * 2));
     const int64_t rows = c.batch ? c.n / c.batch + 1 : c.n;
@@ -288,7 +295,7 @@ TEST(Packed, PanelsFollowTheCallsPrecision) {
   if (forced_isa_unavailable()) GTEST_SKIP();
   Weight w = make_weight(DType::Q4_0, 96, 256, 7);
   const PackedWeight pw = pack_weight(pool(), {&w.t}, GemmPrecision::BF16, "test");
-  EXPECT_EQ(pw.has_panels(), gemm_bf16_available());
+  EXPECT_EQ(pw.has_panels(), panels_possible());
   Mat x = make_mat(0, 64, 256, 0, 8), y = make_mat(0, 64, 96, 0, 9),
       yr = make_mat(0, 64, 96, 0, 10);
   GemmPrecisionScope f32(GemmPrecision::F32);

@@ -181,7 +181,8 @@ class PackedWeight {
 
 // Parts: 2-D, one dtype, one K, contiguous rows. prec is resolved as a matmul call's (Auto: the
 // thread's scope, else CBX_GEMM, else BF16 for lossy weights); panels are made when that is
-// BF16 and the active ISA's bf16 GEMM exists. `what` names the weight in errors. Packing runs on the pool.
+// BF16 and the active ISA's bf16 GEMM exists, unless CBX_NO_PREPACK=1 (benchmark A/B: no panels,
+// so every call takes the per-call path). `what` names the weight in errors. Packing runs on the pool.
 PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts, GemmPrecision prec,
                          const char* what);
 // The same for an explicit kernel table (tests); panels only with that table's bf16 GEMM.

@@ -263,6 +263,8 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
             "pack_weight %s: quantized weight needs K %% 32 == 0, got K = %lld", what,
             (long long)w.k_);
   const Bf16Gemm* b = bf16_for(kern);
+  const char* off = std::getenv("CBX_NO_PREPACK");
+  if (off && *off && std::strcmp(off, "0") != 0) return w;  // A/B switch: no panels
   if (!b || w.k_ == 0 || w.m_ == 0 || effective_precision(prec, w.dtype_) != GemmPrecision::BF16)
     return w;
 
