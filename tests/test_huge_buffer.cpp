@@ -58,6 +58,12 @@ TEST(HugeBuffer, AlignmentContentMove) {
   std::printf("huge buffer: madvise %s, AnonHugePages of its mapping %ld kB\n", big.huge() ? "accepted" : "refused",
               anon_huge_kb(big.data()));
 
+  HugeBuffer plain(n, false);  // huge pages not asked for
+  ASSERT_NE(plain.data(), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(plain.data()) % 64, 0u);
+  EXPECT_FALSE(plain.huge());
+  plain.data()[n - 1] = 1;
+
   uint8_t* p = big.data();
   HugeBuffer moved(std::move(big));
   EXPECT_EQ(moved.data(), p);

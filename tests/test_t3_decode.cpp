@@ -91,6 +91,7 @@ std::vector<std::vector<float>> run(const T3Config& c, const T3Gpt2Weights& w, i
   o.max_batch = 9;
   o.kv_type = kv;
   o.pack_q4 = pack_q4;
+  o.kv_huge_pages = threads == 2;  // the KV cache's allocation must not matter either
   T3Gpt2 m(c, w, pool, o);
   if (packed) *packed = m.packed_weight_bytes();
   m.set_fused_decode(fused);

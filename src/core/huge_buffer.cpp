@@ -9,9 +9,9 @@
 
 namespace cbx {
 
-HugeBuffer::HugeBuffer(size_t bytes) : n_(bytes) {
+HugeBuffer::HugeBuffer(size_t bytes, bool huge_pages) : n_(bytes) {
   if (bytes == 0) return;
-  const bool big = bytes >= kHugeMin;
+  const bool big = huge_pages && bytes >= kHugeMin;
   const size_t align = big ? kHugePage : 64;
   const size_t rounded = (bytes + align - 1) / align * align;
   p_ = static_cast<uint8_t*>(std::aligned_alloc(align, rounded));

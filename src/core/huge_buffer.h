@@ -4,7 +4,10 @@
 // a hypervisor. Measured on the 2-vCPU KVM dev machine, a 256 MB sequential read through
 // 4 KB vs huge pages (same process, alternating, loaded machine): 12.7 vs 15.2 GB/s on one
 // thread, 8.8 vs 13.1 GB/s on two. Without THP support this is a plain aligned buffer.
-// The memory is not zeroed; pages are only backed once touched.
+// The memory is not zeroed; pages are only backed once touched, but with huge pages a touch
+// backs the whole 2 MB around it: a buffer reserved much larger than the part written (a
+// head-major KV cache sized for far more keys than a generation uses) costs its full size
+// in RSS.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,9 +17,9 @@ namespace cbx {
 class HugeBuffer {
  public:
   HugeBuffer() = default;
-  // bytes >= kHugeMin: 2 MB aligned, size rounded up to whole 2 MB pages, MADV_HUGEPAGE
-  // asked for (failure to get it is not an error); smaller: 64-byte aligned.
-  explicit HugeBuffer(size_t bytes);
+  // huge_pages and bytes >= kHugeMin: 2 MB aligned, size rounded up to whole 2 MB pages,
+  // MADV_HUGEPAGE asked for (failure to get it is not an error); else 64-byte aligned.
+  explicit HugeBuffer(size_t bytes, bool huge_pages = true);
   ~HugeBuffer();
   HugeBuffer(HugeBuffer&& o) noexcept;
   HugeBuffer& operator=(HugeBuffer&& o) noexcept;

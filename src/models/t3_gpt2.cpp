@@ -123,7 +123,7 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   const size_t es = type_traits(kv_type_).block_bytes;
   const size_t one = size_t(H * max_ctx_ * D) * es;
   kv_bytes_ = one * 2 * size_t(c.n_layer);
-  kv_buf_ = HugeBuffer(kv_bytes_);  // each decode step reads all of it: huge pages (core/huge_buffer.h)
+  kv_buf_ = HugeBuffer(kv_bytes_, o.kv_huge_pages);
   for (int l = 0; l < c.n_layer; ++l) {
     k_cache_.push_back(make_tensor(kv_type_, {H, max_ctx_, D}, kv_buf_.data() + size_t(2 * l) * one, one));
     v_cache_.push_back(make_tensor(kv_type_, {H, max_ctx_, D}, kv_buf_.data() + size_t(2 * l + 1) * one, one));
