@@ -130,26 +130,42 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
   transient = std::max(
       transient, f32_bytes(n_rows_ * Hkv * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
 
-  // Fused decode: row projections and per-thread scratch.
+  // Fused decode: row projections (their q4p copies in one huge-page buffer, in the order a
+  // step reads them) and per-thread scratch.
   const Isa isa = active_isa();
+  auto pack_size = [&](const Tensor& t) {
+    return (RowLinear::pack_bytes(t, isa, o.pack_q4) + 63) / 64 * 64;
+  };
+  size_t packed_total = pack_size(w.speech_head_w);
+  for (const T3LlamaLayer& L : w.layers)
+    for (const Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      packed_total += pack_size(*t);
+  packed_buf_ = HugeBuffer(packed_total);
+  size_t packed_at = 0;
+  auto bind_rows = [&](const Tensor& t, const std::string& name) {
+    uint8_t* at = packed_buf_.data() ? packed_buf_.data() + packed_at : nullptr;
+    packed_at += pack_size(t);
+    return RowLinear(t, Tensor{}, name.c_str(), isa, o.pack_q4, at);
+  };
   size_t act_row = 0;
   rows_.reserve(size_t(c.n_layer));
   for (int l = 0; l < c.n_layer; ++l) {
     const T3LlamaLayer& L = w.layers[size_t(l)];
     const std::string p = "t3 llama layer " + std::to_string(l);
-    const Tensor none;
-    rows_.push_back({RowLinear(L.wq, none, (p + " q_proj").c_str(), isa, o.pack_q4),
-                     RowLinear(L.wk, none, (p + " k_proj").c_str(), isa, o.pack_q4),
-                     RowLinear(L.wv, none, (p + " v_proj").c_str(), isa, o.pack_q4),
-                     RowLinear(L.wo, none, (p + " o_proj").c_str(), isa, o.pack_q4),
-                     RowLinear(L.w_gate, none, (p + " gate_proj").c_str(), isa, o.pack_q4),
-                     RowLinear(L.w_up, none, (p + " up_proj").c_str(), isa, o.pack_q4),
-                     RowLinear(L.w_down, none, (p + " down_proj").c_str(), isa, o.pack_q4)});
-    const LayerRows& r = rows_.back();
+    LayerRows r;
+    r.q = bind_rows(L.wq, p + " q_proj");
+    r.k = bind_rows(L.wk, p + " k_proj");
+    r.v = bind_rows(L.wv, p + " v_proj");
+    r.o = bind_rows(L.wo, p + " o_proj");
+    r.gate = bind_rows(L.w_gate, p + " gate_proj");
+    r.up = bind_rows(L.w_up, p + " up_proj");
+    r.down = bind_rows(L.w_down, p + " down_proj");
     for (const RowLinear* x : {&r.q, &r.k, &r.v, &r.o, &r.gate, &r.up, &r.down})
       act_row = std::max(act_row, x->act_bytes());
+    rows_.push_back(r);
   }
-  head_ = RowLinear(w.speech_head_w, Tensor{}, "t3 llama speech_head", isa, o.pack_q4);
+  head_ = bind_rows(w.speech_head_w, "t3 llama speech_head");
+  CBX_ASSERT(packed_at == packed_total);
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
   const size_t fused = 2 * f32_bytes(nt * n_rows_ * d) + size_t(nt * n_rows_) * act_stride_ +

@@ -23,6 +23,7 @@
 
 #include "core/arena.h"
 #include "core/dtype.h"
+#include "core/huge_buffer.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
@@ -122,7 +123,8 @@ class T3Llama {
   int64_t n_past_ = 0;
   std::vector<float> inv_freq_;  // [D/2] llama3-scaled
   Tensor inv_freq_t_;
-  Arena kv_arena_;
+  Arena kv_arena_;  // 4 KB pages: only the positions used get backed (huge pages would back
+                    // every head's whole max_ctx slab: +466 MB peak RSS measured for Multilingual)
   size_t kv_bytes_ = 0;
   std::vector<Tensor> k_cache_,
       v_cache_;  // [layer]: [n_rows * H_kv, max_ctx, D] (sequence-major heads)
@@ -136,6 +138,7 @@ class T3Llama {
   };
   std::vector<LayerRows> rows_;
   RowLinear head_;
+  HugeBuffer packed_buf_;  // the q4p copies of all of them (streamed every step: huge pages)
   float* thread_h_ = nullptr;    // [nt, n_rows, d]
   float* thread_tmp_ = nullptr;  // [nt, n_rows, d]
   uint8_t* thread_act_ = nullptr;  // nt blocks of n_rows * act_stride_ bytes

@@ -11,7 +11,16 @@
 
 namespace cbx {
 
-RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa, bool pack) : isa_(isa) {
+RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa, bool pack)
+    : RowLinear(w, bias, name, isa, pack, nullptr) {}
+
+size_t RowLinear::pack_bytes(const Tensor& w, Isa isa, bool pack) {
+  if (w.dtype != DType::Q4_0 || !pack || !q4p_dot(isa) || w.ndim != 2) return 0;
+  return q4p_row_bytes(w.shape[1]) * size_t(w.shape[0]);
+}
+
+RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa, bool pack, uint8_t* storage)
+    : isa_(isa) {
   const int slot = matmul_weight_slot(w.dtype);
   CBX_CHECK(slot >= 0, "row_linear %s: weight %s has unsupported dtype %s", name, w.shape_str().c_str(),
             dtype_name(w.dtype));
@@ -37,10 +46,16 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
   if (q4p && m_ > 0) {
     const size_t rb = q4p_row_bytes(k_);
     packed_bytes_ = rb * size_t(m_);
-    auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, packed_bytes_));
-    CBX_CHECK(buf, "row_linear %s: cannot allocate %zu bytes for the q4p copy of %s", name, packed_bytes_,
-              w.shape_str().c_str());
-    packed_ = std::shared_ptr<uint8_t>(buf, [](uint8_t* p) { std::free(p); });
+    uint8_t* buf = storage;
+    if (buf) {
+      CBX_CHECK(reinterpret_cast<uintptr_t>(buf) % 64 == 0, "row_linear %s: q4p storage for %s is not 64-aligned",
+                name, w.shape_str().c_str());
+    } else {
+      buf = static_cast<uint8_t*>(std::aligned_alloc(64, packed_bytes_));
+      CBX_CHECK(buf, "row_linear %s: cannot allocate %zu bytes for the q4p copy of %s", name, packed_bytes_,
+                w.shape_str().c_str());
+      packed_ = std::shared_ptr<uint8_t>(buf, [](uint8_t* p) { std::free(p); });
+    }
     for (int64_t m = 0; m < m_; ++m) q4p_pack_row(w_ + size_t(m) * ws_, k_, buf + size_t(m) * rb);
     w_ = buf;
     ws_ = rb;

@@ -36,6 +36,11 @@ class RowLinear {
   // w: [M, K] of a matmul weight type (rows contiguous, K % 32 == 0 when quantized);
   // bias: contiguous f32 [M] or empty. Errors name `name`.
   RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa = active_isa(), bool pack = true);
+  // Same, with the q4p copy (if any) written to caller-owned storage: pack_bytes(w, isa, pack)
+  // bytes, 64-aligned, outliving this object (e.g. one huge-page buffer for a whole model).
+  RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa, bool pack, uint8_t* storage);
+  // Bytes of the re-laid-out copy a RowLinear of w would make (0: it reads w in place).
+  static size_t pack_bytes(const Tensor& w, Isa isa = active_isa(), bool pack = true);
 
   int64_t rows() const { return m_; }
   int64_t cols() const { return k_; }
