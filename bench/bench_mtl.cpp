@@ -96,14 +96,17 @@ int run_mtl(int argc, char** argv) {
       for (int f = 0; f < 2; ++f) {
         pipe.t3().set_fused_decode(f == 1);
         T3MtlStats ab;
-        const double c0 = process_cpu_s();
+        // CPU from the first sample (right after the prefill) to the end of generate.
+        double c0 = 0;
+        pipe.t3().set_step_callback([&](const T3MtlStep& st) {
+          if (st.step == 0) c0 = process_cpu_s();
+        });
         std::vector<int32_t> g = pipe.t3().generate(cond, text_ids, s, &ab, nullptr, args.tokens);
         const double c1 = process_cpu_s() - c0;
+        pipe.t3().set_step_callback(nullptr);
         if (r == 0) first[f] = g;
         tok[f].push_back(ab.n_decode > 0 ? double(ab.n_decode) / (ab.decode_ms / 1e3) : 0.0);
-        // CPU of the whole generate, less the prefill's wall time x threads (an upper bound on its CPU).
-        cpu[f].push_back(ab.n_decode > 0 ? (c1 * 1e3 - ab.prefill_ms * pipe.n_threads()) / double(ab.n_decode)
-                                         : 0.0);
+        cpu[f].push_back(ab.n_decode > 0 ? c1 * 1e3 / double(ab.n_decode) : 0.0);
       }
     pipe.t3().set_fused_decode(true);
     auto median = [](std::vector<double> v) {
