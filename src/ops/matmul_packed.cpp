@@ -6,8 +6,10 @@
 //     row-tile major, packs its activation tile once for all of K into its own buffer (no
 //     barrier), and runs one tile call over all of K (the panels of consecutive k blocks are
 //     contiguous), into a 32 x 32 f32 buffer;
-//   - the epilogue (bias, GELU, residual) runs on that buffer while it is in L1 and writes
-//     y once.
+//   - the epilogue (bias, GELU / SiLU, residual) runs on that buffer while it is in L1 and
+//     writes y once; a LayerNorm prologue normalizes the tile's rows just before packing them;
+//   - matmul_mlp chains two GEMMs per row tile (each thread owns whole row tiles), so the
+//     hidden rows never leave the thread's scratch.
 // The weight panels of one matrix (<= 768 KB in the CFM) stay in L2 across the row tiles.
 // The tile kernel accumulates the same bf16 products in the same k order whether K is split
 // into blocks (the f32 partial sums are stored and reloaded exactly) or not, so the results
