@@ -58,6 +58,10 @@ TEST(HugeBuffer, AlignmentContentMove) {
   std::printf("huge buffer: madvise %s, AnonHugePages of its mapping %ld kB\n", big.huge() ? "accepted" : "refused",
               anon_huge_kb(big.data()));
 
+  HugeBuffer under(HugeBuffer::kHugePage - 4096);  // no whole huge page inside: none asked for
+  EXPECT_FALSE(under.huge());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(under.data()) % 64, 0u);
+
   HugeBuffer plain(n, false);  // huge pages not asked for
   ASSERT_NE(plain.data(), nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(plain.data()) % 64, 0u);

@@ -11,13 +11,13 @@ namespace cbx {
 
 HugeBuffer::HugeBuffer(size_t bytes, bool huge_pages) : n_(bytes) {
   if (bytes == 0) return;
-  const bool big = huge_pages && bytes >= kHugeMin;
+  const bool big = huge_pages && bytes >= kHugePage;
   const size_t align = big ? kHugePage : 64;
-  const size_t rounded = (bytes + align - 1) / align * align;
+  const size_t rounded = (bytes + align - 1) / align * align;  // aligned_alloc wants a multiple
   p_ = static_cast<uint8_t*>(std::aligned_alloc(align, rounded));
   CBX_CHECK(p_ != nullptr, "huge buffer: cannot allocate %zu bytes", rounded);
 #ifdef MADV_HUGEPAGE
-  if (big) huge_ = madvise(p_, rounded, MADV_HUGEPAGE) == 0;
+  if (big) huge_ = madvise(p_, bytes / kHugePage * kHugePage, MADV_HUGEPAGE) == 0;
 #endif
 }
 

@@ -7,7 +7,9 @@
 // The memory is not zeroed; pages are only backed once touched, but with huge pages a touch
 // backs the whole 2 MB around it: a buffer reserved much larger than the part written (a
 // head-major KV cache sized for far more keys than a generation uses) costs its full size
-// in RSS.
+// in RSS. Only the whole 2 MB pages inside the requested size are advised, so a buffer
+// never holds more than it asked for; under 2 MB nothing is (one slab for many small
+// arrays gets the most out of it).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,8 +19,8 @@ namespace cbx {
 class HugeBuffer {
  public:
   HugeBuffer() = default;
-  // huge_pages and bytes >= kHugeMin: 2 MB aligned, size rounded up to whole 2 MB pages,
-  // MADV_HUGEPAGE asked for (failure to get it is not an error); else 64-byte aligned.
+  // huge_pages and bytes >= kHugePage: 2 MB aligned, MADV_HUGEPAGE asked for the whole
+  // 2 MB pages inside [0, bytes) (failure to get it is not an error); else 64-byte aligned.
   explicit HugeBuffer(size_t bytes, bool huge_pages = true);
   ~HugeBuffer();
   HugeBuffer(HugeBuffer&& o) noexcept;
@@ -31,7 +33,6 @@ class HugeBuffer {
   bool huge() const { return huge_; }      // whether MADV_HUGEPAGE was accepted
 
   static constexpr size_t kHugePage = size_t(2) << 20;
-  static constexpr size_t kHugeMin = size_t(1) << 20;
 
  private:
   uint8_t* p_ = nullptr;
