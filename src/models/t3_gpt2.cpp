@@ -146,20 +146,36 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   transient = std::max(transient, matmul_scratch_bytes(w.speech_head_w.dtype, 1, V, d, nt));
   transient = std::max(transient, f32_bytes(H * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
 
-  // Fused decode: row projections and per-thread scratch.
+  // Fused decode: row projections (their q4p copies, if any, in one huge-page buffer in the
+  // order a step reads them: streamed every step, 4 KB pages cost TLB misses and prefetcher
+  // restarts) and per-thread scratch.
+  const Isa isa = active_isa();
+  auto pack_size = [&](const Tensor& t) { return (RowLinear::pack_bytes(t, isa, o.pack_q4) + 63) / 64 * 64; };
+  size_t packed_total = pack_size(w.speech_head_w);
+  for (const T3Gpt2Layer& L : w.layers)
+    for (const Tensor* t : {&L.c_attn_w, &L.c_proj_w, &L.fc_w, &L.proj_w}) packed_total += pack_size(*t);
+  packed_buf_ = HugeBuffer(packed_total);
+  size_t packed_at = 0;
+  auto bind_rows = [&](const Tensor& t, const Tensor& b, const std::string& name) {
+    uint8_t* at = packed_buf_.data() ? packed_buf_.data() + packed_at : nullptr;
+    packed_at += pack_size(t);
+    return RowLinear(t, b, name.c_str(), isa, o.pack_q4, at);
+  };
   size_t act_row = 0;
+  rows_.reserve(size_t(c.n_layer));
   for (int l = 0; l < c.n_layer; ++l) {
     const T3Gpt2Layer& L = w.layers[size_t(l)];
     const std::string p = "t3 layer " + std::to_string(l);
-    const Isa isa = active_isa();
-    rows_.push_back({RowLinear(L.c_attn_w, L.c_attn_b, (p + " c_attn").c_str(), isa, o.pack_q4),
-                     RowLinear(L.c_proj_w, L.c_proj_b, (p + " c_proj").c_str(), isa, o.pack_q4),
-                     RowLinear(L.fc_w, L.fc_b, (p + " c_fc").c_str(), isa, o.pack_q4),
-                     RowLinear(L.proj_w, L.proj_b, (p + " mlp.c_proj").c_str(), isa, o.pack_q4)});
-    for (const RowLinear* r : {&rows_.back().qkv, &rows_.back().attn_proj, &rows_.back().fc, &rows_.back().proj})
-      act_row = std::max(act_row, r->act_bytes());
+    LayerRows r;
+    r.qkv = bind_rows(L.c_attn_w, L.c_attn_b, p + " c_attn");
+    r.attn_proj = bind_rows(L.c_proj_w, L.c_proj_b, p + " c_proj");
+    r.fc = bind_rows(L.fc_w, L.fc_b, p + " c_fc");
+    r.proj = bind_rows(L.proj_w, L.proj_b, p + " mlp.c_proj");
+    for (const RowLinear* x : {&r.qkv, &r.attn_proj, &r.fc, &r.proj}) act_row = std::max(act_row, x->act_bytes());
+    rows_.push_back(r);
   }
-  head_ = RowLinear(w.speech_head_w, w.speech_head_b, "t3 speech_head", active_isa(), o.pack_q4);
+  head_ = bind_rows(w.speech_head_w, w.speech_head_b, "t3 speech_head");
+  CBX_ASSERT(packed_at == packed_total);
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
   claims_ = std::make_unique<Claim[]>(size_t(4 * c.n_layer + 1));

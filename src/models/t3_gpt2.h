@@ -156,6 +156,7 @@ class T3Gpt2 {
   struct LayerRows {
     RowLinear qkv, attn_proj, fc, proj;
   };
+  HugeBuffer packed_buf_;  // the q4p copies of rows_ and head_ (streamed every step: huge pages)
   std::vector<LayerRows> rows_;
   RowLinear head_;
   // Work counters of the fused decode, one per barrier-separated phase (4 a layer + the
