@@ -1,6 +1,7 @@
 // The stream-read bandwidth every bench divides by, measured one way for all of them so
 // their ratios compare: the better of one sequential stream and four interleaved streams
-// with an L2 prefetch per thread (how the matvec kernels read weights), best of reps.
+// with an L2 prefetch per thread (how the matvec kernels read weights), best of reps,
+// over a buffer on transparent huge pages where the kernel allows them.
 #pragma once
 #include <cstddef>
 #include <cstdint>
