@@ -59,6 +59,9 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+// GCC 12's _tile_loadconfig declares an 8-byte memory operand, so the compiler may drop the
+// stores of rows / colsb before it (it did in attention_amx_avx512.cpp); this asm names the
+// whole 64-byte config.
 __attribute__((target("amx-tile"))) void configure_tiles() {
   // Every tile is 16 rows x 64 bytes; the configuration is per thread.
   thread_local bool done = false;
@@ -68,7 +71,7 @@ __attribute__((target("amx-tile"))) void configure_tiles() {
     cfg.rows[i] = 16;
     cfg.colsb[i] = 64;
   }
-  _tile_loadconfig(&cfg);
+  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
   done = true;
 }
 
