@@ -12,7 +12,9 @@
 //   t3_tok_s        decode steps per second (a two-row forward + CFG + sampling)
 //   decode_bw_ratio (decode weight bytes + average KV bytes per step, as T3Mtl reports them)
 //                   x t3_tok_s / stream read GB/s; the stream read (--mb MB, same threads)
-//                   is measured in the same run, after the pipeline (not in peak_rss_mb)
+//                   is measured in the same run, after the pipeline (not in peak_rss_mb), on
+//                   huge pages where the kernel allows them (like the q4p weights);
+//                   decode_bw_ratio_4k: against a 4 KB-page read (stream_4k_gbps)
 //   flow_ms, cfm_ms flow encoder; CFM (cfm_step_ms: mean per estimator batch of two)
 //   s3gen_ms        flow_ms + cfm_ms
 //   hift_ms         vocoder + trim/fade + tail trim
@@ -144,23 +146,25 @@ int run_mtl(int argc, char** argv) {
   const double rtf = (st.prefill_ms + st.decode_ms + s3gen_ms + tm.hift_ms) / 1e3 / audio_s;
 
   const double rss_mb = peak_rss_mb();  // before the stream buffer
-  double stream = 0;
+  double stream = 0, stream_4k = 0;
   {
     ThreadPool pool(pipe.n_threads());
     stream = stream_read_gbps(pool, size_t(args.mb), 5);
+    stream_4k = stream_read_gbps(pool, size_t(args.mb), 5, false);
   }
   const double decode_gbps = (st.weight_bytes_per_step + st.kv_bytes_per_step) * tok_s / 1e9;
   std::printf("bench mtl model=%s threads=%d kv=%s lang=%s cfg_weight=%g rows=%lld load_ms=%.0f prompt_rows=%lld "
               "tokens=%d folded=%lld audio_s=%.2f t3_prefill_ms=%.1f t3_decode_ms=%.1f t3_tok_s=%.2f "
               "weight_mb_step=%.1f kv_mb_step=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
               "flow_ms=%.1f cfm_ms=%.1f cfm_step_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f cpu_s=%.1f cpu_t3_s=%.1f "
-              "cpu_s3gen_hift_s=%.1f cpu_per_wall=%.2f cpu_rtf=%.3f peak_rss_mb=%.0f packed_mb=%.0f\n",
+              "cpu_s3gen_hift_s=%.1f cpu_per_wall=%.2f cpu_rtf=%.3f peak_rss_mb=%.0f packed_mb=%.0f "
+              "stream_4k_gbps=%.2f decode_bw_ratio_4k=%.3f\n",
               args.model.c_str(), pipe.n_threads(), args.kv.c_str(), lang.c_str(), double(s.cfg_weight),
               (long long)st.n_rows, load_ms, (long long)st.prompt_len, args.tokens, (long long)n_folded, audio_s,
               st.prefill_ms, st.decode_ms, tok_s, st.weight_bytes_per_step / 1e6, st.kv_bytes_per_step / 1e6,
               decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, cfm_step_ms, s3gen_ms, tm.hift_ms,
               rtf, cpu_s, cpu_t3, cpu_s - cpu_t3, cpu_s / wall_s, cpu_rtf, rss_mb,
-              double(pipe.t3().packed_weight_bytes()) / 1e6);
+              double(pipe.t3().packed_weight_bytes()) / 1e6, stream_4k, decode_gbps / stream_4k);
   return 0;
 }
 

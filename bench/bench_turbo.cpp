@@ -7,7 +7,10 @@
 //   t3_tok_s        decode steps per second (forward + sampling)
 //   decode_bw_ratio (decode weights + average KV bytes per step) x t3_tok_s / stream read GB/s,
 //                   the stream read (--mb MB, same threads) measured in the same run, after the
-//                   pipeline (so its buffer is not in peak_rss_mb)
+//                   pipeline (so its buffer is not in peak_rss_mb), over huge pages where the
+//                   kernel allows them (like the decode's q4p weights)
+//   decode_bw_ratio_4k the same against a 4 KB-page read (stream_4k_gbps; a malloc'd buffer
+//                   under THP madvise), the reference earlier figures were measured against
 //   s3gen_ms        flow encoder + CFM (2 estimator calls)
 //   hift_ms         vocoder + trim/fade
 //   rtf             (prefill + decode + s3gen + hift) / audio seconds
@@ -109,10 +112,11 @@ int run_turbo(int argc, char** argv) {
 
   // The stream buffer comes after the peak-RSS reading so it does not count.
   const double rss_mb = peak_rss_mb();
-  double stream = 0;
+  double stream = 0, stream_4k = 0;
   {
     ThreadPool pool(pipe.n_threads());
     stream = stream_read_gbps(pool, size_t(mb), 5);
+    stream_4k = stream_read_gbps(pool, size_t(mb), 5, false);
   }
   const double wbytes = double(t3_gpt2_decode_weight_bytes(c, t3.weights()));
   const double es = lp.kv_type == DType::F16 ? 2.0 : 4.0;
@@ -121,10 +125,11 @@ int run_turbo(int argc, char** argv) {
   const double decode_gbps = (wbytes + kvbytes) * tok_s / 1e9;
   std::printf("bench turbo model=%s threads=%d kv=%s load_ms=%.0f prompt_rows=%lld tokens=%d s3gen_tokens=%zu "
               "audio_s=%.2f t3_prefill_ms=%.1f t3_tok_s=%.2f decode_gbps=%.2f stream_gbps=%.2f "
-              "decode_bw_ratio=%.3f flow_ms=%.1f cfm_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f peak_rss_mb=%.0f\n",
+              "decode_bw_ratio=%.3f flow_ms=%.1f cfm_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f peak_rss_mb=%.0f "
+              "stream_4k_gbps=%.2f decode_bw_ratio_4k=%.3f\n",
               model.c_str(), pipe.n_threads(), kv.c_str(), load_ms, (long long)n_prompt_rows, tokens, speech.size(),
               audio_s, prefill_ms, tok_s, decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, s3gen_ms,
-              tm.hift_ms, rtf, rss_mb);
+              tm.hift_ms, rtf, rss_mb, stream_4k, decode_gbps / stream_4k);
   return 0;
 }
 

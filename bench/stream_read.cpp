@@ -74,11 +74,11 @@ double stream_read_gbps(ThreadPool& pool, const uint8_t* buf, size_t bytes, int 
   return best;
 }
 
-double stream_read_gbps(ThreadPool& pool, size_t mb, int reps) {
+double stream_read_gbps(ThreadPool& pool, size_t mb, int reps, bool huge_pages) {
   // On huge pages where the kernel allows them, like the decode's re-laid-out weights: the
   // reference is the best read the machine gives, not one slowed by 4 KB page walks.
   const size_t bytes = mb << 20;
-  HugeBuffer buf(bytes, true);
+  HugeBuffer buf(bytes, huge_pages);
   CBX_CHECK(buf.data(), "bench: cannot allocate %zu MB for the stream read", mb);
   std::memset(buf.data(), 1, bytes);
   return stream_read_gbps(pool, buf.data(), bytes, reps);

@@ -18,7 +18,9 @@ double wall_seconds();
 // `clock_s` measures time (wall by default; bench kernels can pass its CPU clock).
 double stream_read_gbps(ThreadPool& pool, const uint8_t* buf, size_t bytes, int reps,
                         double (*clock_s)() = wall_seconds);
-// The same over a freshly allocated and touched buffer of `mb` MiB (freed on return).
-double stream_read_gbps(ThreadPool& pool, size_t mb, int reps);
+// The same over a freshly allocated and touched buffer of `mb` MiB (freed on return), on
+// huge pages where the kernel allows them (the default, like the decode's re-laid-out
+// weights) or on plain 4 KB pages (what a malloc'd STREAM-style buffer gets with THP madvise).
+double stream_read_gbps(ThreadPool& pool, size_t mb, int reps, bool huge_pages = true);
 
 }  // namespace cbx::bench

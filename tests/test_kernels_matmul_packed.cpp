@@ -153,7 +153,9 @@ TEST_P(PackedTest, EqualsPerCallBitForBit) {
     EXPECT_EQ(pw.cols(), c.k);
     const bool want_panels = panels_possible() && prec == GemmPrecision::BF16;
     EXPECT_EQ(pw.has_panels(), want_panels);
-    if (want_panels) EXPECT_GE(pw.panel_bytes(), size_t(m * ((c.k + 31) / 32 * 32) * 2));
+    if (want_panels) {
+      EXPECT_GE(pw.panel_bytes(), size_t(m * ((c.k + 31) / 32 * 32) * 2));
+    }
     const int64_t rows = c.batch ? c.n / c.batch + 1 : c.n;
     Mat x = make_mat(c.batch, rows, c.k, 5, seed + 1);
     std::vector<float> bv(static_cast<size_t>(m));
