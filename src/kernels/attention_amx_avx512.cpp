@@ -1,7 +1,7 @@
 // Fused AMX-BF16 attention (layouts and data flow in kernels/attention_amx.h).
 //
 // Tiles: every tile is configured as 16 rows x 64 bytes, the same configuration the AMX GEMM
-// (matmul_amx_avx512.cpp) loads, so the two may run on one thread in any order.
+// (matmul_amx_avx512.cpp) loads (kernels/amx_tile_config.h), so the two may run on one thread in any order.
 //   S phase (32 queries x 16 keys per step): acc 0, 1 (rows 0-15, 16-31); q tiles 2..5 stay
 //     loaded for D = 64 (rows x 32-dim chunks) while the previous block's softmax runs; k tiles 6, 7.
 //   O phase (32 queries x 32 dims per pass, D / 32 passes): acc 0..3, P tiles 4, 5, v tiles 6, 7.
@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "kernels/attention_amx.h"
+#include "kernels/amx_tile_config.h"
 #include "kernels/matmul_avx512_q.h"
 
 // GCC 12 reports the undefined start value inside the _mm512_reduce_* / mask intrinsics as
@@ -23,28 +24,6 @@ namespace cbx {
 namespace {
 
 constexpr int kQb = int(kAttnAmxQueryBlock);
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// GCC 12's _tile_loadconfig declares an 8-byte memory operand, so the compiler may drop the
-// stores of rows / colsb before it (it did here); this asm names the whole 64-byte config.
-__attribute__((target("amx-tile"))) void configure_tiles() {
-  thread_local bool done = false;
-  if (done) return;
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.rows[i] = 16;
-    cfg.colsb[i] = 64;
-  }
-  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
-  done = true;
-}
 
 // Lanes [0, n) of 16 (n may be <= 0 or >= 16).
 inline __mmask16 lanes(int64_t n) {
@@ -245,7 +224,7 @@ template <int ND>
 void run_amx(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void* ws) {
   constexpr int64_t D = ND * 32;
   if (i0 >= i1) return;
-  configure_tiles();
+  configure_amx_tiles();
   const int64_t Tk = heads[0].Tk, lds = attention_amx_score_stride(Tk), nkt = (Tk + 15) / 16;
   const float scale = heads[0].scale;
   float* sbuf[2];

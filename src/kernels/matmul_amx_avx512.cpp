@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "kernels/matmul.h"
+#include "kernels/amx_tile_config.h"
 #include "kernels/matmul_avx512_q.h"
 #include "kernels/matmul_amx.h"
 
@@ -51,30 +52,6 @@ bool probe_amx() {
 #endif
 }
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// GCC 12's _tile_loadconfig declares an 8-byte memory operand, so the compiler may drop the
-// stores of rows / colsb before it (it did in attention_amx_avx512.cpp); this asm names the
-// whole 64-byte config.
-__attribute__((target("amx-tile"))) void configure_tiles() {
-  // Every tile is 16 rows x 64 bytes; the configuration is per thread.
-  thread_local bool done = false;
-  if (done) return;
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.rows[i] = 16;
-    cfg.colsb[i] = 64;
-  }
-  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
-  done = true;
-}
-
 void pack_x_amx(const float* x, size_t xs, int rows, int64_t k, void* dst) {
   auto* p = static_cast<uint16_t*>(dst);
   const int64_t kb_n = (k + 31) / 32;
@@ -100,7 +77,7 @@ void pack_w_amx(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void
 
 __attribute__((target("amx-tile,amx-bf16"))) void tile_amx(const void* xp, const void* wp, int64_t kc, float* y,
                                                           int64_t ldy, int nrows, int mcols, bool acc) {
-  configure_tiles();
+  configure_amx_tiles();
   const bool full = nrows == kNr && mcols == kMr;
   alignas(64) float tmp[kNr * kMr];
   float* out = y;
@@ -260,7 +237,7 @@ void conv_pack_w_amx(const float* w, int64_t cout, int64_t cin, int64_t K, int64
 }
 
 __attribute__((target("amx-tile,amx-bf16"))) void conv_tiles_amx(const Bf16Gemm::Conv& c, int64_t i0, int64_t i1) {
-  configure_tiles();
+  configure_amx_tiles();
   const int64_t cout_pad = (c.cout + 31) / 32 * 32, o_tiles = cout_pad / 32, n_blocks = c.cin_pad / 32;
   const size_t xstride = size_t(c.cols) * 4;  // bytes between channel pairs
   alignas(64) float tmp[kNr * kMr];
