@@ -38,19 +38,7 @@ namespace {
 bool g_cpu = false;
 int g_threads = 2;
 
-double now_s() {
-  if (g_cpu) {
-    timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double(t.tv_sec) + double(t.tv_nsec) * 1e-9) / g_threads;
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+double now_s() { return clock_seconds(g_cpu, g_threads); }
 
 int run_attention(int argc, char** argv) {
   int64_t T = 900, Tk = -1, B = 1, H = 8, D = 64;

@@ -44,19 +44,7 @@ namespace {
 bool g_cpu_clock = false;
 int g_threads = 1;
 
-double now_s() {
-  if (g_cpu_clock) {
-    timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double(t.tv_sec) + double(t.tv_nsec) * 1e-9) / g_threads;
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+double now_s() { return clock_seconds(g_cpu_clock, g_threads); }
 
 struct Buffer {
   uint8_t* p = nullptr;

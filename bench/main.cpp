@@ -1,5 +1,8 @@
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <exception>
 
 #include "bench.h"
@@ -8,6 +11,21 @@ namespace cbx::bench {
 std::vector<Bench>& benches() {
   static std::vector<Bench> list;
   return list;
+}
+
+double clock_seconds(bool cpu, int threads) {
+  if (cpu) {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double(t.tv_sec) + double(t.tv_nsec) * 1e-9) / threads;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 }  // namespace cbx::bench
 
