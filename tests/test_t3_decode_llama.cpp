@@ -17,29 +17,15 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "weight_store_test_util.h"
 #include "models/t3_llama.h"
 
 using namespace cbx;
 
 namespace {
 
-struct Store {
-  std::vector<std::vector<uint8_t>> bufs;
-  std::mt19937 rng{11};
-  Tensor make(DType t, std::initializer_list<int64_t> shape, float scale, float mean = 0.f) {
-    std::vector<int64_t> s(shape);
-    const int64_t cols = s.back(), rows = s.size() > 1 ? s[0] : 1;
-    std::vector<float> row(static_cast<size_t>(cols));
-    std::normal_distribution<float> nd(mean, scale);
-    const size_t rb = dtype_row_bytes(t, cols);
-    bufs.emplace_back(rb * size_t(rows));
-    auto& b = bufs.back();
-    for (int64_t r = 0; r < rows; ++r) {
-      for (float& v : row) v = nd(rng);
-      type_traits(t).from_float(row.data(), b.data() + size_t(r) * rb, cols);
-    }
-    return make_tensor(t, shape, b.data(), b.size());
-  }
+struct Store : test::WeightStore {
+  Store() : WeightStore(11) {}
 };
 
 T3Config tiny_config(int n_kv_head) {
