@@ -65,7 +65,8 @@ struct DotKernel {
 };
 
 // Packed GEMM. Panels hold k in groups of k_pack consecutive values (1 for f32, 2 for
-// bf16 pairs, 32 for AMX tiles); k is padded with zeros to a multiple of k_pack.
+// bf16 pairs, 32 for AMX tiles); k is padded with zeros to a multiple of k_pack. (The
+// vdpbf16ps Bf16Gemm keeps bf16 pairs but pads k to 32 like the AMX one: k_pack 32.)
 //   x panel of one n-tile: [kp / k_pack][nr][k_pack]  (kp = k rounded up to k_pack), so
 //     the slice from k0 starts k0 * nr elements in
 //   w panel of one m-tile: kcp * mr elements (kcp = kc rounded up), laid out as the
@@ -104,8 +105,11 @@ const MatmulKernels& matmul_kernels(Isa isa);
 // BF16 GEMM path, used when the caller's GEMM precision is bf16 (ops/matmul.h): x and the
 // weights (any weight type, dequantized while packing) are rounded to bf16 (round to
 // nearest even) in the panels, products are accumulated in f32. It exists only where it
-// is faster than the f32 GEMM: AVX-512 with AMX tiles (vdpbf16ps alone runs at half the
-// f32 FMA rate on these CPUs). Panel layouts as GemmKernel (k_pack 32).
+// is faster than the f32 GEMM: AVX-512 with AMX tiles (matmul_amx_avx512.cpp), or
+// vdpbf16ps where it runs at the f32 FMA instruction rate (AMD Zen 4 and later:
+// matmul_vdpbf16_avx512.cpp; on Intel cores it runs at half that and is not chosen).
+// Panel layouts as GemmKernel; k_pack is 32 for both (k zero padded to 32), the w panel
+// of both is [kcp / 2][32][2] bf16 (kernels/bf16_pack_avx512.h).
 struct Bf16Gemm {
   GemmKernel gemm[kWeightSlots];
   // Packs columns [0, cols) (cols <= gemm[kWF32].mr, the rest zero) of a k-major f32 B,
@@ -143,8 +147,9 @@ struct Bf16Gemm {
   // Output tiles [i0, i1) of ceil(tout / 32) x (cout_pad / 32), time-tile major.
   void (*conv_tiles)(const Conv& c, int64_t i0, int64_t i1);
 };
-// The BF16 GEMM that goes with matmul_kernels_avx512() (nullptr without AMX tiles, with
-// CBX_NO_AMX=1, or for any other table). Call only for an AVX-512 table.
+// The BF16 GEMM that goes with matmul_kernels_avx512(): AMX tiles where usable (CBX_NO_AMX=1
+// turns them off), else vdpbf16ps where chosen (CBX_VDPBF16, default on AMD only), else
+// nullptr; nullptr for any other table. Call only for an AVX-512 table.
 const Bf16Gemm* matmul_bf16_gemm_avx512(const MatmulKernels& table);
 
 // Per-ISA tables (defined in matmul_<isa>.cpp).

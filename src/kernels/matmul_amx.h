@@ -7,8 +7,8 @@
 
 namespace cbx {
 
-// Largest k block the GEMM driver hands an AMX w packer (ops/matmul.cpp kAmxKc must match;
-// the packers keep one block of 32 rows on the stack).
+// The k block of the AMX GEMM (its Bf16Gemm::kc; at most kBf16PackMaxKc of the shared
+// packers, kernels/bf16_pack_avx512.h).
 constexpr int64_t kAmxKc = 512;
 
 // The bf16 GEMM for every weight type on AMX tiles, or nullptr when AMX is not usable.

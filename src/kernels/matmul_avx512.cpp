@@ -344,9 +344,16 @@ void tile_bf16(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy
                bool acc) {
   const int32_t* a = static_cast<const int32_t*>(xp);
   const uint16_t* b = static_cast<const uint16_t*>(wp);
+  // With acc the sums continue from y (as an AMX tile does), so a GEMM split into k blocks
+  // gives the bits of one pass over k (ops/matmul_packed.cpp relies on it).
   __m512 c[kNr][2];
+  const __mmask16 mk0 = tail_mask16(mcols), mk1 = mcols > 16 ? tail_mask16(mcols - 16) : 0;
 #pragma GCC unroll 14
-  for (int r = 0; r < kNr; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < kNr; ++r) {
+    const bool load = acc && r < nrows;
+    c[r][0] = load ? _mm512_maskz_loadu_ps(mk0, y + r * ldy) : _mm512_setzero_ps();
+    c[r][1] = load ? _mm512_maskz_loadu_ps(mk1, y + r * ldy + 16) : _mm512_setzero_ps();
+  }
   for (int64_t i = 0; i < kc / 2; ++i) {
     const __m512bh b0 = (__m512bh)_mm512_load_si512(b + i * 2 * kMr);
     const __m512bh b1 = (__m512bh)_mm512_load_si512(b + i * 2 * kMr + 32);
@@ -357,7 +364,7 @@ void tile_bf16(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy
       c[r][1] = _mm512_dpbf16_ps(c[r][1], av, b1);
     }
   }
-  store_tile(c, y, ldy, nrows, mcols, acc);
+  store_tile(c, y, ldy, nrows, mcols, false);
 }
 
 constexpr GemmKernel gemm_f32(void (*pack_w)(const void*, size_t, int, int64_t, int64_t, void*)) {
@@ -378,7 +385,7 @@ MatmulKernels make_table(bool amx) {
   t.gemm[kWF16] = gemm_f32(pack_w_f32<DType::F16>);
   t.gemm[kWQ8_0] = gemm_f32(pack_w_f32<DType::Q8_0>);
   t.gemm[kWQ4_0] = gemm_f32(pack_w_f32<DType::Q4_0>);
-  t.gemm[kWBF16] = amx ? amx_bf16_gemm_kernel() : GemmKernel{kNr, kMr, 2, 2, pack_x_bf16, pack_w_bf16, tile_bf16};
+  t.gemm[kWBF16] = amx ? amx_bf16_gemm_kernel() : vdp_bf16_pairs_kernel();
   return t;
 }
 
@@ -394,8 +401,12 @@ const MatmulKernels& matmul_kernels_avx512_no_amx() {
   return t;
 }
 
+GemmKernel vdp_bf16_pairs_kernel() { return GemmKernel{kNr, kMr, 2, 2, pack_x_bf16, pack_w_bf16, tile_bf16}; }
+
 const Bf16Gemm* matmul_bf16_gemm_avx512(const MatmulKernels& table) {
-  return &table == &matmul_kernels_avx512() ? amx_bf16_gemm() : nullptr;
+  if (&table != &matmul_kernels_avx512()) return nullptr;
+  if (const Bf16Gemm* amx = amx_bf16_gemm()) return amx;
+  return vdp_bf16_gemm();
 }
 
 }  // namespace cbx

@@ -1,5 +1,6 @@
 // Helpers shared by the AVX-512 matmul translation units (matmul_avx512.cpp,
-// matmul_q_avx512.cpp, matmul_amx_avx512.cpp); nothing else includes this.
+// matmul_q_avx512.cpp, matmul_amx_avx512.cpp, matmul_vdpbf16_avx512.cpp); nothing else
+// includes this.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,5 +29,14 @@ void pack_w_bf16_pairs(const void* w, size_t ws, int rows, int64_t k0, int64_t k
 // tiles, the OS enables them and CBX_NO_AMX is unset.
 bool amx_bf16_usable();
 GemmKernel amx_bf16_gemm_kernel();
+
+// The vdpbf16ps GEMM of BF16 weights (matmul_avx512.cpp): 14 x 32 tiles, x panel
+// [kp / 2][14][2] bf16, w panel [kcp / 2][32][2] bf16, k padded to an even count.
+GemmKernel vdp_bf16_pairs_kernel();
+// The bf16 GEMM for every weight type on vdpbf16ps (matmul_vdpbf16_avx512.cpp), or nullptr
+// where it is not chosen: on by default only where vdpbf16ps runs at twice the f32 FMA
+// rate (AMD Zen 4 and later); CBX_VDPBF16=1 forces it on (any AVX-512-BF16 CPU, for tests),
+// CBX_VDPBF16=0 off.
+const Bf16Gemm* vdp_bf16_gemm();
 
 }  // namespace cbx

@@ -24,8 +24,9 @@
 //         parity tests run this way.
 //   BF16  x and the weights are rounded to bf16 (round to nearest even, relative error
 //         <= 2^-9 per element) in the packed panels; products are accumulated in f32, on
-//         AMX tiles (~3x the f32 GEMM). Every weight type is dequantized while packing.
-//         It runs only where that kernel exists (AVX-512 with AMX, CBX_NO_AMX unset);
+//         AMX tiles (~3x the f32 GEMM) or, on AMD Zen 4 and later, vdpbf16ps (~2x).
+//         Every weight type is dequantized while packing. It runs only where such a kernel
+//         exists (kernels/matmul.h, matmul_bf16_gemm_avx512: CBX_NO_AMX, CBX_VDPBF16);
 //         on other CPUs and ISAs a BF16 request runs the F32 GEMM.
 //   BF16 weights keep their bf16 GEMM on AVX-512 in either precision (x rounded to bf16).
 // The precision of one call is, in order: the calling thread's GemmPrecisionScope (when
