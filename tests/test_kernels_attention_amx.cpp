@@ -1,4 +1,4 @@
-// Fused AMX-BF16 attention (ops/attention_bf16.h) against double-precision references:
+// Fused bf16 attention (ops/attention_bf16.h; AMX tiles or vdpbf16ps) against double-precision references:
 //   exact:   softmax(scale q k^T) v on the f32 inputs;
 //   rounded: the same on q, k, v rounded to bf16 (what the tiles multiply), so the remaining
 //            differences are the bf16 rounding of p, the cubic exp and f32 accumulation.
@@ -11,7 +11,8 @@
 // Shapes: Tq, Tk of 1, below, at and past multiples of 16 / 32, odd lengths (a length mask
 // gives an odd Tk), D of 32, 64, 128, heads of a [B, T, 3 H D] projection buffer with the
 // output written into a [B, T, H D] buffer (the columns around it untouched), B = 2.
-// Skipped unless the AVX-512 ISA is active (CBX_FORCE_ISA) and AMX-BF16 tiles are usable.
+// Skipped unless the AVX-512 ISA is active (CBX_FORCE_ISA) and AMX-BF16 tiles or the vdpbf16ps
+// bf16 GEMM (CBX_VDPBF16) are usable.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -123,7 +124,7 @@ bool available(int64_t D = 64) { return attention_bf16_available(D); }
 }  // namespace
 
 TEST(AttentionAmx, SmallAndOddShapes) {
-  if (!available()) GTEST_SKIP() << "AMX-BF16 attention not available with this ISA / CPU";
+  if (!available()) GTEST_SKIP() << "the fused bf16 attention is not available with this ISA / CPU";
   uint32_t seed = 1;
   for (int64_t Tq : {1, 5, 16, 31, 33, 64}) {
     for (int64_t Tk : {1, 2, 15, 17, 31, 32, 47, 65}) run_case({1, 2, Tq, Tk, 64, 1.f}, seed++);
@@ -131,7 +132,7 @@ TEST(AttentionAmx, SmallAndOddShapes) {
 }
 
 TEST(AttentionAmx, HeadDims) {
-  if (!available(32)) GTEST_SKIP() << "AMX-BF16 attention not available with this ISA / CPU";
+  if (!available(32)) GTEST_SKIP() << "the fused bf16 attention is not available with this ISA / CPU";
   uint32_t seed = 100;
   for (int64_t D : {32, 64, 96, 128}) {
     run_case({1, 2, 37, 53, D, 2.f}, seed++);
@@ -140,7 +141,7 @@ TEST(AttentionAmx, HeadDims) {
 }
 
 TEST(AttentionAmx, CfmSizes) {
-  if (!available()) GTEST_SKIP() << "AMX-BF16 attention not available with this ISA / CPU";
+  if (!available()) GTEST_SKIP() << "the fused bf16 attention is not available with this ISA / CPU";
   // Full size is T ~ 900 with 8 heads; a length mask shortens the keys (odd Tk).
   run_case({2, 3, 300, 300, 64, 1.f}, 7);
   run_case({1, 2, 301, 257, 64, 3.f}, 8);
@@ -149,7 +150,7 @@ TEST(AttentionAmx, CfmSizes) {
 }
 
 TEST(AttentionAmx, ThreeDimViewsAndOnePool) {
-  if (!available()) GTEST_SKIP() << "AMX-BF16 attention not available with this ISA / CPU";
+  if (!available()) GTEST_SKIP() << "the fused bf16 attention is not available with this ISA / CPU";
   nn_test::Buf q({2, 20, 64}, 1), k({2, 45, 64}, 2), v({2, 45, 64}, 3), o({2, 20, 64});
   ThreadPool one(1);
   Arena scratch(attention_bf16_scratch_bytes(1, 2, 45, 64, 1));
@@ -162,7 +163,7 @@ TEST(AttentionAmx, ThreeDimViewsAndOnePool) {
 }
 
 TEST(AttentionAmx, ThreadSplits) {
-  if (!available()) GTEST_SKIP() << "AMX-BF16 attention not available with this ISA / CPU";
+  if (!available()) GTEST_SKIP() << "the fused bf16 attention is not available with this ISA / CPU";
   // 3 heads x 3 blocks of 32 queries: on 2 threads a thread's block range runs from one head
   // into the next (the pipeline switches K / V mid-range); on 11 threads two threads have no
   // block and 8 no head to pack, and all still meet the barrier.
@@ -182,7 +183,7 @@ TEST(AttentionAmx, ThreadSplits) {
 }
 
 TEST(AttentionAmx, BadInputs) {
-  if (!available()) GTEST_SKIP() << "AMX-BF16 attention not available with this ISA / CPU";
+  if (!available()) GTEST_SKIP() << "the fused bf16 attention is not available with this ISA / CPU";
   nn_test::Buf q({2, 8, 64}), k({2, 9, 64}), v({2, 9, 64}), o({2, 8, 64}), k48({2, 9, 48}), q48({2, 8, 48}),
       o48({2, 8, 48}), v7({2, 7, 64}), o7({2, 7, 64});
   Arena big(attention_bf16_scratch_bytes(1, 2, 9, 64, pool().size()));
@@ -204,12 +205,12 @@ TEST(AttentionAmx, BadInputs) {
 }
 
 TEST(AttentionAmx, UnavailableThrows) {
-  if (available()) GTEST_SKIP() << "AMX-BF16 attention is available here";
+  if (available()) GTEST_SKIP() << "the fused bf16 attention is available here";
   nn_test::Buf q({1, 4, 64}), k({1, 4, 64}), v({1, 4, 64}), o({1, 4, 64});
   Arena a(1 << 20);
   try {
     attention_bf16(pool(), q.t, k.t, v.t, o.t, 0.125f, a);
-    FAIL() << "attention_bf16 ran without AMX";
+    FAIL() << "attention_bf16 ran without AMX or vdpbf16ps";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("AMX"), std::string::npos) << e.what();
   }

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "kernels/attention_amx.h"
+#include "kernels/attention_bf16_avx512.h"
 #include "kernels/amx_tile_config.h"
 #include "kernels/matmul_avx512_q.h"
 
@@ -21,110 +22,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace cbx {
+using namespace attn_bf16;
 namespace {
-
-constexpr int kQb = int(kAttnAmxQueryBlock);
-
-// Lanes [0, n) of 16 (n may be <= 0 or >= 16).
-inline __mmask16 lanes(int64_t n) {
-  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
-}
-
-// Interleaves the 16 values of a (even rows) and b (odd rows) as bf16 pairs: a0 b0 a1 b1 ...
-inline __m512i pair_bf16(__m512 a, __m512 b) {
-  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  return _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b, a));
-}
-
-// f32 row [n] -> bf16 [n] (n % 32 == 0).
-inline void row_bf16(const float* x, int64_t n, uint16_t* dst) {
-  for (int64_t i = 0; i < n; i += 32) {
-    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
-    _mm512_storeu_si512(dst + i, (__m512i)v);
-  }
-}
-
-void pack_k(const float* k, int64_t k_rs, int64_t Tk, int64_t D, uint16_t* kp) {
-  const int64_t nkt = (Tk + 15) / 16, np = D / 2;
-  alignas(64) uint32_t tmp[16][kAttnAmxMaxHeadDim / 2];
-  auto* out = reinterpret_cast<uint32_t*>(kp);
-  for (int64_t t = 0; t < nkt; ++t) {
-    for (int j = 0; j < 16; ++j) {
-      const int64_t key = t * 16 + j;
-      if (key < Tk)
-        row_bf16(k + key * k_rs, D, reinterpret_cast<uint16_t*>(tmp[j]));
-      else
-        std::memset(tmp[j], 0, size_t(np) * 4);
-    }
-    // [16 keys][np pairs] -> [np pairs][16 keys], 16 pairs at a time by a 32-bit gather.
-    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32(int(kAttnAmxMaxHeadDim / 2)));
-    uint32_t* dst = out + t * np * 16;
-    for (int64_t p = 0; p < np; ++p)
-      _mm512_storeu_si512(dst + p * 16, _mm512_i32gather_epi32(idx, tmp[0] + p, 4));
-  }
-}
-
-void pack_v(const float* v, int64_t v_rs, int64_t Tk, int64_t D, uint16_t* vp) {
-  const int64_t nkc = (Tk + 31) / 32, nt = D / 16;
-  for (int64_t c = 0; c < nkc; ++c) {
-    for (int r = 0; r < 16; ++r) {
-      const int64_t k0 = c * 32 + 2 * r, k1 = k0 + 1;
-      const float* a = k0 < Tk ? v + k0 * v_rs : nullptr;
-      const float* b = k1 < Tk ? v + k1 * v_rs : nullptr;
-      for (int64_t t = 0; t < nt; ++t) {
-        const __m512 va = a ? _mm512_loadu_ps(a + t * 16) : _mm512_setzero_ps();
-        const __m512 vb = b ? _mm512_loadu_ps(b + t * 16) : _mm512_setzero_ps();
-        _mm512_storeu_si512(vp + ((c * nt + t) * 16 + r) * 32, pair_bf16(va, vb));
-      }
-    }
-  }
-}
-
-inline __m512 exp2_poly(__m512 t) {
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, n);
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0.05517132207751274f), f, _mm512_set1_ps(0.24261054396629333f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6932609677314758f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999281167984009f));
-  return _mm512_scalef_ps(p, n);
-}
-
-// Row of Tk scores (f32) -> probabilities (bf16, in place over the row's first half, zero in
-// [Tk, round_up(Tk, 32))); returns 1 / sum. Loads of [j, j + 32) happen before the 64-byte
-// store at byte 2 j, which only covers scores < j + 16 already read (the store trails the loads).
-inline float softmax_row_bf16(float* s, int64_t Tk, float scale) {
-  const int64_t full16 = Tk / 16 * 16, full32 = Tk / 32 * 32;
-  __m512 mx = _mm512_set1_ps(-INFINITY), mx1 = mx;
-  int64_t j = 0;
-  for (; j + 32 <= full16; j += 32) {
-    mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
-    mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(s + j + 16));
-  }
-  for (; j < Tk; j += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, lanes(Tk - j), s + j));
-  const float c = scale * 1.4426950408889634f;  // log2(e)
-  const __m512 vc = _mm512_set1_ps(c), vmc = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(mx, mx1)) * c);
-  __m512 sum = _mm512_setzero_ps(), sum1 = sum;
-  auto* p = reinterpret_cast<uint16_t*>(s);
-  for (j = 0; j < full32; j += 32) {
-    const __m512 pa = exp2_poly(_mm512_fmsub_ps(_mm512_loadu_ps(s + j), vc, vmc));
-    const __m512 pb = exp2_poly(_mm512_fmsub_ps(_mm512_loadu_ps(s + j + 16), vc, vmc));
-    sum = _mm512_add_ps(sum, pa);
-    sum1 = _mm512_add_ps(sum1, pb);
-    _mm512_storeu_si512(p + j, (__m512i)_mm512_cvtne2ps_pbh(pb, pa));
-  }
-  if (j < Tk) {
-    const __mmask16 m0 = lanes(Tk - j), m1 = lanes(Tk - j - 16);
-    const __m512 a = _mm512_maskz_loadu_ps(m0, s + j), b = _mm512_maskz_loadu_ps(m1, s + j + 16);
-    const __m512 pa = _mm512_maskz_mov_ps(m0, exp2_poly(_mm512_fmsub_ps(a, vc, vmc)));
-    const __m512 pb = _mm512_maskz_mov_ps(m1, exp2_poly(_mm512_fmsub_ps(b, vc, vmc)));
-    sum = _mm512_add_ps(sum, pa);
-    sum1 = _mm512_add_ps(sum1, pb);
-    _mm512_storeu_si512(p + j, (__m512i)_mm512_cvtne2ps_pbh(pb, pa));
-  }
-  return 1.f / _mm512_reduce_add_ps(_mm512_add_ps(sum, sum1));
-}
 
 // Q tiles 2..5 (rows 0-15 / 16-31 x dims 0-31 / 32-63) for D = 64, where they stay loaded.
 __attribute__((target("amx-tile"))) void load_q_tiles(const uint16_t* qb) {
@@ -202,24 +101,6 @@ __attribute__((target("amx-tile,amx-bf16"))) void output_tiles(const uint16_t* p
   _tile_stored(3, ot + 16 * 32 + 16, 128);
 }
 
-inline uint8_t* align64(void* p) {
-  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
-}
-
-// Block it's q rows -> qb (bf16, zero rows past Tq); returns the number of valid rows.
-template <int ND>
-int load_q(const AttnAmxHead& h, int64_t q0, uint16_t* qb) {
-  constexpr int64_t D = ND * 32;
-  const int nq = int(h.Tq - q0 < kQb ? h.Tq - q0 : kQb);
-  for (int r = 0; r < kQb; ++r) {
-    if (r < nq)
-      row_bf16(h.q + (q0 + r) * h.q_rs, D, qb + r * D);
-    else
-      std::memset(qb + r * D, 0, D * 2);
-  }
-  return nq;
-}
-
 template <int ND>
 void run_amx(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void* ws) {
   constexpr int64_t D = ND * 32;
@@ -284,8 +165,45 @@ void run_dispatch(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1,
 
 }  // namespace
 
+void attention_bf16_pack_k(const float* k, int64_t k_rs, int64_t Tk, int64_t D, uint16_t* kp) {
+  const int64_t nkt = (Tk + 15) / 16, np = D / 2;
+  alignas(64) uint32_t tmp[16][kAttnAmxMaxHeadDim / 2];
+  auto* out = reinterpret_cast<uint32_t*>(kp);
+  for (int64_t t = 0; t < nkt; ++t) {
+    for (int j = 0; j < 16; ++j) {
+      const int64_t key = t * 16 + j;
+      if (key < Tk)
+        row_bf16(k + key * k_rs, D, reinterpret_cast<uint16_t*>(tmp[j]));
+      else
+        std::memset(tmp[j], 0, size_t(np) * 4);
+    }
+    // [16 keys][np pairs] -> [np pairs][16 keys], 16 pairs at a time by a 32-bit gather.
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32(int(kAttnAmxMaxHeadDim / 2)));
+    uint32_t* dst = out + t * np * 16;
+    for (int64_t p = 0; p < np; ++p)
+      _mm512_storeu_si512(dst + p * 16, _mm512_i32gather_epi32(idx, tmp[0] + p, 4));
+  }
+}
+
+void attention_bf16_pack_v(const float* v, int64_t v_rs, int64_t Tk, int64_t D, uint16_t* vp) {
+  const int64_t nkc = (Tk + 31) / 32, nt = D / 16;
+  for (int64_t c = 0; c < nkc; ++c) {
+    for (int r = 0; r < 16; ++r) {
+      const int64_t k0 = c * 32 + 2 * r, k1 = k0 + 1;
+      const float* a = k0 < Tk ? v + k0 * v_rs : nullptr;
+      const float* b = k1 < Tk ? v + k1 * v_rs : nullptr;
+      for (int64_t t = 0; t < nt; ++t) {
+        const __m512 va = a ? _mm512_loadu_ps(a + t * 16) : _mm512_setzero_ps();
+        const __m512 vb = b ? _mm512_loadu_ps(b + t * 16) : _mm512_setzero_ps();
+        _mm512_storeu_si512(vp + ((c * nt + t) * 16 + r) * 32, pair_bf16(va, vb));
+      }
+    }
+  }
+}
+
 const AttentionAmxKernels* attention_amx_kernels() {
-  static const AttentionAmxKernels k{pack_k, pack_v, run_dispatch};
+  static const AttentionAmxKernels k{attention_bf16_pack_k, attention_bf16_pack_v, run_dispatch};
   return amx_bf16_usable() ? &k : nullptr;
 }
 

@@ -12,7 +12,12 @@ namespace {
 
 constexpr const char* kOp = "attention_bf16";
 
-const AttentionAmxKernels* kernels() { return active_isa() == Isa::Avx512 ? attention_amx_kernels() : nullptr; }
+// AMX tiles where usable, else vdpbf16ps where the bf16 GEMM runs on it, else none.
+const AttentionAmxKernels* kernels() {
+  if (active_isa() != Isa::Avx512) return nullptr;
+  if (const AttentionAmxKernels* k = attention_amx_kernels()) return k;
+  return attention_vdpbf16_kernels();
+}
 
 bool head_dim_ok(int64_t D) { return D >= 32 && D <= kAttnAmxMaxHeadDim && D % 32 == 0; }
 
@@ -69,7 +74,7 @@ void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, co
             (long long)kAttnAmxMaxHeadDim);
   CBX_CHECK(scale > 0.f && scale == scale, "%s: scale %g must be positive", kOp, double(scale));
   const AttentionAmxKernels* kern = kernels();
-  CBX_CHECK(kern != nullptr, "%s: needs AMX-BF16 tiles with the AVX-512 ISA (active: %s)", kOp,
+  CBX_CHECK(kern != nullptr, "%s: needs the AVX-512 ISA with AMX-BF16 tiles or the vdpbf16ps bf16 GEMM (active: %s)", kOp,
             isa_name(active_isa()));
 
   const int nth_pool = pool.size();

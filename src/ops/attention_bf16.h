@@ -1,5 +1,6 @@
-// Fused bidirectional attention in bf16 on AMX tiles (kernels/attention_amx.h): one pass per
-// block of 32 queries, the score matrix never leaves the thread's cache.
+// Fused bidirectional attention in bf16 on AMX tiles, or on vdpbf16ps where the bf16 GEMM
+// runs on it (kernels/attention_amx.h): one pass per block of 32 queries, the score matrix
+// never leaves the thread's cache.
 //
 //   out[b, h, i, :] = sum_j softmax_j(scale q[b, h, i, :] . k[b, h, j, :]) v[b, h, j, :]
 //
@@ -28,7 +29,8 @@
 namespace cbx {
 
 // Whether attention_bf16 runs here for head dim D: the AVX-512 ISA is active (CBX_FORCE_ISA),
-// the CPU and OS give AMX-BF16 tiles, CBX_NO_AMX is unset, and D is supported.
+// the CPU and OS give AMX-BF16 tiles (CBX_NO_AMX unset) or the vdpbf16ps bf16 GEMM is chosen
+// (CBX_VDPBF16; AMD by default), and D is supported.
 bool attention_bf16_available(int64_t head_dim);
 
 // Scratch bytes for B x H heads of Tk keys with head dim D on n_threads threads.
