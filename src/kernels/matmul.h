@@ -111,6 +111,7 @@ const MatmulKernels& matmul_kernels(Isa isa);
 // Panel layouts as GemmKernel; k_pack is 32 for both (k zero padded to 32), the w panel
 // of both is [kcp / 2][32][2] bf16 (kernels/bf16_pack_avx512.h).
 struct Bf16Gemm {
+  const char* name;  // "amx" or "vdpbf16ps"
   GemmKernel gemm[kWeightSlots];
   // Packs columns [0, cols) (cols <= gemm[kWF32].mr, the rest zero) of a k-major f32 B,
   // rows [k0, k0 + kc), into one w panel of gemm[kWF32]: row kk of B starts at

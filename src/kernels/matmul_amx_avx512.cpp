@@ -174,6 +174,7 @@ GemmKernel amx_bf16_gemm_kernel() { return GemmKernel{kNr, kMr, 32, 2, pack_x_am
 const Bf16Gemm* amx_bf16_gemm() {
   static const Bf16Gemm g = [] {
     Bf16Gemm r{};
+    r.name = "amx";
     r.gemm[kWF32] = GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_bf16_widen<DType::F32>, tile_amx};
     r.gemm[kWF16] = GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_bf16_widen<DType::F16>, tile_amx};
     r.gemm[kWBF16] = amx_bf16_gemm_kernel();

@@ -105,6 +105,7 @@ const Bf16Gemm* vdp_bf16_gemm() {
   static const Bf16Gemm g = [] {
     const GemmKernel& p = pairs();
     Bf16Gemm r{};
+    r.name = "vdpbf16ps";
     r.gemm[kWF32] = GemmKernel{p.nr, p.mr, 32, 2, pack_x_pad32, pack_w_bf16_widen<DType::F32>, tile};
     r.gemm[kWF16] = GemmKernel{p.nr, p.mr, 32, 2, pack_x_pad32, pack_w_bf16_widen<DType::F16>, tile};
     r.gemm[kWBF16] = GemmKernel{p.nr, p.mr, 32, 2, pack_x_pad32, pack_w_bf16_pad32, tile};

@@ -298,6 +298,11 @@ GemmPrecision gemm_precision_for_f32_weights() { return effective_precision(Gemm
 
 bool gemm_bf16_available() { return bf16_for(matmul_kernels(active_isa())) != nullptr; }
 
+const char* gemm_bf16_kind() {
+  const Bf16Gemm* b = bf16_for(matmul_kernels(active_isa()));
+  return b ? b->name : "none";
+}
+
 void matmul_with_precision(const MatmulKernels& kernels, GemmPrecision prec, ThreadPool& pool, const Tensor& w,
                            const Tensor* bias, const Tensor& x, Tensor& y, Arena* scratch) {
   check_and_run(kernels, pool, w, bias, x, y, scratch, bias ? "matmul_bias" : "matmul", prec);

@@ -78,6 +78,8 @@ GemmPrecision gemm_precision_scope();  // the calling thread's scope value (Auto
 GemmPrecision gemm_precision_for_f32_weights();
 // Whether a BF16 request runs the bf16 GEMM with the active ISA (else it runs in F32).
 bool gemm_bf16_available();
+// Which bf16 GEMM that is: "amx", "vdpbf16ps" or "none".
+const char* gemm_bf16_kind();
 
 void matmul(ThreadPool& pool, const Tensor& w, const Tensor& x, Tensor& y, Arena* scratch = nullptr);
 void matmul_bias(ThreadPool& pool, const Tensor& w, const Tensor& bias, const Tensor& x, Tensor& y,
