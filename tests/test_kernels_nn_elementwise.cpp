@@ -3,14 +3,18 @@
 // generic kernel (front-end with Isa::Generic) and with a double-precision reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <vector>
 
+#include "core/cpu.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "nn_test_util.h"
+#include "kernels/nn.h"
 #include "ops/elementwise.h"
 
 using namespace cbx;
@@ -302,4 +306,36 @@ TEST(NnElementwise, ValidationErrorsNameOpAndShapes) {
   EXPECT_THROW(silu(pool(), xh, x.t), Error);
   Buf alpha({5});
   EXPECT_THROW(snake(pool(), x.t, alpha.t, x.t), Error);
+}
+
+// The f16 store of every kernel table (KV caches) gives core f32_to_f16's bits for every
+// non-NaN float: a sweep over the f32 bit patterns (every 4099th, all exponents and signs),
+// the f16 rounding edges, in calls of odd lengths (vector tails). A NaN must stay a NaN.
+TEST(NnElementwise, ToF16MatchesScalarOnEveryIsa) {
+  std::vector<float> x;
+  for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 4099) {
+    const uint32_t u = uint32_t(b);
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  for (float f : {0.f, -0.f, 65504.f, 65519.99f, 65520.f, -65520.f, 5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f,
+                  6.1035156e-5f, 6.1035152e-5f, 1.0009766f, 1.0004883f, 1.0014648f, INFINITY, -INFINITY, NAN})
+    x.push_back(f);
+  std::vector<uint16_t> y(x.size());
+  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+    if (int(isa) > int(detected_isa())) continue;
+    const NnKernels& k = nn_kernels(isa);
+    for (size_t i = 0; i < x.size(); i += 1007) k.to_f16(x.data() + i, y.data() + i, int64_t(std::min<size_t>(1007, x.size() - i)));
+    int64_t bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(x[i])) {
+        bad += (y[i] & 0x7c00) != 0x7c00 || (y[i] & 0x3ff) == 0;
+        continue;
+      }
+      if (y[i] != f32_to_f16(x[i]) && bad++ < 5)
+        ADD_FAILURE() << isa_name(isa) << ": " << x[i] << " -> " << y[i] << ", scalar " << f32_to_f16(x[i]);
+    }
+    EXPECT_EQ(bad, 0) << isa_name(isa) << " over " << x.size() << " values";
+  }
 }

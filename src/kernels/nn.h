@@ -103,6 +103,9 @@ struct NnKernels {
   // c = sig(f) c + sig(i) tanh(g); h = sig(o) tanh(c).
   void (*lstm_gates)(const float* g, float* h, float* c, int64_t hidden);
   float (*dot)(const float* a, const float* b, int64_t n);
+  // y = x rounded to f16 (to nearest even), the bits of core f32_to_f16 for every non-NaN
+  // value (a NaN stays a NaN, its payload may differ).
+  void (*to_f16)(const float* x, uint16_t* y, int64_t n);
 };
 
 const NnKernels& nn_kernels(Isa isa);

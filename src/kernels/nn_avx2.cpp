@@ -31,6 +31,15 @@ struct V8 {
     std::memcpy(tmp, p, size_t(n) * 2);
     return load_h(tmp);
   }
+  // f32 -> f16, round to nearest even (vcvtps2ph ignores MXCSR.FTZ; DAZ is never set here).
+  static void store_h(uint16_t* p, R v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  static void store_h_n(uint16_t* p, R v, int64_t n) {
+    uint16_t tmp[8];
+    store_h(tmp, v);
+    std::memcpy(p, tmp, size_t(n) * 2);
+  }
   static R add(R a, R b) { return _mm256_add_ps(a, b); }
   static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
   static R mul(R a, R b) { return _mm256_mul_ps(a, b); }

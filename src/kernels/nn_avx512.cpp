@@ -28,6 +28,13 @@ struct V16 {
   static R load_h_n(const uint16_t* p, int64_t n) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk(n), p));
   }
+  // f32 -> f16, round to nearest even (vcvtps2ph ignores MXCSR.FTZ; DAZ is never set here).
+  static void store_h(uint16_t* p, R v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  static void store_h_n(uint16_t* p, R v, int64_t n) {
+    _mm256_mask_storeu_epi16(p, mk(n), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
   static R add(R a, R b) { return _mm512_add_ps(a, b); }
   static R sub(R a, R b) { return _mm512_sub_ps(a, b); }
   static R mul(R a, R b) { return _mm512_mul_ps(a, b); }

@@ -171,10 +171,14 @@ float dot_generic(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+void to_f16_generic(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(x[i]);
+}
+
 const NnKernels kGeneric = {
     Isa::Generic,   unary_generic, binary_generic, snake_generic,      layer_norm_generic,
     rms_norm_generic, softmax_generic, rope_generic, gemm_generic, attn_generic,
-    lstm_gates_generic, dot_generic,
+    lstm_gates_generic, dot_generic, to_f16_generic,
 };
 
 }  // namespace

@@ -13,6 +13,13 @@
 namespace cbx::nn_simd {
 
 template <class V>
+void to_f16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + V::W <= n; i += V::W) V::store_h(y + i, V::load(x + i));
+  if (i < n) V::store_h_n(y + i, V::load_n(x + i, n - i), n - i);
+}
+
+template <class V>
 void unary(Unary op, const float* x, float* y, int64_t n, float p0, float p1) {
   using R = typename V::R;
   const R vp0 = V::set1(p0), vp1 = V::set1(p1), zero = V::zero(), half = V::set1(0.5f);

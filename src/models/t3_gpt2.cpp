@@ -193,15 +193,12 @@ void T3Gpt2::store_kv(int layer, const Tensor& qkv, int64_t T) {
   const int64_t d = c_.n_embd, H = c_.n_head, D = c_.head_dim;
   const Tensor& kc = k_cache_[size_t(layer)];
   const Tensor& vc = v_cache_[size_t(layer)];
-  const bool f16 = kv_type_ == DType::F16;
-  const FromFloatFn to16 = type_traits(DType::F16).from_float;
   auto job = [&](int64_t item) {  // item = (t, kv, h)
     const int64_t h = item % H, kv = (item / H) % 2, t = item / (2 * H);
     const float* src = static_cast<const float*>(qkv.row(t)) + (1 + kv) * d + h * D;
     const Tensor& dst_t = kv ? vc : kc;
     uint8_t* dst = static_cast<uint8_t*>(dst_t.data) + h * dst_t.stride[0] + (n_past_ + t) * dst_t.stride[1];
-    if (f16) to16(src, dst, D);
-    else std::memcpy(dst, src, size_t(D) * 4);
+    row_store(src, dst, kv_type_, D);
   };
   const int64_t items = T * 2 * H;
   if (T < 4 || pool_.size() <= 1) {

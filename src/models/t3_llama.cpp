@@ -219,18 +219,13 @@ void T3Llama::copy_sequence(int64_t src, int64_t dst) {
 // k, v: [B*T, Hkv*D] (RoPE applied to k) -> cache rows n_past .. n_past+T-1 of each sequence.
 void T3Llama::store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, int64_t T) {
   const int64_t Hkv = c_.n_kv_head, D = c_.head_dim;
-  const bool f16 = kv_type_ == DType::F16;
-  const FromFloatFn to16 = type_traits(DType::F16).from_float;
   auto job = [&](int64_t item) {  // item = ((b * T + t) * 2 + kv) * Hkv + h
     const int64_t h = item % Hkv, kv = (item / Hkv) % 2, r = item / (2 * Hkv), b = r / T, t = r % T;
     const float* src = static_cast<const float*>((kv ? v : k).row(r)) + h * D;
     const Tensor& dst_t = (kv ? v_cache_ : k_cache_)[size_t(layer)];
     uint8_t* dst = static_cast<uint8_t*>(dst_t.data) + (b * Hkv + h) * dst_t.stride[0] +
                    (n_past_ + t) * dst_t.stride[1];
-    if (f16)
-      to16(src, dst, D);
-    else
-      std::memcpy(dst, src, size_t(D) * 4);
+    row_store(src, dst, kv_type_, D);
   };
   const int64_t items = B * T * 2 * Hkv;
   if (B * T < 4 || pool_.size() <= 1) {
@@ -282,14 +277,8 @@ void T3Llama::decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v
     const Tensor vb = make_view(v_cache_[0], 3, kv_shape, v_cache_[0].stride, 0);
     attention_part(0, 1, qv, kb, vb, Tensor{}, ov, ap, 0, 0);
   }
-  const bool f16 = kv_type_ == DType::F16;
-  const FromFloatFn to16 = type_traits(DType::F16).from_float;
   auto store = [&](const float* src, const Tensor& dst_t, int64_t head) {
-    uint8_t* dst = static_cast<uint8_t*>(dst_t.data) + head * dst_t.stride[0] + pos * dst_t.stride[1];
-    if (f16)
-      to16(src, dst, D);
-    else
-      std::memcpy(dst, src, size_t(D) * 4);
+    row_store(src, static_cast<uint8_t*>(dst_t.data) + head * dst_t.stride[0] + pos * dst_t.stride[1], kv_type_, D);
   };
 
   pool_.run([&](int ith, int nth) {

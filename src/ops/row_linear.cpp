@@ -177,8 +177,7 @@ void row_store(const float* x, void* dst, DType dst_type, int64_t n) {
     return;
   }
   CBX_CHECK(dst_type == DType::F16, "row_store: destination type %s (f32 or f16)", dtype_name(dst_type));
-  auto* d = static_cast<uint16_t*>(dst);
-  for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(x[i]);
+  nn_kernels(active_isa()).to_f16(x, static_cast<uint16_t*>(dst), n);
 }
 
 }  // namespace cbx
