@@ -21,7 +21,9 @@
 namespace cbx {
 namespace {
 
-constexpr int64_t kVdpKc = 256;  // 32 weight rows x 256 k in bf16: a 16 KB w panel (L1)
+// 32 weight rows x 512 k in bf16: a 32 KB w panel. T3 prefill (427 rows, Zen 4): 512 ran
+// ~10% faster than 256, same-build A/B; the CFM and HiFT did not change.
+constexpr int64_t kVdpKc = 512;
 constexpr int kConvGroup = 8;    // output channels per conv accumulator group (16 zmm)
 
 const GemmKernel& pairs() {
