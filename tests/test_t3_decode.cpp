@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "core/error.h"
 #include "weight_store_test_util.h"
 #include "models/t3_gpt2.h"
 
@@ -136,6 +137,59 @@ TEST(T3Decode, FusedMatchesOpByOp) {
         else EXPECT_EQ(got, fused1) << "fused logits depend on the thread count: " << dtype_name(mt) << " threads "
                                     << threads;
       }
+    }
+  }
+}
+
+// The voice prefix cache (T3Turbo::prefill) rests on save_kv_rows / load_kv_rows: rows
+// [0, 5) forwarded, saved, then 4 more rows and 3 decode steps, against the same after a
+// reset and a load of the saved rows (and after a different prompt in between): the same
+// logits, bit for bit, for every weight and cache type.
+TEST(T3Decode, SavedKvRowsContinueExactly) {
+  const T3Config c = tiny_config();
+  for (DType mt : {DType::F32, DType::Q4_0}) {
+    Store st;
+    T3Gpt2Weights w;
+    fill_weights(c, mt, st, w);
+    for (DType kv : {DType::F16, DType::F32}) {
+      ThreadPool pool(2);
+      T3Gpt2Options o;
+      o.max_ctx = 32;
+      o.max_batch = 9;
+      o.kv_type = kv;
+      T3Gpt2 m(c, w, pool, o);
+      std::mt19937 rng(5);
+      std::normal_distribution<float> nd;
+      std::vector<float> e(size_t(12 * c.n_embd)), other(size_t(9 * c.n_embd));
+      for (float& v : e) v = nd(rng);
+      for (float& v : other) v = nd(rng);
+      auto rows = [&](std::vector<float>& src, int64_t r0, int64_t n) {
+        return make_tensor(DType::F32, {n, c.n_embd}, src.data() + r0 * c.n_embd, size_t(n * c.n_embd) * 4);
+      };
+      auto rest = [&] {  // rows 5..8 as one call, then rows 9..11 one at a time
+        std::vector<float> out;
+        const Tensor& l = m.forward(rows(e, 5, 4));
+        out.insert(out.end(), l.ptr<float>(), l.ptr<float>() + c.speech_vocab);
+        for (int64_t r = 9; r < 12; ++r) {
+          const Tensor& s = m.forward(rows(e, r, 1));
+          out.insert(out.end(), s.ptr<float>(), s.ptr<float>() + c.speech_vocab);
+        }
+        return out;
+      };
+      m.forward(rows(e, 0, 5));
+      std::vector<uint8_t> saved(m.kv_rows_bytes(5));
+      EXPECT_EQ(saved.size(), size_t(c.n_layer) * 2 * size_t(c.n_head) * 5 * dtype_row_bytes(kv, c.head_dim));
+      m.save_kv_rows(5, saved.data());
+      EXPECT_THROW(m.save_kv_rows(6, saved.data()), Error);
+      const std::vector<float> first = rest();
+      m.reset();
+      m.forward(rows(other, 0, 9));  // overwrite the cache with another prompt
+      m.reset();
+      m.load_kv_rows(5, saved.data());
+      EXPECT_EQ(m.n_past(), 5);
+      const std::vector<float> again = rest();
+      EXPECT_EQ(first, again) << dtype_name(mt) << " kv " << dtype_name(kv);
+      EXPECT_THROW(m.load_kv_rows(33, saved.data()), Error);
     }
   }
 }

@@ -189,6 +189,33 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   call_mark_ = arena_.mark();
 }
 
+size_t T3Gpt2::kv_rows_bytes(int64_t rows) const {
+  return size_t(c_.n_layer) * 2 * size_t(c_.n_head) * size_t(rows) * dtype_row_bytes(kv_type_, c_.head_dim);
+}
+
+void T3Gpt2::save_kv_rows(int64_t rows, void* dst) const {
+  CBX_CHECK(rows >= 0 && rows <= n_past_, "t3: cannot save %lld cache rows, %lld are filled", (long long)rows,
+            (long long)n_past_);
+  const size_t run = size_t(rows) * dtype_row_bytes(kv_type_, c_.head_dim);
+  auto* out = static_cast<uint8_t*>(dst);
+  for (int l = 0; l < c_.n_layer; ++l)
+    for (const Tensor* t : {&k_cache_[size_t(l)], &v_cache_[size_t(l)]})
+      for (int64_t h = 0; h < c_.n_head; ++h, out += run)
+        std::memcpy(out, static_cast<const uint8_t*>(t->data) + h * t->stride[0], run);
+}
+
+void T3Gpt2::load_kv_rows(int64_t rows, const void* src) {
+  CBX_CHECK(rows >= 0 && rows <= max_ctx_, "t3: cannot load %lld cache rows into %lld", (long long)rows,
+            (long long)max_ctx_);
+  const size_t run = size_t(rows) * dtype_row_bytes(kv_type_, c_.head_dim);
+  const auto* in = static_cast<const uint8_t*>(src);
+  for (int l = 0; l < c_.n_layer; ++l)
+    for (const Tensor* t : {&k_cache_[size_t(l)], &v_cache_[size_t(l)]})
+      for (int64_t h = 0; h < c_.n_head; ++h, in += run)
+        std::memcpy(static_cast<uint8_t*>(t->data) + h * t->stride[0], in, run);
+  n_past_ = rows;
+}
+
 void T3Gpt2::store_kv(int layer, const Tensor& qkv, int64_t T) {
   const int64_t d = c_.n_embd, H = c_.n_head, D = c_.head_dim;
   const Tensor& kc = k_cache_[size_t(layer)];

@@ -117,6 +117,14 @@ class T3Gpt2 {
   int64_t max_ctx() const { return max_ctx_; }
   int64_t max_batch() const { return max_batch_; }
   void set_capture(T3Capture fn) { capture_ = std::move(fn); }
+  bool has_capture() const { return bool(capture_); }
+  // Keys and values of cache rows [0, rows) of every layer, out to / in from a buffer of
+  // kv_rows_bytes(rows) bytes (layer-major, K then V, [H][rows][D] in the cache type).
+  // load_kv_rows sets n_past() to rows: a forward then continues after them exactly as
+  // after the forward that produced them. rows <= n_past() to save, <= max_ctx() to load.
+  size_t kv_rows_bytes(int64_t rows) const;
+  void save_kv_rows(int64_t rows, void* dst) const;
+  void load_kv_rows(int64_t rows, const void* src);
   // One-row calls take the fused decode path unless this is off or a capture is set (the
   // op-by-op path reports every named intermediate); both give the same logits.
   void set_fused_decode(bool on) { fused_ = on; }

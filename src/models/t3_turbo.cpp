@@ -1,6 +1,7 @@
 #include "models/t3_turbo.h"
 
 #include <chrono>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/gguf.h"
@@ -61,6 +62,54 @@ void T3Turbo::init(const GgufFile& f, const T3TurboOptions& o) {
   tok_emb_ = arena_.alloc(DType::F32, {1, d}, "t3 token embedding");
   tok_id_ = arena_.alloc(DType::I32, {1}, "t3 token id");
   mark_ = arena_.mark();
+  prefix_cache_ = o.prefix_cache;
+  if (prefix_cache_) {  // pages are touched only when a prefix is kept
+    prefix_kv_.reset(new uint8_t[gpt_->kv_rows_bytes(1 + max_prompt_)]);
+    prefix_spk_.reserve(size_t(t.speaker_embed_size));
+    prefix_ids_.reserve(size_t(max_prompt_));
+  }
+}
+
+bool T3Turbo::prefix_matches(const float* speaker_emb, int64_t n_speaker, const int32_t* prompt_tokens,
+                             int64_t n_prompt) const {
+  return prefix_rows_ == 1 + n_prompt && int64_t(prefix_spk_.size()) == n_speaker &&
+         int64_t(prefix_ids_.size()) == n_prompt &&
+         std::memcmp(prefix_spk_.data(), speaker_emb, size_t(n_speaker) * 4) == 0 &&
+         (n_prompt == 0 || std::memcmp(prefix_ids_.data(), prompt_tokens, size_t(n_prompt) * 4) == 0);
+}
+
+const Tensor& T3Turbo::prefill(const Tensor& embeds, const float* speaker_emb, int64_t n_speaker,
+                               const int32_t* prompt_tokens, int64_t n_prompt, bool* reused) {
+  const int64_t P = 1 + n_prompt, L = embeds.shape[0];
+  CBX_CHECK(embeds.ndim == 2 && L > P && n_speaker == cfg_.t3.speaker_embed_size && n_prompt <= max_prompt_,
+            "t3 turbo: prefill of %s rows with a %lld-token voice prefix", embeds.shape_str().c_str(),
+            (long long)P);
+  if (reused) *reused = false;
+  gpt_->reset();
+  if (!prefix_cache_ || gpt_->has_capture()) return gpt_->forward(embeds);
+  const bool hit = prefix_matches(speaker_emb, n_speaker, prompt_tokens, n_prompt);
+  if (hit) {
+    gpt_->load_kv_rows(P, prefix_kv_.get());
+  } else {
+    prefix_rows_ = 0;
+    gpt_->forward(slice(embeds, 0, 0, P));
+    gpt_->save_kv_rows(P, prefix_kv_.get());
+    prefix_spk_.assign(speaker_emb, speaker_emb + n_speaker);
+    prefix_ids_.assign(prompt_tokens, prompt_tokens + n_prompt);
+    prefix_rows_ = P;
+  }
+  if (reused) *reused = hit;
+  return gpt_->forward(slice(embeds, 0, P, L - P));
+}
+
+double T3Turbo::warm_prefix(const float* speaker_emb, int64_t n_speaker, const int32_t* prompt_tokens,
+                            int64_t n_prompt) {
+  const double t0 = now_ms();
+  if (!prefix_cache_ || prefix_matches(speaker_emb, n_speaker, prompt_tokens, n_prompt)) return 0.0;
+  Tensor embeds = build_prompt(nullptr, 0, speaker_emb, n_speaker, prompt_tokens, n_prompt);
+  prefill(embeds, speaker_emb, n_speaker, prompt_tokens, n_prompt);
+  gpt_->reset();
+  return now_ms() - t0;
 }
 
 SamplerParams T3Turbo::default_sampler() const {
@@ -126,8 +175,7 @@ T3TurboResult T3Turbo::generate(const int32_t* text_ids, int64_t n_text, const f
   double t0 = now_ms();
   Tensor embeds = build_prompt(text_ids, n_text, speaker_emb, n_speaker, prompt_tokens, n_prompt);
   r.prompt_len = embeds.shape[0];
-  gpt_->reset();
-  const Tensor& logits = gpt_->forward(embeds);
+  const Tensor& logits = prefill(embeds, speaker_emb, n_speaker, prompt_tokens, n_prompt, &r.prefix_reused);
   const int32_t bos = t.start_speech_token;
   // Upstream samples the prefill token without the all -inf check or the EOS stop.
   const bool any = sampler.process(logits.ptr<float>(), &bos, 1);

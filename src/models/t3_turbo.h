@@ -32,6 +32,9 @@ struct T3TurboOptions {
   int64_t max_new = -1;      // tokens after the prefill one; -1 = pipeline.max_new_tokens
   DType kv_type = DType::F16;
   bool pack_q4 = true;  // T3Gpt2Options::pack_q4
+  // Keep the keys/values of the voice prefix (speaker row + prompt speech tokens, rows that
+  // do not depend on the text) and reuse them while the voice stays the same (T3Turbo::prefill).
+  bool prefix_cache = true;
 };
 
 struct T3TurboResult {
@@ -40,6 +43,7 @@ struct T3TurboResult {
   bool stopped_eos = false;
   bool stopped_all_inf = false;
   int64_t prompt_len = 0;   // prefill rows
+  bool prefix_reused = false;  // the voice prefix came from the cache (T3Turbo::prefill)
   int64_t n_decode = 0;     // single-token forward calls
   double prefill_ms = 0, decode_ms = 0;
 };
@@ -62,7 +66,21 @@ class T3Turbo {
   Tensor build_prompt(const int32_t* text_ids, int64_t n_text, const float* speaker_emb, int64_t n_speaker,
                       const int32_t* prompt_tokens, int64_t n_prompt);
 
-  // max_new < 0 uses the options' max_new. Resets the KV cache first.
+  // Runs build_prompt's rows from an empty cache; returns the logits of the last row (valid
+  // until the next forward). With the prefix cache on (T3TurboOptions::prefix_cache) and no
+  // capture set on the backbone, it runs as two forward calls, the voice prefix (speaker row
+  // + the n_prompt prompt tokens) and the rest (text + BOS), and keeps the prefix's keys and
+  // values: a later prefill with the same speaker embedding and prompt tokens loads them
+  // instead of running the prefix again. Loading gives the bits the forward would give (the
+  // prefix rows never see the text), so results do not depend on the cache. *reused (when
+  // given) says whether the prefix came from the cache.
+  const Tensor& prefill(const Tensor& embeds, const float* speaker_emb, int64_t n_speaker,
+                        const int32_t* prompt_tokens, int64_t n_prompt, bool* reused = nullptr);
+  // Runs and keeps the voice prefix now (e.g. a server's voice at start-up), unless it is
+  // cached already; returns the milliseconds spent. No-op with the prefix cache off.
+  double warm_prefix(const float* speaker_emb, int64_t n_speaker, const int32_t* prompt_tokens, int64_t n_prompt);
+
+  // max_new < 0 uses the options' max_new. Resets the KV cache first (prefill).
   T3TurboResult generate(const int32_t* text_ids, int64_t n_text, const float* speaker_emb, int64_t n_speaker,
                          const int32_t* prompt_tokens, int64_t n_prompt, const SamplerParams& sp,
                          int64_t max_new = -1, const T3StepFn& on_step = nullptr);
@@ -90,6 +108,15 @@ class T3Turbo {
   Tensor tok_emb_;     // [1, d]
   Tensor tok_id_;      // I32 [1]
   size_t mark_ = 0;
+  // The voice prefix cache (prefill): keys/values of prefix_rows_ rows (0: none) and the
+  // speaker embedding and prompt tokens they came from (capacity reserved at init).
+  bool prefix_cache_ = true;
+  std::unique_ptr<uint8_t[]> prefix_kv_;
+  std::vector<float> prefix_spk_;
+  std::vector<int32_t> prefix_ids_;
+  int64_t prefix_rows_ = 0;
+  bool prefix_matches(const float* speaker_emb, int64_t n_speaker, const int32_t* prompt_tokens,
+                      int64_t n_prompt) const;
 };
 
 }  // namespace cbx
