@@ -155,12 +155,7 @@ void run_amx(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void
 }
 
 void run_dispatch(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void* ws) {
-  switch (heads[0].D) {
-    case 32: return run_amx<1>(heads, nqb, i0, i1, ws);
-    case 64: return run_amx<2>(heads, nqb, i0, i1, ws);
-    case 96: return run_amx<3>(heads, nqb, i0, i1, ws);
-    default: return run_amx<4>(heads, nqb, i0, i1, ws);  // 128 (the front end checks D)
-  }
+  with_head_dim(heads[0].D, [&](auto nd) { run_amx<decltype(nd)::value>(heads, nqb, i0, i1, ws); });
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/attention_amx.h"
 
@@ -105,6 +106,17 @@ inline int load_q(const AttnAmxHead& h, int64_t q0, uint16_t* qb) {
       std::memset(qb + r * D, 0, D * 2);
   }
   return nq;
+}
+
+// f(std::integral_constant<int, ND>{}) for head dim D = 32 ND, ND 1..4 (the front end checks D).
+template <class F>
+inline void with_head_dim(int64_t D, F&& f) {
+  switch (D) {
+    case 32: return f(std::integral_constant<int, 1>{});
+    case 64: return f(std::integral_constant<int, 2>{});
+    case 96: return f(std::integral_constant<int, 3>{});
+    default: return f(std::integral_constant<int, 4>{});  // 128
+  }
 }
 
 }  // namespace attn_bf16
