@@ -6,6 +6,7 @@
 // results.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/matmul_avx512_q.h"
@@ -149,6 +150,14 @@ void dot_q4p(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, 
   // with AMX 256-384 blocks gave +8% on T3 alone and no change in the pipeline.
   const int64_t step = 2 * int64_t(ws), want = 512 * 18;
   const int64_t pf = step > 0 ? (want + step - 1) / step * step : want;
+  // The first pf bytes of the range are not covered by the in-loop prefetch (the fused decode's
+  // claimed pieces and per-head ranges start cold): ask for them up front. Bench t3 on Zen 4,
+  // 7 interleaved pairs: median 97.4 -> 102.6 tok/s (5 of 7 pairs faster).
+  {
+    const char* first = reinterpret_cast<const char*>(wb + m0 * int64_t(ws));
+    const int64_t warm = std::min<int64_t>(pf, (m1 - m0) * int64_t(ws));
+    for (int64_t l = 0; l < warm; l += 64) _mm_prefetch(first + l, _MM_HINT_T1);
+  }
   int64_t m = m0;
   for (; m + 2 <= m1; m += 2) dot_all_rows<2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
   for (; m < m1; ++m) dot_all_rows<1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
