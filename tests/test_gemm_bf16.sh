@@ -36,6 +36,7 @@ tiny_gguf turbo 7 "$TMP/ck" "$TMP/f32.gguf"
 "$CLI" convert "$TMP/ck" -o "$TMP/q8.gguf" --type q8_0 > /dev/null 2>&1
 "$PY" "$SRC/tests/cfm_reference.py" inputs "$TMP/cin" --seed 4 --prompt 40 --gen 60
 "$PY" "$SRC/tests/hift_reference.py" inputs "$TMP/hin" --seed 3 --frames 40
+"$PY" "$SRC/tests/flow_reference.py" inputs "$TMP/ck" "$TMP/fin" --seed 3 --n-tokens 40 --n-prompt 25 --n-frames 50
 cfm_in=(--mu "$TMP/cin/mu.npy" --cond "$TMP/cin/cond.npy" --spks "$TMP/cin/spks.npy" --noise "$TMP/cin/noise.npy")
 hift_in=(--mel "$TMP/hin/mel.npy" --phases "$TMP/hin/phases.npy" --noise "$TMP/hin/noise.npy")
 
@@ -47,6 +48,13 @@ hift() {  # MODEL OUT ENV [debug hift options...]
   local m=$1 o=$2 e=$3; shift 3
   env $e "$CLI" debug hift -m "$m" "${hift_in[@]}" --out "$o" --threads 2 "$@" > /dev/null
 }
+flow() {  # MODEL OUT [env...]
+  local m=$1 o=$2; shift 2
+  env "$@" "$CLI" debug flow -m "$m" --tokens "$TMP/fin/tokens.npy" --prompt-tokens "$TMP/fin/prompt_tokens.npy" \
+    --prompt-feat "$TMP/fin/prompt_feat.npy" --embedding "$TMP/fin/embedding.npy" --threads 2 --out-mu "$o" > /dev/null
+}
+flow "$TMP/f32.gguf" "$TMP/mu_f32.npy" CBX_GEMM=f32
+flow "$TMP/f32.gguf" "$TMP/mu_bf16.npy" CBX_GEMM=bf16
 cfm "$TMP/f32.gguf" "$TMP/mel_f32.npy" CBX_GEMM=f32
 cfm "$TMP/f32.gguf" "$TMP/mel_bf16.npy" CBX_GEMM=bf16
 cfm "$TMP/f32.gguf" "$TMP/mel_auto.npy"
@@ -69,7 +77,8 @@ import sys
 import numpy as np
 d, amx = sys.argv[1], sys.argv[2] == "1"
 ok = True
-for name, a, b, bound in (("CFM mel", "mel_f32", "mel_bf16", 1e-2),
+for name, a, b, bound in (("flow mu", "mu_f32", "mu_bf16", 1e-2),
+                          ("CFM mel", "mel_f32", "mel_bf16", 1e-2),
                           ("HiFT conv_post", "d_f32/conv_post", "d_bf16/conv_post", 6e-2),
                           ("HiFT wave", "w_f32", "w_bf16", 0.3)):
     x = np.load(f"{d}/{a}.npy").astype(np.float64)

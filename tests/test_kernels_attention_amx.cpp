@@ -48,7 +48,7 @@ struct Case {
 
 // Reference for one (b, h): q [Tq, D], k, v [Tk, D] with row strides; out [Tq, D] doubles.
 void reference(const float* q, const float* k, const float* v, int64_t rs, int64_t Tq, int64_t Tk, int64_t D,
-               double scale, bool round, std::vector<double>& out) {
+               double scale, bool round, std::vector<double>& out, const float* bias = nullptr, int64_t bias_rs = 0) {
   auto r = [&](float x) { return double(round ? bf(x) : x); };
   out.assign(size_t(Tq * D), 0.0);
   std::vector<double> s(static_cast<size_t>(Tk));
@@ -57,7 +57,7 @@ void reference(const float* q, const float* k, const float* v, int64_t rs, int64
     for (int64_t j = 0; j < Tk; ++j) {
       double d = 0;
       for (int64_t e = 0; e < D; ++e) d += r(q[i * rs + e]) * r(k[j * rs + e]);
-      s[size_t(j)] = d * scale;
+      s[size_t(j)] = d * scale + (bias ? double(bias[i * bias_rs + j]) : 0.0);
       mx = std::max(mx, s[size_t(j)]);
     }
     double sum = 0;
@@ -202,6 +202,48 @@ TEST(AttentionAmx, BadInputs) {
   EXPECT_NE(msg(q.t, k.t, v.t, o.t, small).find("scratch has"), std::string::npos);
   EXPECT_FALSE(attention_bf16_available(48));
   EXPECT_FALSE(attention_bf16_available(256));
+}
+
+// An additive bias (the flow encoder's relative-position scores): a [Tq, Tk] rel-shift view
+// (row stride 2 Tk - 2 into a [Tq, 2 Tk - 1] buffer, offset Tk - 1) shared by all heads, and a
+// per-head [H, Tq, Tk] bias. The bias is added in f32, so the bounds stay those of the
+// unbiased kernel; values up to +-4 make the softmax far from the unbiased one.
+TEST(AttentionAmx, AdditiveBias) {
+  if (!available()) GTEST_SKIP() << "the fused bf16 attention is not available with this ISA / CPU";
+  for (const int64_t T : {1, 17, 45, 130}) {
+    const int64_t H = 2, D = 64, P = 2 * T - 1;
+    nn_test::Buf q({H, T, D}, 11), k({H, T, D}, 12), v({H, T, D}, 13), o({H, T, D}), o2({H, T, D});
+    nn_test::Buf raw({T, P}, 14), per({H, T, T}, 15);
+    for (float& x : raw.v) x *= 4.f;
+    for (float& x : per.v) x *= 4.f;
+    const int64_t sh[2] = {T, T}, st[2] = {(T > 1 ? P - 1 : 1) * 4, 4};
+    const Tensor shifted = make_view(raw.t, 2, sh, st, (T - 1) * 4);
+    Arena scratch(attention_bf16_scratch_bytes(1, H, T, D, pool().size()));
+    attention_bf16(pool(), q.t, k.t, v.t, shifted, o.t, 0.125f, scratch);
+    attention_bf16(pool(), q.t, k.t, v.t, per.t, o2.t, 0.125f, scratch);
+    EXPECT_EQ(scratch.used(), 0u);
+    std::vector<double> ref;
+    for (int64_t h = 0; h < H; ++h) {
+      const size_t hq = size_t(h * T * D);
+      reference(q.p() + hq, k.p() + hq, v.p() + hq, D, T, T, D, 0.125, true, ref, raw.p() + (T - 1), P - 1);
+      for (int64_t i = 0; i < T * D; ++i)
+        ASSERT_NEAR(o.v[hq + size_t(i)], ref[size_t(i)], kTolRounded) << "shared bias, T " << T << " head " << h;
+      reference(q.p() + hq, k.p() + hq, v.p() + hq, D, T, T, D, 0.125, true, ref, per.p() + h * T * T, T);
+      for (int64_t i = 0; i < T * D; ++i)
+        ASSERT_NEAR(o2.v[hq + size_t(i)], ref[size_t(i)], kTolRounded) << "per-head bias, T " << T << " head " << h;
+    }
+  }
+  // Shape errors name the bias.
+  nn_test::Buf q({2, 8, 64}), k({2, 9, 64}), v({2, 9, 64}), o({2, 8, 64}), bad({8, 8}), bad_h({3, 8, 9});
+  Arena a(attention_bf16_scratch_bytes(1, 2, 9, 64, pool().size()));
+  for (const Tensor* b : {&bad.t, &bad_h.t}) {
+    try {
+      attention_bf16(pool(), q.t, k.t, v.t, *b, o.t, 0.125f, a);
+      ADD_FAILURE() << "a bias of shape " << b->shape_str() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bias"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(AttentionAmx, UnavailableThrows) {

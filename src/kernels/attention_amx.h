@@ -1,7 +1,8 @@
 // Fused bidirectional attention of one head on AMX-BF16 tiles (Sapphire Rapids and later),
 // for the BF16 GEMM precision (ops/attention_bf16.h is the front end):
 //
-//   out[i, :] = sum_j softmax_j(scale q[i, :] . k[j, :]) v[j, :]      i < Tq, j < Tk
+//   out[i, :] = sum_j softmax_j(scale q[i, :] . k[j, :] + bias[i, j]) v[j, :]      i < Tq, j < Tk
+//   (bias optional, f32, AttnAmxHead::bias)
 //
 // Per block of 32 queries: q rounded to bf16, S = q k^T on tiles (f32) for all keys into a
 // per-thread buffer (32 x Tk f32 stays in L2), then per row the exact max, p = exp(scale
@@ -35,6 +36,10 @@ struct AttnAmxHead {
   const uint16_t* vp = nullptr;
   int64_t Tq = 0, Tk = 0, D = 0;
   float scale = 1.f;
+  // Optional additive score bias (e.g. a relative-position term): query i's scores become
+  // scale q[i] . k[j] + bias[i bias_rs + j], added in f32 before the softmax. nullptr: none.
+  const float* bias = nullptr;
+  int64_t bias_rs = 0;
 };
 
 struct AttentionAmxKernels {

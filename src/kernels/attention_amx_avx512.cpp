@@ -136,7 +136,7 @@ void run_amx(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void
     }
     float* sn = sbuf[cur ^ 1];
     for (int r = 0; r < kQb; ++r) {
-      if (r < nq) inv[r] = softmax_row_bf16(s + r * lds, Tk, scale);
+      if (r < nq) inv[r] = softmax_row_head(h, q0 + r, s + r * lds, Tk, scale);
       if (next) scores_tiles<ND>(qb, kp_next, nkt * r / kQb, nkt * (r + 1) / kQb, sn, lds);
     }
     const auto* p = reinterpret_cast<const uint16_t*>(s);

@@ -90,6 +90,19 @@ inline float softmax_row_bf16(float* s, int64_t Tk, float scale) {
   return 1.f / _mm512_reduce_add_ps(_mm512_add_ps(sum, sum1));
 }
 
+// Query row q of head h: its scores s (scaled q k^T, unscaled in s) -> probabilities, with the
+// head's additive bias row when it has one (s = scale s + bias, one f32 fma, then scale 1).
+inline float softmax_row_head(const AttnAmxHead& h, int64_t q, float* s, int64_t Tk, float scale) {
+  if (h.bias == nullptr) return softmax_row_bf16(s, Tk, scale);
+  const float* b = h.bias + q * h.bias_rs;
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int64_t j = 0; j < Tk; j += 16) {
+    const __mmask16 m = lanes(Tk - j);
+    _mm512_mask_storeu_ps(s + j, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, s + j), vs, _mm512_maskz_loadu_ps(m, b + j)));
+  }
+  return softmax_row_bf16(s, Tk, 1.f);
+}
+
 inline uint8_t* align64(void* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
 }

@@ -86,7 +86,6 @@ inline void output_step(const uint16_t* p, int64_t lds, const uint16_t* vp, int6
 
 template <int ND>
 void run_vdp(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void* ws) {
-  constexpr int64_t D = ND * 32;
   constexpr int R = ND == 1 ? 8 : ND == 2 ? 4 : 2;  // <= 16 accumulators
   if (i0 >= i1) return;
   const int64_t Tk = heads[0].Tk, lds = attention_amx_score_stride(Tk), nkt = (Tk + 15) / 16;
@@ -100,7 +99,7 @@ void run_vdp(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void
     const int64_t q0 = (it % nqb) * kQb;
     const int nq = load_q<ND>(h, q0, qb);
     scores<ND>(qb, h.kp, nkt, s, lds);
-    for (int r = 0; r < nq; ++r) inv[r] = softmax_row_bf16(s + r * lds, Tk, scale);
+    for (int r = 0; r < nq; ++r) inv[r] = softmax_row_head(h, q0 + r, s + r * lds, Tk, scale);
     const auto* p = reinterpret_cast<const uint16_t*>(s);
     for (int r0 = 0; r0 < nq; r0 += R) output_step<ND, R>(p, lds, h.vp, nkc, r0, nq, inv, h, q0);
   }

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "ops/attention.h"
+#include "ops/attention_bf16.h"
 #include "ops/conv.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -178,6 +179,10 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
     }
   tr = std::max(tr, matmul_scratch_bytes(DType::F32, T, P, D, nt));          // (q + v) p^T per head
   tr = std::max(tr, f32_bytes(D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T (one head)
+  // At the BF16 precision the position scores and the attention run in bf16 as well (the fused
+  // kernel with the scores as its additive bias) where that kernel runs here.
+  attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(D);
+  if (attn_bf16_) tr = std::max(tr, attention_bf16_scratch_bytes(1, 1, T, D, nt) + kAllocSlack);
   const int64_t Kmax = std::max<int64_t>({c.pre_lookahead_len + 1, 3, c.up_kernel});
   tr = std::max(tr, f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack +  // conv1d
                         (gemm_ == GemmPrecision::BF16 ? conv1d_bf16_scratch_bytes(d, d, T, Kmax, 1, nt) + kAllocSlack
@@ -255,11 +260,16 @@ void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const 
   AttentionParams ap;
   ap.scale = 1.f;
   for (int64_t h = 0; h < H; ++h) {
-    gemm_f32(pool_, slice(qv, 1, h * D, D), slice(p, 1, h * D, D), bd, sc);
+    gemm_f32(pool_, slice(qv, 1, h * D, D), slice(p, 1, h * D, D), bd, sc,
+             attn_bf16_ ? GemmPrecision::BF16 : GemmPrecision::F32);
     const int64_t off = h * D * 4;
     Tensor oh = make_view(att, 3, hs, st, off);
-    attention(pool_, make_view(q, 3, hs, st, off), make_view(k, 3, hs, st, off), make_view(v, 3, hs, st, off),
-              mask, oh, ap, sc);
+    const Tensor qh = make_view(q, 3, hs, st, off), kh = make_view(k, 3, hs, st, off),
+                 vh = make_view(v, 3, hs, st, off);
+    if (attn_bf16_)
+      attention_bf16(pool_, qh, kh, vh, mask, oh, 1.f, arena_);
+    else
+      attention(pool_, qh, kh, vh, mask, oh, ap, sc);
   }
   matmul_packed(pool_, pk.out, att, x, MatmulEpilogue{&W.out_b, MatmulAct::None, &x}, sc);  // x += out(att)
   emit(name + ".attn", x);

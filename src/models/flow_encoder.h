@@ -18,6 +18,10 @@
 // where p = linear_pos(pos) and table row r holds relative position L-1-r, i.e. the ESPnet
 // rel_shift is a strided view (row stride 2L-2, offset L-1) of the [L, 2L-1] matrix
 // (q + v) p^T. Full bidirectional attention: no padding in a batch of one.
+// Precision: at GemmPrecision::BF16 (lossy GGUFs) the linears run in bf16, and where the fused
+// bf16 attention runs (ops/attention_bf16.h) so do (q + v) p^T and the attention, the
+// position scores entering it as an f32 additive bias (test_gemm_bf16.sh bounds mu); at F32
+// everything is f32 (the parity test).
 //
 // Runtime: one Arena reserved at construction for max_tokens (prompt + generated) holds the
 // relative-position table, every activation and all op scratch; forward allocates nothing.
@@ -154,6 +158,7 @@ class FlowEncoder {
   ThreadPool& pool_;
   int64_t max_tokens_ = 0;
   GemmPrecision gemm_ = GemmPrecision::F32;
+  bool attn_bf16_ = false;  // position scores + attention in bf16 (BF16 precision, fused kernel available)
   Arena arena_;
   Tensor pos_;  // [2 T_max - 1, d]: relative positions T_max-1 .. -(T_max-1)
   std::vector<std::pair<const FlowConformerLayer*, PackedLayer>> packed_;  // made at construction

@@ -61,6 +61,11 @@ size_t attention_bf16_scratch_bytes(int64_t B, int64_t H, int64_t Tk, int64_t D,
 
 void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, Tensor& out_in,
                     float scale, Arena& scratch) {
+  attention_bf16(pool, q_in, k_in, v_in, Tensor{}, out_in, scale, scratch);
+}
+
+void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                    const Tensor& bias_in, Tensor& out_in, float scale, Arena& scratch) {
   const Tensor q = as4(q_in, "q"), k = as4(k_in, "k"), v = as4(v_in, "v"), out = as4(out_in, "out");
   const int64_t B = q.shape[0], H = q.shape[1], Tq = q.shape[2], D = q.shape[3], Tk = k.shape[2];
   CBX_CHECK(same_shape(q, out), "%s: q %s and out %s differ in shape", kOp, q_in.shape_str().c_str(),
@@ -73,6 +78,23 @@ void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, co
   CBX_CHECK(head_dim_ok(D), "%s: head dim %lld must be a multiple of 32 in [32, %lld]", kOp, (long long)D,
             (long long)kAttnAmxMaxHeadDim);
   CBX_CHECK(scale > 0.f && scale == scale, "%s: scale %g must be positive", kOp, double(scale));
+  Tensor bias;  // [B or 1, H or 1, Tq, Tk] (stride 0 on a broadcast dim)
+  if (!bias_in.empty()) {
+    nn_detail::check_f32(kOp, "bias", bias_in);
+    CBX_CHECK(bias_in.ndim >= 2 && bias_in.ndim <= 4 && bias_in.dim(-2) == Tq && bias_in.dim(-1) == Tk,
+              "%s: bias %s must be [Tq, Tk], [H, Tq, Tk] or [B, H, Tq, Tk] with Tq %lld, Tk %lld", kOp,
+              bias_in.shape_str().c_str(), (long long)Tq, (long long)Tk);
+    if (bias_in.ndim == 2) {
+      const int64_t sh[4] = {B, H, Tq, Tk}, st[4] = {0, 0, bias_in.stride[0], bias_in.stride[1]};
+      bias = make_view(bias_in, 4, sh, st, 0);
+    } else {
+      bias = as4(bias_in, "bias");
+      CBX_CHECK(bias.shape[0] == B && bias.shape[1] == H, "%s: bias %s does not match q %s in batch and heads", kOp,
+                bias_in.shape_str().c_str(), q_in.shape_str().c_str());
+    }
+    CBX_CHECK(bias.stride[2] % 4 == 0, "%s: bias %s has a row stride not a multiple of 4 bytes", kOp,
+              bias_in.shape_str().c_str());
+  }
   const AttentionAmxKernels* kern = kernels();
   CBX_CHECK(kern != nullptr, "%s: needs the AVX-512 ISA with AMX-BF16 tiles or the vdpbf16ps bf16 GEMM (active: %s)", kOp,
             isa_name(active_isa()));
@@ -106,6 +128,10 @@ void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, co
     hd.Tk = Tk;
     hd.D = D;
     hd.scale = scale;
+    if (!bias.empty()) {
+      hd.bias = at(bias, b, h);
+      hd.bias_rs = bias.stride[2] / 4;
+    }
   }
   const int64_t nqb = (Tq + kAttnAmxQueryBlock - 1) / kAttnAmxQueryBlock, items = heads * nqb;
   pool.run([&](int ith, int nth) {

@@ -2,11 +2,12 @@
 // runs on it (kernels/attention_amx.h): one pass per block of 32 queries, the score matrix
 // never leaves the thread's cache.
 //
-//   out[b, h, i, :] = sum_j softmax_j(scale q[b, h, i, :] . k[b, h, j, :]) v[b, h, j, :]
+//   out[b, h, i, :] = sum_j softmax_j(scale q[b, h, i, :] . k[b, h, j, :] (+ bias[.., i, j])) v[b, h, j, :]
 //
 // q, out: F32 [B, H, Tq, D] (or [H, Tq, D]); k, v: F32 [B, H, Tk, D] (or [H, Tk, D]). Any
 // strides (e.g. heads of a [B, T, 3 H D] projection buffer), innermost dim contiguous.
-// No mask: every query sees keys [0, Tk) (pass a shorter k / v for a length mask).
+// No mask: every query sees keys [0, Tk) (pass a shorter k / v for a length mask); an
+// optional additive bias (second overload).
 // D % 32 == 0, D <= 128; Tk >= 1.
 //
 // Numerics (the BF16 GEMM precision of ops/matmul.h): q, k, v and the probabilities are
@@ -39,5 +40,13 @@ size_t attention_bf16_scratch_bytes(int64_t B, int64_t H, int64_t Tk, int64_t D,
 // Throws cbx::Error when unavailable, on bad shapes, or when scratch is too small.
 void attention_bf16(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale,
                     Arena& scratch);
+
+// The same with an additive f32 score bias, softmax_j(scale q[i] . k[j] + bias[i, j]) (e.g. the
+// relative-position term of a conformer): bias F32 [Tq, Tk] for every head, or [H, Tq, Tk] /
+// [B, H, Tq, Tk] per head; any row / head strides (a rel-shift view of a wider buffer works),
+// innermost dim contiguous, finite values. The bias is added in f32 (one fma with the scale),
+// so it keeps its precision; only q k^T and P v are bf16 products.
+void attention_bf16(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                    Tensor& out, float scale, Arena& scratch);
 
 }  // namespace cbx
