@@ -1,5 +1,6 @@
 // chatterbox-bench t3 -m MODEL.gguf [--threads N] [--steps S] [--prompt P] [--text L]
 //                     [--kv-type f16|f32] [--mb MB] [--seed N] [--ab] [--no-pack-q4]
+//                     [--row-prefill N]
 //
 // T3 Turbo on random inputs: a prefill of 1 + P prompt speech tokens (default 375, the
 // 15 s voice prompt) + L text tokens (default 30) + BOS, then S decode steps (default 200)
@@ -16,6 +17,9 @@
 //   cpu_ms_per_tok  process CPU time per decode step (all threads; with --threads 1 a
 //                   figure that machine load disturbs much less than t3_tok_s)
 //   packed_mb       re-laid-out weight copies the fused decode holds (--no-pack-q4: none)
+// --row-prefill N: T3TurboOptions::row_prefill_max (default 64; 0 = the prefill always on
+// the GEMM). With --prompt 0 --text L (L + 2 rows) it times the path a cached voice prefix
+// leaves for the text.
 // --ab: steps alternate between the fused one-run decode and the op-by-op path (same
 // logits), and the line adds fused_tok_s, opbyop_tok_s and fused_speedup (their ratio),
 // measured step by step in the same run, so machine load hits both alike.
@@ -58,6 +62,7 @@ int run_t3(int argc, char** argv) {
   int threads = 2, steps = 200, prompt = 375, text = 30, mb = 1024;
   uint64_t seed = 1;
   bool ab = false, pack_q4 = true;
+  int row_prefill = 64;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -74,6 +79,7 @@ int run_t3(int argc, char** argv) {
     else if (a == "--seed") seed = std::strtoull(next(), nullptr, 10);
     else if (a == "--ab") ab = true;
     else if (a == "--no-pack-q4") pack_q4 = false;
+    else if (a == "--row-prefill") row_prefill = std::atoi(next());
     else fail("bench t3: unknown option '%s' (see bench/bench_t3.cpp)", a.c_str());
   }
   CBX_CHECK(!model.empty(), "usage: chatterbox-bench t3 -m MODEL.gguf [--threads N] [--steps S] [--prompt P]");
@@ -87,6 +93,7 @@ int run_t3(int argc, char** argv) {
   o.max_new = steps;
   o.kv_type = dtype_from_name(kv.c_str());
   o.pack_q4 = pack_q4;
+  o.row_prefill_max = row_prefill;
   T3Turbo t3(*f, pool, o);
   const T3Config& c = t3.config().t3;
 

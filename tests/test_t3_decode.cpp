@@ -193,3 +193,71 @@ TEST(T3Decode, SavedKvRowsContinueExactly) {
     }
   }
 }
+
+// T3Gpt2Options::row_prefill_max: a forward of a few rows with Q8_0 / Q4_0 layer matrices
+// runs its projections on the decode's row kernels, whose outputs per row equal a one-row
+// call's. So a 9-row prefill must match the same 9 rows fed one at a time (op-by-op and
+// fused decode), up to the attention kernels' float rounding (multi-query vs one-query
+// order; the bound as in FusedMatchesOpByOp), and the decode steps after it too. With
+// row_prefill_max = 0 the same prefill takes the GEMM (bf16 or f32 products of f32
+// activations instead of 8-bit ones): close, not equal.
+TEST(T3Decode, RowPrefillMatchesOneRowCalls) {
+  const T3Config c = tiny_config();
+  for (DType mt : {DType::Q8_0, DType::Q4_0}) {
+    Store st;
+    T3Gpt2Weights w;
+    fill_weights(c, mt, st, w);
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd;
+    std::vector<float> e(size_t(12 * c.n_embd));
+    for (float& v : e) v = nd(rng);
+    auto rows = [&](int64_t r0, int64_t n) {
+      return make_tensor(DType::F32, {n, c.n_embd}, e.data() + r0 * c.n_embd, size_t(n * c.n_embd) * 4);
+    };
+    for (DType kv : {DType::F16, DType::F32}) {
+      // mode 0: 9-row call on the row kernels; 1: GEMM; 2: one row at a time (op-by-op);
+      // 3: one row at a time (fused). Then 3 one-row steps. Logits after row 8 and each step.
+      auto run_mode = [&](int mode) {
+        ThreadPool pool(2);
+        T3Gpt2Options o;
+        o.max_ctx = 32;
+        o.max_batch = 9;
+        o.kv_type = kv;
+        o.row_prefill_max = mode == 1 ? 0 : 64;
+        T3Gpt2 m(c, w, pool, o);
+        m.set_fused_decode(mode == 3);
+        std::vector<float> out;
+        const float* l = nullptr;
+        if (mode <= 1) {
+          l = m.forward(rows(0, 9)).ptr<float>();
+        } else {
+          for (int64_t r = 0; r < 9; ++r) l = m.forward(rows(r, 1)).ptr<float>();
+        }
+        out.insert(out.end(), l, l + c.speech_vocab);
+        for (int64_t r = 9; r < 12; ++r) {
+          const float* s = m.forward(rows(r, 1)).ptr<float>();
+          out.insert(out.end(), s, s + c.speech_vocab);
+        }
+        return out;
+      };
+      const std::vector<float> by_rows = run_mode(0), gemm = run_mode(1);
+      double scale = 0;
+      for (float v : by_rows) {
+        ASSERT_TRUE(std::isfinite(v));
+        scale = std::max(scale, double(std::fabs(v)));
+      }
+      ASSERT_GT(scale, 0.0);
+      for (int mode : {2, 3}) {
+        const std::vector<float> one = run_mode(mode);
+        double worst = 0;
+        for (size_t i = 0; i < one.size(); ++i) worst = std::max(worst, double(std::fabs(one[i] - by_rows[i])));
+        EXPECT_LE(worst, 1e-5 * scale) << dtype_name(mt) << " kv " << dtype_name(kv) << " mode " << mode;
+      }
+      double worst = 0;
+      for (size_t i = 0; i < gemm.size(); ++i) worst = std::max(worst, double(std::fabs(gemm[i] - by_rows[i])));
+      std::printf("%s kv %s: row-kernel vs GEMM prefill, max |diff| %.2e of max |logit| %.2e\n", dtype_name(mt),
+                  dtype_name(kv), worst, scale);
+      EXPECT_LE(worst, 5e-2 * scale) << dtype_name(mt) << " kv " << dtype_name(kv);
+    }
+  }
+}

@@ -179,13 +179,22 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
   claims_ = std::make_unique<Claim[]>(size_t(4 * c.n_layer + 1));
-  const size_t fused = 2 * f32_bytes(nt * d) + size_t(nt) * act_stride_ + kAllocSlack;
+  size_t fused = 2 * f32_bytes(nt * d) + size_t(nt) * act_stride_ + kAllocSlack;
+  bool quantized = true;
+  for (const T3Gpt2Layer& L : w.layers)
+    for (const Tensor* t : {&L.c_attn_w, &L.c_proj_w, &L.fc_w, &L.proj_w})
+      quantized &= t->dtype == DType::Q8_0 || t->dtype == DType::Q4_0;
+  row_prefill_max_ = quantized && o.row_prefill_max > 1 ? std::min(o.row_prefill_max, max_batch_) : 0;
+  if (row_prefill_max_ > 1) fused += size_t(row_prefill_max_) * act_stride_ + kAllocSlack;
 
   arena_.reserve(act + transient + fused + 4 * kAllocSlack);
   logits_ = arena_.alloc(DType::F32, {V}, "t3 logits");
   thread_h_ = arena_.alloc(DType::F32, {nt, d}, "t3 decode norm rows");
   thread_tmp_ = arena_.alloc(DType::F32, {nt, d}, "t3 decode residual partials");
   thread_act_ = static_cast<uint8_t*>(arena_.alloc_bytes(size_t(nt) * act_stride_ + 64, 64, "t3 decode activations"));
+  if (row_prefill_max_ > 1)
+    rows_act_ = static_cast<uint8_t*>(
+        arena_.alloc_bytes(size_t(row_prefill_max_) * act_stride_, 64, "t3 row prefill activations"));
   call_mark_ = arena_.mark();
 }
 
@@ -337,6 +346,20 @@ void T3Gpt2::decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1) {
   });
 }
 
+void T3Gpt2::rows_linear(const RowLinear& r, const Tensor& x, Tensor& y) {
+  const int64_t n = x.shape[0];
+  CBX_ASSERT(n <= row_prefill_max_ && x.is_contiguous() && y.is_contiguous() && x.shape[1] == r.cols() &&
+             y.shape[1] == r.rows());
+  size_t as = 0;
+  const void* a = r.act_rows(x.ptr<float>(), r.cols(), n, rows_act_, &as);
+  float* yp = y.ptr<float>();
+  pool_.run([&](int ith, int nth) {
+    int64_t m0, m1;
+    r.split(ith, nth, &m0, &m1);
+    r.run_rows(m0, m1, a, as, n, yp, r.rows(), RowEpilogue::Store);
+  });
+}
+
 const Tensor& T3Gpt2::forward(const Tensor& embeds) {
   const int64_t d = c_.n_embd, H = c_.n_head, D = c_.head_dim, ff = c_.n_ff;
   CBX_CHECK(embeds.dtype == DType::F32 && embeds.ndim == 2 && embeds.shape[1] == d && embeds.shape[0] > 0,
@@ -381,11 +404,18 @@ const Tensor& T3Gpt2::forward(const Tensor& embeds) {
   ap.causal = true;
   ap.q_offset = n_past_;
 
+  // Projections: the GEMM, or for a few rows of quantized weights the decode's row kernels.
+  const bool by_rows = T > 1 && T <= row_prefill_max_;
+  auto linear = [&](const RowLinear& r, const Tensor& wt, const Tensor& b, const Tensor& in, Tensor& out) {
+    if (by_rows) rows_linear(r, in, out);
+    else matmul_bias(pool_, wt, b, in, out, scratch);
+  };
   for (int l = 0; l < c_.n_layer; ++l) {
     const T3Gpt2Layer& L = w_.layers[size_t(l)];
+    const LayerRows& R = rows_[size_t(l)];
     layer_norm(pool_, x, L.ln_1_w, L.ln_1_b, c_.norm_eps, h);
     emit("attn_norm", l, h);
-    matmul_bias(pool_, L.c_attn_w, L.c_attn_b, h, qkv, scratch);
+    linear(R.qkv, L.c_attn_w, L.c_attn_b, h, qkv);
     emit("qkv", l, qkv);
     store_kv(l, qkv, T);
     const Tensor& kc = k_cache_[size_t(l)];
@@ -395,15 +425,15 @@ const Tensor& T3Gpt2::forward(const Tensor& embeds) {
     Tensor v = make_view(vc, 3, kv_shape, vc.stride, 0);
     attention(pool_, q, k, v, Tensor{}, o, ap, scratch);
     emit("attn", l, att);
-    matmul_bias(pool_, L.c_proj_w, L.c_proj_b, att, tmp, scratch);
+    linear(R.attn_proj, L.c_proj_w, L.c_proj_b, att, tmp);
     add(pool_, x, tmp, x);
     emit("attn_out", l, x);
     layer_norm(pool_, x, L.ln_2_w, L.ln_2_b, c_.norm_eps, h);
     emit("ffn_norm", l, h);
-    matmul_bias(pool_, L.fc_w, L.fc_b, h, f1, scratch);
+    linear(R.fc, L.fc_w, L.fc_b, h, f1);
     gelu_tanh(pool_, f1, f1);
     emit("ffn_act", l, f1);
-    matmul_bias(pool_, L.proj_w, L.proj_b, f1, tmp, scratch);
+    linear(R.proj, L.proj_w, L.proj_b, f1, tmp);
     add(pool_, x, tmp, x);
     emit("l_out", l, x);
   }

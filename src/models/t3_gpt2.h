@@ -85,6 +85,13 @@ struct T3Gpt2Options {
   // soon as the prefill writes (bench turbo reserves 1601 keys and uses 627: ~+90 MB peak
   // RSS, 972 -> 1061 MB). Worth it when max_ctx is close to what a generation uses.
   bool kv_huge_pages = false;
+  // Forward calls of 2 .. row_prefill_max rows whose layer matrices are all Q8_0 / Q4_0 run
+  // their projections on the decode's row kernels (RowLinear::run_rows: activations to 8
+  // bits per block and integer dots, as in a decode step; each weight row is read once for
+  // all rows, and every row's outputs equal those of a one-row call) instead of the GEMM,
+  // which dequantizes every weight per call. Turbo's text + BOS after a cached voice prefix
+  // is such a call (~50 rows). 0 or 1: always the GEMM.
+  int64_t row_prefill_max = 64;
 };
 
 // Named intermediates, reported during forward when a capture function is set (layer -1 for
@@ -147,6 +154,9 @@ class T3Gpt2 {
   // so the result does not depend on who took what. x: [1, d] inputs + wpe (updated in place);
   // qkv [1, 3d], att [1, d], f1 [1, n_ff]: the forward's buffers; writes logits_.
   void decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1);
+  // y [T, M] = x [T, K] . w^T + b on r's row kernels, weight rows split over the pool
+  // (T <= row_prefill_max_; the converted rows go to rows_act_).
+  void rows_linear(const RowLinear& r, const Tensor& x, Tensor& y);
 
   const T3Config& c_;
   const T3Gpt2Weights& w_;
@@ -176,6 +186,8 @@ class T3Gpt2 {
   std::unique_ptr<Claim[]> claims_;
   Tensor thread_h_, thread_tmp_;  // [nt, d] each
   uint8_t* thread_act_ = nullptr;  // nt rows of act_stride_ bytes
+  int64_t row_prefill_max_ = 0;   // forward rows that take rows_linear (0: never)
+  uint8_t* rows_act_ = nullptr;   // row_prefill_max_ rows of act_stride_ bytes
   size_t act_stride_ = 0;
   bool fused_ = true;
   size_t call_mark_ = 0;

@@ -52,6 +52,7 @@ void T3Turbo::init(const GgufFile& f, const T3TurboOptions& o) {
             (long long)max_prompt_, (long long)max_text_, (long long)(max_new_ + 1), t.n_ctx);
   go.kv_type = o.kv_type;
   go.pack_q4 = o.pack_q4;
+  go.row_prefill_max = o.row_prefill_max;
   gpt_ = std::make_unique<T3Gpt2>(t, w_, pool_, go);
 
   const int64_t d = t.n_embd;
