@@ -129,7 +129,8 @@ TEST(NnConv, Conv1dBf16Precision) {
       {1, 18, 10, 301, 30, P(15, 1, 7, 7, 1), true},   // HiFT source_downs[0] (im2col)
       {1, 40, 50, 1000, 3, P(2, 1, 1, 1, 1), true},    // strided, several chunks' worth
       {1, 96, 70, 257, 3, P(1, 1, 2, 0, 1), false},    // causal, edge tiles (direct path)
-      {1, 40, 150, 100, 3, P(1, 2, 2, 2, 1), true},    // C_out > 128: k-major GEMM path
+      {1, 40, 150, 100, 3, P(1, 2, 2, 2, 1), true},    // C_out 150: k-major on AMX, direct on vdpbf16ps
+      {1, 24, 530, 70, 3, P(1, 1, 1, 1, 1), true},     // C_out > 512: k-major GEMM path on both
       {1, 20, 8, 1, 1, P(1, 1, 0, 0, 1), true},        // T = 1 (1x1 conv)
   };
   uint32_t seed = 500;

@@ -147,6 +147,9 @@ struct Bf16Gemm {
                       uint16_t* wp);
   // Output tiles [i0, i1) of ceil(tout / 32) x (cout_pad / 32), time-tile major.
   void (*conv_tiles)(const Conv& c, int64_t i0, int64_t i1);
+  // Stride-1 single-group conv1d runs conv_tiles (no im2col) up to this C_out, the k-major
+  // GEMM above it (ops/conv.cpp; measured per kernel family).
+  int64_t direct_conv_max_cout;
 };
 // The BF16 GEMM that goes with matmul_kernels_avx512(): AMX tiles where usable (CBX_NO_AMX=1
 // turns them off), else vdpbf16ps where chosen (CBX_VDPBF16, default on AMD only), else

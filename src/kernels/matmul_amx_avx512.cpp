@@ -182,6 +182,9 @@ const Bf16Gemm* amx_bf16_gemm() {
     r.gemm[kWQ4_0] = GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_bf16_widen<DType::Q4_0>, tile_amx};
     r.pack_bt = pack_bt_bf16;
     r.kc = kAmxKc;  // <= kBf16PackMaxKc
+    // Measured, 1 thread: C_out 64 / 128 ran 3.0x / 3.5x the f32 direct conv vs 1.8x / 2.4x
+    // k-major; C_out 256 / 512 3.0x direct vs 4.2x-6x k-major.
+    r.direct_conv_max_cout = 128;
     r.conv_pack_x = conv_pack_x_bf16;
     r.conv_pack_w = conv_pack_w_bf16;
     r.conv_tiles = conv_tiles_amx;

@@ -8,7 +8,7 @@
 // Work is split into (group, 48-row, 256-column) tiles dealt round-robin to the threads.
 // BF16 GEMM precision (ops/matmul.h: the thread's GemmPrecisionScope, which the models set
 // from their weights, or CBX_GEMM), when the AMX kernels exist and the active ISA is asked
-// for: stride-1 single-group conv1d with C_out <= kDirectMaxCout packs its input once as
+// for: stride-1 single-group conv1d with C_out <= Bf16Gemm::direct_conv_max_cout packs its input once as
 // bf16 channel pairs and runs every tap on it (Bf16Gemm::Conv); other conv1d run through
 // gemm_bf16_kmajor on the same B rows (offset table or im2col chunks); conv_transpose1d
 // transposes w to [(o, k), c] rows in scratch and runs gemm_bf16_kmajor on x per chunk.
@@ -30,7 +30,6 @@ namespace {
 using nn_detail::check_f32;
 
 constexpr int64_t kTileM = 48, kTileN = 256;
-constexpr int64_t kDirectMaxCout = 128;  // bf16 stride-1 conv1d without im2col up to this C_out
 constexpr int64_t kChunkFloats = int64_t(1) << 20;
 
 // Scratch from the caller's arena (rewound on scope exit) or the heap.
@@ -200,9 +199,9 @@ void conv1d_one(ThreadPool& pool, const NnKernels& k, const float* x, int64_t xs
   const int64_t work = Cout * KK * Tout;
   const bool bf16 = conv_uses_bf16(k.isa);
   // Direct path for few output channels: the k-major GEMM packs B once per 32 time columns
-  // and k block, amortised over only C_out rows (measured, 1 thread, AMX: C 64 / 128 run 3.0x
-  // / 3.5x f32 direct vs 1.8x / 2.4x k-major; C 256 / 512 run 3.0x direct vs 4.2x-6x k-major).
-  if (bf16 && s == 1 && G == 1 && Cout <= kDirectMaxCout) {
+  // and k block, amortised over only C_out rows; where the direct kernel stops paying is
+  // per kernel family (Bf16Gemm::direct_conv_max_cout: 128 on AMX, 512 on vdpbf16ps).
+  if (bf16 && s == 1 && G == 1 && Cout <= bf16_kernels()->direct_conv_max_cout) {
     conv1d_direct_bf16(pool, *bf16_kernels(), x, xs, Cin, T, w, Cout, K, bias, y, ys, Tout, p, arena);
     return;
   }
