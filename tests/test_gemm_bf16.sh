@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# End-to-end effect of the BF16 GEMM precision (ops/matmul.h) on two stages of the tiny
+# End-to-end effect of the BF16 GEMM precision (ops/matmul.h) on three stages of the tiny
 # synthetic Turbo checkpoint (chatterbox-mkckpt --size tiny, converted to an f32 GGUF):
+#   flow encoder (debug flow)            mu    [80, 2L]  (linears, and where the fused bf16
+#                                        attention runs the position scores and attention too)
 #   CFM (debug-cfm, mean-flow, 2 steps)  mel   [80, T]
 #   HiFT (debug hift, injected draws)    wave  [480 T]
 # each run with CBX_GEMM=f32 and CBX_GEMM=bf16. Checks (relative L2, ||bf16 - f32|| / ||f32||):
+#   flow mu <= 1e-2 (observed 5.3e-3 with the bf16 attention, vdpbf16ps)
 #   CFM mel <= 1e-2 (observed 4e-3)
 #   HiFT conv_post (log-magnitude | phase, before exp) <= 6e-2 (observed 2.2e-2 .. 3.0e-2)
 #   HiFT wave <= 0.3 (observed 0.11 .. 0.15)
