@@ -148,7 +148,9 @@ int run(int argc, char** argv) {
 
   if (!dump_dir.empty()) {
     t3.backbone().set_capture([&](const char* name, int layer, const cbx::Tensor& t) {
-      std::string p = dump_dir + "/" + name + (layer >= 0 ? "." + std::to_string(layer) : "") + ".npy";
+      std::string p = dump_dir + "/" + name;
+      if (layer >= 0) p += '.' + std::to_string(layer);
+      p += ".npy";
       cbx::cli::save_tensor_npy(p, t);
     });
   }
