@@ -37,7 +37,9 @@
 extern "C" {
 #endif
 
-#define CBX_API_VERSION 1
+/* 2: cbx_model_prepare_voice, cbx_timings.chunks_prefix_reused (appended; struct_size keeps
+ * older callers working). */
+#define CBX_API_VERSION 2
 
 typedef enum cbx_status {
   CBX_OK = 0,
@@ -103,6 +105,8 @@ typedef struct cbx_timings {
   int64_t chunks_at_limit;  /* chunks whose generation hit max_new_tokens without EOS */
   int64_t n_samples;
   double rtf;               /* total_ms / audio duration */
+  int64_t chunks_prefix_reused; /* Turbo chunks whose T3 voice prefix came from the cache (see
+                                   cbx_model_prepare_voice); always 0 for Multilingual */
 } cbx_timings;
 
 int32_t cbx_api_version(void);
@@ -175,6 +179,13 @@ const char* cbx_voice_warning(const cbx_voice* voice, int32_t i);
 cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const char* text,
                                 const cbx_synth_params* params, float** audio, size_t* n_samples,
                                 const cbx_callbacks* callbacks);
+/* Turbo keeps the T3 keys/values of one voice's prefix (speaker row + prompt speech tokens, which
+ * do not depend on the text; ~1 s of work on 2 cores at full size) and reuses them for every later
+ * request or text chunk with that voice. The first request with a voice pays for it; this computes
+ * it ahead, e.g. when a server starts. voice NULL: the built-in voice. The kept prefix is replaced
+ * when another voice is prepared or used. Multilingual keeps no prefix: CBX_OK, nothing done.
+ * CBX_ERR_VOICE when the model cannot use the voice. */
+cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice);
 
 #ifdef __cplusplus
 }

@@ -135,11 +135,32 @@ static void test_voices(const char* dir, const char* gguf, const char* mtl_gguf)
   CHECK(cbx_synthesize_voice(m, a, "Hello world.", &sp, &x1, &n1, NULL) == CBX_OK && x1 && n1 > 0);
   CHECK(cbx_synthesize_voice(m, a, "Hello world.", &sp, &x2, &n2, NULL) == CBX_OK);
   CHECK(n2 == n1 && x1 && x2 && memcmp(x1, x2, n1 * sizeof(float)) == 0);
-  /* a plain call afterwards speaks with the built-in voice again */
+  /* the second call with voice a found its T3 prefix kept */
+  cbx_timings tm;
+  memset(&tm, 0, sizeof tm);
+  tm.struct_size = sizeof tm;
+  CHECK(cbx_model_last_timings(m, &tm) == CBX_OK && tm.n_chunks == 1 && tm.chunks_prefix_reused == 1);
+  /* a plain call afterwards speaks with the built-in voice again (its prefix computed anew) */
   CHECK(cbx_synthesize(m, "Hello world.", &sp, &xb, &nb, NULL) == CBX_OK);
   CHECK(xb && (nb != n1 || memcmp(x1, xb, n1 * sizeof(float)) != 0));
+  CHECK(cbx_model_last_timings(m, &tm) == CBX_OK && tm.chunks_prefix_reused == 0);
+  /* prepared ahead: voice a, then the built-in one; the next call reuses it, same audio */
+  CHECK(cbx_model_prepare_voice(NULL, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(cbx_model_prepare_voice(m, a) == CBX_OK);
+  CHECK(cbx_model_prepare_voice(m, NULL) == CBX_OK);
   CHECK(cbx_synthesize_voice(m, NULL, "Hello world.", &sp, &x3, &n3, NULL) == CBX_OK);
   CHECK(n3 == nb && x3 && xb && memcmp(x3, xb, nb * sizeof(float)) == 0);
+  CHECK(cbx_model_last_timings(m, &tm) == CBX_OK && tm.chunks_prefix_reused == 1);
+  /* an older caller's smaller struct gets the fields it knows */
+  cbx_timings old;
+  memset(&old, 0x5a, sizeof old);
+  old.struct_size = offsetof(cbx_timings, chunks_prefix_reused);
+  CHECK(cbx_model_last_timings(m, &old) == CBX_OK && old.n_chunks == 1);
+  {
+    int64_t untouched;
+    memset(&untouched, 0x5a, sizeof untouched);
+    CHECK(memcmp(&old.chunks_prefix_reused, &untouched, sizeof untouched) == 0);
+  }
 
   /* save -> load: the same audio */
   cbx_voice* b = NULL;
@@ -180,6 +201,9 @@ static void test_voices(const char* dir, const char* gguf, const char* mtl_gguf)
     size_t ne = 0;
     CHECK(cbx_synthesize_voice(m, mv, "Hello.", &sp, &e, &ne, NULL) == CBX_ERR_VOICE && e == NULL);
     CHECK(strstr(cbx_last_error(), "built for a mtl model") != NULL);
+    CHECK(cbx_model_prepare_voice(m, mv) == CBX_ERR_VOICE);
+    CHECK(strstr(cbx_last_error(), "cbx_model_prepare_voice") != NULL);
+    CHECK(cbx_model_prepare_voice(mm, NULL) == CBX_OK && cbx_model_prepare_voice(mm, mv) == CBX_OK);
     cbx_voice_free(mv);
     cbx_model_free(mm);
   }

@@ -366,6 +366,24 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
   });
 }
 
+cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice) {
+  if (!model) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_prepare_voice: model is NULL");
+  if (voice) {
+    const cbx_status vs = guarded(CBX_ERR_VOICE, [&]() {
+      cbx::check_voice(voice->v, model_config(model), "cbx_model_prepare_voice: voice");
+      return CBX_OK;
+    });
+    if (vs != CBX_OK) return vs;
+  }
+  if (model->mtl) return CBX_OK;
+  return guarded(CBX_ERR_INTERNAL, [&]() {
+    std::lock_guard<std::mutex> lock(model->mu);
+    VoiceScope voice_scope(*model, voice);
+    model->pipe->prepare_voice();
+    return CBX_OK;
+  });
+}
+
 void cbx_audio_free(float* audio) { std::free(audio); }
 
 cbx_voice_params cbx_voice_default_params(void) {
@@ -461,6 +479,7 @@ cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* timings) 
   o.n_text_tokens = t.n_text_tokens;
   o.n_speech_tokens = t.n_speech_tokens;
   o.chunks_at_limit = t.chunks_at_limit;
+  o.chunks_prefix_reused = t.chunks_prefix_reused;
   o.n_samples = t.n_samples;
   o.rtf = t.rtf();
   std::memcpy(static_cast<void*>(timings), &o, o.struct_size);

@@ -123,6 +123,10 @@ int TurboPipeline::n_threads() const { return m_->pool->size(); }
 int64_t TurboPipeline::max_new_tokens() const { return m_->max_new; }
 T3Turbo& TurboPipeline::t3() { return *m_->t3; }
 const std::vector<float>& TurboPipeline::speaker_emb() const { return m_->voice.speaker_emb; }
+double TurboPipeline::prepare_voice() {
+  return m_->t3->warm_prefix(m_->voice.speaker_emb.data(), int64_t(m_->voice.speaker_emb.size()),
+                             m_->voice.cond_prompt_tokens.data(), int64_t(m_->voice.cond_prompt_tokens.size()));
+}
 const std::vector<int32_t>& TurboPipeline::cond_prompt_tokens() const { return m_->voice.cond_prompt_tokens; }
 const Voice& TurboPipeline::voice() const { return m_->voice; }
 const Voice& TurboPipeline::builtin_voice() const { return m_->builtin; }
@@ -206,6 +210,7 @@ std::vector<float> TurboPipeline::synthesize(const std::string& text, const Turb
     tm.n_decode_steps += r.n_decode;
     tm.n_speech_tokens += int64_t(r.tokens.size());
     if (!r.stopped_eos && !r.stopped_all_inf && r.n_decode >= m.max_new) ++tm.chunks_at_limit;
+    if (r.prefix_reused) ++tm.chunks_prefix_reused;
     check_abort();
     std::vector<float> wave = tokens_to_audio(r.speech_tokens, &tm);
     audio.insert(audio.end(), wave.begin(), wave.end());

@@ -103,6 +103,9 @@ class TurboPipeline {
   void set_voice(const Voice& v, const std::string& what = "voice");
   void reset_voice();  // back to the built-in voice
   const Voice& voice() const;
+  // Computes the T3 voice prefix of the voice in use ahead of the next synthesize
+  // (T3Turbo::warm_prefix); returns its ms (0 when already kept).
+  double prepare_voice();
   const Voice& builtin_voice() const;
   // The model file and thread pool, e.g. for a VoiceBuilder over the same weights.
   const GgufFile& gguf() const;
