@@ -17,7 +17,7 @@
 //   cpu_ms_per_tok  process CPU time per decode step (all threads; with --threads 1 a
 //                   figure that machine load disturbs much less than t3_tok_s)
 //   packed_mb       re-laid-out weight copies the fused decode holds (--no-pack-q4: none)
-// --row-prefill N: T3TurboOptions::row_prefill_max (default 64; 0 = the prefill always on
+// --row-prefill N: T3TurboOptions::row_prefill_max (default -1: automatic; 0 = the prefill always on
 // the GEMM). With --prompt 0 --text L (L + 2 rows) it times the path a cached voice prefix
 // leaves for the text.
 // --ab: steps alternate between the fused one-run decode and the op-by-op path (same
@@ -62,7 +62,7 @@ int run_t3(int argc, char** argv) {
   int threads = 2, steps = 200, prompt = 375, text = 30, mb = 1024;
   uint64_t seed = 1;
   bool ab = false, pack_q4 = true;
-  int row_prefill = 64;
+  int row_prefill = -1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {

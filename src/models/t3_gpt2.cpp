@@ -103,6 +103,10 @@ size_t t3_gpt2_decode_weight_bytes(const T3Config& c, const T3Gpt2Weights& w) {
 namespace {
 
 constexpr size_t kAllocSlack = 64;  // per arena allocation (alignment)
+// T3Gpt2Options::row_prefill_max = -1: text + BOS after a cached voice prefix (51 rows) ran
+// 98-127 ms on the row kernels vs 144-229 ms on the vdpbf16ps GEMM (Zen 4); 128 rows 282-307 vs
+// 362-506 ms; ~400 rows even.
+constexpr int64_t kRowPrefillMaxRows = 64;
 
 size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 
@@ -184,7 +188,9 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   for (const T3Gpt2Layer& L : w.layers)
     for (const Tensor* t : {&L.c_attn_w, &L.c_proj_w, &L.fc_w, &L.proj_w})
       quantized &= t->dtype == DType::Q8_0 || t->dtype == DType::Q4_0;
-  row_prefill_max_ = quantized && o.row_prefill_max > 1 ? std::min(o.row_prefill_max, max_batch_) : 0;
+  const int64_t rows_max = o.row_prefill_max >= 0 ? o.row_prefill_max
+                           : std::strcmp(gemm_bf16_kind(), "amx") == 0 ? 0 : kRowPrefillMaxRows;
+  row_prefill_max_ = quantized && rows_max > 1 ? std::min(rows_max, max_batch_) : 0;
   if (row_prefill_max_ > 1) fused += size_t(row_prefill_max_) * act_stride_ + kAllocSlack;
 
   arena_.reserve(act + transient + fused + 4 * kAllocSlack);

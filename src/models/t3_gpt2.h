@@ -90,8 +90,10 @@ struct T3Gpt2Options {
   // bits per block and integer dots, as in a decode step; each weight row is read once for
   // all rows, and every row's outputs equal those of a one-row call) instead of the GEMM,
   // which dequantizes every weight per call. Turbo's text + BOS after a cached voice prefix
-  // is such a call (~50 rows). 0 or 1: always the GEMM.
-  int64_t row_prefill_max = 64;
+  // is such a call (~50 rows). 0 or 1: always the GEMM. -1 (default): 64, except where the
+  // bf16 GEMM runs on AMX tiles (ops/matmul.h gemm_bf16_kind), whose GEMM is ~3x the vdpbf16ps
+  // one and was not measured against the row kernels: there the GEMM stays.
+  int64_t row_prefill_max = -1;
 };
 
 // Named intermediates, reported during forward when a capture function is set (layer -1 for
