@@ -93,6 +93,16 @@ cbx_status guarded(cbx_status fallback, Fn&& fn) {
 
 const cbx::ModelConfig& model_config(const cbx_model* m) { return m->mtl ? m->mtl->config() : m->pipe->config(); }
 
+// CBX_OK when voice is NULL (the built-in one) or the model can use it; else CBX_ERR_VOICE
+// with the reason prefixed by `what`.
+cbx_status usable_voice(const cbx_model* model, const cbx_voice* voice, const char* what) {
+  if (!voice) return CBX_OK;
+  return guarded(CBX_ERR_VOICE, [&]() {
+    cbx::check_voice(voice->v, model_config(model), what);
+    return CBX_OK;
+  });
+}
+
 // The voice of one synthesize call: set on entry, the built-in voice restored on exit.
 struct VoiceScope {
   cbx_model& m;
@@ -311,13 +321,7 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
     return set_error(CBX_ERR_INVALID_ARGUMENT, std::string("cbx_synthesize: a ") + cbx::variant_name(model->variant) +
                                                    " model speaks English only; language '" + language +
                                                    "' needs a Multilingual model");
-  if (voice) {
-    const cbx_status vs = guarded(CBX_ERR_VOICE, [&]() {
-      cbx::check_voice(voice->v, model_config(model), "cbx_synthesize_voice: voice");
-      return CBX_OK;
-    });
-    if (vs != CBX_OK) return vs;
-  }
+  if (const cbx_status vs = usable_voice(model, voice, "cbx_synthesize_voice: voice"); vs != CBX_OK) return vs;
   return guarded(CBX_ERR_INTERNAL, [&]() {
     std::lock_guard<std::mutex> lock(model->mu);
     VoiceScope voice_scope(*model, voice);
@@ -368,13 +372,7 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
 
 cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice) {
   if (!model) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_prepare_voice: model is NULL");
-  if (voice) {
-    const cbx_status vs = guarded(CBX_ERR_VOICE, [&]() {
-      cbx::check_voice(voice->v, model_config(model), "cbx_model_prepare_voice: voice");
-      return CBX_OK;
-    });
-    if (vs != CBX_OK) return vs;
-  }
+  if (const cbx_status vs = usable_voice(model, voice, "cbx_model_prepare_voice: voice"); vs != CBX_OK) return vs;
   if (model->mtl) return CBX_OK;
   return guarded(CBX_ERR_INTERNAL, [&]() {
     std::lock_guard<std::mutex> lock(model->mu);
