@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "nn_test_util.h"
 #include "ops/conv.h"
+#include "ops/elementwise.h"
 #include "ops/matmul.h"
 
 using namespace cbx;
@@ -132,6 +133,10 @@ TEST(NnConv, Conv1dBf16Precision) {
       {1, 40, 150, 100, 3, P(1, 2, 2, 2, 1), true},    // C_out 150: k-major on AMX, direct on vdpbf16ps
       {1, 24, 530, 70, 3, P(1, 1, 1, 1, 1), true},     // C_out > 512: k-major GEMM path on both
       {1, 20, 8, 1, 1, P(1, 1, 0, 0, 1), true},        // T = 1 (1x1 conv)
+      // Direct path with several packed input chunks per thread (chunk edges, halos):
+      {1, 64, 64, 2100, 11, P(1, 5, 25, 25, 1), true},  // ~30 time tiles a chunk at C_in 64
+      {1, 256, 40, 700, 3, P(1, 1, 2, 0, 1), true},     // 7 a chunk at C_in 256, causal
+      {1, 500, 33, 300, 3, P(1, 1, 1, 1, 1), false},    // 3 a chunk at C_in 512
   };
   uint32_t seed = 500;
   for (const C1& c : cases) run_conv1d(c, seed += 10, tol);
@@ -253,4 +258,44 @@ TEST(NnConv, ValidationErrors) {
   EXPECT_THROW(conv_transpose1d(pool(), x.t, wt.t, Tensor{}, yt.t, pt), Error);
   Buf x2({2, 5, 5}), w4({3, 2, 3, 3}), y2({3, 4, 4});
   EXPECT_THROW(conv2d(pool(), x2.t, w4.t, Tensor{}, y2.t, Conv2dParams{}), Error);  // 3x3 out
+}
+
+// conv1d_snake (HiFT resblock step) where it fuses: the bits of snake, conv1d and add run one
+// after the other, with the residual apart from y, as y itself, and absent; several input
+// chunks per thread (T 2100 at C_in 64). Elsewhere it must refuse.
+TEST(NnConv, Conv1dSnakeFusedMatchesComposedOps) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  GemmPrecisionScope bf16(GemmPrecision::BF16);
+  Conv1dParams pd = P(1, 3, 6, 6, 1);
+  if (!conv1d_snake_fused(64, pd)) {
+    Buf x({8, 20}), a({8}, 3), w({8, 8, 3}), y({8, 20});
+    EXPECT_THROW(conv1d_snake(pool(), x.t, a.t, w.t, Tensor{}, Tensor{}, y.t, P(1, 1, 1, 1, 1)), Error);
+    GTEST_SKIP() << "no fused bf16 direct conv on this CPU / precision";
+  }
+  struct Case { int64_t Cin, Cout, T, K; Conv1dParams p; };
+  const Case cases[] = {{64, 64, 2100, 5, pd}, {40, 24, 333, 11, P(1, 5, 25, 25, 1)}, {96, 96, 70, 3, P(1, 1, 1, 1, 1)}};
+  uint32_t seed = 900;
+  for (const Case& c : cases) {
+    const int64_t Tout = conv1d_out_len(c.T, c.K, c.p);
+    Buf x({c.Cin, c.T}, seed += 10, -3.f, 3.f), alpha({c.Cin}, seed + 1, 0.2f, 2.f), w({c.Cout, c.Cin, c.K}, seed + 2),
+        b({c.Cout}, seed + 3), res({c.Cout, Tout}, seed + 4);
+    Arena arena(64 << 20);
+    // Composed: t = snake(x); u = conv1d(t); want = res + u.
+    Buf t({c.Cin, c.T}), u({c.Cout, Tout}), want({c.Cout, Tout});
+    snake(pool(), x.t, alpha.t, t.t);
+    conv1d(pool(), t.t, w.t, b.t, u.t, c.p, &arena);
+    add(pool(), res.t, u.t, want.t);
+    Buf y1({c.Cout, Tout}), y2({c.Cout, Tout});
+    conv1d_snake(pool(), x.t, alpha.t, w.t, b.t, Tensor{}, y1.t, c.p, &arena);
+    EXPECT_EQ(arena.used(), 0u);
+    EXPECT_EQ(y1.v, u.v) << "no residual: Cin " << c.Cin << " T " << c.T;
+    conv1d_snake(pool(), x.t, alpha.t, w.t, b.t, res.t, y2.t, c.p, &arena);
+    EXPECT_EQ(y2.v, want.v) << "residual apart: Cin " << c.Cin << " T " << c.T;
+    conv1d_snake(pool(), x.t, alpha.t, w.t, b.t, res.t, res.t, c.p, &arena);  // in place over the residual
+    EXPECT_EQ(res.v, want.v) << "residual = y: Cin " << c.Cin << " T " << c.T;
+  }
+  Buf x({8, 20}), a({8}, 3), a2({7}, 3), w({8, 8, 3}), y({8, 20}), y9({8, 9});
+  EXPECT_THROW(conv1d_snake(pool(), x.t, a.t, w.t, Tensor{}, Tensor{}, y9.t, P(2, 1, 1, 1, 1)), Error);  // stride
+  EXPECT_THROW(conv1d_snake(pool(), x.t, a2.t, w.t, Tensor{}, Tensor{}, y.t, P(1, 1, 1, 1, 1)), Error);  // alpha
+  EXPECT_THROW(conv1d_snake(pool(), x.t, a.t, w.t, Tensor{}, Tensor{}, x.t, P(1, 1, 1, 1, 1)), Error);   // y = x
 }

@@ -6,7 +6,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/matmul_avx512_q.h"
+#include "kernels/nn.h"
 
 // GCC 12 reports the undefined start value inside _mm512_cvtph_ps as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -85,29 +88,52 @@ void pack_bt_bf16(const float* b, const int64_t* off, int64_t b_rs, int cols, in
 }
 
 void conv_pack_x_bf16(const float* x, int64_t xs, int64_t cin, int64_t T, int64_t pl, int64_t cols, int64_t p0,
-                     int64_t p1, uint16_t* xp) {
+                      int64_t p1, const float* snake_alpha, uint16_t* xp) {
   const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                                        21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  // With Snake, each chunk of kChunk padded columns first has its valid input positions
+  // activated into a buffer (L1) that then stands in for the input rows.
+  constexpr int64_t kChunk = 512;
+  alignas(64) float act[2][kChunk];
+  void (*snake)(const float*, float*, int64_t, float) = snake_alpha ? nn_kernels_avx512().snake : nullptr;
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t c0 = 2 * p, c1 = c0 + 1;
     const float* r0 = c0 < cin ? x + c0 * xs : nullptr;
     const float* r1 = c1 < cin ? x + c1 * xs : nullptr;
     uint16_t* dst = xp + p * cols * 2;
-    for (int64_t j = 0; j < cols; j += 16) {
-      // Input positions j - pl .. j - pl + 15, the valid ones in [0, T).
-      const int64_t s = j - pl;
-      uint32_t valid = 0;
-      for (int l = 0; l < 16; ++l) valid |= uint32_t(s + l >= 0 && s + l < T) << l;
-      const __mmask16 m = __mmask16(valid);
-      const int64_t n = cols - j < 16 ? cols - j : 16;
-      __m512 a = _mm512_setzero_ps(), b = a;
-      if (m) {
-        if (r0) a = _mm512_maskz_loadu_ps(m, r0 + s);
-        if (r1) b = _mm512_maskz_loadu_ps(m, r1 + s);
+    for (int64_t j0 = 0; j0 < cols; j0 += kChunk) {
+      const int64_t j1 = cols - j0 < kChunk ? cols : j0 + kChunk;
+      // Input positions [j0 - pl, j1 - pl), the valid ones [v0, v1) (possibly none).
+      const int64_t v0 = std::max<int64_t>(j0 - pl, 0), v1 = std::min<int64_t>(j1 - pl, T);
+      const float* s0 = r0;
+      const float* s1 = r1;
+      int64_t base = 0;  // input position of s0[0] / s1[0]
+      if (snake && v1 > v0) {
+        base = v0;
+        if (r0) snake(r0 + v0, act[0], v1 - v0, snake_alpha[c0]);
+        if (r1) snake(r1 + v0, act[1], v1 - v0, snake_alpha[c1]);
+        s0 = r0 ? act[0] : nullptr;
+        s1 = r1 ? act[1] : nullptr;
       }
-      // [a0..a15 | b0..b15] -> a0 b0 a1 b1 ...
-      const __m512i v = _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b, a));
-      _mm512_mask_storeu_epi16(dst + 2 * j, n == 16 ? __mmask32(0xffffffffu) : __mmask32((1u << (2 * n)) - 1), v);
+      for (int64_t j = j0; j < j1; j += 16) {
+        // Input positions j - pl .. j - pl + 15, the valid ones in [0, T).
+        const int64_t s = j - pl;
+        uint32_t valid = 0;
+        for (int l = 0; l < 16; ++l) valid |= uint32_t(s + l >= 0 && s + l < T) << l;
+        const __mmask16 m = __mmask16(valid);
+        const int64_t n = j1 - j < 16 ? j1 - j : 16;
+        __m512 a = _mm512_setzero_ps(), b = a;
+        if (m) {
+          // The masked lanes' addresses are not accessed; offset the base so that lane l
+          // reads position s + l (s - base may be negative only for masked-off lanes).
+          const int64_t off = s - base;
+          if (s0) a = _mm512_maskz_loadu_ps(m, s0 + off);
+          if (s1) b = _mm512_maskz_loadu_ps(m, s1 + off);
+        }
+        // [a0..a15 | b0..b15] -> a0 b0 a1 b1 ...
+        const __m512i v = _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+        _mm512_mask_storeu_epi16(dst + 2 * j, n == 16 ? __mmask32(0xffffffffu) : __mmask32((1u << (2 * n)) - 1), v);
+      }
     }
   }
 }

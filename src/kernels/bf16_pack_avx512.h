@@ -26,10 +26,11 @@ void pack_w_bf16_pad32(const void* w, size_t ws, int rows, int64_t k0, int64_t k
 // row pair interleaved by column (row b + off[k] or b + k * b_rs).
 void pack_bt_bf16(const float* b, const int64_t* off, int64_t b_rs, int cols, int64_t k0, int64_t kc, void* dst);
 
-// Bf16Gemm::Conv packers: channel pairs [p0, p1) of the input, and block (tap kk, channel
-// block b) of the weights (kernels/matmul.h has the layouts).
+// Bf16Gemm::Conv packers: channel pairs [p0, p1) of the input (with the optional Snake of
+// each row), and block (tap kk, channel block b) of the weights (kernels/matmul.h has the
+// layouts).
 void conv_pack_x_bf16(const float* x, int64_t xs, int64_t cin, int64_t T, int64_t pl, int64_t cols, int64_t p0,
-                      int64_t p1, uint16_t* xp);
+                      int64_t p1, const float* snake_alpha, uint16_t* xp);
 void conv_pack_w_bf16(const float* w, int64_t cout, int64_t cin, int64_t K, int64_t cout_pad, int64_t kk, int64_t b,
                       uint16_t* wp);
 

@@ -124,9 +124,11 @@ struct Bf16Gemm {
 
   // Stride-1 conv1d without im2col (ops/conv.cpp): the input is packed once as channel
   // pairs, and every tap k reads its B tiles straight from it at column offset k * dilation,
-  // so the packing costs C_in T instead of C_in K T per output-channel tile.
+  // so the packing costs C_in T instead of C_in K T per output-channel tile. ops/conv packs
+  // it per thread in chunks of time tiles, each chunk a Conv of its own (time origin at the
+  // chunk: pad_left may then be negative, y / res / tout taken from the chunk's start).
   //   xp: [cin_pad / 2][cols][2] bf16, column j = padded input position j (x[:, j - pad_left],
-  //       zero outside the input and past the channels); cols >= round_up(T_out, 32) + (K-1) d
+  //       zero outside the input and past the channels); cols >= 32 (last tile run + 1) + (K-1) d
   //   wp: [K][cin_pad / 32][cout_pad][32] bf16, wp[k][b][o][i] = w[o][32 b + i][k] (zero padded)
   //   bias16: [cout_pad][16] f32, row o = bias[o] (or 0) 16 times
   // cin_pad, cout_pad: C_in, C_out rounded up to 32.
@@ -138,10 +140,17 @@ struct Bf16Gemm {
     float* y;
     int64_t ys;  // y: [cout, tout], rows ys floats apart
     int64_t cout, cin_pad, tout, k, dilation;
+    // Optional residual [cout, tout] (rows rs floats apart): y = res + conv, the sum of
+    // ops/elementwise add(res, conv) bit for bit. res may be y itself (each output element
+    // is read before it is written, by the thread that writes it).
+    const float* res = nullptr;
+    int64_t rs = 0;
   };
-  // Pairs [p0, p1) of xp from x [cin, T] (rows xs floats apart).
+  // Pairs [p0, p1) of xp from x [cin, T] (rows xs floats apart). snake_alpha (nullable,
+  // [cin]): each input row goes through the AVX-512 Snake kernel (kernels/nn.h) with its
+  // channel's alpha before it is rounded to bf16, the same values ops snake would write.
   void (*conv_pack_x)(const float* x, int64_t xs, int64_t cin, int64_t T, int64_t pad_left, int64_t cols, int64_t p0,
-                      int64_t p1, uint16_t* xp);
+                      int64_t p1, const float* snake_alpha, uint16_t* xp);
   // Block (tap kk, channel block b) of wp from w [cout, cin, K] (contiguous).
   void (*conv_pack_w)(const float* w, int64_t cout, int64_t cin, int64_t K, int64_t cout_pad, int64_t kk, int64_t b,
                       uint16_t* wp);

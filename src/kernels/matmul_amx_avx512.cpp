@@ -146,7 +146,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void conv_tiles_amx(const Bf16Gemm:
     }
     const int rows = int(c.cout - o0 < 32 ? c.cout - o0 : 32), ncols = int(c.tout - t0 < 32 ? c.tout - t0 : 32);
     float* y = c.y + o0 * c.ys + t0;
-    if (rows == 32 && ncols == 32) {
+    if (rows == 32 && ncols == 32 && !c.res) {
       const size_t st = size_t(c.ys) * 4;
       _tile_stored(0, y, st);
       _tile_stored(1, y + 16, st);
@@ -157,7 +157,14 @@ __attribute__((target("amx-tile,amx-bf16"))) void conv_tiles_amx(const Bf16Gemm:
       _tile_stored(1, tmp + 16, 128);
       _tile_stored(2, tmp + 16 * 32, 128);
       _tile_stored(3, tmp + 16 * 32 + 16, 128);
-      for (int r = 0; r < rows; ++r) std::memcpy(y + r * c.ys, tmp + r * 32, size_t(ncols) * 4);
+      if (c.res) {  // y = res + conv; res may be y (read before the store, per element)
+        for (int r = 0; r < rows; ++r) {
+          const float* rr = c.res + (o0 + r) * c.rs + t0;
+          for (int j = 0; j < ncols; ++j) y[r * c.ys + j] = rr[j] + tmp[r * 32 + j];
+        }
+      } else {
+        for (int r = 0; r < rows; ++r) std::memcpy(y + r * c.ys, tmp + r * 32, size_t(ncols) * 4);
+      }
     }
   }
 }

@@ -73,8 +73,14 @@ void conv_group(const Bf16Gemm::Conv& c, int64_t o0, int64_t t0, int64_t cout_pa
   const __mmask16 m1 = ncols >= 32 ? __mmask16(0xffff) : ncols > 16 ? __mmask16((1u << (ncols - 16)) - 1) : 0;
   for (int o = 0; o < kConvGroup && o0 + o < c.cout; ++o) {
     float* y = c.y + (o0 + o) * c.ys + t0;
-    _mm512_mask_storeu_ps(y, m0, acc[o][0]);
-    _mm512_mask_storeu_ps(y + 16, m1, acc[o][1]);
+    __m512 v0 = acc[o][0], v1 = acc[o][1];
+    if (c.res) {
+      const float* r = c.res + (o0 + o) * c.rs + t0;
+      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, r), v0);
+      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, r + 16), v1);
+    }
+    _mm512_mask_storeu_ps(y, m0, v0);
+    _mm512_mask_storeu_ps(y + 16, m1, v1);
   }
 }
 

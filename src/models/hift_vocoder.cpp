@@ -511,14 +511,20 @@ void HiftVocoder::run_resblock(const HiftResBlockWeights& rb, const Tensor& in, 
   for (size_t j = 0; j < rb.dilations.size(); ++j) {
     const Tensor& x = j == 0 ? in : out;
     const int64_t d = rb.dilations[j];
-    snake(pool_, x, rb.alpha1[j], t1);
     Conv1dParams p1;
     p1.dilation = d;
     p1.pad_left = p1.pad_right = d * (k - 1) / 2;
-    conv1d(pool_, t1, rb.conv1_w[j], rb.conv1_b[j], t2, p1, &arena_);
-    snake(pool_, t2, rb.alpha2[j], t2);
     Conv1dParams p2;
     p2.pad_left = p2.pad_right = (k - 1) / 2;
+    if (conv1d_snake_fused(rb.conv1_w[j].shape[0], p1) && conv1d_snake_fused(rb.conv2_w[j].shape[0], p2)) {
+      // Same bits as the composed ops below, without three passes over the activations.
+      conv1d_snake(pool_, x, rb.alpha1[j], rb.conv1_w[j], rb.conv1_b[j], Tensor{}, t2, p1, &arena_);
+      conv1d_snake(pool_, t2, rb.alpha2[j], rb.conv2_w[j], rb.conv2_b[j], x, out, p2, &arena_);
+      continue;
+    }
+    snake(pool_, x, rb.alpha1[j], t1);
+    conv1d(pool_, t1, rb.conv1_w[j], rb.conv1_b[j], t2, p1, &arena_);
+    snake(pool_, t2, rb.alpha2[j], t2);
     conv1d(pool_, t2, rb.conv2_w[j], rb.conv2_b[j], t1, p2, &arena_);
     add(pool_, x, t1, out);
   }

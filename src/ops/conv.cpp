@@ -134,46 +134,68 @@ const Bf16Gemm* bf16_kernels() {
 }
 
 int64_t round32(int64_t v) { return (v + 31) / 32 * 32; }
-size_t direct_cols(int64_t t_out, int64_t K, int64_t d) { return size_t(round32(t_out) + (K - 1) * d); }
-size_t direct_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t d) {
-  return round32(cin) * direct_cols(t_out, K, d) * 2 + size_t(K * round32(cin) * round32(cout)) * 2 +
-         size_t(round32(cout)) * 64 + 4 * 64;
+
+// Time tiles (32 steps) per input chunk of the direct conv: each thread packs the input
+// columns of its own tiles chunk by chunk into a buffer of its own (C_in pairs x (32 n +
+// halo) columns of bf16, ~128 KB: it stays in L2 while the tiles read it), instead of the
+// whole packed input going out to memory between a packing pass and the tiles.
+int64_t direct_chunk_tiles(int64_t cin_pad, int64_t halo, int64_t n_tt) {
+  const int64_t cols = (int64_t(128) << 10) / (cin_pad * 2);
+  return std::clamp<int64_t>((cols - halo) / 32, 1, std::max<int64_t>(n_tt, 1));
+}
+size_t direct_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t d, int n_threads) {
+  const int64_t cin_pad = round32(cin), halo = (K - 1) * d;
+  const int64_t chunk_cols = direct_chunk_tiles(cin_pad, halo, (t_out + 31) / 32) * 32 + halo;
+  return size_t(std::max(n_threads, 1)) * (size_t(cin_pad * chunk_cols) * 2 + 64) +
+         size_t(K * cin_pad * round32(cout)) * 2 + size_t(round32(cout)) * 64 + 4 * 64;
 }
 
-// Stride-1, single-group conv1d in bf16 without im2col (Bf16Gemm::Conv).
+// Stride-1, single-group conv1d in bf16 without im2col (Bf16Gemm::Conv), with the optional
+// Snake of the input (snake_alpha) and residual (res, rows rs floats apart) of conv1d_snake.
 void conv1d_direct_bf16(ThreadPool& pool, const Bf16Gemm& bk, const float* x, int64_t xs, int64_t Cin, int64_t T,
                         const float* w, int64_t Cout, int64_t K, const float* bias, float* y, int64_t ys,
-                        int64_t Tout, const Conv1dParams& p, Arena* arena) {
+                        int64_t Tout, const Conv1dParams& p, Arena* arena, const float* snake_alpha = nullptr,
+                        const float* res = nullptr, int64_t rs = 0) {
   Scratch sc(arena);
-  const int64_t cin_pad = round32(Cin), cout_pad = round32(Cout), cols = int64_t(direct_cols(Tout, K, p.dilation));
-  const int64_t n_blocks = cin_pad / 32;
-  Bf16Gemm::Conv c;
-  uint16_t* xp = sc.get<uint16_t>(cin_pad * cols, "conv1d bf16 input pairs");
+  const int64_t cin_pad = round32(Cin), cout_pad = round32(Cout), halo = (K - 1) * p.dilation;
+  const int64_t n_blocks = cin_pad / 32, o_tiles = cout_pad / 32, n_tt = (Tout + 31) / 32;
+  const int64_t chunk_tt = direct_chunk_tiles(cin_pad, halo, n_tt), chunk_cols = chunk_tt * 32 + halo;
   uint16_t* wp = sc.get<uint16_t>(K * cin_pad * cout_pad, "conv1d bf16 weights");
   float* b16 = sc.get<float>(cout_pad * 16, "conv1d bf16 bias rows");
+  uint16_t* xbuf = sc.get<uint16_t>(int64_t(pool.size()) * (cin_pad * chunk_cols + 32), "conv1d bf16 input chunks");
   for (int64_t o = 0; o < cout_pad; ++o)
     for (int i = 0; i < 16; ++i) b16[o * 16 + i] = bias && o < Cout ? bias[o] : 0.f;
-  c.xp = xp;
-  c.cols = cols;
+  Bf16Gemm::Conv c;
   c.wp = wp;
   c.bias16 = b16;
-  c.y = y;
   c.ys = ys;
   c.cout = Cout;
   c.cin_pad = cin_pad;
-  c.tout = Tout;
   c.k = K;
   c.dilation = p.dilation;
-  const int64_t items = ((Tout + 31) / 32) * (cout_pad / 32);
+  c.rs = rs;
+  const int64_t items = n_tt * o_tiles;
   run_threads(pool, Cout * Cin * K * Tout, [&](int ith, int nth) {
     int64_t a0, a1;
-    ThreadPool::split(cin_pad / 2, ith, nth, &a0, &a1);
-    bk.conv_pack_x(x, xs, Cin, T, p.pad_left, cols, a0, a1, xp);
     ThreadPool::split(K * n_blocks, ith, nth, &a0, &a1);
     for (int64_t i = a0; i < a1; ++i) bk.conv_pack_w(w, Cout, Cin, K, cout_pad, i / n_blocks, i % n_blocks, wp);
     if (nth > 1) pool.barrier();
     ThreadPool::split(items, ith, nth, &a0, &a1);
-    bk.conv_tiles(c, a0, a1);
+    uint16_t* xp = xbuf + ith * (cin_pad * chunk_cols + 32);
+    // Chunks of chunk_tt time tiles over this thread's items (time-tile major): the chunk's
+    // Conv has its own time origin, column 0 of xp being padded input position 32 tc0.
+    for (int64_t tc0 = a0 / o_tiles; tc0 * o_tiles < a1; tc0 += chunk_tt) {
+      const int64_t tc1 = std::min(tc0 + chunk_tt, n_tt), t_org = tc0 * 32;
+      const int64_t cols = (tc1 - tc0) * 32 + halo;
+      bk.conv_pack_x(x, xs, Cin, T, p.pad_left - t_org, cols, 0, cin_pad / 2, snake_alpha, xp);
+      Bf16Gemm::Conv cc = c;
+      cc.xp = xp;
+      cc.cols = cols;
+      cc.y = y + t_org;
+      cc.res = res ? res + t_org : nullptr;
+      cc.tout = Tout - t_org;
+      bk.conv_tiles(cc, std::max(a0, tc0 * o_tiles) - tc0 * o_tiles, std::min(a1, tc1 * o_tiles) - tc0 * o_tiles);
+    }
   });
 }
 
@@ -331,10 +353,58 @@ void conv1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bi
   }
 }
 
+bool conv1d_snake_fused(int64_t cout, const Conv1dParams& p, Isa isa) {
+  return conv_uses_bf16(isa) && p.stride == 1 && p.groups == 1 && cout <= bf16_kernels()->direct_conv_max_cout;
+}
+
+void conv1d_snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, const Tensor& w, const Tensor& bias,
+                  const Tensor& residual, Tensor& y, const Conv1dParams& p, Arena* scratch, Isa isa) {
+  const char* op = "conv1d_snake";
+  check_f32(op, "x", x);
+  check_f32(op, "alpha", alpha);
+  check_f32(op, "w", w);
+  check_f32(op, "y", y);
+  CBX_CHECK(x.ndim == 2 && y.ndim == 2, "%s: x %s and y %s must both be [C, T]", op, x.shape_str().c_str(),
+            y.shape_str().c_str());
+  CBX_CHECK(w.ndim == 3 && w.is_contiguous() && w.shape[1] == x.shape[0],
+            "%s: w %s must be a contiguous [C_out, C_in, K] for x %s", op, w.shape_str().c_str(),
+            x.shape_str().c_str());
+  CBX_CHECK(alpha.ndim == 1 && alpha.is_contiguous() && alpha.shape[0] == x.shape[0],
+            "%s: alpha %s must be a contiguous [%lld]", op, alpha.shape_str().c_str(), (long long)x.shape[0]);
+  const int64_t Cin = x.shape[0], T = x.shape[1], Cout = w.shape[0], K = w.shape[2];
+  CBX_CHECK(conv1d_snake_fused(Cout, p, isa),
+            "%s: no fused kernel here (needs BF16 precision on AVX-512 bf16 kernels, stride 1, one group, "
+            "C_out <= the direct conv limit); got stride %lld groups %lld C_out %lld",
+            op, (long long)p.stride, (long long)p.groups, (long long)Cout);
+  CBX_CHECK(p.dilation >= 1 && p.pad_left >= 0 && p.pad_right >= 0, "%s: bad params dilation %lld pad %lld/%lld",
+            op, (long long)p.dilation, (long long)p.pad_left, (long long)p.pad_right);
+  const int64_t Tout = conv1d_out_len(T, K, p);
+  CBX_CHECK(Tout >= 1, "%s: input %s too short for kernel %lld (dilation %lld)", op, x.shape_str().c_str(),
+            (long long)K, (long long)p.dilation);
+  CBX_CHECK(y.shape[0] == Cout && y.shape[1] == Tout, "%s: y %s must be [%lld, %lld]", op, y.shape_str().c_str(),
+            (long long)Cout, (long long)Tout);
+  CBX_CHECK(y.data != x.data, "%s: y must not be x", op);
+  const float* rp = nullptr;
+  int64_t rs = 0;
+  if (!residual.empty()) {
+    check_f32(op, "residual", residual);
+    CBX_CHECK(residual.ndim == 2 && residual.shape[0] == Cout && residual.shape[1] == Tout,
+              "%s: residual %s must be [%lld, %lld]", op, residual.shape_str().c_str(), (long long)Cout,
+              (long long)Tout);
+    rp = residual.ptr<float>();
+    rs = row_stride_floats(op, "residual", residual, 0);
+  }
+  const float* bp = check_bias(op, bias, Cout);
+  conv1d_direct_bf16(pool, *bf16_kernels(), x.ptr<float>(), row_stride_floats(op, "x", x, 0), Cin, T,
+                     w.ptr<float>(), Cout, K, bp, y.ptr<float>(), row_stride_floats(op, "y", y, 0), Tout, p, scratch,
+                     alpha.ptr<float>(), rp, rs);
+}
+
 size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t dilation,
                                  int n_threads) {
   if (!bf16_kernels()) return 0;
-  return std::max(direct_bytes(cin, cout, t_out, K, dilation), gemm_bf16_kmajor_scratch_bytes(cout, cin * K, n_threads));
+  return std::max(direct_bytes(cin, cout, t_out, K, dilation, n_threads),
+                  gemm_bf16_kmajor_scratch_bytes(cout, cin * K, n_threads));
 }
 
 size_t conv_transpose1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t K, int n_threads) {

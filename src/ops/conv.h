@@ -34,6 +34,19 @@ int64_t conv1d_out_len(int64_t T, int64_t K, const Conv1dParams& p);
 // -> y: [C_out, T_out] or [B, C_out, T_out].
 void conv1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
             const Conv1dParams& p, Arena* scratch = nullptr, Isa isa = active_isa());
+// The HiFT resblock step in one pass: y = residual + conv1d(snake(x, alpha), w, bias), the
+// bits of ops/elementwise snake, then conv1d, then add(residual, ...). Only where the bf16
+// direct conv runs it (conv1d_snake_fused says when: BF16 precision on this ISA's bf16
+// kernels, stride 1, one group, few enough output channels); there the Snake is applied
+// while the input is packed and the residual added as the output tiles are stored, which
+// saves three passes over [C, T] activations. Elsewhere it refuses with an error: callers
+// compose the three ops themselves.
+// x: [C_in, T]; alpha: contiguous [C_in]; residual: empty or [C_out, T_out] (y itself, x,
+// or apart from y); y: [C_out, T_out], not x. Scratch as conv1d's (conv1d_bf16_scratch_bytes).
+bool conv1d_snake_fused(int64_t cout, const Conv1dParams& p, Isa isa = active_isa());
+void conv1d_snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, const Tensor& w, const Tensor& bias,
+                  const Tensor& residual, Tensor& y, const Conv1dParams& p, Arena* scratch = nullptr,
+                  Isa isa = active_isa());
 // Extra scratch bytes conv1d takes in BF16 precision, at most (0 where the bf16 GEMM does
 // not exist): cin, cout, the output length and K as in conv1d; the largest dilation.
 size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t dilation,
