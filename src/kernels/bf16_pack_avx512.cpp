@@ -101,6 +101,11 @@ void conv_pack_x_bf16(const float* x, int64_t xs, int64_t cin, int64_t T, int64_
     const float* r0 = c0 < cin ? x + c0 * xs : nullptr;
     const float* r1 = c1 < cin ? x + c1 * xs : nullptr;
     uint16_t* dst = xp + p * cols * 2;
+    if (p + 1 < p1) {  // the next pair's input rows while this one is worked on (T1)
+      const int64_t v0 = std::max<int64_t>(-pl, 0), v1 = std::min<int64_t>(cols - pl, T);
+      for (int64_t c = 2 * p + 2; c < std::min<int64_t>(2 * p + 4, cin); ++c)
+        for (int64_t i = v0; i < v1; i += 16) _mm_prefetch(reinterpret_cast<const char*>(x + c * xs + i), _MM_HINT_T1);
+    }
     for (int64_t j0 = 0; j0 < cols; j0 += kChunk) {
       const int64_t j1 = cols - j0 < kChunk ? cols : j0 + kChunk;
       // Input positions [j0 - pl, j1 - pl), the valid ones [v0, v1) (possibly none).
