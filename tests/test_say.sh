@@ -79,9 +79,35 @@ cmp -s "$T/long.wav" "$T/long2.wav" || fail "long text is not deterministic"
 wchunks=$(sed -n 's/.*chunks=\([0-9]*\) .*/\1/p' "$T/w.err")
 [ -n "$wchunks" ] && [ "$wchunks" -ge 3 ] || { cat "$T/w.err"; fail "long word was not split (chunks=$wchunks)"; }
 
+# --prompt-cache: the first run writes the voice prefix, the next loads it; the audio is the same
+# bits as without a cache. A damaged cache is rewritten; a file that is not a cache is refused
+# and left alone.
+PC="$T/voice.prefix"
+"${SAY[@]}" "Hello world." -o "$T/pc1.wav" --seed 7 --prompt-cache "$PC" -v 2> "$T/pc1.err" ||
+  { cat "$T/pc1.err"; fail "say --prompt-cache (write)"; }
+grep -q "prompt cache .*no such file yet" "$T/pc1.err" || { cat "$T/pc1.err"; fail "first run did not miss"; }
+[ -s "$PC" ] && [ "$(head -c 8 "$PC")" = "CBXPREFX" ] || fail "prompt cache not written"
+[ ! -e "$PC.tmp" ] || fail "prompt cache .tmp left behind"
+"${SAY[@]}" "Hello world." -o "$T/pc2.wav" --seed 7 --prompt-cache "$PC" -v 2> "$T/pc2.err" ||
+  { cat "$T/pc2.err"; fail "say --prompt-cache (read)"; }
+grep -q "voice prefix loaded" "$T/pc2.err" || { cat "$T/pc2.err"; fail "second run did not load the cache"; }
+cmp -s "$T/a.wav" "$T/pc1.wav" && cmp -s "$T/a.wav" "$T/pc2.wav" || fail "--prompt-cache changed the audio"
+head -c 1000 "$PC" > "$T/cut.prefix"
+"${SAY[@]}" "Hello world." -o "$T/pc3.wav" --seed 7 --prompt-cache "$T/cut.prefix" -v 2> "$T/pc3.err" ||
+  { cat "$T/pc3.err"; fail "say with a truncated cache"; }
+grep -q "not used, .*bytes where its header says" "$T/pc3.err" || { cat "$T/pc3.err"; fail "truncation not reported"; }
+cmp -s "$T/a.wav" "$T/pc3.wav" || fail "a truncated cache changed the audio"
+cmp -s "$PC" "$T/cut.prefix" || fail "the truncated cache was not rewritten"
+cp "$T/a.wav" "$T/keep.wav"
+expect_error "not a chatterbox prompt cache" "not overwriting" -- \
+  "${SAY[@]}" "Hello world." -o "$T/x.wav" --prompt-cache "$T/keep.wav"
+cmp -s "$T/a.wav" "$T/keep.wav" || fail "a file that is not a cache was changed"
+
 # A Multilingual model needs --lang (tests/test_say_mtl.sh covers Multilingual synthesis).
 "$MK" --variant mtl --size tiny --seed 1 --threads 1 "$T/mtl" > /dev/null 2>&1 || fail "mkckpt mtl"
 "$B" convert "$T/mtl" -o "$T/mtl.gguf" --type f32 --quiet > /dev/null || fail "convert mtl"
 expect_error "needs a language" "fr  French" -- "$B" say -m "$T/mtl.gguf" "Hello." -o "$T/x.wav"
+expect_error "--prompt-cache is for Turbo models" -- \
+  "$B" say -m "$T/mtl.gguf" --lang fr "Bonjour." -o "$T/x.wav" --prompt-cache "$T/m.prefix"
 
 echo "test_say: OK"

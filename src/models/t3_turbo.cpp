@@ -103,6 +103,34 @@ const Tensor& T3Turbo::prefill(const Tensor& embeds, const float* speaker_emb, i
   return gpt_->forward(slice(embeds, 0, P, L - P));
 }
 
+T3Turbo::KeptPrefix T3Turbo::kept_prefix() const {
+  KeptPrefix k;
+  if (prefix_rows_ == 0) return k;
+  k.rows = prefix_rows_;
+  k.speaker = prefix_spk_.data();
+  k.n_speaker = int64_t(prefix_spk_.size());
+  k.tokens = prefix_ids_.data();
+  k.n_prompt = int64_t(prefix_ids_.size());
+  k.kv = prefix_kv_.get();
+  k.kv_bytes = gpt_->kv_rows_bytes(prefix_rows_);
+  return k;
+}
+
+size_t T3Turbo::prefix_kv_bytes(int64_t n_prompt) const { return gpt_->kv_rows_bytes(1 + n_prompt); }
+
+void T3Turbo::keep_prefix(const float* speaker_emb, int64_t n_speaker, const int32_t* prompt_tokens, int64_t n_prompt,
+                          const uint8_t* kv) {
+  CBX_CHECK(prefix_cache_, "t3 turbo: keep_prefix with the prefix cache off");
+  CBX_CHECK(n_speaker == cfg_.t3.speaker_embed_size && n_prompt >= 0 && n_prompt <= max_prompt_ && kv != nullptr,
+            "t3 turbo: keep_prefix of a %lld-float speaker embedding and %lld prompt tokens (this model: %lld, <= %lld)",
+            (long long)n_speaker, (long long)n_prompt, (long long)cfg_.t3.speaker_embed_size, (long long)max_prompt_);
+  prefix_rows_ = 0;
+  std::memcpy(prefix_kv_.get(), kv, gpt_->kv_rows_bytes(1 + n_prompt));
+  prefix_spk_.assign(speaker_emb, speaker_emb + n_speaker);
+  prefix_ids_.assign(prompt_tokens, prompt_tokens + n_prompt);
+  prefix_rows_ = 1 + n_prompt;
+}
+
 double T3Turbo::warm_prefix(const float* speaker_emb, int64_t n_speaker, const int32_t* prompt_tokens,
                             int64_t n_prompt) {
   const double t0 = now_ms();

@@ -81,6 +81,27 @@ class T3Turbo {
   // cached already; returns the milliseconds spent. No-op with the prefix cache off.
   double warm_prefix(const float* speaker_emb, int64_t n_speaker, const int32_t* prompt_tokens, int64_t n_prompt);
 
+  // The kept voice prefix, for a disk cache (pipeline/prefix_cache.h): rows = 1 + n_prompt
+  // (0: none kept), its speaker embedding and prompt tokens, and its keys/values
+  // (T3Gpt2::save_kv_rows layout, prefix_kv_bytes(n_prompt) bytes).
+  struct KeptPrefix {
+    int64_t rows = 0;
+    const float* speaker = nullptr;
+    int64_t n_speaker = 0;
+    const int32_t* tokens = nullptr;
+    int64_t n_prompt = 0;
+    const uint8_t* kv = nullptr;
+    size_t kv_bytes = 0;
+  };
+  KeptPrefix kept_prefix() const;
+  size_t prefix_kv_bytes(int64_t n_prompt) const;
+  // Keeps keys/values read back from such a cache as the prefix of (speaker_emb,
+  // prompt_tokens), as if prefill had computed them: kv holds prefix_kv_bytes(n_prompt) bytes
+  // that kept_prefix() gave for the same voice, T3 weights, kernels and KV type (the cache
+  // checks those). Throws cbx::Error with the prefix cache off or for sizes out of range.
+  void keep_prefix(const float* speaker_emb, int64_t n_speaker, const int32_t* prompt_tokens, int64_t n_prompt,
+                   const uint8_t* kv);
+
   // max_new < 0 uses the options' max_new. Resets the KV cache first (prefill).
   T3TurboResult generate(const int32_t* text_ids, int64_t n_text, const float* speaker_emb, int64_t n_speaker,
                          const int32_t* prompt_tokens, int64_t n_prompt, const SamplerParams& sp,

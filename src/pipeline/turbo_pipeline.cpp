@@ -4,6 +4,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -11,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "models/sampler.h"
 #include "models/t3_turbo.h"
+#include "pipeline/prefix_cache.h"
 #include "pipeline/s3gen_stage.h"
 #include "pipeline/voice.h"
 #include "text/gpt2_tokenizer.h"
@@ -72,6 +74,7 @@ struct TurboPipeline::Impl {
   Voice voice;    // the voice in use (set_voice)
   int64_t max_cond_tokens = 0;    // T3 prompt tokens reserved for
   int64_t max_new = 0, max_speech = 0;
+  DType kv_type = DType::F16;
 
   int64_t count_tokens(const std::string& s) const { return int64_t(tok->encode(s).size()); }
 };
@@ -108,6 +111,7 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   to.max_prompt = m.max_cond_tokens;
   to.max_new = m.max_new;
   to.kv_type = p.kv_type;
+  m.kv_type = p.kv_type;
   m.t3 = std::make_unique<T3Turbo>(c, f, *m.pool, to);
 
   // One generation: the prefill token + max_new, then the silence tokens.
@@ -127,6 +131,61 @@ double TurboPipeline::prepare_voice() {
   return m_->t3->warm_prefix(m_->voice.speaker_emb.data(), int64_t(m_->voice.speaker_emb.size()),
                              m_->voice.cond_prompt_tokens.data(), int64_t(m_->voice.cond_prompt_tokens.size()));
 }
+namespace {
+PrefixCacheKey prefix_key(const GgufFile& f, const T3Turbo& t3, const Voice& v, DType kv_type) {
+  PrefixCacheKey k;
+  k.model = prefix_cache_model_key(f);
+  k.compute = prefix_cache_compute_key(dtype_name(kv_type));
+  k.speaker = v.speaker_emb.data();
+  k.n_speaker = int64_t(v.speaker_emb.size());
+  k.tokens = v.cond_prompt_tokens.data();
+  k.n_prompt = int64_t(v.cond_prompt_tokens.size());
+  k.kv_bytes = t3.prefix_kv_bytes(k.n_prompt);
+  return k;
+}
+}  // namespace
+
+bool TurboPipeline::load_prefix_cache(const std::string& path, std::string* why) {
+  Impl& m = *m_;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) {
+    *why = "no such file yet";
+    return false;
+  }
+  const std::streamoff size = in.tellg();
+  CBX_CHECK(size >= 0, "prompt cache '%s': cannot read it", path.c_str());
+  if (size == 0) {  // nothing to lose: a cache is written whole (via a .tmp file) or not at all
+    *why = "empty file";
+    return false;
+  }
+  const PrefixCacheKey key = prefix_key(*m.f, *m.t3, m.voice, m.kv_type);
+  // A cache for this model is never larger than its header, the voice and the K/V.
+  const uint64_t most = 1024 + 4 * uint64_t(key.n_speaker + m.max_cond_tokens) + key.kv_bytes;
+  std::vector<uint8_t> data(size > 0 && uint64_t(size) <= most ? size_t(size) : std::min<size_t>(size_t(size), 64));
+  in.seekg(0);
+  CBX_CHECK(in.read(reinterpret_cast<char*>(data.data()), std::streamsize(data.size())),
+            "prompt cache '%s': cannot read it", path.c_str());
+  const uint8_t* kv = nullptr;
+  const PrefixCacheStatus st = parse_prefix_cache(data.data(), data.size(), key, &kv, why);
+  CBX_CHECK(st != PrefixCacheStatus::NotOurs, "prompt cache '%s': %s; not overwriting it", path.c_str(), why->c_str());
+  if (st == PrefixCacheStatus::Match) {
+    m.t3->keep_prefix(key.speaker, key.n_speaker, key.tokens, key.n_prompt, kv);
+    return true;
+  }
+  if (data.size() != size_t(size)) *why = std::to_string(size) + " bytes, more than a cache of this model holds";
+  return false;
+}
+
+double TurboPipeline::save_prefix_cache(const std::string& path) {
+  Impl& m = *m_;
+  const double ms = prepare_voice();
+  const T3Turbo::KeptPrefix kp = m.t3->kept_prefix();
+  CBX_CHECK(kp.rows == 1 + int64_t(m.voice.cond_prompt_tokens.size()), "prompt cache '%s': no voice prefix kept",
+            path.c_str());
+  write_prefix_cache(path, prefix_key(*m.f, *m.t3, m.voice, m.kv_type), kp.kv);
+  return ms;
+}
+
 const std::vector<int32_t>& TurboPipeline::cond_prompt_tokens() const { return m_->voice.cond_prompt_tokens; }
 const Voice& TurboPipeline::voice() const { return m_->voice; }
 const Voice& TurboPipeline::builtin_voice() const { return m_->builtin; }

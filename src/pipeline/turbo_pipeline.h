@@ -106,6 +106,16 @@ class TurboPipeline {
   // Computes the T3 voice prefix of the voice in use ahead of the next synthesize
   // (T3Turbo::warm_prefix); returns its ms (0 when already kept).
   double prepare_voice();
+  // Disk cache of that prefix (pipeline/prefix_cache.h; chatterbox say --prompt-cache).
+  // load_prefix_cache keeps the prefix stored in `path` when the file holds the voice in use
+  // for these T3 weights, kernels and KV type, and returns true; it returns false, with the
+  // reason in *why, when the file is absent, holds another voice / model / kernel path, or
+  // is a damaged cache (then save_prefix_cache may overwrite it). Throws cbx::Error when the
+  // file exists but is not a prompt cache (never overwrite it) or cannot be read.
+  bool load_prefix_cache(const std::string& path, std::string* why);
+  // Writes the voice's prefix to `path` (computing it first when not kept); returns the ms
+  // spent computing (0 when it was kept). Throws cbx::Error naming the path on failure.
+  double save_prefix_cache(const std::string& path);
   const Voice& builtin_voice() const;
   // The model file and thread pool, e.g. for a VoiceBuilder over the same weights.
   const GgufFile& gguf() const;
