@@ -23,6 +23,7 @@ constexpr size_t kHeaderBytes = 112;
 constexpr int64_t kMaxCount = int64_t(1) << 24;
 constexpr uint64_t kMaxKvBytes = uint64_t(1) << 40;
 
+// FNV-1a 64 for the model fingerprint (small inputs).
 struct Fnv {
   uint64_t h = 1469598103934665603ull;
   void add(const void* p, size_t n) {
@@ -33,6 +34,34 @@ struct Fnv {
   void add_value(const T& v) {
     add(&v, sizeof v);
   }
+};
+
+// The file checksum: FNV-1a's step over 64-bit little-endian words (the last one zero
+// padded), ~8x faster than bytewise over tens of MB; fed in pieces of any length.
+struct WordSum {
+  uint64_t h = 1469598103934665603ull;
+  uint64_t part = 0;
+  int have = 0;  // bytes in part
+  void add(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    size_t i = 0;
+    for (; i < n && have > 0; ++i) push_byte(b[i]);
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, b + i, 8);
+      h = (h ^ w) * 1099511628211ull;
+    }
+    for (; i < n; ++i) push_byte(b[i]);
+  }
+  void push_byte(uint8_t v) {
+    part |= uint64_t(v) << (8 * have);
+    if (++have == 8) {
+      h = (h ^ part) * 1099511628211ull;
+      part = 0;
+      have = 0;
+    }
+  }
+  uint64_t value() const { return have ? (h ^ part) * 1099511628211ull : h; }
 };
 
 template <class T>
@@ -77,9 +106,9 @@ PrefixCacheStatus parse_prefix_cache(const uint8_t* data, size_t n, const Prefix
     *why = std::to_string(n) + " bytes where its header says " + std::to_string(total);
     return PrefixCacheStatus::Damaged;
   }
-  Fnv sum;
+  WordSum sum;
   sum.add(data, n - 8);
-  if (sum.h != read_at<uint64_t>(data + n - 8)) {
+  if (sum.value() != read_at<uint64_t>(data + n - 8)) {
     *why = "checksum mismatch";
     return PrefixCacheStatus::Damaged;
   }
@@ -123,7 +152,7 @@ void write_prefix_cache(const std::string& path, const PrefixCacheKey& key, cons
   std::memcpy(head + 96, &key.n_prompt, 8);
   const uint64_t kvb = key.kv_bytes;
   std::memcpy(head + 104, &kvb, 8);
-  Fnv sum;
+  WordSum sum;
   bool ok = true;
   auto put = [&](const void* p, size_t n) {
     sum.add(p, n);
@@ -133,7 +162,7 @@ void write_prefix_cache(const std::string& path, const PrefixCacheKey& key, cons
   put(key.speaker, size_t(4 * key.n_speaker));
   put(key.tokens, size_t(4 * key.n_prompt));
   put(kv, key.kv_bytes);
-  const uint64_t h = sum.h;
+  const uint64_t h = sum.value();
   ok = ok && std::fwrite(&h, 1, 8, f.get()) == 8;
   ok = std::fclose(f.release()) == 0 && ok;
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -13,7 +13,8 @@
 //                NUL padded
 //   88  i64      n_speaker     96 i64 n_prompt     104 u64 kv_bytes
 //   112 f32[n_speaker] speaker embedding, i32[n_prompt] prompt tokens, u8[kv_bytes] K/V
-//   end u64      FNV-1a 64 of every byte before it
+//   end u64      checksum of every byte before it: h = 0xcbf29ce484222325, then for each
+//                64-bit little-endian word w (the last one zero padded) h = (h ^ w) * 0x100000001b3
 // The keys/values are bits of our own forward, so a file is used only where the same T3
 // weights run on the same kernels (the prefix does not depend on the thread count).
 #pragma once
