@@ -73,6 +73,19 @@ TEST(PrefixCache, RoundTrip) {
   std::remove(path.c_str());
 }
 
+TEST(PrefixCache, EmptyPromptRoundTrip) {  // a voice part may be empty (a null pointer)
+  Fixture fx;
+  fx.key.tokens = nullptr;
+  fx.key.n_prompt = 0;
+  const std::string path = temp_path("empty");
+  write_prefix_cache(path, fx.key, fx.kv.data());
+  const std::vector<uint8_t> d = read_file(path);
+  std::remove(path.c_str());
+  std::string why;
+  EXPECT_EQ(parse(d, fx.key, &why), PrefixCacheStatus::Match) << why;
+  EXPECT_EQ(parse(d, Fixture().key, &why), PrefixCacheStatus::Mismatch);
+}
+
 TEST(PrefixCache, MismatchesNameWhat) {
   Fixture fx;
   const std::string path = temp_path("mm");

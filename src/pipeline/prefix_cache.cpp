@@ -124,9 +124,10 @@ PrefixCacheStatus parse_prefix_cache(const uint8_t* data, size_t n, const Prefix
   }
   const uint8_t* spk = data + kHeaderBytes;
   const uint8_t* ids = spk + 4 * n_speaker;
+  // (memcmp only on non-empty ranges: an empty voice part may come as a null pointer)
   if (n_speaker != want.n_speaker || n_prompt != want.n_prompt ||
-      std::memcmp(spk, want.speaker, size_t(4 * n_speaker)) != 0 ||
-      std::memcmp(ids, want.tokens, size_t(4 * n_prompt)) != 0) {
+      (n_speaker > 0 && std::memcmp(spk, want.speaker, size_t(4 * n_speaker)) != 0) ||
+      (n_prompt > 0 && std::memcmp(ids, want.tokens, size_t(4 * n_prompt)) != 0)) {
     *why = "holds another voice";
     return PrefixCacheStatus::Mismatch;
   }
@@ -155,6 +156,7 @@ void write_prefix_cache(const std::string& path, const PrefixCacheKey& key, cons
   WordSum sum;
   bool ok = true;
   auto put = [&](const void* p, size_t n) {
+    if (n == 0) return;
     sum.add(p, n);
     ok = ok && std::fwrite(p, 1, n, f.get()) == n;
   };
