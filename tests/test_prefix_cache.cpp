@@ -45,6 +45,15 @@ std::vector<uint8_t> read_file(const std::string& p) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
+// The bytes write_prefix_cache gives for key and kv (through a temporary file).
+std::vector<uint8_t> written(const PrefixCacheKey& key, const std::vector<uint8_t>& kv, const char* name) {
+  const std::string path = temp_path(name);
+  write_prefix_cache(path, key, kv.data());
+  std::vector<uint8_t> d = read_file(path);
+  std::remove(path.c_str());
+  return d;
+}
+
 PrefixCacheStatus parse(const std::vector<uint8_t>& d, const PrefixCacheKey& k, std::string* why,
                         const uint8_t** kv = nullptr) {
   const uint8_t* p = nullptr;
@@ -77,10 +86,7 @@ TEST(PrefixCache, EmptyPromptRoundTrip) {  // a voice part may be empty (a null 
   Fixture fx;
   fx.key.tokens = nullptr;
   fx.key.n_prompt = 0;
-  const std::string path = temp_path("empty");
-  write_prefix_cache(path, fx.key, fx.kv.data());
-  const std::vector<uint8_t> d = read_file(path);
-  std::remove(path.c_str());
+  const std::vector<uint8_t> d = written(fx.key, fx.kv, "empty");
   std::string why;
   EXPECT_EQ(parse(d, fx.key, &why), PrefixCacheStatus::Match) << why;
   EXPECT_EQ(parse(d, Fixture().key, &why), PrefixCacheStatus::Mismatch);
@@ -88,10 +94,7 @@ TEST(PrefixCache, EmptyPromptRoundTrip) {  // a voice part may be empty (a null 
 
 TEST(PrefixCache, MismatchesNameWhat) {
   Fixture fx;
-  const std::string path = temp_path("mm");
-  write_prefix_cache(path, fx.key, fx.kv.data());
-  const std::vector<uint8_t> d = read_file(path);
-  std::remove(path.c_str());
+  const std::vector<uint8_t> d = written(fx.key, fx.kv, "mm");
   std::string why;
   PrefixCacheKey k = fx.key;
   k.model ^= 1;
@@ -121,10 +124,7 @@ TEST(PrefixCache, MismatchesNameWhat) {
 
 TEST(PrefixCache, DamagedAndForeignFiles) {
   Fixture fx;
-  const std::string path = temp_path("dm");
-  write_prefix_cache(path, fx.key, fx.kv.data());
-  const std::vector<uint8_t> d = read_file(path);
-  std::remove(path.c_str());
+  const std::vector<uint8_t> d = written(fx.key, fx.kv, "dm");
   std::string why;
   for (size_t cut : {size_t(8), size_t(100), d.size() / 2, d.size() - 1}) {
     std::vector<uint8_t> t(d.begin(), d.begin() + std::ptrdiff_t(cut));
