@@ -38,8 +38,9 @@ extern "C" {
 #endif
 
 /* 2: cbx_model_prepare_voice, cbx_timings.chunks_prefix_reused (appended; struct_size keeps
- * older callers working). */
-#define CBX_API_VERSION 2
+ * older callers working). 3: cbx_model_save_voice_prefix / cbx_model_load_voice_prefix,
+ * CBX_ERR_FILE. */
+#define CBX_API_VERSION 3
 
 typedef enum cbx_status {
   CBX_OK = 0,
@@ -51,7 +52,9 @@ typedef enum cbx_status {
   CBX_ERR_OUT_OF_MEMORY = 6,
   CBX_ERR_INTERNAL = 7,          /* anything else; see cbx_last_error() */
   CBX_ERR_AUDIO = 8,             /* reference audio missing, unreadable, unsupported, too short or silent */
-  CBX_ERR_VOICE = 9              /* not a (readable) .voice file, or a voice the model cannot use */
+  CBX_ERR_VOICE = 9,             /* not a (readable) .voice file, or a voice the model cannot use */
+  CBX_ERR_FILE = 10              /* a prompt cache file that cannot be read or written, or a file
+                                    that is not one (left untouched) */
 } cbx_status;
 
 typedef enum cbx_kv_type { CBX_KV_F16 = 0, CBX_KV_F32 = 1 } cbx_kv_type;
@@ -186,6 +189,17 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
  * when another voice is prepared or used. Multilingual keeps no prefix: CBX_OK, nothing done.
  * CBX_ERR_VOICE when the model cannot use the voice. */
 cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice);
+/* The same prefix on disk, for a process that starts again (the file `chatterbox say
+ * --prompt-cache` uses; format in src/pipeline/prefix_cache.h; ~37 MB for the built-in voice).
+ * save computes the voice's prefix if needed and writes it to path (via path.tmp, renamed).
+ * load keeps the prefix stored in path when the file holds this voice for these T3 weights, CPU
+ * kernels and KV type (*loaded = 1: the next request with the voice skips that work, same audio);
+ * *loaded = 0 when the file is absent, holds another voice or model, or is a damaged cache (save
+ * then rewrites it). voice NULL: the built-in voice. CBX_ERR_FILE when path exists but is not a
+ * prompt cache, or cannot be read / written; CBX_ERR_UNSUPPORTED_MODEL for Multilingual models
+ * (no text-independent prefix); CBX_ERR_VOICE as cbx_model_prepare_voice. */
+cbx_status cbx_model_save_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path);
+cbx_status cbx_model_load_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path, int32_t* loaded);
 
 #ifdef __cplusplus
 }

@@ -162,6 +162,40 @@ static void test_voices(const char* dir, const char* gguf, const char* mtl_gguf)
     CHECK(memcmp(&old.chunks_prefix_reused, &untouched, sizeof untouched) == 0);
   }
 
+  /* the voice prefix on disk: a second model instance loads it and speaks the same audio */
+  {
+    char pfx[600], bad[600];
+    snprintf(pfx, sizeof pfx, "%s/builtin.prefix", dir);
+    snprintf(bad, sizeof bad, "%s/a.voice.notacache", dir);
+    int32_t loaded = 7;
+    CHECK(cbx_model_load_voice_prefix(m, NULL, pfx, &loaded) == CBX_OK && loaded == 0); /* absent */
+    CHECK(cbx_model_save_voice_prefix(NULL, NULL, pfx) == CBX_ERR_INVALID_ARGUMENT);
+    CHECK(cbx_model_load_voice_prefix(m, NULL, pfx, NULL) == CBX_ERR_INVALID_ARGUMENT);
+    CHECK(cbx_model_save_voice_prefix(m, NULL, pfx) == CBX_OK);
+    cbx_model* m2 = NULL;
+    CHECK(cbx_model_load(gguf, &mp, &m2) == CBX_OK);
+    if (m2) {
+      CHECK(cbx_model_load_voice_prefix(m2, a, pfx, &loaded) == CBX_OK && loaded == 0); /* another voice */
+      CHECK(cbx_model_load_voice_prefix(m2, NULL, pfx, &loaded) == CBX_OK && loaded == 1);
+      float* y = NULL;
+      size_t ny = 0;
+      CHECK(cbx_synthesize(m2, "Hello world.", &sp, &y, &ny, NULL) == CBX_OK);
+      CHECK(y && ny == nb && memcmp(y, xb, nb * sizeof(float)) == 0);
+      CHECK(cbx_model_last_timings(m2, &tm) == CBX_OK && tm.chunks_prefix_reused == 1);
+      cbx_audio_free(y);
+      /* a file that is not a cache: refused, left as it was */
+      FILE* nf = fopen(bad, "wb");
+      CHECK(nf && fputs("not a cache", nf) >= 0 && fclose(nf) == 0);
+      CHECK(cbx_model_load_voice_prefix(m2, NULL, bad, &loaded) == CBX_ERR_FILE && loaded == 0);
+      CHECK(strstr(cbx_last_error(), "not a chatterbox prompt cache") != NULL);
+      CHECK(cbx_model_save_voice_prefix(m2, NULL, "/nonexistent-dir/x.prefix") == CBX_ERR_FILE);
+      CHECK(strstr(cbx_last_error(), "/nonexistent-dir/x.prefix") != NULL);
+      cbx_model_free(m2);
+    }
+    unlink(pfx);
+    unlink(bad);
+  }
+
   /* save -> load: the same audio */
   cbx_voice* b = NULL;
   CHECK(cbx_voice_save(a, vpath) == CBX_OK);
@@ -204,6 +238,7 @@ static void test_voices(const char* dir, const char* gguf, const char* mtl_gguf)
     CHECK(cbx_model_prepare_voice(m, mv) == CBX_ERR_VOICE);
     CHECK(strstr(cbx_last_error(), "cbx_model_prepare_voice") != NULL);
     CHECK(cbx_model_prepare_voice(mm, NULL) == CBX_OK && cbx_model_prepare_voice(mm, mv) == CBX_OK);
+    CHECK(cbx_model_save_voice_prefix(mm, NULL, "x.prefix") == CBX_ERR_UNSUPPORTED_MODEL);
     cbx_voice_free(mv);
     cbx_model_free(mm);
   }

@@ -124,6 +124,23 @@ struct VoiceScope {
   }
 };
 
+// The voice-prefix file calls: model, path and voice checked, Multilingual refused, then fn
+// under the model's lock with the voice in use; failures of fn are CBX_ERR_FILE.
+template <class Fn>
+cbx_status with_prefix_file(cbx_model* model, const cbx_voice* voice, const char* path, const char* what, Fn&& fn) {
+  if (!model || !path) return set_error(CBX_ERR_INVALID_ARGUMENT, std::string(what) + ": model and path must not be NULL");
+  if (const cbx_status vs = usable_voice(model, voice, (std::string(what) + ": voice").c_str()); vs != CBX_OK) return vs;
+  if (model->mtl)
+    return set_error(CBX_ERR_UNSUPPORTED_MODEL,
+                     std::string(what) + ": Multilingual models keep no voice prefix (it depends on the text)");
+  return guarded(CBX_ERR_FILE, [&]() {
+    std::lock_guard<std::mutex> lock(model->mu);
+    VoiceScope voice_scope(*model, voice);
+    fn();
+    return CBX_OK;
+  });
+}
+
 // Reads cbx_voice_params into builder options (false + error set when invalid).
 bool voice_options(const cbx_voice_params* params, cbx::VoiceBuildOptions& o, const char* fn) {
   cbx_voice_params p = cbx_voice_default_params();
@@ -192,6 +209,7 @@ const char* cbx_status_string(cbx_status s) {
     case CBX_ERR_INTERNAL: return "internal error";
     case CBX_ERR_AUDIO: return "reference audio rejected";
     case CBX_ERR_VOICE: return "voice rejected";
+    case CBX_ERR_FILE: return "prompt cache file error";
   }
   return "unknown status";
 }
@@ -379,6 +397,21 @@ cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice) {
     VoiceScope voice_scope(*model, voice);
     model->pipe->prepare_voice();
     return CBX_OK;
+  });
+}
+
+
+cbx_status cbx_model_save_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path) {
+  return with_prefix_file(model, voice, path, "cbx_model_save_voice_prefix",
+                          [&]() { model->pipe->save_prefix_cache(path); });
+}
+
+cbx_status cbx_model_load_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path, int32_t* loaded) {
+  if (!loaded) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_load_voice_prefix: loaded is NULL");
+  *loaded = 0;
+  return with_prefix_file(model, voice, path, "cbx_model_load_voice_prefix", [&]() {
+    std::string why;
+    *loaded = model->pipe->load_prefix_cache(path, &why) ? 1 : 0;
   });
 }
 
