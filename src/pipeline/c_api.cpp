@@ -400,7 +400,6 @@ cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice) {
   });
 }
 
-
 cbx_status cbx_model_save_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path) {
   return with_prefix_file(model, voice, path, "cbx_model_save_voice_prefix",
                           [&]() { model->pipe->save_prefix_cache(path); });
