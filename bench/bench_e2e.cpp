@@ -25,6 +25,8 @@ bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage,
     else if (a == "--kv-type") args.kv = next();
     else if (a == "--seed") args.seed = std::strtoull(next(), nullptr, 10);
     else if (a == "--mb") args.mb = std::atoi(next());
+    else if (a == "--sample-mb") args.sample_mb = std::atoi(next());
+    else if (a == "--sample-every") args.sample_every = std::atoi(next());
     else if (a == "--help" || a == "-h") {
       std::puts(usage);
       return false;
@@ -33,8 +35,10 @@ bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage,
     }
   }
   CBX_CHECK(!args.model.empty(), "%s", usage);
-  CBX_CHECK(args.tokens >= 1 && args.threads >= 0 && args.mb > 0 && (args.kv == "f16" || args.kv == "f32"),
-            "bench %s: bad arguments (--tokens >= 1, --threads >= 0, --mb > 0, --kv-type f16|f32)", bench);
+  CBX_CHECK(args.tokens >= 1 && args.threads >= 0 && args.mb > 0 && args.sample_mb > 0 &&
+                args.sample_every > 0 && (args.kv == "f16" || args.kv == "f32"),
+            "bench %s: bad arguments (--tokens >= 1, --threads >= 0, --mb, --sample-mb, --sample-every > 0, "
+            "--kv-type f16|f32)", bench);
   return true;
 }
 

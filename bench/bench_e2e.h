@@ -14,6 +14,7 @@ inline constexpr const char* kE2eText =
 struct E2eArgs {
   std::string model, kv = "f16";
   int threads = 0, tokens = 0, mb = 1024;
+  int sample_mb = 256, sample_every = 20;  // StreamSampler buffer; decode steps between samples
   uint64_t seed = 1;
 };
 
@@ -21,7 +22,8 @@ struct E2eArgs {
 // true, or return false for an unknown option.
 using E2eExtraFn = std::function<bool(const std::string& a, const std::function<const char*()>& next)>;
 
-// Parses -m/--model, --tokens, --threads, --kv-type f16|f32, --seed, --mb and --help (prints
+// Parses -m/--model, --tokens, --threads, --kv-type f16|f32, --seed, --mb, --sample-mb,
+// --sample-every and --help (prints
 // `usage`, returns false: the bench should exit 0). Throws cbx::Error naming the bench on bad input.
 bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage, E2eArgs& args,
                     const E2eExtraFn& extra = nullptr);

@@ -1,5 +1,5 @@
 // chatterbox-bench mtl -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] [--mb MB]
-//                      [--lang L] [--cfg-weight W] [--ab R]
+//                      [--sample-mb MB] [--sample-every N] [--lang L] [--cfg-weight W] [--ab R]
 //
 // The whole Multilingual pipeline with generation forced to N speech tokens (EOS ignored;
 // default 200, ~8 s of audio): T3 prefill (34 conditioning tokens + a fixed sentence, CFG batch
@@ -11,10 +11,14 @@
 //   t3_prefill_ms   cond encoder + prompt forward + first sample
 //   t3_tok_s        decode steps per second (a two-row forward + CFG + sampling)
 //   decode_bw_ratio (decode weight bytes + average KV bytes per step, as T3Mtl reports them)
-//                   x t3_tok_s / stream read GB/s; the stream read (--mb MB, same threads)
-//                   is measured in the same run, after the pipeline (not in peak_rss_mb), on
-//                   huge pages where the kernel allows them (like the q4p weights);
-//                   decode_bw_ratio_4k: against a 4 KB-page read (stream_4k_gbps)
+//                   x t3_tok_s / stream_gbps
+//   stream_gbps     mean of stream reads sampled between decode steps (before step 0, every
+//                   --sample-every steps and after the last; the pipeline's threads, a
+//                   --sample-mb MiB huge-page buffer; bench/stream_read.h StreamSampler), so
+//                   the reference sees the bandwidth level the decode saw; their time and CPU
+//                   are taken out of every figure. stream_lo/hi_gbps: lowest / highest sample
+//   stream_after_gbps  a --mb MB huge-page read after the pipeline (the earlier reference);
+//                   decode_bw_ratio_4k: against a 4 KB-page read then (stream_4k_gbps)
 //   flow_ms, cfm_ms flow encoder; CFM (cfm_step_ms: mean per estimator batch of two)
 //   s3gen_ms        flow_ms + cfm_ms
 //   hift_ms         vocoder + trim/fade + tail trim
@@ -25,7 +29,7 @@
 //                   processes take the cores (then rtf overstates the pipeline's own cost)
 //   cpu_rtf         cpu_s / threads / audio seconds: rtf if the threads had the cores to
 //                   themselves and never waited (an estimate for a loaded machine)
-//   peak_rss_mb     VmHWM of this process
+//   peak_rss_mb     VmHWM of this process, the stream samples' buffer excluded
 //   packed_mb       the decode's q4p weight copies (part of peak_rss_mb)
 // --ab R: before the pipeline, R alternating pairs of T3 generations (op-by-op decode, then the
 // fused one-run decode; same tokens) and one more line: median decode tok/s and CPU ms per
@@ -59,7 +63,7 @@ int run_mtl(int argc, char** argv) {
   int ab_rounds = 0;
   const char* usage =
       "usage: chatterbox-bench mtl -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] "
-      "[--mb MB] [--lang L] [--cfg-weight W] [--ab R]  (see bench/bench_mtl.cpp)";
+      "[--mb MB] [--sample-mb MB] [--sample-every N] [--lang L] [--cfg-weight W] [--ab R]  (see bench/bench_mtl.cpp)";
   auto extra = [&](const std::string& a, const std::function<const char*()>& next) {
     if (a == "--lang") lang = next();
     else if (a == "--cfg-weight") cfg_weight = float(std::atof(next()));
@@ -122,12 +126,26 @@ int run_mtl(int argc, char** argv) {
                 median(cpu[0]), median(cpu[1]));
   }
 
+  // Stream reads between decode steps (in the step callback, inside generate's decode clock:
+  // their wall and CPU time are subtracted below).
+  const double rss_before_mb = peak_rss_mb();
+  StreamSampler streams(pipe.pool(), size_t(args.sample_mb));
+  double sample_cpu_s = 0;
+  pipe.t3().set_step_callback([&](const T3MtlStep& step) {
+    if (step.step % args.sample_every != 0) return;
+    const double cs = process_cpu_s();
+    streams.sample();
+    sample_cpu_s += process_cpu_s() - cs;
+  });
   const double cpu0 = process_cpu_s(), wall0 = now_ms();
   T3MtlStats st;
   std::vector<int32_t> gen = pipe.t3().generate(cond, text_ids, s, &st, nullptr, args.tokens);
+  pipe.t3().set_step_callback(nullptr);
+  streams.sample();
+  st.decode_ms -= (streams.elapsed_s() - streams.last_s()) * 1e3;  // the final sample came after
   CBX_CHECK(int64_t(gen.size()) == args.tokens, "bench mtl: T3 returned %zu tokens, %d forced", gen.size(),
             args.tokens);
-  const double cpu_t3 = process_cpu_s() - cpu0;
+  const double cpu_t3 = process_cpu_s() - cpu0 - sample_cpu_s;
   const double tok_s = st.n_decode > 0 ? double(st.n_decode) / (st.decode_ms / 1e3) : 0.0;
   int64_t n_folded = 0;
   for (int32_t& t : gen)
@@ -137,7 +155,8 @@ int run_mtl(int argc, char** argv) {
   pipe.reseed_s3gen(args.seed);
   const std::vector<float> audio = pipe.tokens_to_audio(gen, &tm);
   const double audio_s = double(audio.size()) / pipe.sample_rate();
-  const double cpu_s = process_cpu_s() - cpu0, wall_s = (now_ms() - wall0) / 1e3;
+  const double cpu_s = process_cpu_s() - cpu0 - sample_cpu_s,
+               wall_s = (now_ms() - wall0) / 1e3 - streams.elapsed_s();
   const double cpu_rtf = cpu_s / pipe.n_threads() / audio_s;
   const std::vector<double>& steps = pipe.cfm_step_ms();
   double cfm_step_ms = 0;
@@ -145,26 +164,25 @@ int run_mtl(int argc, char** argv) {
   const double s3gen_ms = tm.flow_ms + tm.cfm_ms;
   const double rtf = (st.prefill_ms + st.decode_ms + s3gen_ms + tm.hift_ms) / 1e3 / audio_s;
 
-  const double rss_mb = peak_rss_mb();  // before the stream buffer
-  double stream = 0, stream_4k = 0;
-  {
-    ThreadPool pool(pipe.n_threads());
-    stream = stream_read_gbps(pool, size_t(args.mb), 5);
-    stream_4k = stream_read_gbps(pool, size_t(args.mb), 5, false);
-  }
+  const double rss_mb = peak_rss_without(streams, rss_before_mb, peak_rss_mb());  // before the --mb buffers
+  const double stream = streams.mean_gbps();
+  const double stream_after = stream_read_gbps(pipe.pool(), size_t(args.mb), 5);
+  const double stream_4k = stream_read_gbps(pipe.pool(), size_t(args.mb), 5, false);
   const double decode_gbps = (st.weight_bytes_per_step + st.kv_bytes_per_step) * tok_s / 1e9;
   std::printf("bench mtl model=%s threads=%d kv=%s lang=%s cfg_weight=%g rows=%lld load_ms=%.0f prompt_rows=%lld "
               "tokens=%d folded=%lld audio_s=%.2f t3_prefill_ms=%.1f t3_decode_ms=%.1f t3_tok_s=%.2f "
               "weight_mb_step=%.1f kv_mb_step=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
               "flow_ms=%.1f cfm_ms=%.1f cfm_step_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f cpu_s=%.1f cpu_t3_s=%.1f "
               "cpu_s3gen_hift_s=%.1f cpu_per_wall=%.2f cpu_rtf=%.3f peak_rss_mb=%.0f packed_mb=%.0f "
+              "stream_samples=%d stream_lo_gbps=%.2f stream_hi_gbps=%.2f stream_after_gbps=%.2f "
               "stream_4k_gbps=%.2f decode_bw_ratio_4k=%.3f\n",
               args.model.c_str(), pipe.n_threads(), args.kv.c_str(), lang.c_str(), double(s.cfg_weight),
               (long long)st.n_rows, load_ms, (long long)st.prompt_len, args.tokens, (long long)n_folded, audio_s,
               st.prefill_ms, st.decode_ms, tok_s, st.weight_bytes_per_step / 1e6, st.kv_bytes_per_step / 1e6,
               decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, cfm_step_ms, s3gen_ms, tm.hift_ms,
               rtf, cpu_s, cpu_t3, cpu_s - cpu_t3, cpu_s / wall_s, cpu_rtf, rss_mb,
-              double(pipe.t3().packed_weight_bytes()) / 1e6, stream_4k, decode_gbps / stream_4k);
+              double(pipe.t3().packed_weight_bytes()) / 1e6, streams.count(), streams.min_gbps(),
+              streams.max_gbps(), stream_after, stream_4k, decode_gbps / stream_4k);
   return 0;
 }
 

@@ -11,8 +11,10 @@
 //   weight_mb_per_tok  weights one decode step reads (layer matrices, norms, speech head)
 //   kv_mb_per_tok   KV cache read per step, averaged over the run
 //   decode_gbps     (weights + KV) bytes per token x t3_tok_s
-//   stream_gbps     read bandwidth of a --mb MB buffer (default 1024) with the same threads,
-//                   measured in the same run just before the decode
+//   stream_gbps     mean read bandwidth of a --mb MiB huge-page buffer (default 256) with the
+//                   same threads, sampled before step 0, every 20 steps and after the last
+//                   (bench/stream_read.h StreamSampler; outside the decode's clock), so it
+//                   sees the bandwidth level the decode saw
 //   decode_bw_ratio decode_gbps / stream_gbps
 //   cpu_ms_per_tok  process CPU time per decode step (all threads; with --threads 1 a
 //                   figure that machine load disturbs much less than t3_tok_s)
@@ -59,7 +61,7 @@ double now_s() {
 
 int run_t3(int argc, char** argv) {
   std::string model, kv = "f16";
-  int threads = 2, steps = 200, prompt = 375, text = 30, mb = 1024;
+  int threads = 2, steps = 200, prompt = 375, text = 30, mb = 256;
   uint64_t seed = 1;
   bool ab = false, pack_q4 = true;
   int row_prefill = -1;
@@ -105,7 +107,7 @@ int run_t3(int argc, char** argv) {
   std::normal_distribution<float> nd(0.f, 1.f);
   for (float& v : spk) v = nd(rng);
 
-  const double stream = stream_read_gbps(pool, size_t(mb), 5);
+  StreamSampler streams(pool, size_t(mb));
 
   SamplerParams sp = t3.default_sampler();
   sp.seed = seed;
@@ -134,8 +136,13 @@ int run_t3(int argc, char** argv) {
   const double c0 = cpu_s();
   double mode_s[2] = {0, 0};
   int mode_n[2] = {0, 0};
-  t0 = now_s();
+  double decode_s = 0, sample_cpu_s = 0;
   for (int s = 0; s < steps; ++s) {
+    if (s % 20 == 0) {  // outside the decode's clocks
+      const double cs = cpu_s();
+      streams.sample();
+      sample_cpu_s += cpu_s() - cs;
+    }
     const double ts = now_s();
     const int mode = ab ? s % 2 : 0;  // 0 fused, 1 op by op
     gpt.set_fused_decode(mode == 0);
@@ -146,11 +153,13 @@ int run_t3(int argc, char** argv) {
     CBX_CHECK(tok >= 0, "bench t3: step %d logits all -inf", s);
     history.push_back(tok);
     mode_s[mode] += now_s() - ts;
+    decode_s += now_s() - ts;
     ++mode_n[mode];
   }
+  streams.sample();
   gpt.set_fused_decode(true);
-  const double decode_s = now_s() - t0;
-  const double cpu_ms = (cpu_s() - c0) * 1e3 / steps;
+  const double stream = streams.mean_gbps();
+  const double cpu_ms = (cpu_s() - c0 - sample_cpu_s) * 1e3 / steps;
   const double tok_s = steps / decode_s;
 
   const double wbytes = double(t3_gpt2_decode_weight_bytes(c, t3.weights()));

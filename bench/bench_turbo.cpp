@@ -1,4 +1,5 @@
 // chatterbox-bench turbo -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] [--mb MB]
+//                        [--sample-mb MB] [--sample-every N]
 //
 // The whole Turbo pipeline with generation forced to N speech tokens (EOS ignored; default 250,
 // ~10 s of audio): T3 prefill on a fixed sentence with the built-in voice, N - 1 decode steps,
@@ -7,17 +8,22 @@
 //                   timed request and kept (T3Turbo::warm_prefix), as a server does for its voice
 //   t3_prefill_ms   the request's prompt forward (text + BOS after the cached prefix) + first sample
 //   t3_tok_s        decode steps per second (forward + sampling)
-//   decode_bw_ratio (decode weights + average KV bytes per step) x t3_tok_s / stream read GB/s,
-//                   the stream read (--mb MB, same threads) measured in the same run, after the
-//                   pipeline (so its buffer is not in peak_rss_mb), over huge pages where the
-//                   kernel allows them (like the decode's q4p weights)
-//   decode_bw_ratio_4k the same against a 4 KB-page read (stream_4k_gbps; a malloc'd buffer
-//                   under THP madvise), the reference earlier figures were measured against
+//   decode_bw_ratio (decode weights + average KV bytes per step) x t3_tok_s / stream_gbps
+//   stream_gbps     mean of stream reads sampled between the decode steps (before step 0, every
+//                   --sample-every steps and after the last; the pipeline's own threads, a
+//                   --sample-mb MiB huge-page buffer; bench/stream_read.h StreamSampler), so
+//                   the reference sees the bandwidth level the decode saw; their time is not
+//                   in any timing. stream_lo_gbps / stream_hi_gbps: the lowest and highest sample
+//   stream_after_gbps the reference earlier figures used: a --mb MB huge-page read after the
+//                   pipeline (a different moment: on a host whose bandwidth switches levels
+//                   it can differ from stream_gbps by 2x)
+//   decode_bw_ratio_4k decode_gbps / stream_4k_gbps, a 4 KB-page read after the pipeline (a
+//                   malloc'd buffer under THP madvise), the reference of the first figures
 //   s3gen_ms        flow encoder + CFM (2 estimator calls)
 //   hift_ms         vocoder + trim/fade
 //   rtf             (prefill + decode + s3gen + hift) / audio seconds
 //   rtf_cold        the same with t3_prefix_ms added (a request with a voice not seen before)
-//   peak_rss_mb     VmHWM of this process
+//   peak_rss_mb     VmHWM of this process, the stream samples' buffer excluded
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,7 +51,7 @@ int run_turbo(int argc, char** argv) {
   args.tokens = 250;
   if (!parse_e2e_args(argc, argv, "turbo",
                       "usage: chatterbox-bench turbo -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] "
-                      "[--seed S] [--mb MB]  (see bench/bench_turbo.cpp)",
+                      "[--seed S] [--mb MB] [--sample-mb MB] [--sample-every N]  (see bench/bench_turbo.cpp)",
                       args))
     return 0;
   const std::string& model = args.model;
@@ -79,6 +85,10 @@ int run_turbo(int argc, char** argv) {
   // start-up; the timed prefill then runs the text + BOS rows (T3Turbo::prefill).
   const double prefix_ms = t3.warm_prefix(spk.data(), int64_t(spk.size()), prompt.data(), int64_t(prompt.size()));
 
+  // The stream reference's buffer, made before the timed work (its pages stay resident).
+  const double rss_before_mb = peak_rss_mb();
+  StreamSampler streams(pipe.pool(), size_t(args.sample_mb));
+
   // Prefill + the first token, then decode steps that ignore EOS (as T3Turbo::generate otherwise).
   double t0 = now_ms();
   Tensor embeds = t3.build_prompt(text_ids.data(), int64_t(text_ids.size()), spk.data(), int64_t(spk.size()),
@@ -98,16 +108,19 @@ int run_turbo(int argc, char** argv) {
   int32_t id = 0;
   Tensor id_t = make_tensor(DType::I32, {1}, &id, 4);
   const int steps = tokens - 1;
-  t0 = now_ms();
+  double decode_ms = 0;
   for (int s = 0; s < steps; ++s) {
+    if (s % args.sample_every == 0) streams.sample();  // outside the decode's clock
+    t0 = now_ms();
     id = tok;
     get_rows(t3.weights().speech_emb, id_t, row_t);
     const Tensor& lg = gpt.forward(row_t);
     tok = sampler.sample(lg.ptr<float>(), history.data(), int64_t(history.size()));
+    decode_ms += now_ms() - t0;
     CBX_CHECK(tok >= 0, "bench turbo: step %d logits all -inf", s);
     history.push_back(tok);
   }
-  const double decode_ms = now_ms() - t0;
+  streams.sample();
   const double tok_s = steps > 0 ? steps / (decode_ms / 1e3) : 0.0;
 
   std::vector<int32_t> speech = t3.postprocess(history);
@@ -120,13 +133,10 @@ int run_turbo(int argc, char** argv) {
   const double rtf_cold = rtf + prefix_ms / 1e3 / audio_s;
 
   // The stream buffer comes after the peak-RSS reading so it does not count.
-  const double rss_mb = peak_rss_mb();
-  double stream = 0, stream_4k = 0;
-  {
-    ThreadPool pool(pipe.n_threads());
-    stream = stream_read_gbps(pool, size_t(mb), 5);
-    stream_4k = stream_read_gbps(pool, size_t(mb), 5, false);
-  }
+  const double rss_mb = peak_rss_without(streams, rss_before_mb, peak_rss_mb());
+  const double stream = streams.mean_gbps();
+  const double stream_after = stream_read_gbps(pipe.pool(), size_t(mb), 5);
+  const double stream_4k = stream_read_gbps(pipe.pool(), size_t(mb), 5, false);
   const double wbytes = double(t3_gpt2_decode_weight_bytes(c, t3.weights()));
   const double es = lp.kv_type == DType::F16 ? 2.0 : 4.0;
   const double avg_keys = double(n_prompt_rows) + 1.0 + std::max(0, steps - 1) / 2.0;
@@ -135,10 +145,12 @@ int run_turbo(int argc, char** argv) {
   std::printf("bench turbo model=%s threads=%d kv=%s load_ms=%.0f prompt_rows=%lld tokens=%d s3gen_tokens=%zu "
               "audio_s=%.2f t3_prefill_ms=%.1f t3_tok_s=%.2f decode_gbps=%.2f stream_gbps=%.2f "
               "decode_bw_ratio=%.3f flow_ms=%.1f cfm_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f peak_rss_mb=%.0f "
-              "stream_4k_gbps=%.2f decode_bw_ratio_4k=%.3f t3_prefix_ms=%.1f rtf_cold=%.3f\n",
+              "stream_samples=%d stream_lo_gbps=%.2f stream_hi_gbps=%.2f stream_after_gbps=%.2f stream_4k_gbps=%.2f "
+              "decode_bw_ratio_4k=%.3f t3_prefix_ms=%.1f rtf_cold=%.3f\n",
               model.c_str(), pipe.n_threads(), kv.c_str(), load_ms, (long long)n_prompt_rows, tokens, speech.size(),
               audio_s, prefill_ms, tok_s, decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, s3gen_ms,
-              tm.hift_ms, rtf, rss_mb, stream_4k, decode_gbps / stream_4k, prefix_ms, rtf_cold);
+              tm.hift_ms, rtf, rss_mb, streams.count(), streams.min_gbps(), streams.max_gbps(), stream_after,
+              stream_4k, decode_gbps / stream_4k, prefix_ms, rtf_cold);
   return 0;
 }
 

@@ -84,4 +84,36 @@ double stream_read_gbps(ThreadPool& pool, size_t mb, int reps, bool huge_pages) 
   return stream_read_gbps(pool, buf.data(), bytes, reps);
 }
 
+StreamSampler::StreamSampler(ThreadPool& pool, size_t mb) : pool_(pool), buf_(mb << 20) {
+  CBX_CHECK(mb > 0 && buf_.data(), "bench: cannot allocate %zu MB for the stream samples", mb);
+  std::memset(buf_.data(), 1, buf_.size());
+  gbps_.reserve(64);
+}
+
+void StreamSampler::sample() {
+  const double t0 = wall_seconds();
+  gbps_.push_back(stream_read_gbps(pool_, buf_.data(), buf_.size(), 1));
+  last_s_ = wall_seconds() - t0;
+  elapsed_s_ += last_s_;
+}
+
+double StreamSampler::mean_gbps() const {
+  double s = 0;
+  for (double g : gbps_) s += g;
+  return gbps_.empty() ? 0.0 : s / double(gbps_.size());
+}
+
+double StreamSampler::min_gbps() const {
+  return gbps_.empty() ? 0.0 : *std::min_element(gbps_.begin(), gbps_.end());
+}
+
+double StreamSampler::max_gbps() const {
+  return gbps_.empty() ? 0.0 : *std::max_element(gbps_.begin(), gbps_.end());
+}
+
+double peak_rss_without(const StreamSampler& s, double before_mb, double now_mb) {
+  return std::max(before_mb, now_mb - double(s.bytes()) / double(1 << 20));
+}
+
 }  // namespace cbx::bench
+

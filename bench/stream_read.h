@@ -5,6 +5,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "core/huge_buffer.h"
 
 namespace cbx {
 class ThreadPool;
@@ -22,5 +25,37 @@ double stream_read_gbps(ThreadPool& pool, const uint8_t* buf, size_t bytes, int 
 // huge pages where the kernel allows them (the default, like the decode's re-laid-out
 // weights) or on plain 4 KB pages (what a malloc'd STREAM-style buffer gets with THP madvise).
 double stream_read_gbps(ThreadPool& pool, size_t mb, int reps, bool huge_pages = true);
+
+// Stream reads sampled between the segments of a timed run (every few decode steps), so the
+// reference sees the machine in the state the measured work saw. On a shared host the
+// bandwidth a process gets can switch between levels within seconds (the 2-vCPU dev VM:
+// ~30 and ~60 GB/s), and a reference taken once before or after the run can then be off
+// by 2x in either direction. The buffer (huge pages, touched) stays resident from the
+// constructor on: benches that report peak RSS subtract bytes() (see peak_rss_without).
+class StreamSampler {
+ public:
+  StreamSampler(ThreadPool& pool, size_t mb);
+  // One read of the buffer (the better of the two ways stream_read_gbps reads, each after a
+  // warm-up pass); adds its wall time to elapsed_s().
+  void sample();
+  int count() const { return int(gbps_.size()); }
+  double mean_gbps() const;  // 0 without samples
+  double min_gbps() const;
+  double max_gbps() const;
+  double elapsed_s() const { return elapsed_s_; }  // wall time spent in sample()
+  double last_s() const { return last_s_; }        // that of the latest sample()
+  size_t bytes() const { return buf_.size(); }
+
+ private:
+  ThreadPool& pool_;
+  HugeBuffer buf_;
+  std::vector<double> gbps_;
+  double elapsed_s_ = 0, last_s_ = 0;
+};
+
+// Peak RSS (MB) of the process without a StreamSampler's buffer: `before_mb` is the peak read
+// just before the sampler was made (covers a higher peak during loading), the current peak
+// minus the buffer covers the rest of its life (it stays resident throughout).
+double peak_rss_without(const StreamSampler& s, double before_mb, double now_mb);
 
 }  // namespace cbx::bench

@@ -1,0 +1,61 @@
+#!/bin/bash
+# chatterbox-bench turbo / mtl / t3 on tiny synthetic models: each prints its one line with the
+# fields docs/benchmarks.md quotes, the stream reference sampled between the decode steps
+# (stream_samples = 1 before every --sample-every steps + 1 after the last), finite ratios; bad
+# options are refused with the bench named. Figures are not checked (tests never assert on time).
+# Usage: test_bench.sh BUILD_DIR   (exit 77 = skipped)
+set -u
+BUILD=${1:?usage: test_bench.sh BUILD_DIR}
+# shellcheck source=cli_test_lib.bash
+. "$(dirname "$0")/cli_test_lib.bash"
+cli_test_init "$BUILD" test-bench-sh
+CLI=$B
+BENCH=$BUILD/bin/chatterbox-bench
+[ -x "$BENCH" ] || { echo "skip: $BENCH not built"; exit 77; }
+
+tiny_gguf turbo 3 "$T/turbo" "$T/turbo.gguf"
+tiny_gguf mtl 3 "$T/mtl" "$T/mtl.gguf"
+
+# field NAME LINE: the value of NAME= in LINE (fails when absent).
+field() {
+  local v
+  v=$(printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1)
+  [ -n "$v" ] || fail "no $1= in: $2"
+  echo "$v"
+}
+# positive NAME LINE: NAME= holds a finite number > 0.
+positive() {
+  local v
+  v=$(field "$1" "$2") || exit 1
+  awk -v x="$v" 'BEGIN { exit !(x == x + 0 && x > 0 && x < 1e300) }' || fail "$1=$v is not a finite positive number"
+}
+
+# 9 forced tokens = 8 decode steps; a sample before steps 0, 3, 6 and one after the last: 4.
+out=$("$BENCH" turbo -m "$T/turbo.gguf" --tokens 9 --threads 2 --sample-mb 4 --sample-every 3 --mb 8 2>&1) ||
+  { echo "$out"; fail "bench turbo"; }
+line=$(printf '%s\n' "$out" | grep '^bench turbo ') || { echo "$out"; fail "no bench turbo line"; }
+[ "$(field stream_samples "$line")" = 4 ] || fail "bench turbo: stream_samples is not 4: $line"
+for f in t3_prefill_ms t3_tok_s decode_gbps stream_gbps stream_lo_gbps stream_hi_gbps stream_after_gbps \
+  decode_bw_ratio flow_ms cfm_ms s3gen_ms hift_ms rtf peak_rss_mb rtf_cold; do
+  positive "$f" "$line"
+done
+awk -v lo="$(field stream_lo_gbps "$line")" -v m="$(field stream_gbps "$line")" \
+  -v hi="$(field stream_hi_gbps "$line")" 'BEGIN { exit !(lo <= m && m <= hi) }' ||
+  fail "bench turbo: the sample mean is outside [lo, hi]: $line"
+
+out=$("$BENCH" mtl -m "$T/mtl.gguf" --tokens 7 --threads 2 --sample-mb 4 --sample-every 2 --mb 8 2>&1) ||
+  { echo "$out"; fail "bench mtl"; }
+line=$(printf '%s\n' "$out" | grep '^bench mtl ') || { echo "$out"; fail "no bench mtl line"; }
+# generate's step callback fires for steps 0..6 (the last one samples no decode after it):
+# samples at steps 0, 2, 4, 6 and one after generate.
+[ "$(field stream_samples "$line")" = 5 ] || fail "bench mtl: stream_samples is not 5: $line"
+for f in t3_tok_s stream_gbps decode_bw_ratio cfm_ms hift_ms rtf cpu_rtf peak_rss_mb; do positive "$f" "$line"; done
+
+out=$("$BENCH" t3 -m "$T/turbo.gguf" --steps 25 --prompt 4 --text 3 --mb 4 2>&1) || { echo "$out"; fail "bench t3"; }
+line=$(printf '%s\n' "$out" | grep '^bench t3 ') || { echo "$out"; fail "no bench t3 line"; }
+for f in t3_tok_s decode_gbps stream_gbps decode_bw_ratio cpu_ms_per_tok; do positive "$f" "$line"; done
+
+expect_error "bench turbo" "--sample-every" -- "$BENCH" turbo -m "$T/turbo.gguf" --sample-every 0
+expect_error "bench mtl" "--sample-mb" -- "$BENCH" mtl -m "$T/mtl.gguf" --sample-mb -1
+expect_error "unknown option '--bogus'" -- "$BENCH" turbo -m "$T/turbo.gguf" --bogus
+echo "PASS"
