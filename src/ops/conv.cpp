@@ -3,8 +3,7 @@
 //   conv1d, stride 1: no im2col; B row (c, k) is the (padded) input row c shifted by
 //     k * dilation, given to the kernel as a table of row offsets.
 //   conv1d, stride > 1, conv2d: im2col in chunks of output positions (~4 MiB each).
-//   conv_transpose1d: Z[(o, k), t] = sum_c w[c, o, k] x[c, t] (A read transposed through
-//     its strides), then col2im adds Z into y[o, t * stride - padding + k * dilation].
+//   conv_transpose1d: in conv_transpose.cpp (helpers shared through ops/conv_detail.h).
 // Work is split into (group, 48-row, 256-column) tiles dealt round-robin to the threads.
 // BF16 GEMM precision (ops/matmul.h: the thread's GemmPrecisionScope, which the models set
 // from their weights, or CBX_GEMM), when the AMX kernels exist and the active ISA is asked
@@ -21,44 +20,14 @@
 #include "core/error.h"
 #include "kernels/matmul.h"
 #include "kernels/nn.h"
+#include "ops/conv_detail.h"
 #include "ops/matmul.h"
 #include "ops/nn_util.h"
 
 namespace cbx {
-namespace {
+namespace conv_detail {
 
 using nn_detail::check_f32;
-
-constexpr int64_t kTileM = 48, kTileN = 256;
-constexpr int64_t kChunkFloats = int64_t(1) << 20;
-
-// Scratch from the caller's arena (rewound on scope exit) or the heap.
-class Scratch {
- public:
-  explicit Scratch(Arena* a) : arena_(a), mark_(a ? a->mark() : 0) {}
-  ~Scratch() {
-    if (arena_) arena_->rewind(mark_);
-  }
-  template <class T>
-  T* get(int64_t n, const char* what) {
-    size_t bytes = size_t(std::max<int64_t>(n, 1)) * sizeof(T);
-    if (arena_) return static_cast<T*>(arena_->alloc_bytes(bytes, 64, what));
-    heap_.emplace_back((bytes + 7) / 8);
-    return reinterpret_cast<T*>(heap_.back().data());
-  }
-
- private:
-  Arena* arena_;
-  size_t mark_;
-  std::vector<std::vector<uint64_t>> heap_;
-};
-
-struct GemmJob {
-  GemmTile t;  // group 0, whole m x n
-  int64_t groups = 1;
-  int64_t a_gs = 0, b_gs = 0, c_gs = 0;  // per-group offsets in floats
-  const float* bias = nullptr;           // per output row over all groups
-};
 
 // Every tile sets its C block to the bias (or zero) and then accumulates A B.
 void run_job(const NnKernels& k, const GemmJob& j, int ith, int nth) {
@@ -96,15 +65,6 @@ int64_t row_stride_floats(const char* op, const char* name, const Tensor& t, int
   return t.stride[dim] / 4;
 }
 
-template <class F>
-void run_threads(ThreadPool& pool, int64_t work, F&& f) {
-  if (work < nn_detail::kParallelMin || pool.size() <= 1) {
-    f(0, 1);
-  } else {
-    pool.run(f);
-  }
-}
-
 // The conv GEMMs of one call run in bf16 (see the header comment).
 bool conv_uses_bf16(Isa isa) {
   return isa == active_isa() && gemm_precision_for_f32_weights() == GemmPrecision::BF16 && gemm_bf16_available();
@@ -133,7 +93,13 @@ const Bf16Gemm* bf16_kernels() {
   return active_isa() == Isa::Avx512 ? matmul_bf16_gemm_avx512(matmul_kernels(Isa::Avx512)) : nullptr;
 }
 
-int64_t round32(int64_t v) { return (v + 31) / 32 * 32; }
+}  // namespace conv_detail
+
+namespace {
+
+using nn_detail::check_f32;
+using namespace conv_detail;
+
 
 // Time tiles (32 steps) per input chunk of the direct conv: each thread packs the input
 // columns of its own tiles chunk by chunk into a buffer of its own (C_in pairs x (32 n +
@@ -405,129 +371,6 @@ size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64
   if (!bf16_kernels()) return 0;
   return std::max(direct_bytes(cin, cout, t_out, K, dilation, n_threads),
                   gemm_bf16_kmajor_scratch_bytes(cout, cin * K, n_threads));
-}
-
-size_t conv_transpose1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t K, int n_threads) {
-  if (!bf16_kernels()) return 0;
-  return size_t(cin * cout * K) * 4 + 64 + gemm_bf16_kmajor_scratch_bytes(cout * K, cin, n_threads);
-}
-
-int64_t conv_transpose1d_out_len(int64_t T, int64_t K, const ConvTranspose1dParams& p) {
-  return (T - 1) * p.stride - 2 * p.padding + p.dilation * (K - 1) + p.output_padding + 1;
-}
-
-void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias,
-                      Tensor& y, const ConvTranspose1dParams& p, Arena* arena, Isa isa) {
-  const char* op = "conv_transpose1d";
-  check_f32(op, "x", x);
-  check_f32(op, "w", w);
-  check_f32(op, "y", y);
-  CBX_CHECK(x.ndim == 2 && y.ndim == 2, "%s: x %s and y %s must be [C, T]", op,
-            x.shape_str().c_str(), y.shape_str().c_str());
-  CBX_CHECK(w.ndim == 3 && w.is_contiguous() && w.shape[0] == x.shape[0],
-            "%s: w %s must be a contiguous [C_in, C_out, K] with C_in of x %s", op,
-            w.shape_str().c_str(), x.shape_str().c_str());
-  CBX_CHECK(p.stride >= 1 && p.dilation >= 1 && p.padding >= 0 && p.output_padding >= 0 &&
-                p.output_padding < std::max(p.stride, p.dilation),
-            "%s: bad params stride %lld padding %lld output_padding %lld dilation %lld", op,
-            (long long)p.stride, (long long)p.padding, (long long)p.output_padding,
-            (long long)p.dilation);
-  const int64_t Cin = x.shape[0], T = x.shape[1], Cout = w.shape[1], K = w.shape[2];
-  const int64_t Tout = conv_transpose1d_out_len(T, K, p);
-  CBX_CHECK(Tout >= 1 && y.shape[0] == Cout && y.shape[1] == Tout,
-            "%s: y %s must be [%lld, %lld] for x %s and w %s", op, y.shape_str().c_str(),
-            (long long)Cout, (long long)Tout, x.shape_str().c_str(), w.shape_str().c_str());
-  const float* bp = check_bias(op, bias, Cout);
-  const int64_t xs = row_stride_floats(op, "x", x, 0), ys = row_stride_floats(op, "y", y, 0);
-  const NnKernels& k = nn_kernels(isa);
-  const int64_t MK = Cout * K;
-  const int64_t NT = std::clamp<int64_t>(kChunkFloats / MK, 8, T);
-  Scratch sc(arena);
-  float* Z = sc.get<float>(MK * NT, "conv_transpose1d columns");
-  const float* xp = x.ptr<float>();
-  float* yp = y.ptr<float>();
-  const int64_t s = p.stride, pad = p.padding, d = p.dilation;
-  if (conv_uses_bf16(isa)) {  // A = w transposed to [(o, k), c] rows, then the k-major bf16 GEMM
-    float* At = sc.get<float>(MK * Cin, "conv_transpose1d bf16 weights");
-    const float* wp = w.ptr<float>();
-    run_threads(pool, MK * Cin, [&](int ith, int nth) {
-      int64_t r0, r1;
-      ThreadPool::split(MK, ith, nth, &r0, &r1);
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = 0; c < Cin; ++c) At[r * Cin + c] = wp[c * MK + r];
-    });
-    for (int64_t o = 0; o < Cout; ++o) {
-      float v = bp ? bp[o] : 0.f;
-      for (int64_t t = 0; t < Tout; ++t) yp[o * ys + t] = v;
-    }
-    for (int64_t t0 = 0; t0 < T; t0 += NT) {
-      const int64_t nt = std::min(NT, T - t0);
-      KMajorGemm q;
-      q.a = At;
-      q.a_rs = Cin;
-      q.b = xp + t0;
-      q.b_rs = xs;
-      q.c = Z;
-      q.c_rs = NT;
-      q.m = MK;
-      q.n = nt;
-      q.k = Cin;
-      CBX_ASSERT(gemm_bf16_kmajor(pool, q, arena));
-      run_threads(pool, MK * nt, [&](int ith, int nth) {
-        int64_t o0, o1;
-        ThreadPool::split(Cout, ith, nth, &o0, &o1);
-        for (int64_t o = o0; o < o1; ++o) {
-          float* yr = yp + o * ys;
-          for (int64_t kk = 0; kk < K; ++kk) {
-            const float* zr = Z + (o * K + kk) * NT;
-            const int64_t base = t0 * s - pad + kk * d;
-            for (int64_t t = 0; t < nt; ++t) {
-              int64_t to = base + t * s;
-              if (to >= 0 && to < Tout) yr[to] += zr[t];
-            }
-          }
-        }
-      });
-    }
-    return;
-  }
-  GemmJob j;
-  j.t.a = w.ptr<float>();
-  j.t.a_rs = 1;    // A[(o, k), c] = w[c, o, k]
-  j.t.a_cs = MK;
-  j.t.b_rs = xs;
-  j.t.c = Z;
-  j.t.c_rs = NT;
-  j.t.m = MK;
-  j.t.k = Cin;
-  run_threads(pool, MK * Cin * T, [&](int ith, int nth) {
-    int64_t o0, o1;
-    ThreadPool::split(Cout, ith, nth, &o0, &o1);
-    for (int64_t o = o0; o < o1; ++o) {
-      float v = bp ? bp[o] : 0.f;
-      for (int64_t t = 0; t < Tout; ++t) yp[o * ys + t] = v;
-    }
-    for (int64_t t0 = 0; t0 < T; t0 += NT) {
-      const int64_t nt = std::min(NT, T - t0);
-      GemmJob jc = j;
-      jc.t.b = xp + t0;
-      jc.t.n = nt;
-      run_job(k, jc, ith, nth);
-      if (nth > 1) pool.barrier();
-      for (int64_t o = o0; o < o1; ++o) {
-        float* yr = yp + o * ys;
-        for (int64_t kk = 0; kk < K; ++kk) {
-          const float* zr = Z + (o * K + kk) * NT;
-          const int64_t base = t0 * s - pad + kk * d;
-          for (int64_t t = 0; t < nt; ++t) {
-            int64_t to = base + t * s;
-            if (to >= 0 && to < Tout) yr[to] += zr[t];
-          }
-        }
-      }
-      if (nth > 1) pool.barrier();
-    }
-  });
 }
 
 void conv2d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,

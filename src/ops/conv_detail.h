@@ -1,0 +1,74 @@
+// What the conv ops' files (conv.cpp, conv_transpose.cpp) share: tile sizes, arena scratch,
+// the f32 GEMM job over the nn kernel's GemmTile, the bf16 switch and argument checks.
+// Internal to src/ops; see ops/conv.h for the ops themselves.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/cpu.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/nn.h"
+#include "ops/nn_util.h"
+
+namespace cbx::conv_detail {
+
+constexpr int64_t kTileM = 48, kTileN = 256;
+constexpr int64_t kChunkFloats = int64_t(1) << 20;
+
+// Scratch from the caller's arena (rewound on scope exit) or the heap.
+class Scratch {
+ public:
+  explicit Scratch(Arena* a) : arena_(a), mark_(a ? a->mark() : 0) {}
+  ~Scratch() {
+    if (arena_) arena_->rewind(mark_);
+  }
+  template <class T>
+  T* get(int64_t n, const char* what) {
+    size_t bytes = size_t(std::max<int64_t>(n, 1)) * sizeof(T);
+    if (arena_) return static_cast<T*>(arena_->alloc_bytes(bytes, 64, what));
+    heap_.emplace_back((bytes + 7) / 8);
+    return reinterpret_cast<T*>(heap_.back().data());
+  }
+
+ private:
+  Arena* arena_;
+  size_t mark_;
+  std::vector<std::vector<uint64_t>> heap_;
+};
+
+struct GemmJob {
+  GemmTile t;  // group 0, whole m x n
+  int64_t groups = 1;
+  int64_t a_gs = 0, b_gs = 0, c_gs = 0;  // per-group offsets in floats
+  const float* bias = nullptr;           // per output row over all groups
+};
+
+template <class F>
+void run_threads(ThreadPool& pool, int64_t work, F&& f) {
+  if (work < nn_detail::kParallelMin || pool.size() <= 1) {
+    f(0, 1);
+  } else {
+    pool.run(f);
+  }
+}
+
+inline int64_t round32(int64_t v) { return (v + 31) / 32 * 32; }
+
+// Every tile sets its C block to the bias (or zero) and then accumulates A B.
+void run_job(const NnKernels& k, const GemmJob& j, int ith, int nth);
+// bias: empty (nullptr) or a contiguous f32 [cout]; errors name op.
+const float* check_bias(const char* op, const Tensor& bias, int64_t cout);
+// Row stride of t along dim in floats (a whole, non-negative number of them).
+int64_t row_stride_floats(const char* op, const char* name, const Tensor& t, int dim);
+// The conv GEMMs of one call run in bf16 (see ops/conv.cpp's header comment).
+bool conv_uses_bf16(Isa isa);
+// j's GEMM (every group, bias as the initial value) on the bf16 kernel.
+void run_job_bf16(ThreadPool& pool, const GemmJob& j, Arena* arena);
+// The AVX-512 bf16 kernels (direct conv, k-major GEMM), or nullptr on other ISAs.
+const Bf16Gemm* bf16_kernels();
+
+}  // namespace cbx::conv_detail
