@@ -1,9 +1,11 @@
-// Core: dtype traits and conversions, tensor views (bounds checks), arena, thread pool.
+// Core: dtype traits and conversions, tensor views (bounds checks), arena, thread pool, work split.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/arena.h"
@@ -11,6 +13,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "core/work_split.h"
 
 using namespace cbx;
 
@@ -164,4 +167,37 @@ TEST(ThreadPool, SplitCoversRange) {
       }
       EXPECT_EQ(covered, n);
     }
+}
+
+// Every unit of every phase handed out exactly once, pieces starting at multiples of align,
+// for any thread count, unit count and chunk sizes; one thread held back at the start of
+// some phases, so the others must take units from its block (and do).
+TEST(WorkSplit, EveryUnitOnceWithStealing) {
+  for (int nth : {1, 2, 3, 4}) {
+    ThreadPool pool(nth);
+    WorkSplit ws(nth);
+    for (int64_t align : {1, 16})
+      for (int64_t n : {0, 1, 15, 16, 17, 100, 1024, 3000}) {
+        for (int rep = 0; rep < 6; ++rep) {
+          const bool stall = rep % 2 == 1 && nth > 1;
+          ws.reset(n, nth, align);
+          std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+          std::vector<int64_t> by_thread(size_t(nth), 0);
+          std::atomic<bool> misaligned{false};
+          pool.run([&](int ith, int) {
+            if (stall && ith == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            ws.run(ith, align * (1 + rep / 2), align * (1 + rep % 3), [&](int64_t u0, int64_t u1) {
+              if (u0 % align != 0 || u0 >= u1 || u1 > n) misaligned = true;
+              for (int64_t u = u0; u < u1; ++u) hits[size_t(u)].fetch_add(1);
+              by_thread[size_t(ith)] += u1 - u0;
+            });
+          });
+          EXPECT_FALSE(misaligned.load()) << "nth " << nth << " n " << n << " align " << align;
+          for (int64_t u = 0; u < n; ++u)
+            ASSERT_EQ(hits[size_t(u)].load(), 1) << "unit " << u << " of " << n << ", " << nth << " threads";
+          // The held-back thread's own block (the first per-thread share) went, at least in part, to others.
+          if (stall && n >= 1024) EXPECT_LT(by_thread[0], (n + nth - 1) / nth) << nth << " threads, n " << n;
+        }
+      }
+  }
 }

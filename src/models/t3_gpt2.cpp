@@ -182,7 +182,7 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   CBX_ASSERT(packed_at == packed_total);
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
-  claims_ = std::make_unique<Claim[]>(size_t(4 * c.n_layer + 1));
+  for (int i = 0; i < 4 * c.n_layer + 1; ++i) splits_.emplace_back(nt);
   size_t fused = 2 * f32_bytes(nt * d) + size_t(nt) * act_stride_ + kAllocSlack;
   bool quantized = true;
   for (const T3Gpt2Layer& L : w.layers)
@@ -286,26 +286,25 @@ void T3Gpt2::decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1) {
     attention_part(0, 1, q, k, v, Tensor{}, o, ap, 0, 0);
   }
 
-  const int n_claims = 4 * c_.n_layer + 1;
-  for (int i = 0; i < n_claims; ++i) claims_[size_t(i)].next.store(0, std::memory_order_relaxed);
+  // Per phase: the heads, then the rows of c_proj, c_fc and mlp.c_proj; at the end the head's.
+  const int nt = pool_.size();
+  for (int l = 0; l < c_.n_layer; ++l) {
+    const LayerRows& R = rows_[size_t(l)];
+    splits_[size_t(4 * l)].reset(H, nt, 1);
+    splits_[size_t(4 * l + 1)].reset(R.attn_proj.rows(), nt, 16);
+    splits_[size_t(4 * l + 2)].reset(R.fc.rows(), nt, 16);
+    splits_[size_t(4 * l + 3)].reset(R.proj.rows(), nt, 16);
+  }
+  splits_[size_t(4 * c_.n_layer)].reset(head_.rows(), nt, 16);
 
   pool_.run([&](int ith, int nth) {
     float* h = thread_h_.ptr<float>() + ith * d;
     float* tmp = thread_tmp_.ptr<float>() + ith * d;
     uint8_t* abuf = thread_act_ + size_t(ith) * act_stride_;
-    // Units [0, n) of a phase: each thread first takes its own contiguous block (3/4 of
-    // an even share, so the weight rows stay long streams), then the rest goes in chunks
-    // of `chunk` claimed from counter `phase` until none is left; fn(u0, u1) per piece.
-    auto claim = [&](int phase, int64_t n, int64_t align, int64_t chunk, auto&& fn) {
-      const int64_t own = n * 3 / (4 * nth) / align * align;
-      if (own > 0) fn(ith * own, (ith + 1) * own);
-      std::atomic<int64_t>& next = claims_[size_t(phase)].next;
-      for (int64_t u0; (u0 = nth * own + next.fetch_add(chunk, std::memory_order_relaxed)) < n;)
-        fn(u0, std::min(n, u0 + chunk));
-    };
-    // Row chunks of ~1/64 of the rows, whole 16-row groups (RowLinear::split's unit).
+    // Row pieces: 64 rows from the own block's front, ~1/64 of the rows (whole 16-row groups,
+    // RowLinear::split's unit) stolen from another block's back.
     auto claim_rows = [&](int phase, const RowLinear& r, auto&& fn) {
-      claim(phase, r.rows(), 16, std::max<int64_t>(16, (r.rows() + 1023) / 1024 * 16), fn);
+      splits_[size_t(phase)].run(ith, 64, std::max<int64_t>(16, (r.rows() + 1023) / 1024 * 16), fn);
     };
     for (int l = 0; l < c_.n_layer; ++l) {
       const T3Gpt2Layer& L = w_.layers[size_t(l)];
@@ -317,7 +316,7 @@ void T3Gpt2::decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1) {
       // ln_1, then per claimed head: its q, k, v rows, its K/V into the cache, its attention.
       row_layer_norm(xr, h, d, L.ln_1_w, L.ln_1_b, c_.norm_eps);
       const void* a = R.qkv.act(h, abuf);
-      claim(4 * l, H, 1, 1, [&](int64_t h0, int64_t h1) {
+      splits_[size_t(4 * l)].run(ith, 1, 1, [&](int64_t h0, int64_t h1) {
         for (int part = 0; part < 3; ++part)
           R.qkv.run(part * d + h0 * D, part * d + h1 * D, a, qkvr, RowEpilogue::Store);
         for (int64_t hh = h0; hh < h1; ++hh) {

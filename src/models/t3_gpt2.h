@@ -21,6 +21,7 @@
 #include "core/huge_buffer.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "core/work_split.h"
 #include "models/model_config.h"
 #include "ops/row_linear.h"
 
@@ -151,8 +152,8 @@ class T3Gpt2 {
   // One-row forward (decode) as a single pool run: per layer, the heads (q/k/v rows of a
   // head, its K/V stored, its attention), then three barrier-separated projections with
   // norm, bias, GELU and residual fused (4 barriers a layer, no serial sections). Work is
-  // shared out as a fixed block per thread (3/4 of an even share) plus small pieces
-  // claimed from a counter (claims_). Every output row is computed whole by one thread,
+  // shared out by WorkSplit (core/work_split.h: a block per thread, the others' tails taken
+  // when it is done; splits_). Every output row is computed whole by one thread,
   // so the result does not depend on who took what. x: [1, d] inputs + wpe (updated in place);
   // qkv [1, 3d], att [1, d], f1 [1, n_ff]: the forward's buffers; writes logits_.
   void decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1);
@@ -179,13 +180,10 @@ class T3Gpt2 {
   HugeBuffer packed_buf_;  // the q4p copies of rows_ and head_ (streamed every step: huge pages)
   std::vector<LayerRows> rows_;
   RowLinear head_;
-  // Work counters of the fused decode, one per barrier-separated phase (4 a layer + the
-  // head): threads claim heads / row chunks from them instead of taking fixed halves, so
-  // a thread slowed by the memory system or the OS does not leave the other waiting.
-  struct alignas(64) Claim {
-    std::atomic<int64_t> next{0};
-  };
-  std::unique_ptr<Claim[]> claims_;
+  // How the fused decode shares out each barrier-separated phase (4 a layer + the head):
+  // a block per thread read front to back, the others' backs taken once it is done, so a
+  // thread slowed by the memory system or the OS does not leave the other waiting.
+  std::vector<WorkSplit> splits_;
   Tensor thread_h_, thread_tmp_;  // [nt, d] each
   uint8_t* thread_act_ = nullptr;  // nt rows of act_stride_ bytes
   int64_t row_prefill_max_ = 0;   // forward rows that take rows_linear (0: never)
