@@ -289,6 +289,13 @@ void attn_one(const AttnHead& h, int64_t i, float* scratch) {
   const int64_t kend = h.causal ? imin(h.tk, imax(0, h.q_offset + i + 1)) : h.tk;
   const float* mrow = h.mask ? h.mask + i * h.mask_rs : nullptr;
   float m = ninf, l = 0.f;
+  // The in-loop prefetch starts kAttnPrefetchRows rows in: ask for the first rows of K and V
+  // up front (a decode step starts 16 x 24 such heads cold). T3 Turbo decode, Zen 4, steps
+  // alternating with / without in one run, both parities: 0.7-2.7% faster in 7 of 7 pairs.
+  for (int64_t r = 0, warm = imin(kend, kAttnPrefetchRows); r < warm; ++r) {
+    prefetch_kv_row(h.k, kF16 ? DType::F16 : DType::F32, r * h.k_rs, d);
+    prefetch_kv_row(h.v, kF16 ? DType::F16 : DType::F32, r * h.v_rs, d);
+  }
   for (int64_t j0 = 0; j0 < kend; j0 += KT) {
     const int64_t nk = imin(KT, kend - j0);
     R vmax = V::set1(ninf);
