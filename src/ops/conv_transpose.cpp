@@ -53,6 +53,21 @@ void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const 
   const float* xp = x.ptr<float>();
   float* yp = y.ptr<float>();
   const int64_t s = p.stride, pad = p.padding, d = p.dilation;
+  // y[o, t * s - pad + k * d] += Z[(o, k), t - t0] for output channels [o0, o1) of the chunk
+  // of nt input positions at t0.
+  auto col2im = [&](int64_t o0, int64_t o1, int64_t t0, int64_t nt) {
+    for (int64_t o = o0; o < o1; ++o) {
+      float* yr = yp + o * ys;
+      for (int64_t kk = 0; kk < K; ++kk) {
+        const float* zr = Z + (o * K + kk) * NT;
+        const int64_t base = t0 * s - pad + kk * d;
+        for (int64_t t = 0; t < nt; ++t) {
+          const int64_t to = base + t * s;
+          if (to >= 0 && to < Tout) yr[to] += zr[t];
+        }
+      }
+    }
+  };
   if (conv_uses_bf16(isa)) {  // A = w transposed to [(o, k), c] rows, then the k-major bf16 GEMM
     float* At = sc.get<float>(MK * Cin, "conv_transpose1d bf16 weights");
     const float* wp = w.ptr<float>();
@@ -82,17 +97,7 @@ void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const 
       run_threads(pool, MK * nt, [&](int ith, int nth) {
         int64_t o0, o1;
         ThreadPool::split(Cout, ith, nth, &o0, &o1);
-        for (int64_t o = o0; o < o1; ++o) {
-          float* yr = yp + o * ys;
-          for (int64_t kk = 0; kk < K; ++kk) {
-            const float* zr = Z + (o * K + kk) * NT;
-            const int64_t base = t0 * s - pad + kk * d;
-            for (int64_t t = 0; t < nt; ++t) {
-              int64_t to = base + t * s;
-              if (to >= 0 && to < Tout) yr[to] += zr[t];
-            }
-          }
-        }
+        col2im(o0, o1, t0, nt);
       });
     }
     return;
@@ -120,17 +125,7 @@ void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const 
       jc.t.n = nt;
       run_job(k, jc, ith, nth);
       if (nth > 1) pool.barrier();
-      for (int64_t o = o0; o < o1; ++o) {
-        float* yr = yp + o * ys;
-        for (int64_t kk = 0; kk < K; ++kk) {
-          const float* zr = Z + (o * K + kk) * NT;
-          const int64_t base = t0 * s - pad + kk * d;
-          for (int64_t t = 0; t < nt; ++t) {
-            int64_t to = base + t * s;
-            if (to >= 0 && to < Tout) yr[to] += zr[t];
-          }
-        }
-      }
+      col2im(o0, o1, t0, nt);
       if (nth > 1) pool.barrier();
     }
   });
