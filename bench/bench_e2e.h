@@ -23,8 +23,8 @@ struct E2eArgs {
 using E2eExtraFn = std::function<bool(const std::string& a, const std::function<const char*()>& next)>;
 
 // Parses -m/--model, --tokens, --threads, --kv-type f16|f32, --seed, --mb, --sample-mb,
-// --sample-every and --help (prints
-// `usage`, returns false: the bench should exit 0). Throws cbx::Error naming the bench on bad input.
+// --sample-every and --help (prints `usage`, returns false: the bench should exit 0). Throws
+// cbx::Error naming the bench on bad input.
 bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage, E2eArgs& args,
                     const E2eExtraFn& extra = nullptr);
 

@@ -130,12 +130,8 @@ int run_mtl(int argc, char** argv) {
   // their wall and CPU time are subtracted below).
   const double rss_before_mb = peak_rss_mb();
   StreamSampler streams(pipe.pool(), size_t(args.sample_mb));
-  double sample_cpu_s = 0;
   pipe.t3().set_step_callback([&](const T3MtlStep& step) {
-    if (step.step % args.sample_every != 0) return;
-    const double cs = process_cpu_s();
-    streams.sample();
-    sample_cpu_s += process_cpu_s() - cs;
+    if (step.step % args.sample_every == 0) streams.sample();
   });
   const double cpu0 = process_cpu_s(), wall0 = now_ms();
   T3MtlStats st;
@@ -145,7 +141,7 @@ int run_mtl(int argc, char** argv) {
   st.decode_ms -= (streams.elapsed_s() - streams.last_s()) * 1e3;  // the final sample came after
   CBX_CHECK(int64_t(gen.size()) == args.tokens, "bench mtl: T3 returned %zu tokens, %d forced", gen.size(),
             args.tokens);
-  const double cpu_t3 = process_cpu_s() - cpu0 - sample_cpu_s;
+  const double cpu_t3 = process_cpu_s() - cpu0 - streams.cpu_s();
   const double tok_s = st.n_decode > 0 ? double(st.n_decode) / (st.decode_ms / 1e3) : 0.0;
   int64_t n_folded = 0;
   for (int32_t& t : gen)
@@ -155,7 +151,7 @@ int run_mtl(int argc, char** argv) {
   pipe.reseed_s3gen(args.seed);
   const std::vector<float> audio = pipe.tokens_to_audio(gen, &tm);
   const double audio_s = double(audio.size()) / pipe.sample_rate();
-  const double cpu_s = process_cpu_s() - cpu0 - sample_cpu_s,
+  const double cpu_s = process_cpu_s() - cpu0 - streams.cpu_s(),
                wall_s = (now_ms() - wall0) / 1e3 - streams.elapsed_s();
   const double cpu_rtf = cpu_s / pipe.n_threads() / audio_s;
   const std::vector<double>& steps = pipe.cfm_step_ms();

@@ -132,7 +132,7 @@ int run_turbo(int argc, char** argv) {
   const double rtf = (prefill_ms + decode_ms + s3gen_ms + tm.hift_ms) / 1e3 / audio_s;
   const double rtf_cold = rtf + prefix_ms / 1e3 / audio_s;
 
-  // The stream buffer comes after the peak-RSS reading so it does not count.
+  // Peak RSS without the samples' buffer; the after-pipeline reads' buffers come after it.
   const double rss_mb = peak_rss_without(streams, rss_before_mb, peak_rss_mb());
   const double stream = streams.mean_gbps();
   const double stream_after = stream_read_gbps(pipe.pool(), size_t(mb), 5);

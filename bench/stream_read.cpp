@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "core/error.h"
 #include "core/huge_buffer.h"
@@ -91,10 +92,16 @@ StreamSampler::StreamSampler(ThreadPool& pool, size_t mb) : pool_(pool), buf_(mb
 }
 
 void StreamSampler::sample() {
-  const double t0 = wall_seconds();
+  auto process_cpu = [] {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+  };
+  const double t0 = wall_seconds(), c0 = process_cpu();
   gbps_.push_back(stream_read_gbps(pool_, buf_.data(), buf_.size(), 1));
   last_s_ = wall_seconds() - t0;
   elapsed_s_ += last_s_;
+  cpu_s_ += process_cpu() - c0;
 }
 
 double StreamSampler::mean_gbps() const {
@@ -116,4 +123,3 @@ double peak_rss_without(const StreamSampler& s, double before_mb, double now_mb)
 }
 
 }  // namespace cbx::bench
-

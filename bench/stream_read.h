@@ -36,7 +36,7 @@ class StreamSampler {
  public:
   StreamSampler(ThreadPool& pool, size_t mb);
   // One read of the buffer (the better of the two ways stream_read_gbps reads, each after a
-  // warm-up pass); adds its wall time to elapsed_s().
+  // warm-up pass); adds its wall time to elapsed_s() and its process CPU time to cpu_s().
   void sample();
   int count() const { return int(gbps_.size()); }
   double mean_gbps() const;  // 0 without samples
@@ -44,13 +44,14 @@ class StreamSampler {
   double max_gbps() const;
   double elapsed_s() const { return elapsed_s_; }  // wall time spent in sample()
   double last_s() const { return last_s_; }        // that of the latest sample()
+  double cpu_s() const { return cpu_s_; }          // process CPU time (all threads) in sample()
   size_t bytes() const { return buf_.size(); }
 
  private:
   ThreadPool& pool_;
   HugeBuffer buf_;
   std::vector<double> gbps_;
-  double elapsed_s_ = 0, last_s_ = 0;
+  double elapsed_s_ = 0, last_s_ = 0, cpu_s_ = 0;
 };
 
 // Peak RSS (MB) of the process without a StreamSampler's buffer: `before_mb` is the peak read

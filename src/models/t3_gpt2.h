@@ -9,9 +9,7 @@
 // Arena for every activation, both reserved at construction for the worst case (max_ctx
 // keys, max_batch rows per call); a forward call allocates nothing.
 #pragma once
-#include <atomic>
 #include <cstdint>
-#include <memory>
 #include <functional>
 #include <string>
 #include <vector>
