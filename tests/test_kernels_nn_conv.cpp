@@ -299,3 +299,61 @@ TEST(NnConv, Conv1dSnakeFusedMatchesComposedOps) {
   EXPECT_THROW(conv1d_snake(pool(), x.t, a2.t, w.t, Tensor{}, Tensor{}, y.t, P(1, 1, 1, 1, 1)), Error);  // alpha
   EXPECT_THROW(conv1d_snake(pool(), x.t, a.t, w.t, Tensor{}, Tensor{}, x.t, P(1, 1, 1, 1, 1)), Error);   // y = x
 }
+
+// conv1d_pack: weights packed once give the per-call packing's bits (conv1d and
+// conv1d_snake, batch, C_in / C_out off the 32 grid, no bias); a pack made from other
+// weights is refused by name; an empty pack (no direct kernel, C_out over its limit) and
+// the f32 path ignore it.
+TEST(NnConv, Conv1dPackedWeightsMatchPerCallPacking) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  GemmPrecisionScope bf16(GemmPrecision::BF16);
+  struct Case { int64_t B, Cin, Cout, T, K; Conv1dParams p; bool bias; };
+  const Case cases[] = {{1, 64, 64, 700, 11, P(1, 5, 25, 25, 1), true},
+                        {2, 40, 24, 333, 3, P(1, 1, 2, 0, 1), false},
+                        {1, 80, 512, 90, 7, P(1, 1, 3, 3, 1), true},
+                        {1, 24, 530, 70, 3, P(1, 1, 1, 1, 1), true}};  // C_out > 512: no direct kernel
+  uint32_t seed = 1300;
+  for (const Case& c : cases) {
+    const int64_t Tout = conv1d_out_len(c.T, c.K, c.p);
+    Buf x({c.B, c.Cin, c.T}, seed += 10), w({c.Cout, c.Cin, c.K}, seed + 1), b({c.Cout}, seed + 2);
+    const Tensor bt = c.bias ? b.t : Tensor{};
+    const Conv1dPacked pk = conv1d_pack(pool(), w.t, bt);
+    EXPECT_EQ(pk.empty(), !conv1d_snake_fused(c.Cout, c.p)) << "C_out " << c.Cout;
+    Arena arena(64 << 20);
+    Buf want({c.B, c.Cout, Tout}), got({c.B, c.Cout, Tout});
+    conv1d(pool(), x.t, w.t, bt, want.t, c.p, &arena);
+    Conv1dParams pp = c.p;
+    pp.packed = &pk;
+    conv1d(pool(), x.t, w.t, bt, got.t, pp, &arena);
+    EXPECT_EQ(arena.used(), 0u);
+    EXPECT_EQ(got.v, want.v) << "conv1d: Cin " << c.Cin << " Cout " << c.Cout;
+    if (!pk.empty() && c.B == 1) {
+      Buf alpha({c.Cin}, seed + 3, 0.2f, 2.f), s1({c.Cout, Tout}), s2({c.Cout, Tout});
+      const Tensor x2 = x.t.ndim == 3 ? slice(x.t, 0, 0, 1) : x.t;
+      const int64_t sh[2] = {c.Cin, c.T}, st[2] = {c.T * 4, 4};
+      const Tensor xv = make_view(x2, 2, sh, st, 0);
+      conv1d_snake(pool(), xv, alpha.t, w.t, bt, Tensor{}, s1.t, c.p, &arena);
+      conv1d_snake(pool(), xv, alpha.t, w.t, bt, Tensor{}, s2.t, pp, &arena);
+      EXPECT_EQ(s2.v, s1.v) << "conv1d_snake: Cin " << c.Cin;
+    }
+    if (!pk.empty()) {  // the same shapes but other weights (or another bias): refused
+      Buf w2({c.Cout, c.Cin, c.K}, seed + 5), b2({c.Cout}, seed + 6);
+      EXPECT_THROW(conv1d(pool(), x.t, w2.t, bt, got.t, pp, &arena), Error);
+      EXPECT_THROW(conv1d(pool(), x.t, w.t, b2.t, got.t, pp, &arena), Error);
+    }
+    {  // f32 precision ignores the pack
+      GemmPrecisionScope f32(GemmPrecision::F32);
+      Buf f1({c.B, c.Cout, Tout}), f2({c.B, c.Cout, Tout});
+      conv1d(pool(), x.t, w.t, bt, f1.t, c.p, &arena);
+      conv1d(pool(), x.t, w.t, bt, f2.t, pp, &arena);
+      EXPECT_EQ(f2.v, f1.v);
+    }
+  }
+  Conv1dPacks packs;
+  Buf w({16, 8, 3}), b({16});
+  packs.add(pool(), w.t, b.t);
+  packs.add(pool(), w.t, b.t);  // once per weights
+  EXPECT_EQ(packs.find(w.t) != nullptr, conv1d_snake_fused(16, P(1, 1, 1, 1, 1)));
+  EXPECT_EQ(packs.find(b.t), nullptr);
+  EXPECT_EQ(packs.bytes(), conv1d_snake_fused(16, P(1, 1, 1, 1, 1)) ? size_t(3 * 32 * 32 * 2 + 32 * 16 * 4) : 0u);
+}

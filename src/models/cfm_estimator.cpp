@@ -265,6 +265,21 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
   stage_mm(w.down);
   for (const CfmStageWeights& s : w.mid) stage_mm(s);
   stage_mm(w.up);
+  if (gemm_ == GemmPrecision::BF16) {
+    auto resnet_convs = [&](const CfmResnetWeights& r) {
+      conv_packs_.add(pool, r.conv1_w, r.conv1_b);
+      conv_packs_.add(pool, r.conv2_w, r.conv2_b);
+      conv_packs_.add(pool, r.res_w, r.res_b);
+    };
+    resnet_convs(w.down.resnet);
+    for (const CfmStageWeights& s : w.mid) resnet_convs(s.resnet);
+    resnet_convs(w.up.resnet);
+    conv_packs_.add(pool, w.down.conv_w, w.down.conv_b);
+    conv_packs_.add(pool, w.up.conv_w, w.up.conv_b);
+    conv_packs_.add(pool, w.final_conv_w, w.final_conv_b);
+    conv_packs_.add(pool, w.proj_w, w.proj_b);
+    packed_bytes_ += conv_packs_.bytes();
+  }
   const int64_t cin_max = std::max<int64_t>(c.in_channels, 2 * C);
   transient = std::max(transient, f32_bytes(cin_max * (T + K - 1)) + size_t(cin_max * K) * 8 + 2 * kAllocSlack +
                                       (gemm_ == GemmPrecision::BF16
@@ -327,6 +342,7 @@ void CfmEstimator::causal_block(const Tensor& x, const Tensor& conv_w, const Ten
                                 const Tensor& ln_b, Tensor& y, int64_t n_valid) {
   Conv1dParams p;
   p.pad_left = conv_w.shape[2] - 1;
+  p.packed = conv_packs_.find(conv_w);
   conv1d(pool_, x, conv_w, conv_b, y, p, &arena_);
   layer_norm_channels(pool_, y, ln_w, ln_b, kLnEps, y);
   mish(pool_, y, y);
@@ -343,7 +359,9 @@ void CfmEstimator::resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& t
   add(pool_, tmp, make_view(tproj, 3, sh, st, 0), tmp);
   mask_tail(tmp, n_valid);
   causal_block(tmp, rw.conv2_w, rw.conv2_b, rw.ln2_w, rw.ln2_b, y, n_valid);
-  conv1d(pool_, x, rw.res_w, rw.res_b, tmp, Conv1dParams{}, &arena_);
+  Conv1dParams pr;
+  pr.packed = conv_packs_.find(rw.res_w);
+  conv1d(pool_, x, rw.res_w, rw.res_b, tmp, pr, &arena_);
   add(pool_, y, tmp, y);
 }
 
@@ -514,6 +532,7 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
   // down: skip = transformers(resnet(x_in)); h = conv(skip m)
   stage(w_.down, "down.resnet", "down.tfm", -1, xin, skip, tp(0), bf, n_valid);
   mask_tail(skip, n_valid);
+  causal.packed = conv_packs_.find(w_.down.conv_w);
   conv1d(pool_, skip, w_.down.conv_w, w_.down.conv_b, h, causal, &arena_);
   emit("down.out", -1, h);
   for (int i = 0; i < c_.n_mid_blocks; ++i)
@@ -521,6 +540,7 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
   // up: h = transformers(resnet([h | skip])); t0 = conv(h m)
   stage(w_.up, "up.resnet", "up.tfm", -1, hs, h, tp(n_res - 1), bf, n_valid);
   mask_tail(h, n_valid);
+  causal.packed = conv_packs_.find(w_.up.conv_w);
   conv1d(pool_, h, w_.up.conv_w, w_.up.conv_b, bf.t0, causal, &arena_);
   emit("up.out", -1, bf.t0);
   mask_tail(bf.t0, n_valid);
@@ -528,7 +548,9 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
   emit("final_block", -1, bf.t1);
   const int64_t osh[3] = {B, M, T}, ost[3] = {M * T * 4, T * 4, 4};
   out_ = make_view(out_buf_, 3, osh, ost, 0);
-  conv1d(pool_, bf.t1, w_.proj_w, w_.proj_b, out_, Conv1dParams{}, &arena_);
+  Conv1dParams pp;
+  pp.packed = conv_packs_.find(w_.proj_w);
+  conv1d(pool_, bf.t1, w_.proj_w, w_.proj_b, out_, pp, &arena_);
   mask_tail(out_, n_valid);
   emit("out", -1, out_);
   return out_;

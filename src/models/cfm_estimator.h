@@ -38,6 +38,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
+#include "ops/conv.h"
 #include "ops/matmul.h"
 
 namespace cbx {
@@ -173,6 +174,7 @@ class CfmEstimator {
   std::vector<Arena> solo_arena_;                  // their scratch
   std::vector<std::pair<const CfmTransformerWeights*, PackedBlock>> packed_;  // down, mid, up order
   size_t packed_bytes_ = 0;
+  Conv1dPacks conv_packs_;  // every conv's bf16 direct-conv weights (BF16 only)
   Tensor out_buf_;  // [max_batch, 80, max_frames]
   Tensor out_;      // view for the last call
   size_t call_mark_ = 0;

@@ -177,6 +177,10 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
       tr = std::max(tr, matmul_mlp_scratch_bytes(pl.w1, pl.w2, T, nt));
       packed_.emplace_back(&Ly, std::move(pl));
     }
+  if (gemm_ == GemmPrecision::BF16)
+    for (const auto& [cw, cb] : {std::pair{&w.pre_conv1_w, &w.pre_conv1_b}, std::pair{&w.pre_conv2_w, &w.pre_conv2_b},
+                                 std::pair{&w.up_conv_w, &w.up_conv_b}})
+      conv_packs_.add(pool, *cw, *cb);
   tr = std::max(tr, matmul_scratch_bytes(DType::F32, T, P, D, nt));          // (q + v) p^T per head
   tr = std::max(tr, f32_bytes(D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T (one head)
   // At the BF16 precision the position scores and the attention run in bf16 as well (the fused
@@ -353,10 +357,12 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
     copy_strided(transpose(x, 0, 1), xt);
     Conv1dParams p1;
     p1.pad_right = c_.pre_lookahead_len;
+    p1.packed = conv_packs_.find(w_.pre_conv1_w);
     conv1d(pool_, xt, w_.pre_conv1_w, w_.pre_conv1_b, c1, p1, &arena_);
     leaky_relu(pool_, c1, c1, kLeakySlope);
     Conv1dParams p2;
     p2.pad_left = 2;
+    p2.packed = conv_packs_.find(w_.pre_conv2_w);
     conv1d(pool_, c1, w_.pre_conv2_w, w_.pre_conv2_b, xt, p2, &arena_);
     copy_strided(transpose(xt, 0, 1), tmp);
     add(pool_, x, tmp, x);
@@ -372,6 +378,7 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
     upsample_nearest(xt, c_.up_stride, up);
     Conv1dParams pu;
     pu.pad_left = c_.up_kernel - 1;
+    pu.packed = conv_packs_.find(w_.up_conv_w);
     conv1d(pool_, up, w_.up_conv_w, w_.up_conv_b, c2, pu, &arena_);
     x = rows_of(b.x, T, d);
     copy_strided(transpose(c2, 0, 1), x);

@@ -36,6 +36,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
+#include "ops/conv.h"
 #include "ops/matmul.h"
 
 namespace cbx {
@@ -162,6 +163,7 @@ class FlowEncoder {
   Arena arena_;
   Tensor pos_;  // [2 T_max - 1, d]: relative positions T_max-1 .. -(T_max-1)
   std::vector<std::pair<const FlowConformerLayer*, PackedLayer>> packed_;  // made at construction
+  Conv1dPacks conv_packs_;  // pre-lookahead and upsampling convs in bf16 direct-conv layout (BF16 only)
   size_t call_mark_ = 0;
   FlowCapture capture_;
 };

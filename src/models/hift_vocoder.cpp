@@ -313,6 +313,15 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
     scratch += packed;
   }
   arena_.reserve(bytes + scratch + 4096);
+  if (gemm_ == GemmPrecision::BF16) {
+    conv_packs_.add(pool_, w_.conv_pre_w, w_.conv_pre_b);
+    for (const auto* rbs : {&w_.resblocks, &w_.source_resblocks})
+      for (const HiftResBlockWeights& rb : *rbs)
+        for (size_t j = 0; j < rb.dilations.size(); ++j) {
+          conv_packs_.add(pool_, rb.conv1_w[j], rb.conv1_b[j]);
+          conv_packs_.add(pool_, rb.conv2_w[j], rb.conv2_b[j]);
+        }
+  }
 
   gen_noise_ = arena_.alloc(DType::F32, {H1, L.N}, "hift generator noise");
   cycles_ = arena_.alloc(DType::F32, {H1, L.N}, "hift harmonic cycles");
@@ -394,8 +403,10 @@ void HiftVocoder::run_resblock(const HiftResBlockWeights& rb, const Tensor& in, 
     Conv1dParams p1;
     p1.dilation = d;
     p1.pad_left = p1.pad_right = d * (k - 1) / 2;
+    p1.packed = conv_packs_.find(rb.conv1_w[j]);
     Conv1dParams p2;
     p2.pad_left = p2.pad_right = (k - 1) / 2;
+    p2.packed = conv_packs_.find(rb.conv2_w[j]);
     if (conv1d_snake_fused(rb.conv1_w[j].shape[0], p1) && conv1d_snake_fused(rb.conv2_w[j].shape[0], p2)) {
       // Same bits as the composed ops below, without three passes over the activations.
       conv1d_snake(pool_, x, rb.alpha1[j], rb.conv1_w[j], rb.conv1_b[j], Tensor{}, t2, p1, &arena_);
@@ -474,6 +485,7 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
     Tensor x = view(cur, C0, T);
     Conv1dParams p;
     p.pad_left = p.pad_right = (cfg_.conv_pre_kernel - 1) / 2;
+    p.packed = conv_packs_.find(w_.conv_pre_w);
     conv1d(pool_, mel, w_.conv_pre_w, w_.conv_pre_b, x, p, &arena_);
     emit("conv_pre", -1, x);
   }

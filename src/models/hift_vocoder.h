@@ -40,6 +40,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
+#include "ops/conv.h"
 #include "ops/matmul.h"
 
 namespace cbx {
@@ -164,6 +165,7 @@ class HiftVocoder {
   int n_stages_ = 0, n_kernels_ = 0;
   uint64_t seed_ = 0, n_calls_ = 0;
   GemmPrecision gemm_ = GemmPrecision::F32;
+  Conv1dPacks conv_packs_;  // bf16 direct-conv weights of conv_pre and the resblocks (BF16 only)
   std::vector<float> window_;                    // periodic Hann [n_fft]
   std::vector<std::unique_ptr<RealFft>> ffts_;  // one per pool thread
   std::vector<std::vector<float>> fft_bufs_;    // per thread: n_fft reals + (bins) complex

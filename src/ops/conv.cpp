@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -126,14 +127,22 @@ void conv1d_direct_bf16(ThreadPool& pool, const Bf16Gemm& bk, const float* x, in
   const int64_t cin_pad = round32(Cin), cout_pad = round32(Cout), halo = (K - 1) * p.dilation;
   const int64_t n_blocks = cin_pad / 32, o_tiles = cout_pad / 32, n_tt = (Tout + 31) / 32;
   const int64_t chunk_tt = direct_chunk_tiles(cin_pad, halo, n_tt), chunk_cols = chunk_tt * 32 + halo;
-  uint16_t* wp = sc.get<uint16_t>(K * cin_pad * cout_pad, "conv1d bf16 weights");
-  float* b16 = sc.get<float>(cout_pad * 16, "conv1d bf16 bias rows");
+  const Conv1dPacked* pk = p.packed && !p.packed->empty() ? p.packed : nullptr;
+  if (pk)
+    CBX_CHECK(pk->w == w && pk->bias == bias && pk->cout == Cout && pk->cin == Cin && pk->k == K,
+              "conv1d: the packed weights (%lld x %lld x %lld) were made from other weights than this call's "
+              "[%lld, %lld, %lld]",
+              (long long)pk->cout, (long long)pk->cin, (long long)pk->k, (long long)Cout, (long long)Cin,
+              (long long)K);
+  uint16_t* wp = pk ? nullptr : sc.get<uint16_t>(K * cin_pad * cout_pad, "conv1d bf16 weights");
+  float* b16 = pk ? nullptr : sc.get<float>(cout_pad * 16, "conv1d bf16 bias rows");
   uint16_t* xbuf = sc.get<uint16_t>(int64_t(pool.size()) * (cin_pad * chunk_cols + 32), "conv1d bf16 input chunks");
-  for (int64_t o = 0; o < cout_pad; ++o)
-    for (int i = 0; i < 16; ++i) b16[o * 16 + i] = bias && o < Cout ? bias[o] : 0.f;
+  if (!pk)
+    for (int64_t o = 0; o < cout_pad; ++o)
+      for (int i = 0; i < 16; ++i) b16[o * 16 + i] = bias && o < Cout ? bias[o] : 0.f;
   Bf16Gemm::Conv c;
-  c.wp = wp;
-  c.bias16 = b16;
+  c.wp = pk ? reinterpret_cast<const uint16_t*>(pk->wp.data()) : wp;
+  c.bias16 = pk ? reinterpret_cast<const float*>(pk->bias16.data()) : b16;
   c.ys = ys;
   c.cout = Cout;
   c.cin_pad = cin_pad;
@@ -143,9 +152,11 @@ void conv1d_direct_bf16(ThreadPool& pool, const Bf16Gemm& bk, const float* x, in
   const int64_t items = n_tt * o_tiles;
   run_threads(pool, Cout * Cin * K * Tout, [&](int ith, int nth) {
     int64_t a0, a1;
-    ThreadPool::split(K * n_blocks, ith, nth, &a0, &a1);
-    for (int64_t i = a0; i < a1; ++i) bk.conv_pack_w(w, Cout, Cin, K, cout_pad, i / n_blocks, i % n_blocks, wp);
-    if (nth > 1) pool.barrier();
+    if (!pk) {
+      ThreadPool::split(K * n_blocks, ith, nth, &a0, &a1);
+      for (int64_t i = a0; i < a1; ++i) bk.conv_pack_w(w, Cout, Cin, K, cout_pad, i / n_blocks, i % n_blocks, wp);
+      if (nth > 1) pool.barrier();
+    }
     ThreadPool::split(items, ith, nth, &a0, &a1);
     uint16_t* xp = xbuf + ith * (cin_pad * chunk_cols + 32);
     // Chunks of chunk_tt time tiles over this thread's items (time-tile major): the chunk's
@@ -317,6 +328,54 @@ void conv1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bi
     float* yb = reinterpret_cast<float*>(static_cast<uint8_t*>(y.data) + (y.ndim == 3 ? b * y.stride[0] : 0));
     conv1d_one(pool, k, xb, xs, Cin, T, w.ptr<float>(), Cout, K, bp, yb, ys, Tout, p, scratch);
   }
+}
+
+Conv1dPacked conv1d_pack(ThreadPool& pool, const Tensor& w, const Tensor& bias, Isa isa) {
+  const char* op = "conv1d_pack";
+  check_f32(op, "w", w);
+  CBX_CHECK(w.ndim == 3 && w.is_contiguous(), "%s: w %s must be a contiguous [C_out, C_in, K]", op,
+            w.shape_str().c_str());
+  const int64_t Cout = w.shape[0], Cin = w.shape[1], K = w.shape[2];
+  const float* bp = check_bias(op, bias, Cout);
+  Conv1dPacked pk;
+  const Bf16Gemm* bk = isa == Isa::Avx512 ? bf16_kernels() : nullptr;
+  if (!bk || Cout > bk->direct_conv_max_cout) return pk;
+  const int64_t cin_pad = round32(Cin), cout_pad = round32(Cout), n_blocks = cin_pad / 32;
+  pk.wp = HugeBuffer(size_t(K * cin_pad * cout_pad) * 2, false);
+  pk.bias16 = HugeBuffer(size_t(cout_pad) * 16 * 4, false);
+  auto* wp = reinterpret_cast<uint16_t*>(pk.wp.data());
+  auto* b16 = reinterpret_cast<float*>(pk.bias16.data());
+  for (int64_t o = 0; o < cout_pad; ++o)
+    for (int i = 0; i < 16; ++i) b16[o * 16 + i] = bp && o < Cout ? bp[o] : 0.f;
+  run_threads(pool, Cout * Cin * K, [&](int ith, int nth) {
+    int64_t a0, a1;
+    ThreadPool::split(K * n_blocks, ith, nth, &a0, &a1);
+    for (int64_t i = a0; i < a1; ++i) bk->conv_pack_w(w.ptr<float>(), Cout, Cin, K, cout_pad, i / n_blocks, i % n_blocks, wp);
+  });
+  pk.w = w.ptr<float>();
+  pk.bias = bp;
+  pk.cout = Cout;
+  pk.cin = Cin;
+  pk.k = K;
+  return pk;
+}
+
+void Conv1dPacks::add(ThreadPool& pool, const Tensor& w, const Tensor& bias, Isa isa) {
+  if (find(w)) return;
+  Conv1dPacked pk = conv1d_pack(pool, w, bias, isa);
+  if (!pk.empty()) packs_.push_back(std::move(pk));
+}
+
+const Conv1dPacked* Conv1dPacks::find(const Tensor& w) const {
+  for (const Conv1dPacked& pk : packs_)
+    if (pk.w == w.data) return &pk;
+  return nullptr;
+}
+
+size_t Conv1dPacks::bytes() const {
+  size_t n = 0;
+  for (const Conv1dPacked& pk : packs_) n += pk.wp.size() + pk.bias16.size();
+  return n;
 }
 
 bool conv1d_snake_fused(int64_t cout, const Conv1dParams& p, Isa isa) {

@@ -13,13 +13,17 @@
 // conv2d stays f32.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/arena.h"
 #include "core/cpu.h"
+#include "core/huge_buffer.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
 namespace cbx {
+
+struct Conv1dPacked;
 
 struct Conv1dParams {
   int64_t stride = 1;
@@ -27,6 +31,37 @@ struct Conv1dParams {
   int64_t pad_left = 0;   // zeros before the input (causal convs: pad_left = d (K-1))
   int64_t pad_right = 0;  // zeros after the input
   int64_t groups = 1;     // C_in and C_out divisible; groups = C_in is depthwise
+  // Optional: this conv's weights packed once by conv1d_pack. Used where the bf16 direct
+  // conv runs (it then skips packing w and the bias per call); the call must pass the very
+  // w and bias it was made from (checked). Ignored on the other paths (f32 precision, im2col).
+  const Conv1dPacked* packed = nullptr;
+};
+
+// A conv1d's weights in the bf16 direct conv's layout (kernels/matmul.h Bf16Gemm::Conv: wp,
+// bias16), made once at load for a conv that runs on every request: the per-call packing
+// it saves is a strided pass over w (HiFT: ~20 ms a request on Zen 4) and its scratch.
+// Empty where that kernel does not exist or would not run the conv (C_out above its limit).
+struct Conv1dPacked {
+  HugeBuffer wp, bias16;
+  const float* w = nullptr;     // the weights and bias it was packed from (bias may be null)
+  const float* bias = nullptr;
+  int64_t cout = 0, cin = 0, k = 0;
+  bool empty() const { return w == nullptr; }
+};
+// w: contiguous f32 [C_out, C_in, K] (one group); bias: [C_out] or empty. The pack points at
+// them: keep them alive and unchanged while it is used.
+Conv1dPacked conv1d_pack(ThreadPool& pool, const Tensor& w, const Tensor& bias, Isa isa = active_isa());
+// A model's packed convs, looked up by their weights: add() each conv that runs per request
+// at load, then set Conv1dParams::packed = find(w) (nullptr for a conv never added or not
+// packable here, which then packs per call as before).
+class Conv1dPacks {
+ public:
+  void add(ThreadPool& pool, const Tensor& w, const Tensor& bias, Isa isa = active_isa());
+  const Conv1dPacked* find(const Tensor& w) const;
+  size_t bytes() const;  // held by the packs
+
+ private:
+  std::vector<Conv1dPacked> packs_;
 };
 // floor((T + pad_left + pad_right - dilation (K-1) - 1) / stride) + 1
 int64_t conv1d_out_len(int64_t T, int64_t K, const Conv1dParams& p);
