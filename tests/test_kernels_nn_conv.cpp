@@ -357,3 +357,33 @@ TEST(NnConv, Conv1dPackedWeightsMatchPerCallPacking) {
   EXPECT_EQ(packs.find(b.t), nullptr);
   EXPECT_EQ(packs.bytes(), conv1d_snake_fused(16, P(1, 1, 1, 1, 1)) ? size_t(3 * 32 * 32 * 2 + 32 * 16 * 4) : 0u);
 }
+
+// conv_transpose1d_pack: the pre-transposed weights give the per-call transpose's bits in
+// BF16 precision; a pack of other weights is refused; f32 precision ignores it.
+TEST(NnConv, ConvTranspose1dPackedWeightsMatchPerCallTranspose) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  GemmPrecisionScope bf16(GemmPrecision::BF16);
+  ConvTranspose1dParams p;
+  p.stride = 8;
+  p.padding = 4;
+  Buf x({64, 300}, 1401), w({64, 32, 16}, 1402), w2({64, 32, 16}, 1403), b({32}, 1404);
+  const int64_t Tout = conv_transpose1d_out_len(300, 16, p);
+  const ConvTranspose1dPacked pk = conv_transpose1d_pack(pool(), w.t);
+  EXPECT_EQ(pk.empty(), !gemm_bf16_available());
+  Arena arena(16 << 20);
+  Buf want({32, Tout}), got({32, Tout});
+  conv_transpose1d(pool(), x.t, w.t, b.t, want.t, p, &arena);
+  ConvTranspose1dParams pp = p;
+  pp.packed = &pk;
+  conv_transpose1d(pool(), x.t, w.t, b.t, got.t, pp, &arena);
+  EXPECT_EQ(arena.used(), 0u);
+  EXPECT_EQ(got.v, want.v);
+  if (!pk.empty()) {
+    EXPECT_THROW(conv_transpose1d(pool(), x.t, w2.t, b.t, got.t, pp, &arena), Error);
+  }
+  GemmPrecisionScope f32(GemmPrecision::F32);
+  Buf f2({32, Tout}), f3({32, Tout});
+  conv_transpose1d(pool(), x.t, w2.t, b.t, f2.t, pp, &arena);  // ignored: w2's result
+  conv_transpose1d(pool(), x.t, w2.t, b.t, f3.t, p, &arena);
+  EXPECT_EQ(f2.v, f3.v);
+}

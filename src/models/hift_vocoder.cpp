@@ -314,6 +314,7 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
   }
   arena_.reserve(bytes + scratch + 4096);
   if (gemm_ == GemmPrecision::BF16) {
+    for (const Tensor& uw : w_.ups_w) ups_packs_.push_back(conv_transpose1d_pack(pool_, uw));
     conv_packs_.add(pool_, w_.conv_pre_w, w_.conv_pre_b);
     for (const auto* rbs : {&w_.resblocks, &w_.source_resblocks})
       for (const HiftResBlockWeights& rb : *rbs)
@@ -508,6 +509,7 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
       ConvTranspose1dParams p;
       p.stride = cfg_.upsample_rates[size_t(i)];
       p.padding = (cfg_.upsample_kernels[size_t(i)] - cfg_.upsample_rates[size_t(i)]) / 2;
+      if (!ups_packs_.empty()) p.packed = &ups_packs_[size_t(i)];
       conv_transpose1d(pool_, x, w_.ups_w[size_t(i)], w_.ups_b[size_t(i)], y, p, &arena_);
       if (last) {  // ReflectionPad1d((1, 0)): out[0] = in[1]
         for (int64_t c = 0; c < C; ++c) {

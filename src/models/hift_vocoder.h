@@ -166,6 +166,7 @@ class HiftVocoder {
   uint64_t seed_ = 0, n_calls_ = 0;
   GemmPrecision gemm_ = GemmPrecision::F32;
   Conv1dPacks conv_packs_;  // bf16 direct-conv weights of conv_pre and the resblocks (BF16 only)
+  std::vector<ConvTranspose1dPacked> ups_packs_;  // per stage, transposed upsampling weights (BF16 only)
   std::vector<float> window_;                    // periodic Hann [n_fft]
   std::vector<std::unique_ptr<RealFft>> ffts_;  // one per pool thread
   std::vector<std::vector<float>> fft_bufs_;    // per thread: n_fft reals + (bins) complex

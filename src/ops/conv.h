@@ -87,12 +87,29 @@ void conv1d_snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, const 
 size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t dilation,
                                  int n_threads);
 
+struct ConvTranspose1dPacked;
+
 struct ConvTranspose1dParams {
   int64_t stride = 1;
   int64_t padding = 0;
   int64_t output_padding = 0;
   int64_t dilation = 1;
+  // Optional: w transposed once by conv_transpose1d_pack. Used in BF16 precision (it then
+  // skips the per-call transpose); the call must pass the very w it was made from (checked).
+  const ConvTranspose1dPacked* packed = nullptr;
 };
+
+// conv_transpose1d's weights transposed to the [(o, k), c] rows its bf16 path multiplies by,
+// made once at load (HiFT's upsampling convs: the per-call transpose is a pass over w with a
+// C_out K stride). Empty where no bf16 GEMM exists.
+struct ConvTranspose1dPacked {
+  HugeBuffer at;             // f32 [C_out K, C_in]
+  const float* w = nullptr;  // the weights it was made from
+  int64_t cin = 0, cout = 0, k = 0;
+  bool empty() const { return w == nullptr; }
+};
+// w: contiguous f32 [C_in, C_out, K]; keep it alive and unchanged while the pack is used.
+ConvTranspose1dPacked conv_transpose1d_pack(ThreadPool& pool, const Tensor& w, Isa isa = active_isa());
 // (T - 1) stride - 2 padding + dilation (K - 1) + output_padding + 1
 int64_t conv_transpose1d_out_len(int64_t T, int64_t K, const ConvTranspose1dParams& p);
 // x: [C_in, T]; w: [C_in, C_out, K] (PyTorch ConvTranspose1d layout, groups = 1);

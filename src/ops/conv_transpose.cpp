@@ -13,6 +13,37 @@ namespace cbx {
 using namespace conv_detail;
 using nn_detail::check_f32;
 
+namespace {
+
+// w [cin, mk] -> at [mk, cin].
+void transpose_weights(ThreadPool& pool, const float* w, int64_t cin, int64_t mk, float* at) {
+  run_threads(pool, mk * cin, [&](int ith, int nth) {
+    int64_t r0, r1;
+    ThreadPool::split(mk, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < cin; ++c) at[r * cin + c] = w[c * mk + r];
+  });
+}
+
+}  // namespace
+
+ConvTranspose1dPacked conv_transpose1d_pack(ThreadPool& pool, const Tensor& w, Isa isa) {
+  const char* op = "conv_transpose1d_pack";
+  check_f32(op, "w", w);
+  CBX_CHECK(w.ndim == 3 && w.is_contiguous(), "%s: w %s must be a contiguous [C_in, C_out, K]", op,
+            w.shape_str().c_str());
+  ConvTranspose1dPacked pk;
+  if (isa != Isa::Avx512 || !bf16_kernels()) return pk;
+  const int64_t Cin = w.shape[0], Cout = w.shape[1], K = w.shape[2];
+  pk.at = HugeBuffer(size_t(Cin * Cout * K) * 4, false);
+  transpose_weights(pool, w.ptr<float>(), Cin, Cout * K, reinterpret_cast<float*>(pk.at.data()));
+  pk.w = w.ptr<float>();
+  pk.cin = Cin;
+  pk.cout = Cout;
+  pk.k = K;
+  return pk;
+}
+
 size_t conv_transpose1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t K, int n_threads) {
   if (!bf16_kernels()) return 0;
   return size_t(cin * cout * K) * 4 + 64 + gemm_bf16_kmajor_scratch_bytes(cout * K, cin, n_threads);
@@ -69,14 +100,17 @@ void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const 
     }
   };
   if (conv_uses_bf16(isa)) {  // A = w transposed to [(o, k), c] rows, then the k-major bf16 GEMM
-    float* At = sc.get<float>(MK * Cin, "conv_transpose1d bf16 weights");
-    const float* wp = w.ptr<float>();
-    run_threads(pool, MK * Cin, [&](int ith, int nth) {
-      int64_t r0, r1;
-      ThreadPool::split(MK, ith, nth, &r0, &r1);
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = 0; c < Cin; ++c) At[r * Cin + c] = wp[c * MK + r];
-    });
+    const ConvTranspose1dPacked* pk = p.packed && !p.packed->empty() ? p.packed : nullptr;
+    if (pk)
+      CBX_CHECK(pk->w == w.ptr<float>() && pk->cin == Cin && pk->cout == Cout && pk->k == K,
+                "%s: the packed weights (%lld x %lld x %lld) were made from other weights than this call's %s", op,
+                (long long)pk->cin, (long long)pk->cout, (long long)pk->k, w.shape_str().c_str());
+    const float* At = pk ? reinterpret_cast<const float*>(pk->at.data()) : nullptr;
+    if (!pk) {
+      float* t = sc.get<float>(MK * Cin, "conv_transpose1d bf16 weights");
+      transpose_weights(pool, w.ptr<float>(), Cin, MK, t);
+      At = t;
+    }
     for (int64_t o = 0; o < Cout; ++o) {
       float v = bp ? bp[o] : 0.f;
       for (int64_t t = 0; t < Tout; ++t) yp[o * ys + t] = v;
