@@ -159,6 +159,23 @@ TEST(T3DecodeLlama, FusedMatchesOpByOpBitExact) {
   }
 }
 
+// gate_proj and up_proj of different types take differently converted activations: the
+// fused decode keeps both (its row pieces run gate and up together) and still matches.
+TEST(T3DecodeLlama, FusedMatchesOpByOpWithMixedGateUpTypes) {
+  const T3Config c = tiny_config(2);
+  for (auto [gate_t, up_t] : {std::pair{DType::Q4_0, DType::Q8_0}, std::pair{DType::Q8_0, DType::Q4_0}, std::pair{DType::Q4_0, DType::F16}}) {
+    Store st;
+    T3LlamaWeights w;
+    fill_weights(c, gate_t, st, w);
+    for (T3LlamaLayer& L : w.layers) L.w_up = st.make(up_t, {c.n_ff, c.n_embd}, 0.15f);
+    const RunOut ref = run(c, w, 2, DType::F16, 2, false, 12);
+    for (int threads : {2, 3}) {
+      const RunOut got = run(c, w, threads, DType::F16, 2, true, 12);
+      EXPECT_EQ(got.logits, ref.logits) << dtype_name(gate_t) << " / " << dtype_name(up_t) << " threads " << threads;
+    }
+  }
+}
+
 // A capture forces the op-by-op path for one-token calls too (it reports every named
 // intermediate of every layer).
 TEST(T3DecodeLlama, CaptureTakesOpByOpPath) {

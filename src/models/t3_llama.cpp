@@ -165,10 +165,11 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
     rows_.push_back(r);
   }
   head_ = bind_rows(w.speech_head_w, "t3 llama speech_head");
+  for (int i = 0; i < 3 * c.n_layer + 1; ++i) splits_.emplace_back(nt);
   CBX_ASSERT(packed_at == packed_total);
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
-  const size_t fused = 2 * f32_bytes(nt * n_rows_ * d) + size_t(nt * n_rows_) * act_stride_ +
+  const size_t fused = 2 * f32_bytes(nt * n_rows_ * d) + size_t(2 * nt * n_rows_) * act_stride_ +
                        f32_bytes(D) + 2 * kAllocSlack;
 
   arena_.reserve(act + transient + fused + 4 * kAllocSlack);
@@ -176,8 +177,10 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
   thread_h_ = arena_.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode norm rows").ptr<float>();
   thread_tmp_ =
       arena_.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode residual partials").ptr<float>();
+  // Two blocks per thread: gate and up may take differently converted activations, both
+  // needed while the thread's row pieces run.
   thread_act_ = static_cast<uint8_t*>(arena_.alloc_bytes(
-      size_t(nt * n_rows_) * act_stride_ + 64, 64, "t3 llama decode activations"));
+      size_t(2 * nt * n_rows_) * act_stride_ + 64, 64, "t3 llama decode activations"));
   rope_cs_ = arena_.alloc(DType::F32, {D}, "t3 llama decode rope angles").ptr<float>();
   call_mark_ = arena_.mark();
 }
@@ -281,11 +284,25 @@ void T3Llama::decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v
     row_store(src, static_cast<uint8_t*>(dst_t.data) + head * dst_t.stride[0] + pos * dst_t.stride[1], kv_type_, D);
   };
 
+  const int nt = pool_.size();
+  for (int l = 0; l < c_.n_layer; ++l) {
+    const LayerRows& R = rows_[size_t(l)];
+    splits_[size_t(3 * l)].reset(R.o.rows(), nt, 16);
+    splits_[size_t(3 * l + 1)].reset(R.gate.rows(), nt, 16);
+    splits_[size_t(3 * l + 2)].reset(R.down.rows(), nt, 16);
+  }
+  splits_[size_t(3 * c_.n_layer)].reset(head_.rows(), nt, 16);
+
   pool_.run([&](int ith, int nth) {
     float* h = thread_h_ + size_t(ith) * size_t(n_rows_ * d);
     float* tmp = thread_tmp_ + size_t(ith) * size_t(n_rows_ * d);
     uint8_t* abuf = thread_act_ + size_t(ith) * size_t(n_rows_) * act_stride_;
-    int64_t g0, g1, m0, m1;
+    // Row pieces as in T3Gpt2::decode_fused: 64 rows from the own block's front, ~1/64 of the
+    // rows (whole 16-row groups) stolen from another block's back.
+    auto claim_rows = [&](int phase, const RowLinear& r, auto&& fn) {
+      splits_[size_t(phase)].run(ith, 64, std::max<int64_t>(16, (r.rows() + 1023) / 1024 * 16), fn);
+    };
+    int64_t g0, g1;
     ThreadPool::split(Hkv, ith, nth, &g0, &g1);
     size_t as = 0;
     const void* a = nullptr;
@@ -320,29 +337,37 @@ void T3Llama::decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v
       }
       pool_.barrier();
       // x += o_proj(att)
-      R.o.split(ith, nth, &m0, &m1);
       a = R.o.act_rows(ar, H * D, B, abuf, &as);
-      R.o.run_rows(m0, m1, a, as, B, xr, d, RowEpilogue::AddTo, tmp);
+      claim_rows(3 * l, R.o, [&](int64_t m0, int64_t m1) {
+        R.o.run_rows(m0, m1, a, as, B, xr, d, RowEpilogue::AddTo, tmp);
+      });
       pool_.barrier();
       // g = silu(gate_proj(h)) * up_proj(h), h = post_attention_layernorm(x)
       for (int64_t b = 0; b < B; ++b) row_rms_norm(xr + b * d, h + b * d, d, L.ffn_norm, eps);
-      R.gate.split(ith, nth, &m0, &m1);
-      a = R.gate.act_rows(h, d, B, abuf, &as);
-      R.gate.run_rows(m0, m1, a, as, B, gr, ff, RowEpilogue::Store);
-      if (!R.up.same_act(R.gate)) a = R.up.act_rows(h, d, B, abuf, &as);
-      R.up.run_rows(m0, m1, a, as, B, ur, ff, RowEpilogue::Store);
-      for (int64_t b = 0; b < B; ++b) row_silu_mul(gr + b * ff + m0, ur + b * ff + m0, m1 - m0);
+      const void* ag = R.gate.act_rows(h, d, B, abuf, &as);
+      const size_t ags = as;
+      const void* au = ag;
+      size_t aus = ags;
+      if (!R.up.same_act(R.gate))
+        au = R.up.act_rows(h, d, B, thread_act_ + size_t(nth + ith) * size_t(n_rows_) * act_stride_, &aus);
+      claim_rows(3 * l + 1, R.gate, [&](int64_t m0, int64_t m1) {
+        R.gate.run_rows(m0, m1, ag, ags, B, gr, ff, RowEpilogue::Store);
+        R.up.run_rows(m0, m1, au, aus, B, ur, ff, RowEpilogue::Store);
+        for (int64_t b = 0; b < B; ++b) row_silu_mul(gr + b * ff + m0, ur + b * ff + m0, m1 - m0);
+      });
       pool_.barrier();
       // x += down_proj(g)
-      R.down.split(ith, nth, &m0, &m1);
       a = R.down.act_rows(gr, ff, B, abuf, &as);
-      R.down.run_rows(m0, m1, a, as, B, xr, d, RowEpilogue::AddTo, tmp);
+      claim_rows(3 * l + 2, R.down, [&](int64_t m0, int64_t m1) {
+        R.down.run_rows(m0, m1, a, as, B, xr, d, RowEpilogue::AddTo, tmp);
+      });
       pool_.barrier();
     }
     for (int64_t b = 0; b < B; ++b) row_rms_norm(xr + b * d, h + b * d, d, w_.norm, eps);
-    head_.split(ith, nth, &m0, &m1);
     a = head_.act_rows(h, d, B, abuf, &as);
-    head_.run_rows(m0, m1, a, as, B, lr, V, RowEpilogue::Store);
+    claim_rows(3 * c_.n_layer, head_, [&](int64_t m0, int64_t m1) {
+      head_.run_rows(m0, m1, a, as, B, lr, V, RowEpilogue::Store);
+    });
   });
 }
 

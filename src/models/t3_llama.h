@@ -28,6 +28,7 @@
 #include "core/huge_buffer.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "core/work_split.h"
 #include "models/model_config.h"
 #include "models/t3_gpt2.h"  // T3WeightKind, T3Capture
 #include "ops/row_linear.h"
@@ -111,7 +112,8 @@ class T3Llama {
   // share of the KV heads and computes their q/k/v rows (both sequences per weight read),
   // RoPE, K/V stores and attention; then row-split o_proj (+ residual), gate/up with the
   // SwiGLU combine, down_proj (+ residual), with the RMS norms done by every thread for
-  // itself (4 barriers a layer, no serial sections). Same kernels and per-output order as
+  // itself (4 barriers a layer, no serial sections). The row phases are shared out by
+  // WorkSplit (a block per thread read front to back, the others' backs taken when done). Same kernels and per-output order as
   // the op-by-op path, so the logits are identical. x [B, d] (updated in place), q, k, v,
   // att, g, u: the forward's buffers; writes logits_ rows [0, B).
   void decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v, Tensor& att, Tensor& g,
@@ -140,6 +142,7 @@ class T3Llama {
   };
   std::vector<LayerRows> rows_;
   RowLinear head_;
+  std::vector<WorkSplit> splits_;  // fused decode phases: per layer o, gate/up, down; then the head
   HugeBuffer packed_buf_;  // the q4p copies of all of them (streamed every step: huge pages)
   float* thread_h_ = nullptr;    // [nt, n_rows, d]
   float* thread_tmp_ = nullptr;  // [nt, n_rows, d]
