@@ -23,6 +23,9 @@ cmp -s "$T/a.wav" "$T/b.wav" || fail "same seed gave different WAVs"
 cmp -s "$T/a.wav" "$T/c.wav" && fail "different seeds gave identical WAVs"
 "${SAY[@]}" "Hello world." -o "$T/t1.wav" --seed 7 --threads 1 2> /dev/null || fail "say 1 thread"
 cmp -s "$T/a.wav" "$T/t1.wav" || echo "note: 1 and 2 threads differ (allowed, not byte-identical across thread counts)"
+# Flow, CFM and HiFT share one arena for their per-call buffers; with their own the audio is the same.
+CBX_S3GEN_SHARED_ARENA=0 "${SAY[@]}" "Hello world." -o "$T/own.wav" --seed 7 2> /dev/null || fail "say, own arenas"
+cmp -s "$T/a.wav" "$T/own.wav" || fail "the shared S3Gen arena changed the audio"
 
 [ "$(head -c 4 "$T/a.wav")" = "RIFF" ] || fail "not a RIFF file"
 size=$(stat -c %s "$T/a.wav")
@@ -73,6 +76,9 @@ samples=$(sed -n 's/.*samples=\([0-9]*\) .*/\1/p' "$T/long.err")
 [ $((ln % 960)) -eq 0 ] || fail "joined audio is not whole tokens"
 "${SAY[@]}" "$LONG" -o "$T/long2.wav" --seed 3 --chunk-tokens 12 2> /dev/null || fail "long text again"
 cmp -s "$T/long.wav" "$T/long2.wav" || fail "long text is not deterministic"
+CBX_S3GEN_SHARED_ARENA=0 "${SAY[@]}" "$LONG" -o "$T/long_own.wav" --seed 3 --chunk-tokens 12 2> /dev/null ||
+  fail "long text, own arenas"
+cmp -s "$T/long.wav" "$T/long_own.wav" || fail "the shared S3Gen arena changed the chunked audio"
 # A single word longer than a chunk is still spoken in full (split between bytes, never dropped).
 "${SAY[@]}" "Supercalifragilisticexpialidocious antidisestablishmentarianism." -o "$T/w.wav" \
   --chunk-tokens 10 -v 2> "$T/w.err" || { cat "$T/w.err"; fail "long word"; }

@@ -22,6 +22,11 @@ class Arena {
 
   // (Re)allocates the backing store; only allowed while nothing is allocated.
   void reserve(size_t capacity_bytes);
+  // reserve(capacity_bytes) unless the capacity is already at least that (several users
+  // sizing one shared arena, each for its own need; only while nothing is allocated).
+  void reserve_at_least(size_t capacity_bytes) {
+    if (capacity_bytes > capacity_) reserve(capacity_bytes);
+  }
   void* alloc_bytes(size_t bytes, size_t align = 64, const char* what = "buffer");
   Tensor alloc(DType dtype, std::initializer_list<int64_t> shape, const char* what = "tensor");
   Tensor alloc(DType dtype, int ndim, const int64_t* shape, const char* what = "tensor");

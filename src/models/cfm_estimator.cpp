@@ -302,18 +302,26 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
     }
   }
 
-  arena_.reserve(f32_bytes(B * c.out_channels * T) + activation_bytes(c, B, T) + transient + 32 * kAllocSlack);
+  const size_t per_call = activation_bytes(c, B, T) + transient + 30 * kAllocSlack;
+  if (o.work) {
+    arena_.reserve(f32_bytes(B * c.out_channels * T) + 2 * kAllocSlack);
+    work_ = o.work;
+    work_->reserve_at_least(per_call);
+  } else {
+    arena_.reserve(f32_bytes(B * c.out_channels * T) + 2 * kAllocSlack + per_call);
+  }
   out_buf_ = arena_.alloc(DType::F32, {B, c.out_channels, T}, "cfm output");
   call_mark_ = arena_.mark();
+  work_base_ = o.work ? 0 : call_mark_;
 }
 
 // Time embedding of B rows: t (and r for meanflow) -> temb [B, E].
 void CfmEstimator::time_embedding(const float* t, const float* r, int64_t B, Tensor& temb) {
   const int64_t S = c_.time_sin_dim, half = S / 2, E = c_.time_emb_dim;
   const int64_t n = c_.meanflow ? 2 * B : B;  // meanflow rows: t_0, r_0, t_1, r_1, ...
-  Tensor sin_in = arena_.alloc(DType::F32, {n, S}, "cfm sinusoid");
-  Tensor h1 = arena_.alloc(DType::F32, {n, E}, "cfm time mlp");
-  Tensor h2 = arena_.alloc(DType::F32, {n, E}, "cfm time mlp out");
+  Tensor sin_in = work_->alloc(DType::F32, {n, S}, "cfm sinusoid");
+  Tensor h1 = work_->alloc(DType::F32, {n, E}, "cfm time mlp");
+  Tensor h2 = work_->alloc(DType::F32, {n, E}, "cfm time mlp out");
   // As torch computes it in f32: exp(arange(half) * -(ln(1e4) / (half - 1))), then (1000 t) f_i.
   const float neg = float(-std::log(kMaxPeriod) / double(half - 1));
   for (int64_t i = 0; i < n; ++i) {
@@ -326,15 +334,15 @@ void CfmEstimator::time_embedding(const float* t, const float* r, int64_t B, Ten
       row[half + k] = std::cos(a);
     }
   }
-  matmul_bias(pool_, w_.time1_w, w_.time1_b, sin_in, h1, &arena_);
+  matmul_bias(pool_, w_.time1_w, w_.time1_b, sin_in, h1, work_);
   silu(pool_, h1, h1);
   if (!c_.meanflow) {
-    matmul_bias(pool_, w_.time2_w, w_.time2_b, h1, temb, &arena_);
+    matmul_bias(pool_, w_.time2_w, w_.time2_b, h1, temb, work_);
     return;
   }
-  matmul_bias(pool_, w_.time2_w, w_.time2_b, h1, h2, &arena_);
+  matmul_bias(pool_, w_.time2_w, w_.time2_b, h1, h2, work_);
   Tensor cat = reshape(h2, {B, 2 * E});  // row b = [t_emb | r_emb]
-  matmul(pool_, w_.mixer_w, cat, temb, &arena_);
+  matmul(pool_, w_.mixer_w, cat, temb, work_);
 }
 
 // y = mish(LayerNorm_channels(CausalConv1d(x))) * m; x must already be masked.
@@ -343,7 +351,7 @@ void CfmEstimator::causal_block(const Tensor& x, const Tensor& conv_w, const Ten
   Conv1dParams p;
   p.pad_left = conv_w.shape[2] - 1;
   p.packed = conv_packs_.find(conv_w);
-  conv1d(pool_, x, conv_w, conv_b, y, p, &arena_);
+  conv1d(pool_, x, conv_w, conv_b, y, p, work_);
   layer_norm_channels(pool_, y, ln_w, ln_b, kLnEps, y);
   mish(pool_, y, y);
   mask_tail(y, n_valid);
@@ -361,7 +369,7 @@ void CfmEstimator::resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& t
   causal_block(tmp, rw.conv2_w, rw.conv2_b, rw.ln2_w, rw.ln2_b, y, n_valid);
   Conv1dParams pr;
   pr.packed = conv_packs_.find(rw.res_w);
-  conv1d(pool_, x, rw.res_w, rw.res_b, tmp, pr, &arena_);
+  conv1d(pool_, x, rw.res_w, rw.res_b, tmp, pr, work_);
   add(pool_, y, tmp, y);
 }
 
@@ -379,17 +387,17 @@ void CfmEstimator::transformer(const CfmTransformerWeights& tw, Bufs& bf, int64_
   const PackedBlock& pk = packed_for(tw);
   // qkv [B, T, 3 inner] = q | k | v of norm1(xt), the LayerNorm fused into the GEMM.
   matmul_packed(pool_, pk.qkv, xt, qkv,
-                MatmulEpilogue{nullptr, MatmulAct::None, nullptr, &tw.norm1_w, &tw.norm1_b, kLnEps}, &arena_);
+                MatmulEpilogue{nullptr, MatmulAct::None, nullptr, &tw.norm1_w, &tw.norm1_b, kLnEps}, work_);
   // Keys are the valid prefix (a length mask); every query row is computed, as upstream does.
   if (attn_bf16_)
     attention_amx(q, k, v, att, n_valid);
   else
     attention_f32(q, k, v, att, vt_all, n_valid);
   // xt += to_out(att) + b; xt += ff2(gelu(ff1(norm3(xt)) + b1)) + b2, epilogues fused into the GEMMs.
-  matmul_packed(pool_, pk.out, att, xt, MatmulEpilogue{&tw.to_out_b, MatmulAct::None, &xt}, &arena_);
+  matmul_packed(pool_, pk.out, att, xt, MatmulEpilogue{&tw.to_out_b, MatmulAct::None, &xt}, work_);
   // The MLP runs per 32-row tile with the hidden rows in per-thread scratch (ff only on fallback).
   matmul_mlp(pool_, pk.ff1, MatmulEpilogue{&tw.ff1_b, MatmulAct::Gelu, nullptr, &tw.norm3_w, &tw.norm3_b, kLnEps},
-             pk.ff2, MatmulEpilogue{&tw.ff2_b, MatmulAct::None, &xt}, xt, ff, xt, &arena_);
+             pk.ff2, MatmulEpilogue{&tw.ff2_b, MatmulAct::None, &xt}, xt, ff, xt, work_);
 }
 
 // att [B, T, inner] = attention of q, k, v (column slices of [B, T, 3 inner]) over the keys
@@ -431,7 +439,7 @@ void CfmEstimator::attention_amx(const Tensor& q, const Tensor& k, const Tensor&
     return make_view(buf, 4, sh, st, 0);
   };
   Tensor o = heads(att, T);
-  attention_bf16(pool_, heads(q, T), heads(k, n_valid), heads(v, n_valid), o, 1.f / std::sqrt(float(D)), arena_);
+  attention_bf16(pool_, heads(q, T), heads(k, n_valid), heads(v, n_valid), o, 1.f / std::sqrt(float(D)), *work_);
 }
 
 // out = transformers(resnet(x)) (channels-first); t0, t1: [B, C, T] temporaries (out may be x).
@@ -482,33 +490,33 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
     CBX_CHECK(n_valid > 0, "cfm forward: the mask has no valid frame");
   }
 
-  arena_.rewind(call_mark_);
+  work_->rewind(work_base_);
   const int64_t n_res = 2 + c_.n_mid_blocks;
-  Tensor temb = arena_.alloc(DType::F32, {B, E}, "cfm temb");
+  Tensor temb = work_->alloc(DType::F32, {B, E}, "cfm temb");
   time_embedding(t, r, B, temb);
   emit("temb", -1, temb);
-  Tensor temb_act = arena_.alloc(DType::F32, {B, E}, "cfm mish(temb)");
+  Tensor temb_act = work_->alloc(DType::F32, {B, E}, "cfm mish(temb)");
   mish(pool_, temb, temb_act);
-  Tensor tproj = arena_.alloc(DType::F32, {n_res, B, C}, "cfm time projections");
+  Tensor tproj = work_->alloc(DType::F32, {n_res, B, C}, "cfm time projections");
   auto tp = [&](int64_t i) { return slice(tproj, 0, i, 1); };
   auto proj = [&](const CfmResnetWeights& rw, int64_t i) {
     Tensor o = reshape(tp(i), {B, C});
-    matmul_bias(pool_, rw.mlp_w, rw.mlp_b, temb_act, o, &arena_);
+    matmul_bias(pool_, rw.mlp_w, rw.mlp_b, temb_act, o, work_);
   };
   proj(w_.down.resnet, 0);
   for (int i = 0; i < c_.n_mid_blocks; ++i) proj(w_.mid[size_t(i)].resnet, 1 + i);
   proj(w_.up.resnet, n_res - 1);
 
-  Tensor xin = arena_.alloc(DType::F32, {B, c_.in_channels, T}, "cfm x_in");
-  Tensor hs = arena_.alloc(DType::F32, {B, 2 * C, T}, "cfm [h | skip]");
+  Tensor xin = work_->alloc(DType::F32, {B, c_.in_channels, T}, "cfm x_in");
+  Tensor hs = work_->alloc(DType::F32, {B, 2 * C, T}, "cfm [h | skip]");
   Bufs bf;
-  bf.t0 = arena_.alloc(DType::F32, {B, C, T}, "cfm t0");
-  bf.t1 = arena_.alloc(DType::F32, {B, C, T}, "cfm t1");
-  bf.xt = arena_.alloc(DType::F32, {B, T, C}, "cfm xt");
-  bf.qkv = arena_.alloc(DType::F32, {B, T, 3 * inner}, "cfm qkv");
-  bf.att = arena_.alloc(DType::F32, {B, T, inner}, "cfm attention");
-  bf.ff = arena_.alloc(DType::F32, {B, T, c_.ff_dim}, "cfm ff");
-  bf.vt = arena_.alloc(DType::F32, {B, inner, T}, "cfm v^T");
+  bf.t0 = work_->alloc(DType::F32, {B, C, T}, "cfm t0");
+  bf.t1 = work_->alloc(DType::F32, {B, C, T}, "cfm t1");
+  bf.xt = work_->alloc(DType::F32, {B, T, C}, "cfm xt");
+  bf.qkv = work_->alloc(DType::F32, {B, T, 3 * inner}, "cfm qkv");
+  bf.att = work_->alloc(DType::F32, {B, T, inner}, "cfm attention");
+  bf.ff = work_->alloc(DType::F32, {B, T, c_.ff_dim}, "cfm ff");
+  bf.vt = work_->alloc(DType::F32, {B, inner, T}, "cfm v^T");
 
   // x_in = [x | mu | spks over T | cond] along channels.
   {
@@ -533,7 +541,7 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
   stage(w_.down, "down.resnet", "down.tfm", -1, xin, skip, tp(0), bf, n_valid);
   mask_tail(skip, n_valid);
   causal.packed = conv_packs_.find(w_.down.conv_w);
-  conv1d(pool_, skip, w_.down.conv_w, w_.down.conv_b, h, causal, &arena_);
+  conv1d(pool_, skip, w_.down.conv_w, w_.down.conv_b, h, causal, work_);
   emit("down.out", -1, h);
   for (int i = 0; i < c_.n_mid_blocks; ++i)
     stage(w_.mid[size_t(i)], "mid.resnet", "mid.tfm", i, h, h, tp(1 + i), bf, n_valid);
@@ -541,7 +549,7 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
   stage(w_.up, "up.resnet", "up.tfm", -1, hs, h, tp(n_res - 1), bf, n_valid);
   mask_tail(h, n_valid);
   causal.packed = conv_packs_.find(w_.up.conv_w);
-  conv1d(pool_, h, w_.up.conv_w, w_.up.conv_b, bf.t0, causal, &arena_);
+  conv1d(pool_, h, w_.up.conv_w, w_.up.conv_b, bf.t0, causal, work_);
   emit("up.out", -1, bf.t0);
   mask_tail(bf.t0, n_valid);
   causal_block(bf.t0, w_.final_conv_w, w_.final_conv_b, w_.final_ln_w, w_.final_ln_b, bf.t1, n_valid);
@@ -550,7 +558,7 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
   out_ = make_view(out_buf_, 3, osh, ost, 0);
   Conv1dParams pp;
   pp.packed = conv_packs_.find(w_.proj_w);
-  conv1d(pool_, bf.t1, w_.proj_w, w_.proj_b, out_, pp, &arena_);
+  conv1d(pool_, bf.t1, w_.proj_w, w_.proj_b, out_, pp, work_);
   mask_tail(out_, n_valid);
   emit("out", -1, out_);
   return out_;

@@ -99,6 +99,9 @@ struct CfmEstimatorOptions {
   // GEMM precision of the linears and convolutions (ops/matmul.h); attention stays f32.
   // Auto: CBX_GEMM if set, else BF16 when the matmul weights are lossy (not F32), else F32.
   GemmPrecision gemm = GemmPrecision::Auto;
+  // Per-call buffers in this arena instead of the estimator's own (see FlowEncoderOptions::work);
+  // the output stays in the estimator's own arena.
+  Arena* work = nullptr;
 };
 
 // Named intermediates, reported during forward when a capture function is set. `index` is the
@@ -178,6 +181,8 @@ class CfmEstimator {
   Tensor out_buf_;  // [max_batch, 80, max_frames]
   Tensor out_;      // view for the last call
   size_t call_mark_ = 0;
+  Arena* work_ = &arena_;  // per-call buffers (options.work or arena_ after call_mark_)
+  size_t work_base_ = 0;
   CfmCapture capture_;
 };
 

@@ -148,11 +148,11 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   if (!w.encoders.empty()) lossy |= gemm_weight_is_lossy(w.encoders[0].q_w.dtype);
   gemm_ = resolve_gemm_precision(o.gemm, lossy);
 
-  size_t persistent = f32_bytes(P * d);
+  size_t persistent = f32_bytes(P * d) + 2 * f32_bytes(M * T) + f32_bytes(M);  // pos, outputs
   size_t act = size_t(L) * 4 + kAllocSlack;                           // ids
   act += 8 * f32_bytes(T * d) + f32_bytes(P * d) + f32_bytes(T * P) + f32_bytes(T * F);
   act += 3 * f32_bytes(d * T);                                        // channels-first
-  act += f32_bytes(T * M) + 2 * f32_bytes(M * T) + f32_bytes(M) + f32_bytes(S);  // proj, mu, cond, spks, x-vec
+  act += f32_bytes(T * M) + f32_bytes(S);  // proj, x-vec
   // Transient scratch (rewound after each op): the largest single op's need.
   size_t tr = 0;
   auto mm = [&](const Tensor& wt, int64_t n) {
@@ -191,7 +191,13 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   tr = std::max(tr, f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack +  // conv1d
                         (gemm_ == GemmPrecision::BF16 ? conv1d_bf16_scratch_bytes(d, d, T, Kmax, 1, nt) + kAllocSlack
                                                       : 0));
-  arena_.reserve(persistent + act + tr + (size_t(1) << 16));
+  if (o.work) {
+    arena_.reserve(persistent + (size_t(1) << 12));
+    work_ = o.work;
+    work_->reserve_at_least(act + tr + (size_t(1) << 16));
+  } else {
+    arena_.reserve(persistent + act + tr + (size_t(1) << 16));
+  }
 
   // Relative-position table (EspnetRelPositionalEncoding): row r holds position q = Tmax-1-r,
   // [sin(q w_i), cos(q w_i)] interleaved, w_i = exp(2i * -(ln 10000 / d)), formed in f32 as
@@ -210,7 +216,11 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
       row[2 * i + 1] = float(std::cos(a));
     }
   }
+  mu_buf_ = arena_.alloc(DType::F32, {M * T}, "flow mu");
+  cond_buf_ = arena_.alloc(DType::F32, {M * T}, "flow cond");
+  spks_buf_ = arena_.alloc(DType::F32, {M}, "flow spks");
   call_mark_ = arena_.mark();
+  work_base_ = o.work ? 0 : call_mark_;
 }
 
 const FlowEncoder::PackedLayer& FlowEncoder::packed_for(const FlowConformerLayer& W) const {
@@ -226,7 +236,7 @@ Tensor FlowEncoder::pos_table(int64_t n) const {
 
 void FlowEncoder::embed(const Tensor& w, const Tensor& bias, const Tensor& ln_w, const Tensor& ln_b, Tensor& x,
                         Tensor& tmp) {
-  matmul_bias(pool_, w, bias, x, tmp, &arena_);
+  matmul_bias(pool_, w, bias, x, tmp, work_);
   layer_norm(pool_, tmp, ln_w, ln_b, c_.ln_eps, x);
   scale(pool_, x, x, float(std::sqrt(double(c_.d_model))));
 }
@@ -237,7 +247,7 @@ void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const 
   Tensor xn = rows_of(b.xn, n, d), q = rows_of(b.q, n, d), k = rows_of(b.k, n, d), v = rows_of(b.v, n, d);
   Tensor qv = rows_of(b.qv, n, d), att = rows_of(b.att, n, d);
   Tensor p = rows_of(b.p, P, d), hid = rows_of(b.hid, n, c_.n_ff);
-  Arena* sc = &arena_;
+  Arena* sc = work_;
 
   layer_norm(pool_, x, W.norm_mha_w, W.norm_mha_b, c_.layer_ln_eps, xn);
   const PackedLayer& pk = packed_for(W);
@@ -271,7 +281,7 @@ void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const 
     const Tensor qh = make_view(q, 3, hs, st, off), kh = make_view(k, 3, hs, st, off),
                  vh = make_view(v, 3, hs, st, off);
     if (attn_bf16_)
-      attention_bf16(pool_, qh, kh, vh, mask, oh, 1.f, arena_);
+      attention_bf16(pool_, qh, kh, vh, mask, oh, 1.f, *work_);
     else
       attention(pool_, qh, kh, vh, mask, oh, ap, sc);
   }
@@ -300,10 +310,10 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
   CBX_CHECK(n_prompt_frames >= 0 && n_prompt_frames <= T && (n_prompt_frames == 0 || prompt_feat),
             "flow encoder: %lld prompt frames do not fit the %lld output frames", (long long)n_prompt_frames,
             (long long)T);
-  arena_.rewind(call_mark_);
+  work_->rewind(work_base_);
 
   // Tokens, prompt first (flow.py concatenates prompt_token and token).
-  Tensor ids = arena_.alloc(DType::I32, {L}, "flow token ids");
+  Tensor ids = work_->alloc(DType::I32, {L}, "flow token ids");
   for (int64_t i = 0; i < L; ++i) {
     const int32_t t = i < n_prompt ? prompt_tokens[i] : tokens[i - n_prompt];
     CBX_CHECK(t >= 0 && t < c_.vocab, "flow encoder: %s token %lld at %lld is outside [0, %d)",
@@ -312,26 +322,26 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
     ids.ptr<int32_t>()[i] = t;
   }
   Bufs b;
-  b.x = arena_.alloc(DType::F32, {T, d}, "flow x");
-  b.xn = arena_.alloc(DType::F32, {T, d}, "flow norm");
-  b.q = arena_.alloc(DType::F32, {T, d}, "flow q");
-  b.k = arena_.alloc(DType::F32, {T, d}, "flow k");
-  b.v = arena_.alloc(DType::F32, {T, d}, "flow v");
-  b.qv = arena_.alloc(DType::F32, {T, d}, "flow q + pos_bias_v");
-  b.att = arena_.alloc(DType::F32, {T, d}, "flow attention");
-  b.tmp = arena_.alloc(DType::F32, {T, d}, "flow projection");
-  b.p = arena_.alloc(DType::F32, {2 * T - 1, d}, "flow linear_pos");
-  b.bd = arena_.alloc(DType::F32, {T * (2 * T - 1)}, "flow position scores");
-  b.hid = arena_.alloc(DType::F32, {T, c_.n_ff}, "flow ffn");
-  b.ct0 = arena_.alloc(DType::F32, {d * T}, "flow channels-first 0");
-  b.ct1 = arena_.alloc(DType::F32, {d * T}, "flow channels-first 1");
-  b.ct2 = arena_.alloc(DType::F32, {d * T}, "flow channels-first 2");
-  Tensor proj = arena_.alloc(DType::F32, {T, M}, "flow encoder_proj");
+  b.x = work_->alloc(DType::F32, {T, d}, "flow x");
+  b.xn = work_->alloc(DType::F32, {T, d}, "flow norm");
+  b.q = work_->alloc(DType::F32, {T, d}, "flow q");
+  b.k = work_->alloc(DType::F32, {T, d}, "flow k");
+  b.v = work_->alloc(DType::F32, {T, d}, "flow v");
+  b.qv = work_->alloc(DType::F32, {T, d}, "flow q + pos_bias_v");
+  b.att = work_->alloc(DType::F32, {T, d}, "flow attention");
+  b.tmp = work_->alloc(DType::F32, {T, d}, "flow projection");
+  b.p = work_->alloc(DType::F32, {2 * T - 1, d}, "flow linear_pos");
+  b.bd = work_->alloc(DType::F32, {T * (2 * T - 1)}, "flow position scores");
+  b.hid = work_->alloc(DType::F32, {T, c_.n_ff}, "flow ffn");
+  b.ct0 = work_->alloc(DType::F32, {d * T}, "flow channels-first 0");
+  b.ct1 = work_->alloc(DType::F32, {d * T}, "flow channels-first 1");
+  b.ct2 = work_->alloc(DType::F32, {d * T}, "flow channels-first 2");
+  Tensor proj = work_->alloc(DType::F32, {T, M}, "flow encoder_proj");
   FlowEncoderOutput out;
-  out.mu = arena_.alloc(DType::F32, {M, T}, "flow mu");
-  out.cond = arena_.alloc(DType::F32, {M, T}, "flow cond");
-  out.spks = arena_.alloc(DType::F32, {M}, "flow spks");
-  Tensor xvec = arena_.alloc(DType::F32, {1, S}, "flow x-vector");
+  out.mu = make_tensor(DType::F32, {M, T}, mu_buf_.data, size_t(M * T) * 4);
+  out.cond = make_tensor(DType::F32, {M, T}, cond_buf_.data, size_t(M * T) * 4);
+  out.spks = spks_buf_;
+  Tensor xvec = work_->alloc(DType::F32, {1, S}, "flow x-vector");
   out.n_frames = T;
   out.n_prompt_frames = n_prompt_frames;
 
@@ -341,7 +351,7 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
   const double nrm = std::max(std::sqrt(ss), 1e-12);
   for (int64_t i = 0; i < S; ++i) xvec.ptr<float>()[i] = float(embedding[i] / nrm);
   Tensor spks2 = reshape(out.spks, {1, M});
-  matmul_bias(pool_, w_.spk_affine_w, w_.spk_affine_b, xvec, spks2, &arena_);
+  matmul_bias(pool_, w_.spk_affine_w, w_.spk_affine_b, xvec, spks2, work_);
   emit("flow_encoder.spks", out.spks);
 
   // Token embedding, embed, pre-lookahead.
@@ -358,12 +368,12 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
     Conv1dParams p1;
     p1.pad_right = c_.pre_lookahead_len;
     p1.packed = conv_packs_.find(w_.pre_conv1_w);
-    conv1d(pool_, xt, w_.pre_conv1_w, w_.pre_conv1_b, c1, p1, &arena_);
+    conv1d(pool_, xt, w_.pre_conv1_w, w_.pre_conv1_b, c1, p1, work_);
     leaky_relu(pool_, c1, c1, kLeakySlope);
     Conv1dParams p2;
     p2.pad_left = 2;
     p2.packed = conv_packs_.find(w_.pre_conv2_w);
-    conv1d(pool_, c1, w_.pre_conv2_w, w_.pre_conv2_b, xt, p2, &arena_);
+    conv1d(pool_, c1, w_.pre_conv2_w, w_.pre_conv2_b, xt, p2, work_);
     copy_strided(transpose(xt, 0, 1), tmp);
     add(pool_, x, tmp, x);
   }
@@ -379,7 +389,7 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
     Conv1dParams pu;
     pu.pad_left = c_.up_kernel - 1;
     pu.packed = conv_packs_.find(w_.up_conv_w);
-    conv1d(pool_, up, w_.up_conv_w, w_.up_conv_b, c2, pu, &arena_);
+    conv1d(pool_, up, w_.up_conv_w, w_.up_conv_b, c2, pu, work_);
     x = rows_of(b.x, T, d);
     copy_strided(transpose(c2, 0, 1), x);
   }
@@ -395,7 +405,7 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
   emit("flow_encoder.after_norm", x);
 
   // mu = encoder_proj(h)^T; cond = prompt_feat^T in the first Tm frames.
-  matmul_bias(pool_, w_.proj_w, w_.proj_b, x, proj, &arena_);
+  matmul_bias(pool_, w_.proj_w, w_.proj_b, x, proj, work_);
   copy_strided(transpose(proj, 0, 1), out.mu);
   std::memset(out.cond.data, 0, size_t(M * T) * 4);
   float* cd = out.cond.ptr<float>();

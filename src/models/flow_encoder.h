@@ -89,9 +89,13 @@ struct FlowEncoderOptions {
   // GEMM precision of the linears and convolutions (ops/matmul.h); attention stays f32.
   // Auto: CBX_GEMM if set, else BF16 when the matmul weights are lossy (not F32), else F32.
   GemmPrecision gemm = GemmPrecision::Auto;
+  // Per-call buffers in this arena instead of the encoder's own (S3GenStage: one arena for
+  // flow, CFM and HiFT, which run one after the other); it must outlive the encoder and is
+  // rewound by every call. The outputs stay in the encoder's own arena.
+  Arena* work = nullptr;
 };
 
-// Outputs of one forward call; views into the encoder's arena, valid until the next call.
+// Outputs of one forward call; views into the encoder's own arena, valid until the next call.
 struct FlowEncoderOutput {
   Tensor mu;    // [M, T] F32, T = 2 L frames
   Tensor cond;  // [M, T] F32: prompt_feat^T in the first n_prompt_frames columns, zeros after
@@ -165,6 +169,9 @@ class FlowEncoder {
   std::vector<std::pair<const FlowConformerLayer*, PackedLayer>> packed_;  // made at construction
   Conv1dPacks conv_packs_;  // pre-lookahead and upsampling convs in bf16 direct-conv layout (BF16 only)
   size_t call_mark_ = 0;
+  Arena* work_ = &arena_;  // per-call buffers (options.work or arena_ after call_mark_)
+  size_t work_base_ = 0;
+  Tensor mu_buf_, cond_buf_, spks_buf_;  // the outputs, sized for max_tokens
   FlowCapture capture_;
 };
 

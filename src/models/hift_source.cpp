@@ -67,7 +67,7 @@ void HiftVocoder::f0_predict(const Tensor& mel, Tensor& h0, Tensor& h1, Tensor& 
   const Tensor* in = &mel;
   for (int l = 0; l < cfg_.f0_layers; ++l) {
     Tensor& out = *h[l % 2];
-    conv1d(pool_, *in, w_.f0_w[size_t(l)], w_.f0_b[size_t(l)], out, p, &arena_);
+    conv1d(pool_, *in, w_.f0_w[size_t(l)], w_.f0_b[size_t(l)], out, p, work_);
     elu(pool_, out, out, 1.f);
     in = &out;
   }

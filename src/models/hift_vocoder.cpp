@@ -276,8 +276,9 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
 
   const HiftLengths L = lengths(cfg_, max_frames_);
   const int64_t H1 = cfg_.nb_harmonics + 1, C0 = cfg_.base_channels;
-  size_t bytes = 2 * f32_bytes(H1 * L.N)           // generator noise, cycles
-                 + 2 * f32_bytes(L.N)              // source, wave
+  const size_t persistent = 2 * f32_bytes(H1 * L.N)  // generator noise, cycles
+                           + f32_bytes(L.N);          // wave
+  size_t bytes = f32_bytes(L.N)                    // source
                  + f32_bytes((cfg_.n_fft + 2) * L.F)  // s_stft
                  + f32_bytes(L.T)                  // f0
                  + 5 * f32_bytes(L.slab);          // activation slabs
@@ -312,7 +313,13 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
     }
     scratch += packed;
   }
-  arena_.reserve(bytes + scratch + 4096);
+  if (o.work) {
+    arena_.reserve(persistent + 4096);
+    work_ = o.work;
+    work_->reserve_at_least(bytes + scratch + 4096);
+  } else {
+    arena_.reserve(persistent + bytes + scratch + 4096);
+  }
   if (gemm_ == GemmPrecision::BF16) {
     for (const Tensor& uw : w_.ups_w) ups_packs_.push_back(conv_transpose1d_pack(pool_, uw));
     conv_packs_.add(pool_, w_.conv_pre_w, w_.conv_pre_b);
@@ -329,6 +336,7 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
   wave_buf_ = arena_.alloc(DType::F32, {L.N}, "hift wave");
   gen_phases_.assign(size_t(H1), 0.f);
   call_mark_ = arena_.mark();
+  work_base_ = o.work ? 0 : call_mark_;
 }
 
 void HiftVocoder::source_stft(const float* src, int64_t n, float* s_stft) {
@@ -410,14 +418,14 @@ void HiftVocoder::run_resblock(const HiftResBlockWeights& rb, const Tensor& in, 
     p2.packed = conv_packs_.find(rb.conv2_w[j]);
     if (conv1d_snake_fused(rb.conv1_w[j].shape[0], p1) && conv1d_snake_fused(rb.conv2_w[j].shape[0], p2)) {
       // Same bits as the composed ops below, without three passes over the activations.
-      conv1d_snake(pool_, x, rb.alpha1[j], rb.conv1_w[j], rb.conv1_b[j], Tensor{}, t2, p1, &arena_);
-      conv1d_snake(pool_, t2, rb.alpha2[j], rb.conv2_w[j], rb.conv2_b[j], x, out, p2, &arena_);
+      conv1d_snake(pool_, x, rb.alpha1[j], rb.conv1_w[j], rb.conv1_b[j], Tensor{}, t2, p1, work_);
+      conv1d_snake(pool_, t2, rb.alpha2[j], rb.conv2_w[j], rb.conv2_b[j], x, out, p2, work_);
       continue;
     }
     snake(pool_, x, rb.alpha1[j], t1);
-    conv1d(pool_, t1, rb.conv1_w[j], rb.conv1_b[j], t2, p1, &arena_);
+    conv1d(pool_, t1, rb.conv1_w[j], rb.conv1_b[j], t2, p1, work_);
     snake(pool_, t2, rb.alpha2[j], t2);
-    conv1d(pool_, t2, rb.conv2_w[j], rb.conv2_b[j], t1, p2, &arena_);
+    conv1d(pool_, t2, rb.conv2_w[j], rb.conv2_b[j], t1, p2, work_);
     add(pool_, x, t1, out);
   }
 }
@@ -435,15 +443,15 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
   const HiftLengths L = lengths(cfg_, T);
   const int64_t N = L.N, F = L.F, C0 = cfg_.base_channels;
   const int64_t nf = cfg_.n_fft + 2, bins = cfg_.n_fft / 2 + 1;
-  arena_.rewind(call_mark_);
+  work_->rewind(work_base_);
   timing_.f0 = timing_.source = timing_.stft = timing_.conv_pre = timing_.istft = timing_.total = 0;
 
-  Tensor f0 = arena_.alloc(DType::F32, {T}, "hift f0");
-  Tensor src = arena_.alloc(DType::F32, {N}, "hift source");
-  Tensor s_stft = arena_.alloc(DType::F32, {nf, F}, "hift s_stft");
+  Tensor f0 = work_->alloc(DType::F32, {T}, "hift f0");
+  Tensor src = work_->alloc(DType::F32, {N}, "hift source");
+  Tensor s_stft = work_->alloc(DType::F32, {nf, F}, "hift s_stft");
   float* slab[5];
   const size_t slab_bytes = size_t(L.slab) * 4;
-  for (float*& s : slab) s = static_cast<float*>(arena_.alloc_bytes(slab_bytes, 64, "hift activation slab"));
+  for (float*& s : slab) s = static_cast<float*>(work_->alloc_bytes(slab_bytes, 64, "hift activation slab"));
   auto view = [&](int i, int64_t C, int64_t len) { return make_tensor(DType::F32, {C, len}, slab[i], slab_bytes); };
 
   // 1. f0.
@@ -487,7 +495,7 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
     Conv1dParams p;
     p.pad_left = p.pad_right = (cfg_.conv_pre_kernel - 1) / 2;
     p.packed = conv_packs_.find(w_.conv_pre_w);
-    conv1d(pool_, mel, w_.conv_pre_w, w_.conv_pre_b, x, p, &arena_);
+    conv1d(pool_, mel, w_.conv_pre_w, w_.conv_pre_b, x, p, work_);
     emit("conv_pre", -1, x);
   }
   timing_.conv_pre = ms_since(t0);
@@ -510,7 +518,7 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
       p.stride = cfg_.upsample_rates[size_t(i)];
       p.padding = (cfg_.upsample_kernels[size_t(i)] - cfg_.upsample_rates[size_t(i)]) / 2;
       if (!ups_packs_.empty()) p.packed = &ups_packs_[size_t(i)];
-      conv_transpose1d(pool_, x, w_.ups_w[size_t(i)], w_.ups_b[size_t(i)], y, p, &arena_);
+      conv_transpose1d(pool_, x, w_.ups_w[size_t(i)], w_.ups_b[size_t(i)], y, p, work_);
       if (last) {  // ReflectionPad1d((1, 0)): out[0] = in[1]
         for (int64_t c = 0; c < C; ++c) {
           float* r = static_cast<float*>(xu.row(c));
@@ -529,7 +537,7 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
       Conv1dParams p;
       p.stride = sd.stride;
       p.pad_left = p.pad_right = sd.pad;
-      conv1d(pool_, s_stft, w_.source_downs_w[size_t(i)], w_.source_downs_b[size_t(i)], sb, p, &arena_);
+      conv1d(pool_, s_stft, w_.source_downs_w[size_t(i)], w_.source_downs_b[size_t(i)], sb, p, work_);
       run_resblock(w_.source_resblocks[size_t(i)], sb, sb, t1, t2);
     }
     emit("source_branch", i, sb);
@@ -560,7 +568,7 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
     Conv1dParams p;
     p.pad_left = p.pad_right = (w_.conv_post_w.shape[2] - 1) / 2;
     GemmPrecisionScope exact(GemmPrecision::F32);  // log-magnitudes: exp() turns errors relative
-    conv1d(pool_, x, w_.conv_post_w, w_.conv_post_b, o, p, &arena_);
+    conv1d(pool_, x, w_.conv_post_w, w_.conv_post_b, o, p, work_);
   }
   emit("conv_post", -1, o);
   float* re = slab[b];

@@ -89,6 +89,9 @@ struct HiftOptions {
   // GEMM precision of the convolutions (ops/matmul.h). Auto: CBX_GEMM if set, else BF16
   // when the GGUF's weights are lossy (general.file_type other than all-F32), else F32.
   GemmPrecision gemm = GemmPrecision::Auto;
+  // Per-call buffers in this arena instead of the vocoder's own (see FlowEncoderOptions::work);
+  // the generator draws and the wave stay in the vocoder's own arena.
+  Arena* work = nullptr;
 };
 
 // Injected random draws (see the header comment). Both must be set.
@@ -178,6 +181,8 @@ class HiftVocoder {
   Tensor wave_;        // [N] view of the output buffer
   Tensor wave_buf_;    // [max N]
   size_t call_mark_ = 0;
+  Arena* work_ = &arena_;  // per-call buffers (options.work or arena_ after call_mark_)
+  size_t work_base_ = 0;
   HiftCapture capture_;
   Timing timing_;
 };

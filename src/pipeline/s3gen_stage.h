@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/arena.h"
 #include "core/tensor.h"
 #include "models/cfm_estimator.h"
 #include "models/flow_encoder.h"
@@ -51,6 +52,10 @@ class S3GenStage {
  private:
   const ModelConfig& c_;
   int64_t max_prompt_tokens_ = 0, max_speech_ = 0;
+  // The per-call buffers of the flow encoder, the CFM estimator and HiFT: they run one after
+  // the other and pass their results on in their own arenas, so one arena (the largest need)
+  // serves all three. Declared before them: it outlives them.
+  Arena work_;
   FlowEncoderWeights flow_w_;
   std::unique_ptr<FlowEncoder> flow_;
   CfmEstimatorWeights cfm_w_;
