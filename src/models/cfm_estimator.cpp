@@ -286,7 +286,7 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
                                            ? conv1d_bf16_scratch_bytes(cin_max, std::max<int64_t>(C, c.out_channels),
                                                                        T, K, 1, nt) + kAllocSlack
                                            : 0));
-  // Attention: the fused bf16 kernel (AMX) takes its scratch from arena_; the f32 path has, per
+  // Attention: the fused bf16 kernel (AMX) takes its scratch from the per-call arena (work_); the f32 path has, per
   // thread, scores + v^T of one item and the GEMMs' single-thread scratch.
   attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(c.head_dim);
   if (attn_bf16_) {
