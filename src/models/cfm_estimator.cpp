@@ -286,8 +286,8 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
                                            ? conv1d_bf16_scratch_bytes(cin_max, std::max<int64_t>(C, c.out_channels),
                                                                        T, K, 1, nt) + kAllocSlack
                                            : 0));
-  // Attention: the fused bf16 kernel (AMX) takes its scratch from the per-call arena (work_); the f32 path has, per
-  // thread, scores + v^T of one item and the GEMMs' single-thread scratch.
+  // Attention: the fused bf16 kernel (AMX) takes its scratch from the per-call arena (work_); the
+  // f32 path has, per thread, scores + v^T of one item and the GEMMs' single-thread scratch.
   attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(c.head_dim);
   if (attn_bf16_) {
     transient = std::max(transient, attention_bf16_scratch_bytes(B, c.n_head, T, c.head_dim, nt) + kAllocSlack);
