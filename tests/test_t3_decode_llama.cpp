@@ -163,7 +163,9 @@ TEST(T3DecodeLlama, FusedMatchesOpByOpBitExact) {
 // fused decode keeps both (its row pieces run gate and up together) and still matches.
 TEST(T3DecodeLlama, FusedMatchesOpByOpWithMixedGateUpTypes) {
   const T3Config c = tiny_config(2);
-  for (auto [gate_t, up_t] : {std::pair{DType::Q4_0, DType::Q8_0}, std::pair{DType::Q8_0, DType::Q4_0}, std::pair{DType::Q4_0, DType::F16}}) {
+  const std::pair<DType, DType> kinds[] = {
+      {DType::Q4_0, DType::Q8_0}, {DType::Q8_0, DType::Q4_0}, {DType::Q4_0, DType::F16}};
+  for (auto [gate_t, up_t] : kinds) {
     Store st;
     T3LlamaWeights w;
     fill_weights(c, gate_t, st, w);

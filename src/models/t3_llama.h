@@ -113,9 +113,10 @@ class T3Llama {
   // RoPE, K/V stores and attention; then row-split o_proj (+ residual), gate/up with the
   // SwiGLU combine, down_proj (+ residual), with the RMS norms done by every thread for
   // itself (4 barriers a layer, no serial sections). The row phases are shared out by
-  // WorkSplit (a block per thread read front to back, the others' backs taken when done). Same kernels and per-output order as
-  // the op-by-op path, so the logits are identical. x [B, d] (updated in place), q, k, v,
-  // att, g, u: the forward's buffers; writes logits_ rows [0, B).
+  // WorkSplit (a block per thread read front to back, the others' backs taken when done).
+  // Same kernels and per-output order as the op-by-op path, so the logits are identical.
+  // x [B, d] (updated in place), q, k, v, att, g, u: the forward's buffers; writes logits_
+  // rows [0, B).
   void decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v, Tensor& att, Tensor& g,
                     Tensor& u);
 

@@ -350,7 +350,8 @@ Conv1dPacked conv1d_pack(ThreadPool& pool, const Tensor& w, const Tensor& bias, 
   run_threads(pool, Cout * Cin * K, [&](int ith, int nth) {
     int64_t a0, a1;
     ThreadPool::split(K * n_blocks, ith, nth, &a0, &a1);
-    for (int64_t i = a0; i < a1; ++i) bk->conv_pack_w(w.ptr<float>(), Cout, Cin, K, cout_pad, i / n_blocks, i % n_blocks, wp);
+    for (int64_t i = a0; i < a1; ++i)
+      bk->conv_pack_w(w.ptr<float>(), Cout, Cin, K, cout_pad, i / n_blocks, i % n_blocks, wp);
   });
   pk.w = w.ptr<float>();
   pk.bias = bp;
