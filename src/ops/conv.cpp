@@ -14,6 +14,7 @@
 #include "ops/conv.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -88,6 +89,11 @@ void run_job_bf16(ThreadPool& pool, const GemmJob& j, Arena* arena) {
     q.k = j.t.k;
     CBX_ASSERT(j.t.a_cs == 1 && gemm_bf16_kmajor(pool, q, arena));
   }
+}
+
+bool prepack_disabled() {
+  const char* off = std::getenv("CBX_NO_PREPACK");
+  return off && *off && std::strcmp(off, "0") != 0;
 }
 
 const Bf16Gemm* bf16_kernels() {
@@ -339,7 +345,7 @@ Conv1dPacked conv1d_pack(ThreadPool& pool, const Tensor& w, const Tensor& bias, 
   const float* bp = check_bias(op, bias, Cout);
   Conv1dPacked pk;
   const Bf16Gemm* bk = isa == Isa::Avx512 ? bf16_kernels() : nullptr;
-  if (!bk || Cout > bk->direct_conv_max_cout) return pk;
+  if (!bk || Cout > bk->direct_conv_max_cout || prepack_disabled()) return pk;
   const int64_t cin_pad = round32(Cin), cout_pad = round32(Cout), n_blocks = cin_pad / 32;
   pk.wp = HugeBuffer(size_t(K * cin_pad * cout_pad) * 2, false);
   pk.bias16 = HugeBuffer(size_t(cout_pad) * 16 * 4, false);

@@ -40,7 +40,8 @@ struct Conv1dParams {
 // A conv1d's weights in the bf16 direct conv's layout (kernels/matmul.h Bf16Gemm::Conv: wp,
 // bias16), made once at load for a conv that runs on every request: the per-call packing
 // it saves is a strided pass over w (HiFT: ~20 ms a request on Zen 4) and its scratch.
-// Empty where that kernel does not exist or would not run the conv (C_out above its limit).
+// Empty where that kernel does not exist or would not run the conv (C_out above its limit),
+// and with CBX_NO_PREPACK=1.
 struct Conv1dPacked {
   HugeBuffer wp, bias16;
   const float* w = nullptr;     // the weights and bias it was packed from (bias may be null)
@@ -101,7 +102,7 @@ struct ConvTranspose1dParams {
 
 // conv_transpose1d's weights transposed to the [(o, k), c] rows its bf16 path multiplies by,
 // made once at load (HiFT's upsampling convs: the per-call transpose is a pass over w with a
-// C_out K stride). Empty where no bf16 GEMM exists.
+// C_out K stride). Empty where no bf16 GEMM exists, and with CBX_NO_PREPACK=1.
 struct ConvTranspose1dPacked {
   HugeBuffer at;             // f32 [C_out K, C_in]
   const float* w = nullptr;  // the weights it was made from

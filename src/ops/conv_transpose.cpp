@@ -33,7 +33,7 @@ ConvTranspose1dPacked conv_transpose1d_pack(ThreadPool& pool, const Tensor& w, I
   CBX_CHECK(w.ndim == 3 && w.is_contiguous(), "%s: w %s must be a contiguous [C_in, C_out, K]", op,
             w.shape_str().c_str());
   ConvTranspose1dPacked pk;
-  if (isa != Isa::Avx512 || !bf16_kernels()) return pk;
+  if (isa != Isa::Avx512 || !bf16_kernels() || prepack_disabled()) return pk;
   const int64_t Cin = w.shape[0], Cout = w.shape[1], K = w.shape[2];
   pk.at = HugeBuffer(size_t(Cin * Cout * K) * 4, false);
   transpose_weights(pool, w.ptr<float>(), Cin, Cout * K, reinterpret_cast<float*>(pk.at.data()));
