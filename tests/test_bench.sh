@@ -1,5 +1,5 @@
 #!/bin/bash
-# chatterbox-bench turbo / mtl / t3 on tiny synthetic models: each prints its one line with the
+# chatterbox-bench turbo / mtl / t3 on tiny synthetic models (and bench peak): each prints its one line with the
 # fields docs/benchmarks.md quotes, the stream reference sampled between the decode steps
 # (stream_samples = 1 before every --sample-every steps + 1 after the last), finite ratios; bad
 # options are refused with the bench named. Figures are not checked (tests never assert on time).
@@ -54,6 +54,21 @@ for f in t3_tok_s stream_gbps decode_bw_ratio cfm_ms hift_ms rtf cpu_rtf peak_rs
 out=$("$BENCH" t3 -m "$T/turbo.gguf" --steps 25 --prompt 4 --text 3 --mb 4 2>&1) || { echo "$out"; fail "bench t3"; }
 line=$(printf '%s\n' "$out" | grep '^bench t3 ') || { echo "$out"; fail "no bench t3 line"; }
 for f in t3_tok_s decode_gbps stream_gbps decode_bw_ratio cpu_ms_per_tok; do positive "$f" "$line"; done
+
+# bench peak: one line per instruction, positive rates where the CPU has it, "missing" otherwise,
+# and the ratios when both of a pair ran.
+out=$("$BENCH" peak --reps 1 2>&1) || { echo "$out"; fail "bench peak"; }
+for op in vfmadd231ps vdpbf16ps vpdpbusd; do
+  line=$(printf '%s\n' "$out" | grep "^peak op=$op ") || { echo "$out"; fail "bench peak: no $op line"; }
+  case "$line" in
+    *missing) ;;
+    *) positive zmm_per_ns "$line"; positive macs_per_ns "$line" ;;
+  esac
+done
+if ! printf '%s\n' "$out" | grep -q "op=vpdpbusd missing" && ! printf '%s\n' "$out" | grep -q "op=vdpbf16ps missing"; then
+  positive int8_over_bf16 "$(printf '%s\n' "$out" | grep '^peak int8_over_bf16=')"
+fi
+expect_error "usage: chatterbox-bench peak" -- "$BENCH" peak --bogus
 
 expect_error "bench turbo" "--sample-every" -- "$BENCH" turbo -m "$T/turbo.gguf" --sample-every 0
 expect_error "bench mtl" "--sample-mb" -- "$BENCH" mtl -m "$T/mtl.gguf" --sample-mb -1
