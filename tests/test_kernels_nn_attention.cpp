@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/arena.h"
+#include "core/cpu.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "nn_test_util.h"
+#include "kernels/nn.h"
 #include "ops/attention.h"
 
 using namespace cbx;
@@ -138,6 +141,44 @@ TEST(NnAttention, PrefillDecodeMasksLayouts) {
   };
   uint32_t seed = 1;
   for (const Case& c : cases) run_case(c, seed += 10);
+}
+
+// The K^T copy of the multi-query path: every ISA's kv_transpose gives the generic kernel's
+// bits (the exact widening), zero padding past tk, only the asked dims written; key counts
+// around the lane widths, rows wider than the dims, dims above the SIMD tile width (128).
+TEST(NnAttention, KvTransposeMatchesGenericOnEveryIsa) {
+  struct Shape {
+    int64_t tk, d, k_rs, c0, c1;
+  };
+  const Shape shapes[] = {{1, 8, 8, 0, 8},       {7, 64, 64, 0, 64},    {17, 64, 1024, 0, 64},
+                          {130, 20, 40, 3, 17},  {64, 136, 136, 0, 136}, {33, 200, 256, 70, 190}};
+  uint32_t seed = 5;
+  for (const Shape& sh : shapes)
+    for (DType dt : {DType::F32, DType::F16}) {
+      Buf src({sh.tk, sh.k_rs}, seed += 3, -3.f, 3.f);
+      std::vector<uint16_t> h(src.size());
+      for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_f16(src.v[i]);
+      const void* k = dt == DType::F16 ? static_cast<const void*>(h.data()) : src.v.data();
+      const int64_t kt_rs = (sh.tk + 63) / 64 * 64;
+      std::vector<float> want(size_t(sh.d * kt_rs), -7.f);
+      nn_kernels_generic().kv_transpose(k, dt, sh.k_rs, sh.tk, sh.c0, sh.c1, want.data(), kt_rs);
+      for (int64_t c = 0; c < sh.d; ++c)
+        for (int64_t j = 0; j < kt_rs; ++j) {
+          const float e = c < sh.c0 || c >= sh.c1 ? -7.f
+                          : j >= sh.tk        ? 0.f
+                          : dt == DType::F16  ? f16_to_f32(h[size_t(j * sh.k_rs + c)])
+                                              : src.v[size_t(j * sh.k_rs + c)];
+          ASSERT_EQ(want[size_t(c * kt_rs + j)], e) << "generic c " << c << " j " << j;
+        }
+      for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+        if (int(isa) > int(detected_isa())) continue;
+        std::vector<float> got(want.size(), -7.f);
+        nn_kernels(isa).kv_transpose(k, dt, sh.k_rs, sh.tk, sh.c0, sh.c1, got.data(), kt_rs);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+            << isa_name(isa) << " " << dtype_name(dt) << " tk " << sh.tk << " d " << sh.d << " dims [" << sh.c0
+            << ", " << sh.c1 << ")";
+      }
+    }
 }
 
 TEST(NnAttention, ValidationErrors) {

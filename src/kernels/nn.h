@@ -106,6 +106,11 @@ struct NnKernels {
   // y = x rounded to f16 (to nearest even), the bits of core f32_to_f16 for every non-NaN
   // value (a NaN stays a NaN, its payload may differ).
   void (*to_f16)(const float* x, uint16_t* y, int64_t n);
+  // One head's keys k [tk, d] (F32 or F16, rows k_rs elements apart) -> kt [d, kt_rs] F32,
+  // the AttnHead::kt copy: kt[c * kt_rs + j] = k[j * k_rs + c], zero for j in [tk, kt_rs).
+  // Dims [c0, c1) only (callers split the rows). Exact (f16 -> f32 widening is lossless).
+  void (*kv_transpose)(const void* k, DType dt, int64_t k_rs, int64_t tk, int64_t c0, int64_t c1, float* kt,
+                       int64_t kt_rs);
 };
 
 const NnKernels& nn_kernels(Isa isa);

@@ -175,10 +175,25 @@ void to_f16_generic(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(x[i]);
 }
 
+void kv_transpose_generic(const void* k, DType dt, int64_t k_rs, int64_t tk, int64_t c0, int64_t c1, float* kt,
+                          int64_t kt_rs) {
+  for (int64_t c = c0; c < c1; ++c) {
+    float* dst = kt + c * kt_rs;
+    if (dt == DType::F16) {
+      const uint16_t* s = static_cast<const uint16_t*>(k) + c;
+      for (int64_t j = 0; j < tk; ++j) dst[j] = f16_to_f32(s[j * k_rs]);
+    } else {
+      const float* s = static_cast<const float*>(k) + c;
+      for (int64_t j = 0; j < tk; ++j) dst[j] = s[j * k_rs];
+    }
+    for (int64_t j = tk; j < kt_rs; ++j) dst[j] = 0.f;
+  }
+}
+
 const NnKernels kGeneric = {
     Isa::Generic,   unary_generic, binary_generic, snake_generic,      layer_norm_generic,
     rms_norm_generic, softmax_generic, rope_generic, gemm_generic, attn_generic,
-    lstm_gates_generic, dot_generic, to_f16_generic,
+    lstm_gates_generic, dot_generic, to_f16_generic, kv_transpose_generic,
 };
 
 }  // namespace

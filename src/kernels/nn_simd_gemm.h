@@ -404,7 +404,7 @@ template <class V>
 constexpr NnKernels make_table(Isa isa) {
   return NnKernels{isa,           unary<V>,      binary<V>, snake<V>, layer_norm<V>,
                    rms_norm<V>,   softmax<V>,    rope<V>,   gemm<V>,  attn<V>,
-                   lstm_gates<V>, dot<V>,        to_f16<V>};
+                   lstm_gates<V>, dot<V>,        to_f16<V>, kv_transpose<V>};
 }
 
 }  // namespace cbx::nn_simd

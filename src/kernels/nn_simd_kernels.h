@@ -19,6 +19,42 @@ void to_f16(const float* x, uint16_t* y, int64_t n) {
   if (i < n) V::store_h_n(y + i, V::load_n(x + i, n - i), n - i);
 }
 
+// kv_transpose in blocks of W keys: each key's dims [c0, c1) widened with vector loads into an
+// L1 tile [W][c1 - c0], then written out column by column (W consecutive floats per dim).
+template <class V>
+void kv_transpose(const void* k, DType dt, int64_t k_rs, int64_t tk, int64_t c0, int64_t c1, float* kt,
+                  int64_t kt_rs) {
+  constexpr int W = V::W;
+  constexpr int64_t kMaxDims = 128;  // tile width per pass
+  alignas(64) float tile[W * kMaxDims];
+  for (int64_t cb = c0; cb < c1; cb += kMaxDims) {
+    const int64_t nc = std::min(kMaxDims, c1 - cb);
+    for (int64_t j0 = 0; j0 < tk; j0 += W) {
+      const int64_t nj = std::min<int64_t>(W, tk - j0);
+      for (int64_t jj = 0; jj < nj; ++jj) {
+        float* t = tile + jj * nc;
+        const int64_t at = (j0 + jj) * k_rs + cb;
+        int64_t c = 0;
+        if (dt == DType::F16) {
+          const uint16_t* s = static_cast<const uint16_t*>(k) + at;
+          for (; c + W <= nc; c += W) V::store(t + c, V::load_h(s + c));
+          if (c < nc) V::store_n(t + c, V::load_h_n(s + c, nc - c), nc - c);
+        } else {
+          const float* s = static_cast<const float*>(k) + at;
+          for (; c + W <= nc; c += W) V::store(t + c, V::load(s + c));
+          if (c < nc) V::store_n(t + c, V::load_n(s + c, nc - c), nc - c);
+        }
+      }
+      for (int64_t c = 0; c < nc; ++c) {
+        float* dst = kt + (cb + c) * kt_rs + j0;
+        for (int64_t jj = 0; jj < nj; ++jj) dst[jj] = tile[jj * nc + c];
+      }
+    }
+    for (int64_t c = 0; c < nc; ++c)
+      for (int64_t j = tk; j < kt_rs; ++j) kt[(cb + c) * kt_rs + j] = 0.f;
+  }
+}
+
 template <class V>
 void unary(Unary op, const float* x, float* y, int64_t n, float p0, float p1) {
   using R = typename V::R;

@@ -153,21 +153,14 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor&
     }
   }
   auto transpose_k = [&](int ith, int nth) {
-    const int64_t rows = Hkv * D;
+    // Rows r = hk D + c of the copies; each thread its contiguous share, head by head.
     int64_t r0, r1;
-    ThreadPool::split(rows, ith, nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t hk = r / D, d = r % D;
-      float* dst = kt + r * kt_rs;
-      const uint8_t* src = s.k + size_t(hk * s.k_hs + d) * s.kv_es;
-      if (s.kv_dtype == DType::F16) {
-        const uint16_t* s16 = reinterpret_cast<const uint16_t*>(src);
-        for (int64_t j = 0; j < Tk; ++j) dst[j] = f16_to_f32(s16[j * s.k_rs]);
-      } else {
-        const float* s32 = reinterpret_cast<const float*>(src);
-        for (int64_t j = 0; j < Tk; ++j) dst[j] = s32[j * s.k_rs];
-      }
-      for (int64_t j = Tk; j < kt_rs; ++j) dst[j] = 0.f;
+    ThreadPool::split(Hkv * D, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1;) {
+      const int64_t hk = r / D, c0 = r % D, c1 = std::min(D, c0 + (r1 - r));
+      s.kern->kv_transpose(s.k + size_t(hk * s.k_hs) * s.kv_es, s.kv_dtype, s.k_rs, Tk, c0, c1, kt + hk * D * kt_rs,
+                           kt_rs);
+      r += c1 - c0;
     }
   };
 
