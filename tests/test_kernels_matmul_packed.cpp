@@ -292,6 +292,40 @@ INSTANTIATE_TEST_SUITE_P(Types, PackedTest,
                                   gemm_precision_name(std::get<1>(info.param));
                          });
 
+// The panel paths share their items out with the pool's WorkSplit (own block, then the
+// others' tails): pools of 1, 3 and 5 threads (more threads than cores, so some get
+// preempted and others steal) give the 2-thread pool's bits, residual epilogue included
+// (an item run twice would add its residual twice, one skipped would keep y's old values).
+TEST(Packed, ThreadCountsGiveTheSameBits) {
+  if (forced_isa_unavailable()) GTEST_SKIP();
+  GemmPrecisionScope scope(GemmPrecision::BF16);
+  Weight w = make_weight(DType::Q4_0, 160, 256, 11), w1 = make_weight(DType::F16, 512, 256, 12),
+         w2 = make_weight(DType::F16, 256, 512, 13);
+  const PackedWeight pw = pack_weight(pool(), {&w.t}, GemmPrecision::Auto, "w");
+  const PackedWeight p1 = pack_weight(pool(), {&w1.t}, GemmPrecision::Auto, "ff1");
+  const PackedWeight p2 = pack_weight(pool(), {&w2.t}, GemmPrecision::Auto, "ff2");
+  const int64_t n = 301;
+  Mat x = make_mat(0, n, 256, 0, 21);
+  auto run = [&](ThreadPool& tp, Mat& y, Mat& z) {
+    matmul_packed(tp, pw, x.t, y.t, MatmulEpilogue{nullptr, MatmulAct::None, &y.t});
+    Mat hid = make_mat(0, n, 512, 0, 23);
+    Arena arena(matmul_mlp_scratch_bytes(p1, p2, n, tp.size()));
+    matmul_mlp(tp, p1, MatmulEpilogue{nullptr, MatmulAct::Gelu}, p2, MatmulEpilogue{nullptr, MatmulAct::None, &z.t},
+               z.t, hid.t, z.t, &arena);
+  };
+  Mat y_ref = make_mat(0, n, 160, 0, 22), z_ref = make_mat(0, n, 256, 0, 24);
+  run(pool(), y_ref, z_ref);
+  for (int threads : {1, 3, 5}) {
+    ThreadPool tp(threads);
+    for (int rep = 0; rep < 3; ++rep) {
+      Mat y = make_mat(0, n, 160, 0, 22), z = make_mat(0, n, 256, 0, 24);
+      run(tp, y, z);
+      EXPECT_TRUE(same_bits(y.t, y_ref.t)) << threads << " threads, rep " << rep;
+      EXPECT_TRUE(same_bits(z.t, z_ref.t)) << threads << " threads, rep " << rep;
+    }
+  }
+}
+
 // A weight packed for BF16 run under an F32 scope takes the per-call F32 path (same bits).
 TEST(Packed, PanelsFollowTheCallsPrecision) {
   if (forced_isa_unavailable()) GTEST_SKIP();

@@ -22,7 +22,7 @@ void spin_then_wait(const std::atomic<uint32_t>& word, uint32_t old, Pred done) 
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads), split_(n_threads_) {
   CBX_CHECK(n_threads <= 1024, "thread pool: %d threads requested (at most 1024)", n_threads);
   workers_.reserve(size_t(n_threads_ - 1));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });

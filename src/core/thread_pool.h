@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/work_split.h"
+
 namespace cbx {
 
 class ThreadPool {
@@ -26,6 +28,9 @@ class ThreadPool {
   }
   // Inside run(): all nth threads wait until each has arrived.
   void barrier();
+  // A WorkSplit sized for this pool, for ops whose run is one shared-out phase: reset it
+  // (n, size(), align) before run(), take pieces inside (core/work_split.h). One op at a time.
+  WorkSplit& work_split() { return split_; }
 
   // [begin, end) share of n items for thread ith of nth (contiguous chunks).
   static void split(int64_t n, int ith, int nth, int64_t* begin, int64_t* end) {
@@ -49,6 +54,7 @@ class ThreadPool {
   // barrier state
   std::atomic<int> barrier_count_{0};
   std::atomic<uint32_t> barrier_phase_{0};
+  WorkSplit split_;
 };
 
 }  // namespace cbx

@@ -137,22 +137,27 @@ void run_panels(const PackedWeight& w, const GemmKernel& g,
   const size_t xbytes = align64(size_t(kp) * g.nr * g.elem_bytes),
                per = thread_bytes(g, kp, e.ln_w != nullptr);
   const size_t tbytes = align64(size_t(g.nr) * g.mr * 4);
-  pool.run([&](int ith, int nth) {
-    int64_t i0, i1;
-    ThreadPool::split(items, ith, nth, &i0, &i1);
+  // Items row tile major; each thread works its own block a row tile at a time and then takes
+  // single items from the back of the other blocks (WorkSplit), packing the x rows of a row
+  // tile when it moves to another.
+  WorkSplit& ws = pool.work_split();
+  ws.reset(items, pool.size(), 1);
+  pool.run([&](int ith, int) {
     uint8_t* xp = scratch + size_t(ith) * per;
     float* tile = reinterpret_cast<float*>(xp + xbytes);
     float* lnrows = reinterpret_cast<float*>(xp + xbytes + tbytes);  // [nr][k] with a prologue
     int64_t cur = -1;
-    for (int64_t it = i0; it < i1; ++it) {
-      const int64_t nt = it / m_tiles, t = it % m_tiles;
-      const int nrows = int(std::min<int64_t>(g.nr, n - nt * g.nr));
-      if (nt != cur) {
-        pack_rows(g, e, x, xs, nt * g.nr, nrows, k, lnrows, xp);
-        cur = nt;
+    ws.run(ith, m_tiles, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t it = i0; it < i1; ++it) {
+        const int64_t nt = it / m_tiles, t = it % m_tiles;
+        const int nrows = int(std::min<int64_t>(g.nr, n - nt * g.nr));
+        if (nt != cur) {
+          pack_rows(g, e, x, xs, nt * g.nr, nrows, k, lnrows, xp);
+          cur = nt;
+        }
+        run_tile(g, e, xp, panels, tiles[size_t(t)], kp, tile, nrows, y, ldy, nt * g.nr);
       }
-      run_tile(g, e, xp, panels, tiles[size_t(t)], kp, tile, nrows, y, ldy, nt * g.nr);
-    }
+    });
   });
 }
 
@@ -164,7 +169,8 @@ size_t mlp_thread_bytes(const GemmKernel& g1, int64_t kp1, const GemmKernel& g2,
 }
 
 // The MLP panel path: per 32-row tile, h = e1(x . w1^T) into the thread's [nr][F] rows, then
-// y = e2(h . w2^T); threads take contiguous row tiles.
+// y = e2(h . w2^T); threads take their own block of row tiles, then the others' last ones
+// (WorkSplit).
 struct MlpSide {
   const GemmKernel* g;
   const std::vector<PackedWeight::Tile>* tiles;
@@ -181,23 +187,25 @@ void run_mlp_panels(const MlpSide& a, const MlpSide& b, ThreadPool& pool, const 
                t1 = align64(size_t(g1.nr) * g1.mr * 4);
   const size_t ln = align64(size_t(a.kp) * g1.nr * 4), hb = align64(size_t(g2.nr) * size_t(f) * 4);
   const size_t per = mlp_thread_bytes(g1, a.kp, g2, b.kp, f);
-  pool.run([&](int ith, int nth) {
-    int64_t r0, r1;
-    ThreadPool::split(n_tiles, ith, nth, &r0, &r1);
+  WorkSplit& ws = pool.work_split();
+  ws.reset(n_tiles, pool.size(), 1);
+  pool.run([&](int ith, int) {
     uint8_t* xp = scratch + size_t(ith) * per;
     float* tile = reinterpret_cast<float*>(xp + x1);
     float* lnrows = reinterpret_cast<float*>(xp + x1 + t1);
     float* h = reinterpret_cast<float*>(xp + x1 + t1 + ln);
     uint8_t* hp = xp + x1 + t1 + ln + hb;
-    for (int64_t nt = r0; nt < r1; ++nt) {
-      const int nrows = int(std::min<int64_t>(g1.nr, n - nt * g1.nr));
-      pack_rows(g1, a.e, x, xs, nt * g1.nr, nrows, k, lnrows, xp);
-      for (const PackedWeight::Tile& wt : *a.tiles)
-        run_tile(g1, a.e, xp, a.panels, wt, a.kp, tile, nrows, h, f, 0);
-      g2.pack_x(h, size_t(f) * 4, nrows, f, hp);
-      for (const PackedWeight::Tile& wt : *b.tiles)
-        run_tile(g2, b.e, hp, b.panels, wt, b.kp, tile, nrows, y, ldy, nt * g1.nr);
-    }
+    ws.run(ith, 1, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t nt = r0; nt < r1; ++nt) {
+        const int nrows = int(std::min<int64_t>(g1.nr, n - nt * g1.nr));
+        pack_rows(g1, a.e, x, xs, nt * g1.nr, nrows, k, lnrows, xp);
+        for (const PackedWeight::Tile& wt : *a.tiles)
+          run_tile(g1, a.e, xp, a.panels, wt, a.kp, tile, nrows, h, f, 0);
+        g2.pack_x(h, size_t(f) * 4, nrows, f, hp);
+        for (const PackedWeight::Tile& wt : *b.tiles)
+          run_tile(g2, b.e, hp, b.panels, wt, b.kp, tile, nrows, y, ldy, nt * g1.nr);
+      }
+    });
   });
 }
 
