@@ -300,6 +300,33 @@ TEST(NnConv, Conv1dSnakeFusedMatchesComposedOps) {
   EXPECT_THROW(conv1d_snake(pool(), x.t, a.t, w.t, Tensor{}, Tensor{}, x.t, P(1, 1, 1, 1, 1)), Error);   // y = x
 }
 
+// The direct conv shares whole time tiles out with the pool's WorkSplit (own block, then
+// the others' last tiles, each piece packing its own input columns): pools of 1, 3 and 5
+// threads (more than the cores: some are preempted, others steal) give the 2-thread bits,
+// the in-place residual included (a tile run twice adds its residual twice).
+TEST(NnConv, Conv1dSnakeThreadCountsGiveTheSameBits) {
+  CBX_SKIP_IF_ISA_UNAVAILABLE();
+  GemmPrecisionScope bf16(GemmPrecision::BF16);
+  const Conv1dParams pd = P(1, 3, 9, 9, 1);
+  if (!conv1d_snake_fused(64, pd)) GTEST_SKIP() << "no fused bf16 direct conv on this CPU / precision";
+  const int64_t C = 64, T = 4000, K = 7;
+  Buf x({C, T}, 31, -3.f, 3.f), alpha({C}, 32, 0.2f, 2.f), w({C, C, K}, 33), b({C}, 34), res0({C, T}, 35);
+  Arena arena(64 << 20);
+  Buf want({C, T});
+  want.v = res0.v;
+  conv1d_snake(pool(), x.t, alpha.t, w.t, b.t, want.t, want.t, pd, &arena);
+  for (int threads : {1, 3, 5}) {
+    ThreadPool tp(threads);
+    Arena ar(64 << 20);
+    for (int rep = 0; rep < 3; ++rep) {
+      Buf y({C, T});
+      y.v = res0.v;
+      conv1d_snake(tp, x.t, alpha.t, w.t, b.t, y.t, y.t, pd, &ar);
+      EXPECT_EQ(y.v, want.v) << threads << " threads, rep " << rep;
+    }
+  }
+}
+
 // conv1d_pack: weights packed once give the per-call packing's bits (conv1d and
 // conv1d_snake, batch, C_in / C_out off the 32 grid, no bias); a pack made from other
 // weights is refused by name; an empty pack (no direct kernel, C_out over its limit) and

@@ -155,20 +155,23 @@ void conv1d_direct_bf16(ThreadPool& pool, const Bf16Gemm& bk, const float* x, in
   c.k = K;
   c.dilation = p.dilation;
   c.rs = rs;
-  const int64_t items = n_tt * o_tiles;
-  run_threads(pool, Cout * Cin * K * Tout, [&](int ith, int nth) {
-    int64_t a0, a1;
+  // Items time-tile major, shared out in whole time tiles (WorkSplit): each thread works its
+  // own block chunk_tt time tiles at a time, then takes single time tiles from the back of the
+  // other blocks. A piece's Conv has its own time origin, column 0 of xp being padded input
+  // position 32 tc0.
+  const int64_t items = n_tt * o_tiles, work = Cout * Cin * K * Tout;
+  WorkSplit& ws = pool.work_split();
+  ws.reset(items, work < nn_detail::kParallelMin ? 1 : pool.size(), o_tiles);
+  run_threads(pool, work, [&](int ith, int nth) {
     if (!pk) {
+      int64_t a0, a1;
       ThreadPool::split(K * n_blocks, ith, nth, &a0, &a1);
       for (int64_t i = a0; i < a1; ++i) bk.conv_pack_w(w, Cout, Cin, K, cout_pad, i / n_blocks, i % n_blocks, wp);
       if (nth > 1) pool.barrier();
     }
-    ThreadPool::split(items, ith, nth, &a0, &a1);
     uint16_t* xp = xbuf + ith * (cin_pad * chunk_cols + 32);
-    // Chunks of chunk_tt time tiles over this thread's items (time-tile major): the chunk's
-    // Conv has its own time origin, column 0 of xp being padded input position 32 tc0.
-    for (int64_t tc0 = a0 / o_tiles; tc0 * o_tiles < a1; tc0 += chunk_tt) {
-      const int64_t tc1 = std::min(tc0 + chunk_tt, n_tt), t_org = tc0 * 32;
+    ws.run(ith, chunk_tt * o_tiles, o_tiles, [&](int64_t i0, int64_t i1) {
+      const int64_t tc0 = i0 / o_tiles, tc1 = i1 / o_tiles, t_org = tc0 * 32;
       const int64_t cols = (tc1 - tc0) * 32 + halo;
       bk.conv_pack_x(x, xs, Cin, T, p.pad_left - t_org, cols, 0, cin_pad / 2, snake_alpha, xp);
       Bf16Gemm::Conv cc = c;
@@ -177,8 +180,8 @@ void conv1d_direct_bf16(ThreadPool& pool, const Bf16Gemm& bk, const float* x, in
       cc.y = y + t_org;
       cc.res = res ? res + t_org : nullptr;
       cc.tout = Tout - t_org;
-      bk.conv_tiles(cc, std::max(a0, tc0 * o_tiles) - tc0 * o_tiles, std::min(a1, tc1 * o_tiles) - tc0 * o_tiles);
-    }
+      bk.conv_tiles(cc, 0, (tc1 - tc0) * o_tiles);
+    });
   });
 }
 
