@@ -161,7 +161,7 @@ void conv1d_direct_bf16(ThreadPool& pool, const Bf16Gemm& bk, const float* x, in
   // position 32 tc0.
   const int64_t items = n_tt * o_tiles, work = Cout * Cin * K * Tout;
   WorkSplit& ws = pool.work_split();
-  ws.reset(items, work < nn_detail::kParallelMin ? 1 : pool.size(), o_tiles);
+  ws.reset(items, threads_for(pool, work), o_tiles);
   run_threads(pool, work, [&](int ith, int nth) {
     if (!pk) {
       int64_t a0, a1;

@@ -47,9 +47,14 @@ struct GemmJob {
   const float* bias = nullptr;           // per output row over all groups
 };
 
+// Threads run_threads uses for `work` multiply-adds: 1 below nn_detail::kParallelMin.
+inline int threads_for(const ThreadPool& pool, int64_t work) {
+  return work < nn_detail::kParallelMin ? 1 : pool.size();
+}
+
 template <class F>
 void run_threads(ThreadPool& pool, int64_t work, F&& f) {
-  if (work < nn_detail::kParallelMin || pool.size() <= 1) {
+  if (threads_for(pool, work) <= 1) {
     f(0, 1);
   } else {
     pool.run(f);
