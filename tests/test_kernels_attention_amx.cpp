@@ -182,6 +182,25 @@ TEST(AttentionAmx, ThreadSplits) {
   }
 }
 
+TEST(AttentionAmx, ThreadCountsGiveTheSameBits) {
+  if (!available()) GTEST_SKIP() << "the fused bf16 attention is not available with this ISA / CPU";
+  // Query blocks are shared out dynamically (own block, then the others' last items): every
+  // pool size must give the 1-thread bits and write every output (the guard values show a
+  // skipped block). 4 heads x 5 blocks: 20 items, not a multiple of 3 or 5.
+  nn_test::Buf q({4, 150, 64}, 7), k({4, 90, 64}, 8), v({4, 90, 64}, 9);
+  std::vector<float> want;
+  for (int threads : {1, 2, 3, 5}) {
+    nn_test::Buf o({4, 150, 64});
+    for (float& x : o.v) x = kGuard;
+    ThreadPool tp(threads);
+    Arena scratch(attention_bf16_scratch_bytes(1, 4, 90, 64, threads));
+    attention_bf16(tp, q.t, k.t, v.t, o.t, 0.125f, scratch);
+    for (float x : o.v) ASSERT_NE(x, kGuard) << threads << " threads left an output unwritten";
+    if (want.empty()) want = o.v;
+    else ASSERT_EQ(o.v, want) << threads << " threads";
+  }
+}
+
 TEST(AttentionAmx, BadInputs) {
   if (!available()) GTEST_SKIP() << "the fused bf16 attention is not available with this ISA / CPU";
   nn_test::Buf q({2, 8, 64}), k({2, 9, 64}), v({2, 9, 64}), o({2, 8, 64}), k48({2, 9, 48}), q48({2, 8, 48}),

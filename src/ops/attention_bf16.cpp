@@ -134,9 +134,15 @@ void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, co
     }
   }
   const int64_t nqb = (Tq + kAttnAmxQueryBlock - 1) / kAttnAmxQueryBlock, items = heads * nqb;
+  // Query blocks are shared out with the pool's WorkSplit: each thread works through its own
+  // contiguous block (the heads it packed), then takes single items from the back of the
+  // other's, so a thread the machine slows down does not hold the call up. Items are
+  // independent: the same bits for any split.
+  WorkSplit& wsplit = pool.work_split();
+  wsplit.reset(items, nth_pool, 1);
   pool.run([&](int ith, int nth) {
     // Each thread packs the heads its query blocks mostly fall in (same contiguous split).
-    int64_t h0, h1, i0, i1;
+    int64_t h0, h1;
     ThreadPool::split(heads, ith, nth, &h0, &h1);
     for (int64_t bh = h0; bh < h1; ++bh) {
       const int64_t b = bh / H, h = bh % H;
@@ -144,8 +150,7 @@ void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, co
       kern->pack_v(at(v, b, h), v.stride[2] / 4, Tk, D, reinterpret_cast<uint16_t*>(vp + bh * vp_b));
     }
     if (nth > 1) pool.barrier();
-    ThreadPool::split(items, ith, nth, &i0, &i1);
-    kern->run(hv, nqb, i0, i1, ws + size_t(ith) * ws_b);
+    wsplit.run(ith, 1, 1, [&](int64_t i0, int64_t i1) { kern->run(hv, nqb, i0, i1, ws + size_t(ith) * ws_b); });
   });
   scratch.rewind(mark);
 }
