@@ -78,12 +78,15 @@ struct T3Gpt2Options {
   // kernel exists (same logits, faster decode; costs a second copy of those weights,
   // ~160 MB for the full Turbo model). Off: the decode reads the GGUF layout.
   bool pack_q4 = true;
-  // KV cache on transparent huge pages (core/huge_buffer.h): measured 2-3.5% faster
-  // decode (two threads; 5.5% one thread; same-process A/B, loaded machine), but a touch
-  // backs 2 MB, and the cache is head-major, so the whole reservation becomes resident as
-  // soon as the prefill writes (bench turbo reserves 1601 keys and uses 627: ~+90 MB peak
-  // RSS, 972 -> 1061 MB). Worth it when max_ctx is close to what a generation uses.
-  bool kv_huge_pages = false;
+  // KV cache on transparent huge pages (core/huge_buffer.h). The decode step reads the whole
+  // cache every step (~50 MB of a Turbo step's ~230 MB): on the Zen 4 VM, bench t3 Q4_0,
+  // processes alternating, 6 pairs in the same memory state (stream within 6%): decode_bw_ratio
+  // 0.81-0.88 -> 0.87-0.90, higher in 6 of 6 (median +3.5%); earlier 2-3.5% (two threads) and
+  // 5.5% (one) in same-process A/B. The cost: a touch backs 2 MB and the cache is head-major,
+  // so the whole reservation becomes resident as soon as the prefill writes (bench turbo
+  // reserves 1601 keys and uses 627: ~+90 MB peak RSS). false: 4 KB pages, only the written
+  // rows resident.
+  bool kv_huge_pages = true;
   // Forward calls of 2 .. row_prefill_max rows whose layer matrices are all Q8_0 / Q4_0 run
   // their projections on the decode's row kernels (RowLinear::run_rows: activations to 8
   // bits per block and integer dots, as in a decode step; each weight row is read once for
