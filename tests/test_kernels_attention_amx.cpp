@@ -25,6 +25,7 @@
 #include "core/thread_pool.h"
 #include "nn_test_util.h"
 #include "ops/attention_bf16.h"
+#include "ops/matmul.h"
 
 using namespace cbx;
 
@@ -263,6 +264,68 @@ TEST(AttentionAmx, AdditiveBias) {
       EXPECT_NE(std::string(e.what()).find("bias"), std::string::npos) << e.what();
     }
   }
+}
+
+// The in-kernel relative-position term (attention_bf16_relpos) against what the flow encoder
+// did before it: per head, bd_raw = qv p^T by gemm_f32 at the BF16 precision, then the bias
+// overload on its rel-shift view. Same bits required (same bf16 rounding of qv and p, the dim
+// pairs summed in order from zero, the same fma with the scale). Heads are columns of [T, H D]
+// buffers as in the flow encoder; T below / past 16, 32 and 64-key windows, from 8 on (below
+// kGemmMinRows = 8 rows gemm_f32 takes its f32 dot path, not the bf16 tile, so the old path
+// was not a bf16 product there).
+TEST(AttentionAmx, RelativePositionsMatchTheBiasPath) {
+  for (const int64_t D : {32, 64, 128}) {
+    if (!attention_bf16_relpos_available(D)) GTEST_SKIP() << "no in-kernel position term with this ISA / CPU";
+    for (const int64_t T : {8, 17, 45, 70, 130}) {
+      const int64_t H = 3, d = H * D, P = 2 * T - 1;
+      nn_test::Buf q({T, d}, 21), k({T, d}, 22), v({T, d}, 23), qv({T, d}, 24), p({P, d}, 25), o({T, d}),
+          o2({T, d}), bd({T, P});
+      for (float& x : qv.v) x *= 3.f;
+      for (float& x : p.v) x *= 2.f;
+      const int64_t hs[3] = {H, T, D}, st[3] = {D * 4, d * 4, 4}, ps[3] = {H, P, D};
+      const float scale = 0.125f;
+      Arena scratch(attention_bf16_relpos_scratch_bytes(1, H, T, D, pool().size()) + (size_t(16) << 20));
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t h1[3] = {1, T, D};
+        auto head = [&](nn_test::Buf& b, int64_t rows) {
+          const int64_t sh[2] = {rows, D}, s2[2] = {d * 4, 4};
+          return make_view(b.t, 2, sh, s2, h * D * 4);
+        };
+        gemm_f32(pool(), head(qv, T), head(p, P), bd.t, &scratch, GemmPrecision::BF16);
+        const int64_t sh[2] = {T, T}, sst[2] = {(T > 1 ? P - 1 : 1) * 4, 4};
+        const Tensor shifted = make_view(bd.t, 2, sh, sst, (T - 1) * 4);
+        Tensor oh = make_view(o.t, 3, h1, st, h * D * 4);
+        attention_bf16(pool(), make_view(q.t, 3, h1, st, h * D * 4), make_view(k.t, 3, h1, st, h * D * 4),
+                       make_view(v.t, 3, h1, st, h * D * 4), shifted, oh, scale, scratch);
+      }
+      Tensor o2v = make_view(o2.t, 3, hs, st, 0);
+      attention_bf16_relpos(pool(), make_view(q.t, 3, hs, st, 0), make_view(k.t, 3, hs, st, 0),
+                            make_view(v.t, 3, hs, st, 0), make_view(qv.t, 3, hs, st, 0), make_view(p.t, 3, ps, st, 0),
+                            o2v, scale, scratch);
+      EXPECT_EQ(scratch.used(), 0u);
+      size_t bad = 0;
+      for (size_t i = 0; i < o.v.size(); ++i) bad += o2.v[i] != o.v[i];
+      EXPECT_EQ(bad, 0u) << "D " << D << ", T " << T;
+    }
+  }
+}
+
+TEST(AttentionAmx, RelativePositionsBadInputs) {
+  if (!attention_bf16_relpos_available(64)) GTEST_SKIP() << "no in-kernel position term with this ISA / CPU";
+  nn_test::Buf q({2, 8, 64}), k({2, 9, 64}), k8({2, 8, 64}), o({2, 8, 64}), p({2, 15, 64}), p16({2, 16, 64});
+  Arena scratch(attention_bf16_relpos_scratch_bytes(1, 2, 9, 64, pool().size()));
+  auto msg = [&](const Tensor& kk, const Tensor& qv, const Tensor& pp) -> std::string {
+    try {
+      attention_bf16_relpos(pool(), q.t, kk, kk, qv, pp, o.t, 1.f, scratch);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(msg(k.t, q.t, p16.t).find("need Tq == Tk"), std::string::npos);    // 8 queries, 9 keys
+  EXPECT_NE(msg(k8.t, q.t, p16.t).find("need Tq == Tk"), std::string::npos);   // p rows 16, not 15
+  EXPECT_NE(msg(k8.t, k.t, p.t).find("qv"), std::string::npos);                // qv of another shape
+  EXPECT_EQ(msg(k8.t, q.t, p.t), "");
 }
 
 TEST(AttentionAmx, UnavailableThrows) {

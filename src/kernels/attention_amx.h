@@ -40,6 +40,16 @@ struct AttnAmxHead {
   // scale q[i] . k[j] + bias[i bias_rs + j], added in f32 before the softmax. nullptr: none.
   const float* bias = nullptr;
   int64_t bias_rs = 0;
+  // Optional relative-position term computed in the kernel (vdpbf16ps kernel only, Tq == Tk):
+  // query i's scores become scale q[i] . k[j] + bd[i, j] with
+  //   bd[i, j] = qv[i] . p[Tk - 1 - i + j]   (bf16 products, f32 sums over the dim pairs in
+  // order, as a bf16 GEMM tile computes qv p^T), i.e. the rel_shift of qv p^T without the
+  // [Tq, 2 Tk - 1] matrix. relp: p pair-major (attention_bf16_pack_relpos), relp_rs pairs
+  // per dim pair; qv: [Tq, D] f32, rows qv_rs floats apart. nullptr: none.
+  const uint32_t* relp = nullptr;
+  int64_t relp_rs = 0;
+  const float* qv = nullptr;
+  int64_t qv_rs = 0;
 };
 
 struct AttentionAmxKernels {
@@ -51,7 +61,15 @@ struct AttentionAmxKernels {
   // [32 (i % nqb), min(32 (i % nqb) + 32, Tq)) of heads[i / nqb]. All heads share Tq, Tk, D
   // and scale. ws: attention_amx_ws_bytes(Tk, D) bytes, 64-byte aligned, private to the thread.
   void (*run)(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void* ws);
+  // Position rows p [P, D] f32 (rows p_rs floats apart) -> relp [D / 2][rows] bf16 pairs
+  // (round to nearest even; element 2 d in the low half), zero in rows [P, rows). nullptr
+  // where run does not take AttnAmxHead::relp (the AMX kernel).
+  void (*pack_relpos)(const float* p, int64_t p_rs, int64_t P, int64_t D, int64_t rows, uint32_t* relp);
 };
+
+// relp rows for Tk keys: the 2 Tk - 1 positions, padded so that 64-key windows never read
+// past them.
+inline int64_t attention_relpos_rows(int64_t Tk) { return 2 * Tk - 1 + 64; }
 
 // Sizes (inline: callable without AVX-512). The score rows of the workspace are padded by 16
 // floats so that 16 rows never share one L1 set (Tk a multiple of 1024).

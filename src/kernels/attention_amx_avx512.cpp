@@ -198,7 +198,7 @@ void attention_bf16_pack_v(const float* v, int64_t v_rs, int64_t Tk, int64_t D, 
 }
 
 const AttentionAmxKernels* attention_amx_kernels() {
-  static const AttentionAmxKernels k{attention_bf16_pack_k, attention_bf16_pack_v, run_dispatch};
+  static const AttentionAmxKernels k{attention_bf16_pack_k, attention_bf16_pack_v, run_dispatch, nullptr};
   return amx_bf16_usable() ? &k : nullptr;
 }
 

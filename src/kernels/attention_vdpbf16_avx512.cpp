@@ -84,6 +84,34 @@ inline void output_step(const uint16_t* p, int64_t lds, const uint16_t* vp, int6
   }
 }
 
+// Query row i of head h (relp set): s[j] = scale s[j] + bd[i, j] for j < Tk, where bd[i, j] =
+// qv[i] . p[Tk - 1 - i + j] summed over the dim pairs in order from zero on vdpbf16ps (the
+// bits of a bf16 GEMM tile of qv p^T), 64 keys (four windows of 16 p rows) per pass.
+template <int ND>
+inline void relpos_row(const AttnAmxHead& h, int64_t i, float* s, int64_t Tk, float scale) {
+  constexpr int64_t D = ND * 32, np = D / 2;
+  alignas(64) uint16_t qb[D];
+  row_bf16(h.qv + i * h.qv_rs, D, qb);
+  const uint32_t* base = h.relp + (Tk - 1 - i);
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int64_t j0 = 0; j0 < Tk; j0 += 64) {
+    __m512 acc[4];
+    for (int t = 0; t < 4; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < np; ++p) {
+      const __m512bh a = bcast_pair(qb + 2 * p);
+      const uint32_t* w = base + p * h.relp_rs + j0;
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) acc[t] = _mm512_dpbf16_ps(acc[t], a, (__m512bh)_mm512_loadu_si512(w + 16 * t));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      const __mmask16 m = lanes(Tk - j0 - 16 * t);
+      float* sp = s + j0 + 16 * t;
+      _mm512_mask_storeu_ps(sp, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, sp), vs, acc[t]));
+    }
+  }
+}
+
 template <int ND>
 void run_vdp(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void* ws) {
   constexpr int R = ND == 1 ? 8 : ND == 2 ? 4 : 2;  // <= 16 accumulators
@@ -99,7 +127,14 @@ void run_vdp(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1, void
     const int64_t q0 = (it % nqb) * kQb;
     const int nq = load_q<ND>(h, q0, qb);
     scores<ND>(qb, h.kp, nkt, s, lds);
-    for (int r = 0; r < nq; ++r) inv[r] = softmax_row_head(h, q0 + r, s + r * lds, Tk, scale);
+    if (h.relp) {
+      for (int r = 0; r < nq; ++r) {
+        relpos_row<ND>(h, q0 + r, s + r * lds, Tk, scale);
+        inv[r] = softmax_row_bf16(s + r * lds, Tk, 1.f);
+      }
+    } else {
+      for (int r = 0; r < nq; ++r) inv[r] = softmax_row_head(h, q0 + r, s + r * lds, Tk, scale);
+    }
     const auto* p = reinterpret_cast<const uint16_t*>(s);
     for (int r0 = 0; r0 < nq; r0 += R) output_step<ND, R>(p, lds, h.vp, nkc, r0, nq, inv, h, q0);
   }
@@ -109,10 +144,20 @@ void run_dispatch(const AttnAmxHead* heads, int64_t nqb, int64_t i0, int64_t i1,
   with_head_dim(heads[0].D, [&](auto nd) { run_vdp<decltype(nd)::value>(heads, nqb, i0, i1, ws); });
 }
 
+void pack_relpos(const float* p, int64_t p_rs, int64_t P, int64_t D, int64_t rows, uint32_t* relp) {
+  const int64_t np = D / 2;
+  alignas(64) uint32_t pairs[kAttnAmxMaxHeadDim / 2];
+  for (int64_t m = 0; m < rows; ++m) {
+    if (m < P) row_bf16(p + m * p_rs, D, reinterpret_cast<uint16_t*>(pairs));
+    else std::memset(pairs, 0, size_t(np) * 4);
+    for (int64_t d = 0; d < np; ++d) relp[d * rows + m] = pairs[d];
+  }
+}
+
 }  // namespace
 
 const AttentionAmxKernels* attention_vdpbf16_kernels() {
-  static const AttentionAmxKernels k{attention_bf16_pack_k, attention_bf16_pack_v, run_dispatch};
+  static const AttentionAmxKernels k{attention_bf16_pack_k, attention_bf16_pack_v, run_dispatch, pack_relpos};
   return vdp_bf16_gemm() ? &k : nullptr;
 }
 

@@ -187,6 +187,9 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   // kernel with the scores as its additive bias) where that kernel runs here.
   attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(D);
   if (attn_bf16_) tr = std::max(tr, attention_bf16_scratch_bytes(1, 1, T, D, nt) + kAllocSlack);
+  // Where the vdpbf16ps kernel computes the position term itself, all heads run in one call.
+  relpos_ = attn_bf16_ && attention_bf16_relpos_available(D);
+  if (relpos_) tr = std::max(tr, attention_bf16_relpos_scratch_bytes(1, c.n_head, T, D, nt) + kAllocSlack);
   const int64_t Kmax = std::max<int64_t>({c.pre_lookahead_len + 1, 3, c.up_kernel});
   tr = std::max(tr, f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack +  // conv1d
                         (gemm_ == GemmPrecision::BF16 ? conv1d_bf16_scratch_bytes(d, d, T, Kmax, 1, nt) + kAllocSlack
@@ -262,6 +265,30 @@ void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const 
   add(pool_, q, reshape(W.pos_bias_u, {H * D}), q);
   scale(pool_, q, q, s);
 
+  if (relpos_) {  // bd inside the kernel: the same bits as the per-head path below
+    const int64_t hs[3] = {H, n, D}, st[3] = {D * 4, d * 4, 4}, ps[3] = {H, P, D};
+    Tensor oh = make_view(att, 3, hs, st, 0);
+    attention_bf16_relpos(pool_, make_view(q, 3, hs, st, 0), make_view(k, 3, hs, st, 0), make_view(v, 3, hs, st, 0),
+                          make_view(qv, 3, hs, st, 0), make_view(p, 3, ps, st, 0), oh, 1.f, *work_);
+  } else {
+    attention_per_head(q, k, v, qv, p, b, att);
+  }
+  matmul_packed(pool_, pk.out, att, x, MatmulEpilogue{&W.out_b, MatmulAct::None, &x}, sc);  // x += out(att)
+  emit(name + ".attn", x);
+
+  // x += w2(silu(w1(LN(x)))): one MLP call (LayerNorm, bias, SiLU and residual fused).
+  matmul_mlp(pool_, pk.w1,
+             MatmulEpilogue{&W.w1_b, MatmulAct::Silu, nullptr, &W.norm_ff_w, &W.norm_ff_b, c_.layer_ln_eps},
+             pk.w2, MatmulEpilogue{&W.w2_b, MatmulAct::None, &x}, x, hid, x, sc);
+  emit(name + ".out", x);
+}
+
+// The position scores and attention one head at a time (the AMX kernel or f32), so the scores
+// need [n, 2n-1] floats, not H times that.
+void FlowEncoder::attention_per_head(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qv,
+                                     const Tensor& p, const Bufs& b, Tensor& att) {
+  const int64_t n = q.shape[0], d = c_.d_model, H = c_.n_head, D = c_.head_dim, P = 2 * n - 1;
+  Arena* sc = work_;
   // One head at a time, so the position scores need [n, 2n-1] floats, not H times that:
   // bd_raw = (q + v_h) p_h^T: [n, 2n-1]; the rel_shift bd[i, j] = bd_raw[i, n-1-i+j] is the
   // view with row stride 2n-2 starting at n-1, passed to the attention as its additive mask.
@@ -285,14 +312,6 @@ void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const 
     else
       attention(pool_, qh, kh, vh, mask, oh, ap, sc);
   }
-  matmul_packed(pool_, pk.out, att, x, MatmulEpilogue{&W.out_b, MatmulAct::None, &x}, sc);  // x += out(att)
-  emit(name + ".attn", x);
-
-  // x += w2(silu(w1(LN(x)))): one MLP call (LayerNorm, bias, SiLU and residual fused).
-  matmul_mlp(pool_, pk.w1,
-             MatmulEpilogue{&W.w1_b, MatmulAct::Silu, nullptr, &W.norm_ff_w, &W.norm_ff_b, c_.layer_ln_eps},
-             pk.w2, MatmulEpilogue{&W.w2_b, MatmulAct::None, &x}, x, hid, x, sc);
-  emit(name + ".out", x);
 }
 
 FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_prompt, const int32_t* tokens,

@@ -149,6 +149,8 @@ class FlowEncoder {
   // x: [n, d] in place; pos: [2n-1, d].
   void conformer_layer(const FlowConformerLayer& W, Tensor& x, const Tensor& pos, const Bufs& b,
                        const std::string& name);
+  void attention_per_head(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qv, const Tensor& p,
+                          const Bufs& b, Tensor& att);
   // x: [n, d] -> LN(linear(x)) * sqrt(d) in place.
   void embed(const Tensor& w, const Tensor& bias, const Tensor& ln_w, const Tensor& ln_b, Tensor& x,
              Tensor& tmp);
@@ -164,6 +166,7 @@ class FlowEncoder {
   int64_t max_tokens_ = 0;
   GemmPrecision gemm_ = GemmPrecision::F32;
   bool attn_bf16_ = false;  // position scores + attention in bf16 (BF16 precision, fused kernel available)
+  bool relpos_ = false;     // ... with the position term inside the kernel (attention_bf16_relpos)
   Arena arena_;
   Tensor pos_;  // [2 T_max - 1, d]: relative positions T_max-1 .. -(T_max-1)
   std::vector<std::pair<const FlowConformerLayer*, PackedLayer>> packed_;  // made at construction

@@ -59,13 +59,23 @@ size_t attention_bf16_scratch_bytes(int64_t B, int64_t H, int64_t Tk, int64_t D,
          round64(heads * sizeof(AttnAmxHead)) + 5 * 64;
 }
 
-void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, Tensor& out_in,
-                    float scale, Arena& scratch) {
-  attention_bf16(pool, q_in, k_in, v_in, Tensor{}, out_in, scale, scratch);
+bool attention_bf16_relpos_available(int64_t head_dim) {
+  const AttentionAmxKernels* k = head_dim_ok(head_dim) ? kernels() : nullptr;
+  return k != nullptr && k->pack_relpos != nullptr;
 }
 
-void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                    const Tensor& bias_in, Tensor& out_in, float scale, Arena& scratch) {
+size_t attention_bf16_relpos_scratch_bytes(int64_t B, int64_t H, int64_t Tk, int64_t D, int n_threads) {
+  return attention_bf16_scratch_bytes(B, H, Tk, D, n_threads) +
+         size_t(B * H) * round64(size_t(attention_relpos_rows(Tk) * (D / 2)) * 4) + 64;
+}
+
+namespace {
+
+// Both front ends: an additive bias (bias_in non-empty) or the in-kernel relative-position
+// term (qv_in / p_in non-empty), or neither.
+void run_attention(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                   const Tensor& bias_in, const Tensor& qv_in, const Tensor& p_in, Tensor& out_in, float scale,
+                   Arena& scratch) {
   const Tensor q = as4(q_in, "q"), k = as4(k_in, "k"), v = as4(v_in, "v"), out = as4(out_in, "out");
   const int64_t B = q.shape[0], H = q.shape[1], Tq = q.shape[2], D = q.shape[3], Tk = k.shape[2];
   CBX_CHECK(same_shape(q, out), "%s: q %s and out %s differ in shape", kOp, q_in.shape_str().c_str(),
@@ -98,9 +108,23 @@ void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, co
   const AttentionAmxKernels* kern = kernels();
   CBX_CHECK(kern != nullptr, "%s: needs the AVX-512 ISA with AMX-BF16 tiles or the vdpbf16ps bf16 GEMM (active: %s)", kOp,
             isa_name(active_isa()));
+  const bool rel = !qv_in.empty();
+  Tensor qv, p;  // [B, H, Tq, D] and [B, H, 2 Tk - 1, D] (rel only)
+  const int64_t rel_rows = attention_relpos_rows(Tk);
+  if (rel) {
+    CBX_CHECK(kern->pack_relpos != nullptr, "%s: the in-kernel relative-position term needs the vdpbf16ps kernel", kOp);
+    qv = as4(qv_in, "qv");
+    p = as4(p_in, "p");
+    CBX_CHECK(same_shape(qv, q), "%s: qv %s must have q's shape %s", kOp, qv_in.shape_str().c_str(),
+              q_in.shape_str().c_str());
+    CBX_CHECK(Tq == Tk && p.shape[0] == B && p.shape[1] == H && p.shape[2] == 2 * Tk - 1 && p.shape[3] == D,
+              "%s: relative positions need Tq == Tk (%lld, %lld) and p [B, H, 2 Tk - 1, D], got %s", kOp,
+              (long long)Tq, (long long)Tk, p_in.shape_str().c_str());
+  }
 
   const int nth_pool = pool.size();
-  const size_t need = attention_bf16_scratch_bytes(B, H, Tk, D, nth_pool);
+  const size_t need = rel ? attention_bf16_relpos_scratch_bytes(B, H, Tk, D, nth_pool)
+                          : attention_bf16_scratch_bytes(B, H, Tk, D, nth_pool);
   CBX_CHECK(scratch.capacity() - scratch.used() >= need,
             "%s: scratch has %zu bytes free, [%lld, %lld] heads of %lld keys need %zu", kOp,
             scratch.capacity() - scratch.used(), (long long)B, (long long)H, (long long)Tk, need);
@@ -111,6 +135,9 @@ void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, co
   auto* kp = static_cast<uint8_t*>(scratch.alloc_bytes(size_t(heads) * kp_b, 64, "attention_bf16 packed k"));
   auto* vp = static_cast<uint8_t*>(scratch.alloc_bytes(size_t(heads) * vp_b, 64, "attention_bf16 packed v"));
   auto* ws = static_cast<uint8_t*>(scratch.alloc_bytes(size_t(nth_pool) * ws_b, 64, "attention_bf16 workspace"));
+  const size_t rp_b = rel ? round64(size_t(rel_rows * (D / 2)) * 4) : 0;
+  auto* rp = rel ? static_cast<uint8_t*>(scratch.alloc_bytes(size_t(heads) * rp_b, 64, "attention_bf16 positions"))
+                 : nullptr;
 
   auto* hv = static_cast<AttnAmxHead*>(scratch.alloc_bytes(size_t(heads) * sizeof(AttnAmxHead), 64,
                                                           "attention_bf16 heads"));
@@ -132,6 +159,12 @@ void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, co
       hd.bias = at(bias, b, h);
       hd.bias_rs = bias.stride[2] / 4;
     }
+    if (rel) {
+      hd.relp = reinterpret_cast<const uint32_t*>(rp + bh * rp_b);
+      hd.relp_rs = rel_rows;
+      hd.qv = at(qv, b, h);
+      hd.qv_rs = qv.stride[2] / 4;
+    }
   }
   const int64_t nqb = (Tq + kAttnAmxQueryBlock - 1) / kAttnAmxQueryBlock, items = heads * nqb;
   // Query blocks are shared out with the pool's WorkSplit: each thread works through its own
@@ -148,11 +181,32 @@ void attention_bf16(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, co
       const int64_t b = bh / H, h = bh % H;
       kern->pack_k(at(k, b, h), k.stride[2] / 4, Tk, D, reinterpret_cast<uint16_t*>(kp + bh * kp_b));
       kern->pack_v(at(v, b, h), v.stride[2] / 4, Tk, D, reinterpret_cast<uint16_t*>(vp + bh * vp_b));
+      if (rel)
+        kern->pack_relpos(at(p, b, h), p.stride[2] / 4, 2 * Tk - 1, D, rel_rows,
+                          reinterpret_cast<uint32_t*>(rp + bh * rp_b));
     }
     if (nth > 1) pool.barrier();
     wsplit.run(ith, 1, 1, [&](int64_t i0, int64_t i1) { kern->run(hv, nqb, i0, i1, ws + size_t(ith) * ws_b); });
   });
   scratch.rewind(mark);
+}
+
+}  // namespace
+
+void attention_bf16(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out, float scale,
+                    Arena& scratch) {
+  run_attention(pool, q, k, v, Tensor{}, Tensor{}, Tensor{}, out, scale, scratch);
+}
+
+void attention_bf16(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
+                    Tensor& out, float scale, Arena& scratch) {
+  run_attention(pool, q, k, v, bias, Tensor{}, Tensor{}, out, scale, scratch);
+}
+
+void attention_bf16_relpos(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qv,
+                           const Tensor& p, Tensor& out, float scale, Arena& scratch) {
+  CBX_CHECK(!qv.empty() && !p.empty(), "%s: relative positions need qv and p", kOp);
+  run_attention(pool, q, k, v, Tensor{}, qv, p, out, scale, scratch);
 }
 
 }  // namespace cbx

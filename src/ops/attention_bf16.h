@@ -49,4 +49,19 @@ void attention_bf16(ThreadPool& pool, const Tensor& q, const Tensor& k, const Te
 void attention_bf16(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& bias,
                     Tensor& out, float scale, Arena& scratch);
 
+// The same with the relative-position term of a conformer (Transformer-XL / ESPnet rel_shift)
+// computed inside the kernel instead of passed as a [Tq, 2 Tk - 1] bias:
+//   softmax_j(scale q[i] . k[j] + qv[i] . p[Tk - 1 - i + j])
+// qv: like q (e.g. (q + pos_bias_v) / sqrt(D)); p: F32 [B, H, 2 Tk - 1, D] (or [H, ...]), the
+// projected positions of each head; Tq == Tk. The bd term has the bits a BF16 gemm_f32 of
+// qv p^T gives (qv and p rounded to bf16, the dim pairs summed in order), added with the same
+// fma as the bias overload, so it matches that overload on the rel-shift view of that GEMM bit
+// for bit, without writing the 4 Tk^2 bytes per head. Only where
+// attention_bf16_relpos_available (the vdpbf16ps kernel; not the AMX one); scratch:
+// attention_bf16_relpos_scratch_bytes.
+bool attention_bf16_relpos_available(int64_t head_dim);
+size_t attention_bf16_relpos_scratch_bytes(int64_t B, int64_t H, int64_t Tk, int64_t D, int n_threads);
+void attention_bf16_relpos(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qv,
+                           const Tensor& p, Tensor& out, float scale, Arena& scratch);
+
 }  // namespace cbx
