@@ -44,7 +44,7 @@ EOF
 if command -v espeak-ng > /dev/null && command -v sox > /dev/null; then
   espeak-ng -w "$T/speech.wav" "Hello there. This is a reference recording for the voice cloning test. \
 It is longer than five seconds, so I keep on talking for a little while longer." || fail "espeak-ng"
-  sox "$T/speech.wav" -r 44100 -c 2 "$T/ref.wav" || fail "sox"
+  sox -R "$T/speech.wav" -r 44100 -c 2 "$T/ref.wav" || fail "sox"  # -R: the same dither every run
   echo "reference: espeak-ng speech"
 else
   synth_wav "$T/ref.wav" 8 44100 2 voice || fail "synthetic reference"

@@ -31,7 +31,10 @@ if command -v espeak-ng > /dev/null && command -v sox > /dev/null; then
   espeak-ng -w "$T/speech.wav" "This reference recording is a little longer than ten seconds, so that the \
 S3Gen part of the voice is cut at ten seconds while the T3 prompt sees all of it. One more sentence." ||
     fail "espeak-ng"
-  sox "$T/speech.wav" "$T/speech.wav" -r 44100 -c 2 "$T/ref.wav" trim 0 17 || fail "sox"
+  # -R: sox dithers the rate change with a time-seeded generator unless told to repeat; a new
+  # input each run once put an S3 tokenizer value 6e-7 from an FSQ rounding boundary, where f32
+  # on either side may round it differently (a flaky token mismatch, not a wiring fault).
+  sox -R "$T/speech.wav" "$T/speech.wav" -r 44100 -c 2 "$T/ref.wav" trim 0 17 || fail "sox"
 else
   "$PY" - "$T/ref.wav" << 'EOF' || fail "synthetic reference"
 import math, struct, sys, wave
