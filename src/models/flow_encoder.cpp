@@ -129,7 +129,7 @@ void bind_flow_encoder(const GgufFile& f, const FlowConfig& c, FlowEncoderWeight
 struct FlowEncoder::Bufs {
   Tensor x, xn, q, k, v, qv, att, tmp;  // [T, d]
   Tensor p;                             // [2T-1, d]
-  Tensor bd;                            // T * (2T-1) floats (one head)
+  Tensor bd;                            // T * (2T-1) floats (one head; not with the in-kernel term)
   Tensor hid;                           // [T, n_ff]
   Tensor ct0, ct1, ct2;                 // d * T floats (channels-first)
 };
@@ -147,10 +147,15 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   bool lossy = gemm_weight_is_lossy(w.embed_w.dtype) || gemm_weight_is_lossy(w.proj_w.dtype);
   if (!w.encoders.empty()) lossy |= gemm_weight_is_lossy(w.encoders[0].q_w.dtype);
   gemm_ = resolve_gemm_precision(o.gemm, lossy);
+  // At the BF16 precision the position scores and the attention run in bf16 as well (the fused
+  // kernel with the scores as its additive bias) where that kernel runs here; where the vdpbf16ps
+  // kernel computes the position term itself, all heads run in one call (no [T, 2T-1] scores).
+  attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(D);
+  relpos_ = attn_bf16_ && attention_bf16_relpos_available(D);
 
   size_t persistent = f32_bytes(P * d) + 2 * f32_bytes(M * T) + f32_bytes(M);  // pos, outputs
   size_t act = size_t(L) * 4 + kAllocSlack;                           // ids
-  act += 8 * f32_bytes(T * d) + f32_bytes(P * d) + f32_bytes(T * P) + f32_bytes(T * F);
+  act += 8 * f32_bytes(T * d) + f32_bytes(P * d) + (relpos_ ? 0 : f32_bytes(T * P)) + f32_bytes(T * F);
   act += 3 * f32_bytes(d * T);                                        // channels-first
   act += f32_bytes(T * M) + f32_bytes(S);  // proj, x-vec
   // Transient scratch (rewound after each op): the largest single op's need.
@@ -181,15 +186,13 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
     for (const auto& [cw, cb] : {std::pair{&w.pre_conv1_w, &w.pre_conv1_b}, std::pair{&w.pre_conv2_w, &w.pre_conv2_b},
                                  std::pair{&w.up_conv_w, &w.up_conv_b}})
       conv_packs_.add(pool, *cw, *cb);
-  tr = std::max(tr, matmul_scratch_bytes(DType::F32, T, P, D, nt));          // (q + v) p^T per head
-  tr = std::max(tr, f32_bytes(D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T (one head)
-  // At the BF16 precision the position scores and the attention run in bf16 as well (the fused
-  // kernel with the scores as its additive bias) where that kernel runs here.
-  attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(D);
-  if (attn_bf16_) tr = std::max(tr, attention_bf16_scratch_bytes(1, 1, T, D, nt) + kAllocSlack);
-  // Where the vdpbf16ps kernel computes the position term itself, all heads run in one call.
-  relpos_ = attn_bf16_ && attention_bf16_relpos_available(D);
-  if (relpos_) tr = std::max(tr, attention_bf16_relpos_scratch_bytes(1, c.n_head, T, D, nt) + kAllocSlack);
+  if (relpos_) {
+    tr = std::max(tr, attention_bf16_relpos_scratch_bytes(1, c.n_head, T, D, nt) + kAllocSlack);
+  } else {
+    tr = std::max(tr, matmul_scratch_bytes(DType::F32, T, P, D, nt));          // (q + v) p^T per head
+    tr = std::max(tr, f32_bytes(D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T (one head)
+    if (attn_bf16_) tr = std::max(tr, attention_bf16_scratch_bytes(1, 1, T, D, nt) + kAllocSlack);
+  }
   const int64_t Kmax = std::max<int64_t>({c.pre_lookahead_len + 1, 3, c.up_kernel});
   tr = std::max(tr, f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack +  // conv1d
                         (gemm_ == GemmPrecision::BF16 ? conv1d_bf16_scratch_bytes(d, d, T, Kmax, 1, nt) + kAllocSlack
@@ -350,7 +353,7 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
   b.att = work_->alloc(DType::F32, {T, d}, "flow attention");
   b.tmp = work_->alloc(DType::F32, {T, d}, "flow projection");
   b.p = work_->alloc(DType::F32, {2 * T - 1, d}, "flow linear_pos");
-  b.bd = work_->alloc(DType::F32, {T * (2 * T - 1)}, "flow position scores");
+  if (!relpos_) b.bd = work_->alloc(DType::F32, {T * (2 * T - 1)}, "flow position scores");
   b.hid = work_->alloc(DType::F32, {T, c_.n_ff}, "flow ffn");
   b.ct0 = work_->alloc(DType::F32, {d * T}, "flow channels-first 0");
   b.ct1 = work_->alloc(DType::F32, {d * T}, "flow channels-first 1");
