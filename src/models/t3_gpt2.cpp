@@ -352,16 +352,28 @@ void T3Gpt2::decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1) {
 }
 
 void T3Gpt2::rows_linear(const RowLinear& r, const Tensor& x, Tensor& y) {
-  const int64_t n = x.shape[0];
-  CBX_ASSERT(n <= row_prefill_max_ && x.is_contiguous() && y.is_contiguous() && x.shape[1] == r.cols() &&
+  const int64_t n = x.shape[0], k = r.cols();
+  CBX_ASSERT(n <= row_prefill_max_ && x.is_contiguous() && y.is_contiguous() && x.shape[1] == k &&
              y.shape[1] == r.rows());
-  size_t as = 0;
-  const void* a = r.act_rows(x.ptr<float>(), r.cols(), n, rows_act_, &as);
+  // Each thread converts its share of the activation rows (the rows are independent), then the
+  // weight rows are shared out with the pool's WorkSplit (a thread that finishes its block first
+  // takes 16-row pieces from the other's back instead of waiting at the end of the run).
+  const float* xp = x.ptr<float>();
+  const size_t ab = r.act_bytes();
+  const void* a = ab ? static_cast<const void*>(rows_act_) : static_cast<const void*>(xp);
+  const size_t as = ab ? ab : size_t(k) * 4;
   float* yp = y.ptr<float>();
+  WorkSplit& ws = pool_.work_split();
+  ws.reset(r.rows(), pool_.size(), 16);
   pool_.run([&](int ith, int nth) {
-    int64_t m0, m1;
-    r.split(ith, nth, &m0, &m1);
-    r.run_rows(m0, m1, a, as, n, yp, r.rows(), RowEpilogue::Store);
+    if (ab) {
+      int64_t r0, r1;
+      ThreadPool::split(n, ith, nth, &r0, &r1);
+      size_t stride = 0;
+      if (r1 > r0) r.act_rows(xp + r0 * k, k, r1 - r0, rows_act_ + size_t(r0) * ab, &stride);
+      if (nth > 1) pool_.barrier();
+    }
+    ws.run(ith, 64, 16, [&](int64_t m0, int64_t m1) { r.run_rows(m0, m1, a, as, n, yp, r.rows(), RowEpilogue::Store); });
   });
 }
 
