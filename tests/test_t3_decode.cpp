@@ -143,8 +143,9 @@ TEST(T3Decode, FusedMatchesOpByOp) {
 
 // The voice prefix cache (T3Turbo::prefill) rests on save_kv_rows / load_kv_rows: rows
 // [0, 5) forwarded, saved, then 4 more rows and 3 decode steps, against the same after a
-// reset and a load of the saved rows (and after a different prompt in between): the same
-// logits, bit for bit, for every weight and cache type.
+// reset and a reuse of the untouched rows, and after a load of the saved rows (with a
+// different prompt in between): the same logits, bit for bit, for every weight and cache
+// type; kv_rows_unchanged() follows what the forwards wrote.
 TEST(T3Decode, SavedKvRowsContinueExactly) {
   const T3Config c = tiny_config();
   for (DType mt : {DType::F32, DType::Q4_0}) {
@@ -180,16 +181,35 @@ TEST(T3Decode, SavedKvRowsContinueExactly) {
       std::vector<uint8_t> saved(m.kv_rows_bytes(5));
       EXPECT_EQ(saved.size(), size_t(c.n_layer) * 2 * size_t(c.n_head) * 5 * dtype_row_bytes(kv, c.head_dim));
       m.save_kv_rows(5, saved.data());
+      EXPECT_EQ(m.kv_rows_unchanged(), 5);
       EXPECT_THROW(m.save_kv_rows(6, saved.data()), Error);
       const std::vector<float> first = rest();
+      // Rows 5.. were written after the save, rows 0..4 not: they can be taken as they are.
+      EXPECT_EQ(m.kv_rows_unchanged(), 5);
+      m.reset();
+      m.reuse_kv_rows(5);
+      EXPECT_EQ(m.n_past(), 5);
+      EXPECT_EQ(rest(), first) << dtype_name(mt) << " kv " << dtype_name(kv) << " (reused rows)";
       m.reset();
       m.forward(rows(other, 0, 9));  // overwrite the cache with another prompt
+      EXPECT_EQ(m.kv_rows_unchanged(), 0);
       m.reset();
+      EXPECT_THROW(m.reuse_kv_rows(5), Error);
       m.load_kv_rows(5, saved.data());
       EXPECT_EQ(m.n_past(), 5);
+      EXPECT_EQ(m.kv_rows_unchanged(), 5);
       const std::vector<float> again = rest();
       EXPECT_EQ(first, again) << dtype_name(mt) << " kv " << dtype_name(kv);
       EXPECT_THROW(m.load_kv_rows(33, saved.data()), Error);
+      // A forward that starts inside the kept rows lowers the count to where it wrote.
+      m.reset();
+      m.load_kv_rows(5, saved.data());
+      m.reset();
+      m.forward(rows(other, 0, 3));
+      EXPECT_EQ(m.kv_rows_unchanged(), 0);
+      m.load_kv_rows(5, saved.data());
+      m.forward(rows(other, 0, 2));  // rows 5, 6
+      EXPECT_EQ(m.kv_rows_unchanged(), 5);
     }
   }
 }

@@ -217,6 +217,7 @@ void T3Gpt2::save_kv_rows(int64_t rows, void* dst) const {
     for (const Tensor* t : {&k_cache_[size_t(l)], &v_cache_[size_t(l)]})
       for (int64_t h = 0; h < c_.n_head; ++h, out += run)
         std::memcpy(out, static_cast<const uint8_t*>(t->data) + h * t->stride[0], run);
+  kv_unchanged_ = rows;
 }
 
 void T3Gpt2::load_kv_rows(int64_t rows, const void* src) {
@@ -228,6 +229,13 @@ void T3Gpt2::load_kv_rows(int64_t rows, const void* src) {
     for (const Tensor* t : {&k_cache_[size_t(l)], &v_cache_[size_t(l)]})
       for (int64_t h = 0; h < c_.n_head; ++h, in += run)
         std::memcpy(static_cast<uint8_t*>(t->data) + h * t->stride[0], in, run);
+  n_past_ = rows;
+  kv_unchanged_ = rows;
+}
+
+void T3Gpt2::reuse_kv_rows(int64_t rows) {
+  CBX_CHECK(rows >= 0 && rows <= kv_unchanged_, "t3: cannot reuse %lld cache rows, %lld are unchanged since saved",
+            (long long)rows, (long long)kv_unchanged_);
   n_past_ = rows;
 }
 
@@ -389,6 +397,7 @@ const Tensor& T3Gpt2::forward(const Tensor& embeds) {
             (long long)n_past_, (long long)T, (long long)max_ctx_);
   arena_.rewind(call_mark_);
   Arena* scratch = &arena_;
+  kv_unchanged_ = std::min(kv_unchanged_, n_past_);  // this call writes rows n_past_ .. n_past_ + T - 1
 
   Tensor pos = arena_.alloc(DType::I32, {T}, "t3 positions");
   for (int64_t t = 0; t < T; ++t) pos.ptr<int32_t>()[t] = int32_t(n_past_ + t);

@@ -136,6 +136,13 @@ class T3Gpt2 {
   size_t kv_rows_bytes(int64_t rows) const;
   void save_kv_rows(int64_t rows, void* dst) const;
   void load_kv_rows(int64_t rows, const void* src);
+  // Leading cache rows no forward has written since the last save_kv_rows / load_kv_rows
+  // (which set it to their row count): while it is >= rows, the cache still holds the rows
+  // that call saved or loaded, and reuse_kv_rows(rows) takes them instead of a copy back
+  // (which only the caller can tell is the same data: T3Turbo's kept voice prefix).
+  int64_t kv_rows_unchanged() const { return kv_unchanged_; }
+  // n_past() = rows, the cache left as it is; rows <= kv_rows_unchanged().
+  void reuse_kv_rows(int64_t rows);
   // One-row calls take the fused decode path unless this is off or a capture is set (the
   // op-by-op path reports every named intermediate); both give the same logits.
   void set_fused_decode(bool on) { fused_ = on; }
@@ -168,6 +175,7 @@ class T3Gpt2 {
   DType kv_type_;
   int64_t max_ctx_ = 0, max_batch_ = 0;
   int64_t n_past_ = 0;
+  mutable int64_t kv_unchanged_ = 0;  // see kv_rows_unchanged()
   HugeBuffer kv_buf_;  // K and V per layer: [H, max_ctx, D] each (huge pages: kv_huge_pages)
   size_t kv_bytes_ = 0;
   std::vector<Tensor> k_cache_, v_cache_;
