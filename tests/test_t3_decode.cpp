@@ -180,8 +180,10 @@ TEST(T3Decode, SavedKvRowsContinueExactly) {
       m.forward(rows(e, 0, 5));
       std::vector<uint8_t> saved(m.kv_rows_bytes(5));
       EXPECT_EQ(saved.size(), size_t(c.n_layer) * 2 * size_t(c.n_head) * 5 * dtype_row_bytes(kv, c.head_dim));
+      EXPECT_EQ(m.kv_rows_source(), nullptr);
       m.save_kv_rows(5, saved.data());
       EXPECT_EQ(m.kv_rows_unchanged(), 5);
+      EXPECT_EQ(m.kv_rows_source(), saved.data());
       EXPECT_THROW(m.save_kv_rows(6, saved.data()), Error);
       const std::vector<float> first = rest();
       // Rows 5.. were written after the save, rows 0..4 not: they can be taken as they are.
@@ -201,6 +203,9 @@ TEST(T3Decode, SavedKvRowsContinueExactly) {
       const std::vector<float> again = rest();
       EXPECT_EQ(first, again) << dtype_name(mt) << " kv " << dtype_name(kv);
       EXPECT_THROW(m.load_kv_rows(33, saved.data()), Error);
+      std::vector<uint8_t> copy(saved);
+      m.load_kv_rows(5, copy.data());
+      EXPECT_EQ(m.kv_rows_source(), copy.data());
       // A forward that starts inside the kept rows lowers the count to where it wrote.
       m.reset();
       m.load_kv_rows(5, saved.data());

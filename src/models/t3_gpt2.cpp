@@ -218,6 +218,7 @@ void T3Gpt2::save_kv_rows(int64_t rows, void* dst) const {
       for (int64_t h = 0; h < c_.n_head; ++h, out += run)
         std::memcpy(out, static_cast<const uint8_t*>(t->data) + h * t->stride[0], run);
   kv_unchanged_ = rows;
+  kv_source_ = dst;
 }
 
 void T3Gpt2::load_kv_rows(int64_t rows, const void* src) {
@@ -231,6 +232,7 @@ void T3Gpt2::load_kv_rows(int64_t rows, const void* src) {
         std::memcpy(static_cast<uint8_t*>(t->data) + h * t->stride[0], in, run);
   n_past_ = rows;
   kv_unchanged_ = rows;
+  kv_source_ = src;
 }
 
 void T3Gpt2::reuse_kv_rows(int64_t rows) {

@@ -141,6 +141,8 @@ class T3Gpt2 {
   // that call saved or loaded, and reuse_kv_rows(rows) takes them instead of a copy back
   // (which only the caller can tell is the same data: T3Turbo's kept voice prefix).
   int64_t kv_rows_unchanged() const { return kv_unchanged_; }
+  // The buffer of that last save_kv_rows / load_kv_rows (nullptr before the first).
+  const void* kv_rows_source() const { return kv_source_; }
   // n_past() = rows, the cache left as it is; rows <= kv_rows_unchanged().
   void reuse_kv_rows(int64_t rows);
   // One-row calls take the fused decode path unless this is off or a capture is set (the
@@ -176,6 +178,7 @@ class T3Gpt2 {
   int64_t max_ctx_ = 0, max_batch_ = 0;
   int64_t n_past_ = 0;
   mutable int64_t kv_unchanged_ = 0;  // see kv_rows_unchanged()
+  mutable const void* kv_source_ = nullptr;  // see kv_rows_source()
   HugeBuffer kv_buf_;  // K and V per layer: [H, max_ctx, D] each (huge pages: kv_huge_pages)
   size_t kv_bytes_ = 0;
   std::vector<Tensor> k_cache_, v_cache_;

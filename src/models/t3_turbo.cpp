@@ -90,10 +90,11 @@ const Tensor& T3Turbo::prefill(const Tensor& embeds, const float* speaker_emb, i
   if (!prefix_cache_ || gpt_->has_capture()) return gpt_->forward(embeds);
   const bool hit = prefix_matches(speaker_emb, n_speaker, prompt_tokens, n_prompt);
   if (hit) {
-    // The cache still holds the kept prefix when it was last saved or loaded from prefix_kv_
-    // and no forward has written its rows since (the usual case for a server's one voice):
+    // The cache still holds the kept prefix when it was last saved to or loaded from prefix_kv_
+    // (by this object: a load through backbone() names its own buffer), prefix_kv_ has not
+    // changed since, and no forward has written its rows (the usual case for a server's voice):
     // reuse it in place instead of copying its K/V back (37 MB at upstream's prompt size).
-    if (cache_holds_prefix_ && gpt_->kv_rows_unchanged() >= P)
+    if (cache_holds_prefix_ && gpt_->kv_rows_source() == prefix_kv_.get() && gpt_->kv_rows_unchanged() >= P)
       gpt_->reuse_kv_rows(P);
     else
       gpt_->load_kv_rows(P, prefix_kv_.get());

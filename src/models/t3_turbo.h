@@ -134,8 +134,9 @@ class T3Turbo {
   // speaker embedding and prompt tokens they came from (capacity reserved at init).
   bool prefix_cache_ = true;
   std::unique_ptr<uint8_t[]> prefix_kv_;
-  // The backbone's cache rows equal prefix_kv_ as of its last save_kv_rows / load_kv_rows
-  // (T3Gpt2::kv_rows_unchanged() then tells whether a forward has written them since).
+  // prefix_kv_ has not changed since the backbone's last save_kv_rows / load_kv_rows with it
+  // (T3Gpt2::kv_rows_source() says whether that was the last, kv_rows_unchanged() whether a
+  // forward has written those cache rows since).
   bool cache_holds_prefix_ = false;
   std::vector<float> prefix_spk_;
   std::vector<int32_t> prefix_ids_;
