@@ -312,7 +312,7 @@ void T3Gpt2::decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1) {
     float* tmp = thread_tmp_.ptr<float>() + ith * d;
     uint8_t* abuf = thread_act_ + size_t(ith) * act_stride_;
     // Row pieces: 64 rows from the own block's front, ~1/64 of the rows (whole 16-row groups,
-    // RowLinear::split's unit) stolen from another block's back.
+    // whole cache lines of y) stolen from another block's back.
     auto claim_rows = [&](int phase, const RowLinear& r, auto&& fn) {
       splits_[size_t(phase)].run(ith, 64, std::max<int64_t>(16, (r.rows() + 1023) / 1024 * 16), fn);
     };

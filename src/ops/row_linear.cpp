@@ -150,16 +150,6 @@ bool RowLinear::same_act(const RowLinear& o) const {
   return dot_ && o.dot_ && k_ == o.k_ && dot_->act == o.dot_->act && dot_->convert == o.dot_->convert;
 }
 
-void RowLinear::split(int ith, int nth, int64_t* m0, int64_t* m1) const {
-  const int64_t chunks = (m_ + 15) / 16;
-  int64_t c0, c1;
-  const int64_t per = (chunks + nth - 1) / nth;
-  c0 = std::min<int64_t>(chunks, per * ith);
-  c1 = std::min<int64_t>(chunks, c0 + per);
-  *m0 = std::min<int64_t>(m_, c0 * 16);
-  *m1 = std::min<int64_t>(m_, c1 * 16);
-}
-
 void row_layer_norm(const float* x, float* y, int64_t n, const Tensor& w, const Tensor& b, float eps, Isa isa) {
   auto vec = [&](const Tensor& t, const char* what) -> const float* {
     if (t.empty()) return nullptr;

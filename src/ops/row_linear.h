@@ -54,8 +54,6 @@ class RowLinear {
   // Output rows [m0, m1) (0 <= m0 <= m1 <= M); y points at row 0 of the output. tmp: at
   // least m1 - m0 floats of the caller's scratch (AddTo only; may be null otherwise).
   void run(int64_t m0, int64_t m1, const void* act, float* y, RowEpilogue e, float* tmp = nullptr) const;
-  // Rows [m0, m1) of thread ith of nth: chunks of 16 rows (whole cache lines of y).
-  void split(int ith, int nth, int64_t* m0, int64_t* m1) const;
 
   // Several activation rows at once (a CFG batch): each weight row is read once for all n
   // rows, and every output equals the one-row run's exactly (the dot kernels accumulate
