@@ -200,3 +200,28 @@ TEST(KernelsQ4p, MultiRowDotEqualsOneRowCalls) {
     }
   }
 }
+
+// The AVX-512 q4p dot prefetching into L1 and into L2 (stream_prefetch_level(), picked per
+// CPU) computes the same bits, and both those of the GGUF-layout AVX-512 Q4_0 dot.
+TEST(KernelsQ4p, PrefetchLevelsGiveTheSameBits) {
+  if (detected_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 q4p kernel on this CPU";
+  const DotKernel& gguf = matmul_kernels(Isa::Avx512).dot[kWQ4_0];
+  uint32_t seed = 300;
+  for (const auto& sh : kShapes) {
+    Q4Rows w(sh[0], sh[1], seed++);
+    const int64_t m = w.m, k = w.k;
+    std::vector<uint8_t> a8(act_row_bytes(gguf.act, k));
+    gguf.convert(w.x.data(), k, a8.data());
+    std::vector<float> ref(size_t(m), NAN);
+    gguf.fn(w.gguf.data(), dtype_row_bytes(DType::Q4_0, k), 0, m, a8.data(), 0, 1, k, ref.data(), m);
+    for (PrefetchLevel level : {PrefetchLevel::L1, PrefetchLevel::L2}) {
+      const DotKernel& d = q4p_dot_avx512(level);
+      std::vector<uint8_t> act(act_row_bytes(d.act, k));
+      d.convert(w.x.data(), k, act.data());
+      std::vector<float> got(size_t(m), NAN);
+      d.fn(w.q4p.data(), q4p_row_bytes(k), 0, m, act.data(), 0, 1, k, got.data(), m);
+      for (int64_t r = 0; r < m; ++r)
+        ASSERT_EQ(got[size_t(r)], ref[size_t(r)]) << "level " << int(level) << " k " << k << " row " << r;
+    }
+  }
+}

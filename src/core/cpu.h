@@ -16,4 +16,14 @@ const char* isa_name(Isa isa);
 bool cpu_has_avx512_vnni();
 bool cpu_has_avx512_bf16();
 
+// The cache level the decode's streaming dot kernels (weights read once per token) prefetch
+// into: L2 (prefetcht1) or L1 (prefetcht0). CBX_STREAM_PREFETCH=l1|l2 forces one; otherwise
+// L1 on AMD family 1Ah (Zen 5) and later, L2 elsewhere. Measured (docs/benchmarks.md): on
+// Zen 5 the q4p dot on two threads streams 54-63 GB/s with L2 prefetches and 75-80 with L1
+// (a plain read ~80); on Zen 4 the L2 choice was measured best.
+enum class PrefetchLevel : int { L1 = 0, L2 = 1 };
+PrefetchLevel stream_prefetch_level();
+// The SSE prefetch hint for a level (_MM_HINT_T0 / _MM_HINT_T1 values).
+constexpr int prefetch_hint(PrefetchLevel l) { return l == PrefetchLevel::L1 ? 3 : 2; }
+
 }  // namespace cbx

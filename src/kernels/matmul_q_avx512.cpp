@@ -18,6 +18,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/cpu.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_avx512_q.h"
 
@@ -153,10 +154,10 @@ inline float dot_tail(const uint8_t* wr, const int8_t* qs, const float* dx, cons
 // R weight rows (stride ws) against N activation rows (stride as): each 16-block group of
 // a weight row is loaded, unpacked and its scales gathered once for all N rows (a CFG
 // decode step has N = 2). Every (weight row, activation row) pair accumulates in the same
-// order as with N = 1, so the result does not depend on N. A software prefetch into L2
-// runs pf bytes ahead in each weight row. Measured on DRAM-resident Q4_0 weights, one
+// order as with N = 1, so the result does not depend on N. A software prefetch (hint kHint,
+// stream_prefetch_level()) runs pf bytes ahead in each weight row. Measured on DRAM-resident Q4_0 weights, one
 // core, N = 1: the prefetch adds ~30%, and two rows at a time beat one or four by ~8%.
-template <typename W, int R, int N>
+template <typename W, int kHint, int R, int N>
 inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as, int64_t k, int64_t pf,
                      float* out /* [N][R] */) {
   const int64_t nb = k / 32;
@@ -181,7 +182,7 @@ inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as
       const uint8_t* p = wr + r * ws + b * W::kBytes;
 #pragma GCC unroll 8
       for (int l = 0; l < 16 * W::kBytes; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p + pf + l), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(p + pf + l), static_cast<_mm_hint>(kHint));
       __m512i v[8];
       unpack16<W>(p, v);
       const __m512 dw = block_scales16<W>(p);
@@ -201,30 +202,30 @@ inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as
 }
 
 // Weight rows [m, m + R) against activation rows [n0, n0 + N).
-template <typename W, int R, int N>
+template <typename W, int kHint, int R, int N>
 inline void dot_block(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n0,
                       int64_t k, int64_t pf, float* y, int64_t ldy) {
   float out[N * R];
-  dot_rows<W, R, N>(wb + m * ws, ws, act + n0 * as, as, k, pf, out);
+  dot_rows<W, kHint, R, N>(wb + m * ws, ws, act + n0 * as, as, k, pf, out);
   for (int n = 0; n < N; ++n)
     for (int r = 0; r < R; ++r) y[(n0 + n) * ldy + m + r] = out[n * R + r];
 }
 
 // Activation rows in groups of up to 4 (the dot path serves N < matmul_gemm_min_rows()).
-template <typename W, int R>
+template <typename W, int kHint, int R>
 inline void dot_all_rows(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n_rows,
                          int64_t k, int64_t pf, float* y, int64_t ldy) {
   int64_t n = 0;
-  for (; n + 4 <= n_rows; n += 4) dot_block<W, R, 4>(wb, ws, m, act, as, n, k, pf, y, ldy);
+  for (; n + 4 <= n_rows; n += 4) dot_block<W, kHint, R, 4>(wb, ws, m, act, as, n, k, pf, y, ldy);
   switch (n_rows - n) {
-    case 3: dot_block<W, R, 3>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
-    case 2: dot_block<W, R, 2>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
-    case 1: dot_block<W, R, 1>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    case 3: dot_block<W, kHint, R, 3>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    case 2: dot_block<W, kHint, R, 2>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    case 1: dot_block<W, kHint, R, 1>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
     default: break;
   }
 }
 
-template <typename W>
+template <typename W, int kHint>
 void dot_q(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
            int64_t k, float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -234,8 +235,8 @@ void dot_q(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, si
   const int64_t step = 2 * int64_t(ws), want = 128 * W::kBytes;
   const int64_t pf = step > 0 ? (want + step - 1) / step * step : want;
   int64_t m = m0;
-  for (; m + 2 <= m1; m += 2) dot_all_rows<W, 2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
-  for (; m < m1; ++m) dot_all_rows<W, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
+  for (; m + 2 <= m1; m += 2) dot_all_rows<W, kHint, 2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
+  for (; m < m1; ++m) dot_all_rows<W, kHint, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
 }
 
 }  // namespace
@@ -274,12 +275,18 @@ void to_q8_nib_avx512(const float* x, int64_t k, void* dst) {
 
 void dot_q8_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
                      int64_t n_rows, int64_t k, float* y, int64_t ldy) {
-  dot_q<Q8W>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
+  if (stream_prefetch_level() == PrefetchLevel::L1)
+    dot_q<Q8W, _MM_HINT_T0>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
+  else
+    dot_q<Q8W, _MM_HINT_T1>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
 }
 
 void dot_q4_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
                      int64_t n_rows, int64_t k, float* y, int64_t ldy) {
-  dot_q<Q4W>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
+  if (stream_prefetch_level() == PrefetchLevel::L1)
+    dot_q<Q4W, _MM_HINT_T0>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
+  else
+    dot_q<Q4W, _MM_HINT_T1>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
 }
 
 void dequant_row_avx512(DType t, const uint8_t* row, int64_t k0, int64_t len, float* out) {

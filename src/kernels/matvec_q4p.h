@@ -31,6 +31,7 @@ void q4p_pack_row(const void* q4_0_row, int64_t k, void* dst);
 // the GGUF layout, whose dot is SIMD there); q4p_dot_generic() is the reference.
 const DotKernel* q4p_dot(Isa isa);
 const DotKernel& q4p_dot_generic();
-const DotKernel& q4p_dot_avx512();
+const DotKernel& q4p_dot_avx512();  // prefetching into stream_prefetch_level()
+const DotKernel& q4p_dot_avx512(PrefetchLevel level);
 
 }  // namespace cbx
