@@ -9,6 +9,7 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "core/cpu.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_avx512_q.h"
 #include "kernels/matmul_amx.h"
@@ -45,7 +46,7 @@ inline __mmask32 tail_mask32(int64_t left) {
   return left >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << left) - 1);
 }
 
-// Software prefetch into L2 (DRAM streams on decode). The distance is at least 2 KB and
+// Software prefetch (DRAM streams on decode; hint kHint, stream_prefetch_level()). The distance is at least 2 KB and
 // a whole number of row groups, so that with short rows a row never prefetches the row
 // the next lane of its own group is reading (measured: f16 K=1024 matvec +30%).
 int64_t prefetch_distance(size_t ws, int rows, int64_t min_bytes) {
@@ -57,21 +58,23 @@ struct LoadF32 {
   static __m512 load(const uint8_t* r, int64_t i, __mmask16 mk) {
     return _mm512_maskz_loadu_ps(mk, reinterpret_cast<const float*>(r) + i);
   }
+  template <int kHint>
   static void prefetch(const uint8_t* r, int64_t i, int64_t dist) {
-    _mm_prefetch(reinterpret_cast<const char*>(r + i * 4 + dist), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(r + i * 4 + dist), static_cast<_mm_hint>(kHint));
   }
 };
 struct LoadF16 {
   static __m512 load(const uint8_t* r, int64_t i, __mmask16 mk) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, reinterpret_cast<const uint16_t*>(r) + i));
   }
+  template <int kHint>
   static void prefetch(const uint8_t* r, int64_t i, int64_t dist) {
-    if ((i & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(r + i * 2 + dist), _MM_HINT_T1);
+    if ((i & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(r + i * 2 + dist), static_cast<_mm_hint>(kHint));
   }
 };
 
 // Four weight rows at a time share each activation load.
-template <typename L>
+template <typename L, int kHint>
 void dot_float(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
                int64_t n_rows, int64_t k, float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -86,10 +89,10 @@ void dot_float(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act
       int64_t i = 0;
       for (; i + 16 <= k; i += 16) {
         __m512 av = _mm512_loadu_ps(a + i);
-        L::prefetch(r0, i, pf);
-        L::prefetch(r1, i, pf);
-        L::prefetch(r2, i, pf);
-        L::prefetch(r3, i, pf);
+        L::template prefetch<kHint>(r0, i, pf);
+        L::template prefetch<kHint>(r1, i, pf);
+        L::template prefetch<kHint>(r2, i, pf);
+        L::template prefetch<kHint>(r3, i, pf);
         c0 = _mm512_fmadd_ps(L::load(r0, i, 0xffff), av, c0);
         c1 = _mm512_fmadd_ps(L::load(r1, i, 0xffff), av, c1);
         c2 = _mm512_fmadd_ps(L::load(r2, i, 0xffff), av, c2);
@@ -125,6 +128,7 @@ void dot_float(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act
 }
 
 // BF16 weights . BF16 activations: vdpbf16ps, 32 products per instruction.
+template <int kHint>
 void dot_bf16(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
               int64_t n_rows, int64_t k, float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -143,7 +147,7 @@ void dot_bf16(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act,
         __mmask32 mk = tail_mask32(k - i);
         __m512bh av = ld(a, i, mk);
         for (const uint8_t* r : {r0, r1, r2, r3})
-          _mm_prefetch(reinterpret_cast<const char*>(r + i * 2 + pf), _MM_HINT_T1);
+          _mm_prefetch(reinterpret_cast<const char*>(r + i * 2 + pf), static_cast<_mm_hint>(kHint));
         c0 = _mm512_dpbf16_ps(c0, ld(r0, i, mk), av);
         c1 = _mm512_dpbf16_ps(c1, ld(r1, i, mk), av);
         c2 = _mm512_dpbf16_ps(c2, ld(r2, i, mk), av);
@@ -376,9 +380,15 @@ MatmulKernels make_table(bool amx) {
   t.isa = Isa::Avx512;
   t.to_q8 = to_q8_avx512;
   t.to_bf16 = to_bf16_avx512;
-  t.dot[kWF32] = {ActFormat::F32, nullptr, dot_float<LoadF32>};
-  t.dot[kWF16] = {ActFormat::F32, nullptr, dot_float<LoadF16>};
-  t.dot[kWBF16] = {ActFormat::BF16, to_bf16_avx512, dot_bf16};
+  if (stream_prefetch_level() == PrefetchLevel::L1) {
+    t.dot[kWF32] = {ActFormat::F32, nullptr, dot_float<LoadF32, _MM_HINT_T0>};
+    t.dot[kWF16] = {ActFormat::F32, nullptr, dot_float<LoadF16, _MM_HINT_T0>};
+    t.dot[kWBF16] = {ActFormat::BF16, to_bf16_avx512, dot_bf16<_MM_HINT_T0>};
+  } else {
+    t.dot[kWF32] = {ActFormat::F32, nullptr, dot_float<LoadF32, _MM_HINT_T1>};
+    t.dot[kWF16] = {ActFormat::F32, nullptr, dot_float<LoadF16, _MM_HINT_T1>};
+    t.dot[kWBF16] = {ActFormat::BF16, to_bf16_avx512, dot_bf16<_MM_HINT_T1>};
+  }
   t.dot[kWQ8_0] = {ActFormat::Q8, to_q8_avx512, dot_q8_0_avx512};
   t.dot[kWQ4_0] = {ActFormat::Q8Nib, to_q8_nib_avx512, dot_q4_0_avx512};
   t.gemm[kWF32] = gemm_f32(pack_w_f32<DType::F32>);
