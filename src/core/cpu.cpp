@@ -108,31 +108,38 @@ bool cpu_has_avx512_bf16() { return features().avx512bf16; }
 
 namespace {
 
-// AMD family 1Ah (Zen 5) or later: the vendor string and the display family of leaf 1.
-bool amd_family_1ah_or_later() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  char vendor[13];
-  std::memcpy(vendor, &b, 4);
-  std::memcpy(vendor + 4, &d, 4);
-  std::memcpy(vendor + 8, &c, 4);
-  vendor[12] = 0;
-  if (std::strcmp(vendor, "AuthenticAMD") != 0 || !__get_cpuid(1, &a, &b, &c, &d)) return false;
-  unsigned family = (a >> 8) & 0xf;
-  if (family == 0xf) family += (a >> 20) & 0xff;
-  return family >= 0x1a;
-}
-
 PrefetchLevel probe_prefetch_level() {
   if (const char* s = std::getenv("CBX_STREAM_PREFETCH"); s && *s) {
     if (!std::strcmp(s, "l1")) return PrefetchLevel::L1;
     if (!std::strcmp(s, "l2")) return PrefetchLevel::L2;
     std::fprintf(stderr, "chatterbox: ignoring CBX_STREAM_PREFETCH=%s (expected l1|l2)\n", s);
   }
-  return amd_family_1ah_or_later() ? PrefetchLevel::L1 : PrefetchLevel::L2;
+  return cpu_is_amd() && cpu_family() >= 0x1a ? PrefetchLevel::L1 : PrefetchLevel::L2;
 }
 
 }  // namespace
+
+bool cpu_is_amd() {
+  static const bool amd = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    char vendor[13];
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    vendor[12] = 0;
+    return std::strcmp(vendor, "AuthenticAMD") == 0;
+  }();
+  return amd;
+}
+
+int cpu_family() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  unsigned family = (a >> 8) & 0xf;
+  if (family == 0xf) family += (a >> 20) & 0xff;
+  return int(family);
+}
 
 PrefetchLevel stream_prefetch_level() {
   static const PrefetchLevel level = probe_prefetch_level();

@@ -15,6 +15,8 @@ bool forced_isa_unavailable();
 const char* isa_name(Isa isa);
 bool cpu_has_avx512_vnni();
 bool cpu_has_avx512_bf16();
+bool cpu_is_amd();  // vendor string "AuthenticAMD"
+int cpu_family();   // display family of CPUID leaf 1 (0x19 Zen 3/4, 0x1a Zen 5), 0 if unknown
 
 // The cache level the decode's streaming dot kernels (weights read once per token) prefetch
 // into: L2 (prefetcht1) or L1 (prefetcht0). CBX_STREAM_PREFETCH=l1|l2 forces one; otherwise

@@ -8,12 +8,12 @@
 // rounded to bf16, [kcp / 2][32][2] with k padded to 32) and x panels [kp / 2][14][2] padded
 // with zero pairs to the same k. Stride-1 conv1d: the shared Bf16Gemm::Conv layouts, each
 // 32 x 32 output tile as four groups of 8 output channels x 32 time steps.
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstdlib>
 #include <cstring>
 
+#include "core/cpu.h"
 #include "kernels/bf16_pack_avx512.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_avx512_q.h"
@@ -97,14 +97,7 @@ void conv_tiles(const Bf16Gemm::Conv& c, int64_t i0, int64_t i1) {
 bool choose_vdp() {
   const char* e = std::getenv("CBX_VDPBF16");
   if (e && *e) return std::strcmp(e, "0") != 0;
-  unsigned a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-  char vendor[13];
-  std::memcpy(vendor, &b, 4);
-  std::memcpy(vendor + 4, &d, 4);
-  std::memcpy(vendor + 8, &c, 4);
-  vendor[12] = 0;
-  return std::strcmp(vendor, "AuthenticAMD") == 0;
+  return cpu_is_amd();
 }
 
 }  // namespace
