@@ -25,7 +25,9 @@ int cpu_family();   // display family of CPUID leaf 1 (0x19 Zen 3/4, 0x1a Zen 5)
 // (a plain read ~80); on Zen 4 the L2 choice was measured best.
 enum class PrefetchLevel : int { L1 = 0, L2 = 1 };
 PrefetchLevel stream_prefetch_level();
-// The SSE prefetch hint for a level (_MM_HINT_T0 / _MM_HINT_T1 values).
+// The prefetch hint for a level: the _MM_HINT_T0 / _MM_HINT_T1 values, which are also
+// __builtin_prefetch's locality argument for them (3 -> prefetcht0, 2 -> prefetcht1; the
+// kernels pass it there, as GCC's _mm_prefetch wants its own enum type and clang's a macro).
 constexpr int prefetch_hint(PrefetchLevel l) { return l == PrefetchLevel::L1 ? 3 : 2; }
 
 }  // namespace cbx

@@ -60,7 +60,7 @@ struct LoadF32 {
   }
   template <int kHint>
   static void prefetch(const uint8_t* r, int64_t i, int64_t dist) {
-    _mm_prefetch(reinterpret_cast<const char*>(r + i * 4 + dist), static_cast<_mm_hint>(kHint));
+    __builtin_prefetch(reinterpret_cast<const char*>(r + i * 4 + dist), 0, kHint);
   }
 };
 struct LoadF16 {
@@ -69,7 +69,7 @@ struct LoadF16 {
   }
   template <int kHint>
   static void prefetch(const uint8_t* r, int64_t i, int64_t dist) {
-    if ((i & 31) == 0) _mm_prefetch(reinterpret_cast<const char*>(r + i * 2 + dist), static_cast<_mm_hint>(kHint));
+    if ((i & 31) == 0) __builtin_prefetch(reinterpret_cast<const char*>(r + i * 2 + dist), 0, kHint);
   }
 };
 
@@ -147,7 +147,7 @@ void dot_bf16(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act,
         __mmask32 mk = tail_mask32(k - i);
         __m512bh av = ld(a, i, mk);
         for (const uint8_t* r : {r0, r1, r2, r3})
-          _mm_prefetch(reinterpret_cast<const char*>(r + i * 2 + pf), static_cast<_mm_hint>(kHint));
+          __builtin_prefetch(reinterpret_cast<const char*>(r + i * 2 + pf), 0, kHint);
         c0 = _mm512_dpbf16_ps(c0, ld(r0, i, mk), av);
         c1 = _mm512_dpbf16_ps(c1, ld(r1, i, mk), av);
         c2 = _mm512_dpbf16_ps(c2, ld(r2, i, mk), av);

@@ -182,7 +182,7 @@ inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as
       const uint8_t* p = wr + r * ws + b * W::kBytes;
 #pragma GCC unroll 8
       for (int l = 0; l < 16 * W::kBytes; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p + pf + l), static_cast<_mm_hint>(kHint));
+        __builtin_prefetch(reinterpret_cast<const char*>(p + pf + l), 0, kHint);
       __m512i v[8];
       unpack16<W>(p, v);
       const __m512 dw = block_scales16<W>(p);

@@ -104,7 +104,7 @@ inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as
       const uint8_t* row = wr + r * ws;
       // The row's bytes advance 18 per block whichever plane is read.
 #pragma GCC unroll 8
-      for (int l = 0; l < 16 * 18; l += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b * 18 + pf + l), static_cast<_mm_hint>(kHint));
+      for (int l = 0; l < 16 * 18; l += 64) __builtin_prefetch(reinterpret_cast<const char*>(row + b * 18 + pf + l), 0, kHint);
       __m512i lo[4], hi[4];
       unpack16(row + b * 16, lo, hi);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + nb * 16 + b * 2)));
@@ -162,7 +162,7 @@ void dot_q4p(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, 
   {
     const char* first = reinterpret_cast<const char*>(wb + m0 * int64_t(ws));
     const int64_t warm = std::min<int64_t>(pf, (m1 - m0) * int64_t(ws));
-    for (int64_t l = 0; l < warm; l += 64) _mm_prefetch(first + l, static_cast<_mm_hint>(kHint));
+    for (int64_t l = 0; l < warm; l += 64) __builtin_prefetch(first + l, 0, kHint);
   }
   int64_t m = m0;
   for (; m + 2 <= m1; m += 2) dot_all_rows<kHint, 2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
