@@ -46,9 +46,10 @@ inline __mmask32 tail_mask32(int64_t left) {
   return left >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << left) - 1);
 }
 
-// Software prefetch (DRAM streams on decode; hint kHint, stream_prefetch_level()). The distance is at least 2 KB and
-// a whole number of row groups, so that with short rows a row never prefetches the row
-// the next lane of its own group is reading (measured: f16 K=1024 matvec +30%).
+// Software prefetch (DRAM streams on decode; locality kHint = prefetch_hint(level)). The
+// distance is at least 2 KB and a whole number of row groups, so that with short rows a row
+// never prefetches the row the next lane of its own group is reading (measured: f16 K=1024
+// matvec +30%).
 int64_t prefetch_distance(size_t ws, int rows, int64_t min_bytes) {
   const int64_t step = int64_t(ws) * rows;
   return step <= 0 ? min_bytes : (min_bytes + step - 1) / step * step;
@@ -380,15 +381,11 @@ MatmulKernels make_table(bool amx) {
   t.isa = Isa::Avx512;
   t.to_q8 = to_q8_avx512;
   t.to_bf16 = to_bf16_avx512;
-  if (stream_prefetch_level() == PrefetchLevel::L1) {
-    t.dot[kWF32] = {ActFormat::F32, nullptr, dot_float<LoadF32, _MM_HINT_T0>};
-    t.dot[kWF16] = {ActFormat::F32, nullptr, dot_float<LoadF16, _MM_HINT_T0>};
-    t.dot[kWBF16] = {ActFormat::BF16, to_bf16_avx512, dot_bf16<_MM_HINT_T0>};
-  } else {
-    t.dot[kWF32] = {ActFormat::F32, nullptr, dot_float<LoadF32, _MM_HINT_T1>};
-    t.dot[kWF16] = {ActFormat::F32, nullptr, dot_float<LoadF16, _MM_HINT_T1>};
-    t.dot[kWBF16] = {ActFormat::BF16, to_bf16_avx512, dot_bf16<_MM_HINT_T1>};
-  }
+  constexpr int kL1 = prefetch_hint(PrefetchLevel::L1), kL2 = prefetch_hint(PrefetchLevel::L2);
+  const bool l1 = stream_prefetch_level() == PrefetchLevel::L1;
+  t.dot[kWF32] = {ActFormat::F32, nullptr, l1 ? dot_float<LoadF32, kL1> : dot_float<LoadF32, kL2>};
+  t.dot[kWF16] = {ActFormat::F32, nullptr, l1 ? dot_float<LoadF16, kL1> : dot_float<LoadF16, kL2>};
+  t.dot[kWBF16] = {ActFormat::BF16, to_bf16_avx512, l1 ? dot_bf16<kL1> : dot_bf16<kL2>};
   t.dot[kWQ8_0] = {ActFormat::Q8, to_q8_avx512, dot_q8_0_avx512};
   t.dot[kWQ4_0] = {ActFormat::Q8Nib, to_q8_nib_avx512, dot_q4_0_avx512};
   t.gemm[kWF32] = gemm_f32(pack_w_f32<DType::F32>);

@@ -154,9 +154,10 @@ inline float dot_tail(const uint8_t* wr, const int8_t* qs, const float* dx, cons
 // R weight rows (stride ws) against N activation rows (stride as): each 16-block group of
 // a weight row is loaded, unpacked and its scales gathered once for all N rows (a CFG
 // decode step has N = 2). Every (weight row, activation row) pair accumulates in the same
-// order as with N = 1, so the result does not depend on N. A software prefetch (hint kHint,
-// stream_prefetch_level()) runs pf bytes ahead in each weight row. Measured on DRAM-resident Q4_0 weights, one
-// core, N = 1: the prefetch adds ~30%, and two rows at a time beat one or four by ~8%.
+// order as with N = 1, so the result does not depend on N. A software prefetch (locality
+// kHint = prefetch_hint(level)) runs pf bytes ahead in each weight row. Measured on
+// DRAM-resident Q4_0 weights, one core, N = 1: the prefetch adds ~30%, and two rows at a
+// time beat one or four by ~8%.
 template <typename W, int kHint, int R, int N>
 inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as, int64_t k, int64_t pf,
                      float* out /* [N][R] */) {
@@ -276,17 +277,17 @@ void to_q8_nib_avx512(const float* x, int64_t k, void* dst) {
 void dot_q8_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
                      int64_t n_rows, int64_t k, float* y, int64_t ldy) {
   if (stream_prefetch_level() == PrefetchLevel::L1)
-    dot_q<Q8W, _MM_HINT_T0>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
+    dot_q<Q8W, prefetch_hint(PrefetchLevel::L1)>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
   else
-    dot_q<Q8W, _MM_HINT_T1>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
+    dot_q<Q8W, prefetch_hint(PrefetchLevel::L2)>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
 }
 
 void dot_q4_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
                      int64_t n_rows, int64_t k, float* y, int64_t ldy) {
   if (stream_prefetch_level() == PrefetchLevel::L1)
-    dot_q<Q4W, _MM_HINT_T0>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
+    dot_q<Q4W, prefetch_hint(PrefetchLevel::L1)>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
   else
-    dot_q<Q4W, _MM_HINT_T1>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
+    dot_q<Q4W, prefetch_hint(PrefetchLevel::L2)>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
 }
 
 void dequant_row_avx512(DType t, const uint8_t* row, int64_t k0, int64_t len, float* out) {
