@@ -1,5 +1,5 @@
-// Planar Q4_0 (q4p, kernels/matvec_q4p.h): packing (block-interleaved full groups of 16
-// blocks, the rest in order) and the dot kernel of the active ISA
+// Planar Q4_0 (q4p, kernels/matvec_q4p.h): packing (row pairs; block-interleaved full
+// groups of 16 blocks, the rest in order) and the dot kernel of the active ISA
 // (CBX_FORCE_ISA) against the generic GGUF-layout Q4_0 dot on the same weights, and
 // RowLinear (which packs Q4_0 where the kernel exists) against ops/matmul.
 //   - generic q4p dot == generic GGUF dot exactly (same arithmetic, same order);
@@ -34,15 +34,15 @@ struct Q4Rows {
   Q4Rows(int64_t m_, int64_t k_, uint32_t seed) : m(m_), k(k_) {
     std::mt19937 g(seed);
     std::normal_distribution<float> nd;
-    const size_t rb = dtype_row_bytes(DType::Q4_0, k), pb = q4p_row_bytes(k);
+    const size_t rb = dtype_row_bytes(DType::Q4_0, k);
     gguf.resize(rb * size_t(m));
-    q4p.assign(pb * size_t(m), 0xcd);
+    q4p.assign(q4p_matrix_bytes(m, k), 0xcd);
     std::vector<float> row(static_cast<size_t>(k));
     for (int64_t r = 0; r < m; ++r) {
       for (float& v : row) v = nd(g) * (r % 3 == 0 ? 4.f : 0.5f);
       type_traits(DType::Q4_0).from_float(row.data(), gguf.data() + size_t(r) * rb, k);
-      q4p_pack_row(gguf.data() + size_t(r) * rb, k, q4p.data() + size_t(r) * pb);
     }
+    q4p_pack_rows(gguf.data(), rb, m, k, q4p.data());
     x.resize(static_cast<size_t>(k));
     for (float& v : x) v = nd(g);
   }
@@ -52,26 +52,33 @@ const int64_t kShapes[][2] = {{1, 32}, {7, 96}, {37, 512}, {16, 544}, {33, 1024}
 
 }  // namespace
 
+// Three rows of 17 blocks: one pair and a last row paired with zeros. Per pair: the full
+// group's nibbles (row 0, row 1), its scales (row 0, row 1), then block 16 (past the only
+// full group, bytes in order): nibbles (row 0, row 1), scales (row 0, row 1), zero padding.
 TEST(KernelsQ4p, PackLayout) {
   Q4Rows w(3, 544, 5);
   const size_t rb = dtype_row_bytes(DType::Q4_0, 544), pb = q4p_row_bytes(544);
   EXPECT_EQ(pb % 64, 0u);
   EXPECT_GE(pb, size_t(17 * 18));
-  for (int64_t r = 0; r < 3; ++r) {
-    const auto* src = reinterpret_cast<const BlockQ4_0*>(w.gguf.data() + size_t(r) * rb);
-    const uint8_t* dst = w.q4p.data() + size_t(r) * pb;
+  ASSERT_EQ(w.q4p.size(), 4 * pb);
+  EXPECT_EQ(q4p_matrix_bytes(4, 544), 4 * pb);
+  for (int64_t r = 0; r < 4; ++r) {
+    const uint8_t* pair = w.q4p.data() + size_t(r / 2) * 2 * pb;
+    const int i = int(r % 2);
     for (int b = 0; b < 17; ++b) {
-      // Block 16 is past the only full group of 16: its bytes stay in order.
       for (int j = 0; j < 16; ++j) {
-        const size_t at = b < 16 ? size_t((j / 4) * 64 + b * 4 + j % 4) : size_t(b * 16 + j);
-        ASSERT_EQ(dst[at], src[b].qs[j]) << "row " << r << " block " << b << " byte " << j;
+        const size_t at = b < 16 ? size_t(i * 256 + (j / 4) * 64 + b * 4 + j % 4) : size_t(576 + i * 16 + j);
+        const uint8_t want = r < 3 ? reinterpret_cast<const BlockQ4_0*>(w.gguf.data() + size_t(r) * rb)[b].qs[j] : 0;
+        ASSERT_EQ(pair[at], want) << "row " << r << " block " << b << " byte " << j;
       }
-      uint16_t d;
-      std::memcpy(&d, dst + 17 * 16 + b * 2, 2);
-      ASSERT_EQ(d, src[b].d);
+      uint16_t d, want = 0;
+      std::memcpy(&d, pair + (b < 16 ? size_t(512 + i * 32 + b * 2) : size_t(576 + 32 + i * 2)), 2);
+      if (r < 3) want = reinterpret_cast<const BlockQ4_0*>(w.gguf.data() + size_t(r) * rb)[b].d;
+      ASSERT_EQ(d, want) << "row " << r << " block " << b;
     }
-    for (size_t i = 17 * 18; i < pb; ++i) ASSERT_EQ(dst[i], 0) << "padding byte " << i;
   }
+  for (int p = 0; p < 2; ++p)
+    for (size_t at = 576 + 36; at < 2 * pb; ++at) ASSERT_EQ(w.q4p[size_t(p) * 2 * pb + at], 0) << "pair " << p << " padding byte " << at;
 }
 
 TEST(KernelsQ4p, DotMatchesGenericGguf) {
@@ -127,7 +134,7 @@ TEST(KernelsQ4p, RowLinearMatchesMatmul) {
     Tensor yt = make_tensor(DType::F32, {1, m}, ref.data(), ref.size() * 4);
     matmul_bias(pool, wt, bt, xt, yt);
     RowLinear rl(wt, bt, "test");
-    EXPECT_EQ(rl.packed_bytes(), q4p_dot(active_isa()) ? q4p_row_bytes(k) * size_t(m) : 0u);
+    EXPECT_EQ(rl.packed_bytes(), q4p_dot(active_isa()) ? q4p_matrix_bytes(m, k) : 0u);
     std::vector<uint8_t> abuf(rl.act_bytes() + 64);
     const void* a = rl.act(w.x.data(), abuf.data());
     // Two pieces, the second starting at an odd row.

@@ -1,5 +1,5 @@
-// AVX-512 VNNI dot for q4p (planar Q4_0, block-interleaved groups) weights against Q8Lane
-// activation rows. Per 16-block group: 4 64-byte nibble loads, 8 dpbusd per
+// AVX-512 VNNI dot for q4p (planar Q4_0 in row pairs, block-interleaved groups) weights
+// against Q8Lane activation rows. Per 16-block group: 4 64-byte nibble loads, 8 dpbusd per
 // activation row leave the 16 block sums in the 16 lanes (no shuffles), 16 scales in one
 // 32-byte load. The float arithmetic after the exact integer block sums is that of the
 // GGUF-layout Q4_0 kernel (matmul_q_avx512.cpp), in the same order, so both give identical
@@ -58,30 +58,37 @@ inline int32_t hsum256_epi32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Blocks [b, nb) of one row against one activation row, one block at a time.
-inline float dot_tail(const uint8_t* row, const int8_t* qs, const float* dx, const int32_t* sx, int64_t b,
-                      int64_t nb) {
-  const uint16_t* dw = reinterpret_cast<const uint16_t*>(row + nb * 16);
+// Blocks [b, nb) (past the full groups, in block order: nibbles 16 bytes a block at nib,
+// scales at dw) of one row against one activation row, one block at a time.
+inline float dot_tail(const uint8_t* nib, const uint16_t* dw, const int8_t* qs, const float* dx, const int32_t* sx,
+                      int64_t b, int64_t nb) {
   const __m128i lo4 = _mm_set1_epi8(0x0f);
   float tail = 0.f;
   for (int64_t t = b; t < nb; ++t) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + t * 16));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nib + (t - b) * 16));
     const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
     const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w,
                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + t * 32)));
     const int32_t s = hsum256_epi32(d) - (sx[t] << 3);
-    tail += _cvtsh_ss(dw[t]) * dx[t] * float(s);
+    uint16_t h;
+    std::memcpy(&h, dw + (t - b), 2);
+    tail += _cvtsh_ss(h) * dx[t] * float(s);
   }
   return tail;
 }
 
-// R rows (stride ws) against N activation rows (stride as): each 16-block group of a
-// weight row is loaded and unpacked once for all N rows, and every (row, activation row)
-// pair accumulates in the N = 1 order, so results do not depend on N. Prefetch (hint
-// kHint, stream_prefetch_level()) pf bytes ahead in each weight row.
+// R rows of the pair at `pair` (R = 2: both; R = 1: row i0 only) against N activation
+// rows (stride as): each 16-block group of a weight row is loaded and unpacked once for
+// all N rows, and every (row, activation row) pair accumulates in the N = 1 order, so
+// results do not depend on N or R. Results go to y[n * ldy + r] (straight from the
+// reductions: through a local array the compiler copied two floats with one 8-byte load
+// of two 4-byte stores, a failed store forward on every pair, ~25% of the time from L3).
+// Prefetch (hint kHint, stream_prefetch_level()) pf
+// bytes ahead of each group: the pair's groups follow each other, so the weights are one
+// sequential stream.
 template <int kHint, int R, int N>
-inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as, int64_t k, int64_t pf,
-                     float* out /* [N][R] */) {
+inline void dot_rows(const uint8_t* pair, int i0, const uint8_t* act, size_t as, int64_t k, int64_t pf, float* y,
+                     int64_t ldy) {
   const int64_t nb = k / 32;
   const int8_t* qs[N];
   const float* dx[N];
@@ -98,39 +105,46 @@ inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as
 #pragma GCC unroll 4
     for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
   int64_t b = 0;
-  for (; b + 16 <= nb; b += 16) {
+  for (const uint8_t* g = pair; b + 16 <= nb; b += 16, g += kQ4pGroupBytes) {
+#pragma GCC unroll 9
+    for (size_t l = 0; l < kQ4pGroupBytes; l += 64) __builtin_prefetch(reinterpret_cast<const char*>(g + pf + l), 0, kHint);
+    // Per activation row, shared by the R weight rows: the -8 correction and the scales.
+    __m512i neg_corr[N];
+    __m512 dxb[N];
 #pragma GCC unroll 4
+    for (int n = 0; n < N; ++n) {
+      neg_corr[n] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512(sx[n] + b), 3));
+      dxb[n] = _mm512_loadu_ps(dx[n] + b);
+    }
+#pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
-      const uint8_t* row = wr + r * ws;
-      // The row's bytes advance 18 per block whichever plane is read.
-#pragma GCC unroll 8
-      for (int l = 0; l < 16 * 18; l += 64) __builtin_prefetch(reinterpret_cast<const char*>(row + b * 18 + pf + l), 0, kHint);
       __m512i lo[4], hi[4];
-      unpack16(row + b * 16, lo, hi);
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + nb * 16 + b * 2)));
+      unpack16(g + q4p_group_nibbles(0, i0 + r), lo, hi);
+      const __m512 dw =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + q4p_group_scales(0, i0 + r))));
 #pragma GCC unroll 4
       for (int n = 0; n < N; ++n) {
-        const __m512i neg_corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512(sx[n] + b), 3));
-        const __m512i s = block_sums16(lo, hi, qs[n] + b * 32, neg_corr);
-        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_loadu_ps(dx[n] + b)), acc[r][n]);
+        const __m512i s = block_sums16(lo, hi, qs[n] + b * 32, neg_corr[n]);
+        acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, dxb[n]), acc[r][n]);
       }
     }
   }
 #pragma GCC unroll 4
   for (int n = 0; n < N; ++n)
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-      out[n * R + r] = _mm512_reduce_add_ps(acc[r][n]) + dot_tail(wr + r * ws, qs[n], dx[n], sx[n], b, nb);
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      const uint16_t* dw = reinterpret_cast<const uint16_t*>(pair + q4p_rest_scales(nb, i0 + r));
+      y[n * ldy + r] = _mm512_reduce_add_ps(acc[r][n]) +
+                       dot_tail(pair + q4p_rest_nibbles(nb, i0 + r), dw, qs[n], dx[n], sx[n], b, nb);
+    }
 }
 
-// Weight rows [m, m + R) against activation rows [n0, n0 + N).
+// Rows [m, m + R) (R = 2: a whole pair; R = 1: one row) against activation rows [n0, n0 + N).
 template <int kHint, int R, int N>
 inline void dot_block(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n0,
                       int64_t k, int64_t pf, float* y, int64_t ldy) {
-  float out[N * R];
-  dot_rows<kHint, R, N>(wb + m * ws, ws, act + n0 * as, as, k, pf, out);
-  for (int n = 0; n < N; ++n)
-    for (int r = 0; r < R; ++r) y[(n0 + n) * ldy + m + r] = out[n * R + r];
+  dot_rows<kHint, R, N>(wb + (m & ~int64_t(1)) * ws, R == 2 ? 0 : int(m & 1), act + n0 * as, as, k, pf,
+                        y + n0 * ldy + m, ldy);
 }
 
 template <int kHint, int R>
@@ -151,22 +165,23 @@ void dot_q4p(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, 
              int64_t k, float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
-  // >= 512 blocks (9 KB) ahead, a whole number of row pairs. Measured (bench t3, Turbo Q4_0,
-  // AMD Zen 4): 1 thread 65 -> 90 tok/s against 128 blocks, 2 threads +8%; on the Intel Xeon
-  // with AMX 256-384 blocks gave +8% on T3 alone and no change in the pipeline.
-  const int64_t step = 2 * int64_t(ws), want = 512 * 18;
-  const int64_t pf = step > 0 ? (want + step - 1) / step * step : want;
+  // 9 KB (512 blocks) ahead in the stream. Measured with the earlier row-by-row layout (bench
+  // t3, Turbo Q4_0, AMD Zen 4): 1 thread 65 -> 90 tok/s against 128 blocks, 2 threads +8%; on
+  // the Intel Xeon with AMX 256-384 blocks gave +8% on T3 alone and no change in the pipeline.
+  const int64_t pf = 512 * 18;
   // The first pf bytes of the range are not covered by the in-loop prefetch (the fused decode's
   // claimed pieces and per-head ranges start cold): ask for them up front. Bench t3 on Zen 4,
   // 7 interleaved pairs: median 97.4 -> 102.6 tok/s (5 of 7 pairs faster).
   {
-    const char* first = reinterpret_cast<const char*>(wb + m0 * int64_t(ws));
-    const int64_t warm = std::min<int64_t>(pf, (m1 - m0) * int64_t(ws));
+    const int64_t p0 = m0 & ~int64_t(1);
+    const char* first = reinterpret_cast<const char*>(wb + p0 * int64_t(ws));
+    const int64_t warm = std::min<int64_t>(pf, ((m1 + 1) / 2 * 2 - p0) * int64_t(ws));
     for (int64_t l = 0; l < warm; l += 64) __builtin_prefetch(first + l, 0, kHint);
   }
   int64_t m = m0;
+  if (m < m1 && (m & 1)) dot_all_rows<kHint, 1>(wb, ws, m++, ab, as, n_rows, k, pf, y, ldy);
   for (; m + 2 <= m1; m += 2) dot_all_rows<kHint, 2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
-  for (; m < m1; ++m) dot_all_rows<kHint, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
+  if (m < m1) dot_all_rows<kHint, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
 }
 
 // f32 row -> Q8Lane: the Q8 row (to_q8_avx512), then each full group of 16 blocks

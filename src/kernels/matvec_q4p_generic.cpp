@@ -6,10 +6,17 @@
 namespace cbx {
 namespace {
 
-// Byte j (0..15) of block b's nibbles in a q4p row of nb blocks.
-inline uint8_t q4p_byte(const uint8_t* row, int64_t nb, int64_t b, int j) {
-  if (b < nb / 16 * 16) return row[(b / 16) * 256 + (j / 4) * 64 + (b % 16) * 4 + j % 4];
-  return row[b * 16 + j];
+// Byte j (0..15) of block b's nibbles and block b's scale, row i of a q4p pair of nb-block rows.
+inline uint8_t q4p_byte(const uint8_t* pair, int64_t nb, int i, int64_t b, int j) {
+  if (b < nb / 16 * 16) return pair[q4p_group_nibbles(b / 16, i) + size_t((j / 4) * 64 + (b % 16) * 4 + j % 4)];
+  return pair[q4p_rest_nibbles(nb, i) + size_t(b - nb / 16 * 16) * 16 + size_t(j)];
+}
+inline uint16_t q4p_scale(const uint8_t* pair, int64_t nb, int i, int64_t b) {
+  const size_t at = b < nb / 16 * 16 ? q4p_group_scales(b / 16, i) + size_t(b % 16) * 2
+                                     : q4p_rest_scales(nb, i) + size_t(b - nb / 16 * 16) * 2;
+  uint16_t d;
+  std::memcpy(&d, pair + at, 2);
+  return d;
 }
 
 // Same arithmetic and order as the GGUF Q4_0 generic dot (matmul_generic.cpp).
@@ -17,8 +24,8 @@ void dot_q4p_generic(const void* w, size_t ws, int64_t m0, int64_t m1, const voi
                      int64_t k, float* y, int64_t ldy) {
   const int64_t nb = k / 32;
   for (int64_t m = m0; m < m1; ++m) {
-    const uint8_t* row = static_cast<const uint8_t*>(w) + m * ws;
-    const uint16_t* dw = reinterpret_cast<const uint16_t*>(row + nb * 16);
+    const uint8_t* pair = static_cast<const uint8_t*>(w) + (m & ~int64_t(1)) * ws;
+    const int i = int(m & 1);
     for (int64_t n = 0; n < nr; ++n) {
       const void* a = static_cast<const uint8_t*>(act) + n * as;
       const int8_t* qs = q8_act_qs(a);
@@ -28,11 +35,11 @@ void dot_q4p_generic(const void* w, size_t ws, int64_t m0, int64_t m1, const voi
       for (int64_t b = 0; b < nb; ++b) {
         int32_t isum = 0;
         for (int j = 0; j < 16; ++j) {
-          const uint8_t q = q4p_byte(row, nb, b, j);
+          const uint8_t q = q4p_byte(pair, nb, i, b, j);
           isum += int32_t(q & 0x0f) * qs[b * 32 + j];
           isum += int32_t(q >> 4) * qs[b * 32 + j + 16];
         }
-        s += f16_to_f32(dw[b]) * d[b] * float(isum - 8 * sum[b]);
+        s += f16_to_f32(q4p_scale(pair, nb, i, b)) * d[b] * float(isum - 8 * sum[b]);
       }
       y[n * ldy + m] = s;
     }
@@ -43,21 +50,28 @@ void dot_q4p_generic(const void* w, size_t ws, int64_t m0, int64_t m1, const voi
 
 size_t q4p_row_bytes(int64_t k) { return (size_t(k / 32) * 18 + 63) / 64 * 64; }
 
-void q4p_pack_row(const void* q4_0_row, int64_t k, void* dst) {
-  const int64_t nb = k / 32;
-  const auto* src = static_cast<const BlockQ4_0*>(q4_0_row);
+size_t q4p_matrix_bytes(int64_t m, int64_t k) { return size_t((m + 1) / 2 * 2) * q4p_row_bytes(k); }
+
+void q4p_pack_rows(const void* q4_0_rows, size_t src_stride, int64_t m, int64_t k, void* dst) {
+  const int64_t nb = k / 32, full = nb / 16 * 16;
+  const size_t pair_bytes = 2 * q4p_row_bytes(k);
   auto* out = static_cast<uint8_t*>(dst);
-  const int64_t full = nb / 16 * 16;
-  for (int64_t b = 0; b < nb; ++b) {
-    if (b < full) {
-      uint8_t* g = out + (b / 16) * 256 + (b % 16) * 4;
-      for (int s = 0; s < 4; ++s) std::memcpy(g + s * 64, src[b].qs + 4 * s, 4);
-    } else {
-      std::memcpy(out + b * 16, src[b].qs, 16);
+  std::memset(out, 0, q4p_matrix_bytes(m, k));
+  for (int64_t r = 0; r < m; ++r) {
+    const auto* src = reinterpret_cast<const BlockQ4_0*>(static_cast<const uint8_t*>(q4_0_rows) + size_t(r) * src_stride);
+    uint8_t* pair = out + size_t(r / 2) * pair_bytes;
+    const int i = int(r & 1);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b < full) {
+        uint8_t* g = pair + q4p_group_nibbles(b / 16, i) + (b % 16) * 4;
+        for (int s = 0; s < 4; ++s) std::memcpy(g + s * 64, src[b].qs + 4 * s, 4);
+        std::memcpy(pair + q4p_group_scales(b / 16, i) + (b % 16) * 2, &src[b].d, 2);
+      } else {
+        std::memcpy(pair + q4p_rest_nibbles(nb, i) + size_t(b - full) * 16, src[b].qs, 16);
+        std::memcpy(pair + q4p_rest_scales(nb, i) + size_t(b - full) * 2, &src[b].d, 2);
+      }
     }
-    std::memcpy(out + nb * 16 + b * 2, &src[b].d, 2);
   }
-  std::memset(out + nb * 18, 0, q4p_row_bytes(k) - size_t(nb) * 18);
 }
 
 const DotKernel& q4p_dot_generic() {

@@ -16,7 +16,7 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
 
 size_t RowLinear::pack_bytes(const Tensor& w, Isa isa, bool pack) {
   if (w.dtype != DType::Q4_0 || !pack || !q4p_dot(isa) || w.ndim != 2) return 0;
-  return q4p_row_bytes(w.shape[1]) * size_t(w.shape[0]);
+  return q4p_matrix_bytes(w.shape[0], w.shape[1]);
 }
 
 RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa, bool pack, uint8_t* storage)
@@ -45,7 +45,7 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
   const DotKernel* q4p = w.dtype == DType::Q4_0 && pack ? q4p_dot(isa) : nullptr;
   if (q4p && m_ > 0) {
     const size_t rb = q4p_row_bytes(k_);
-    packed_bytes_ = rb * size_t(m_);
+    packed_bytes_ = q4p_matrix_bytes(m_, k_);
     uint8_t* buf = storage;
     if (buf) {
       CBX_CHECK(reinterpret_cast<uintptr_t>(buf) % 64 == 0, "row_linear %s: q4p storage for %s is not 64-aligned",
@@ -56,12 +56,28 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
                 w.shape_str().c_str());
       packed_ = std::shared_ptr<uint8_t>(buf, [](uint8_t* p) { std::free(p); });
     }
-    for (int64_t m = 0; m < m_; ++m) q4p_pack_row(w_ + size_t(m) * ws_, k_, buf + size_t(m) * rb);
+    q4p_pack_rows(w_, ws_, m_, k_, buf);
     w_ = buf;
     ws_ = rb;
     dot_ = q4p;
   }
   act_bytes_ = dot_->act == ActFormat::F32 ? 0 : act_row_bytes(dot_->act, k_);
+}
+
+void RowLinear::dot(int64_t m0, int64_t m1, const void* act, size_t as, int64_t n, float* out, int64_t ldo) const {
+  // The kernel sees the weight slice from row m0 on. q4p rows come in pairs and a slice
+  // must start at one: an odd first row is computed alone, from its pair.
+  if (packed_bytes_ && (m0 & 1)) {
+    for (int64_t r = 0; r < n; ++r) {
+      float two[2];
+      dot_->fn(w_ + size_t(m0 - 1) * ws_, ws_, 1, 2, static_cast<const uint8_t*>(act) + size_t(r) * as, 0, 1, k_,
+               two, 0);
+      out[r * ldo] = two[1];
+    }
+    if (++m0 == m1) return;
+    ++out;
+  }
+  dot_->fn(w_ + size_t(m0) * ws_, ws_, 0, m1 - m0, act, as, n, k_, out, ldo);
 }
 
 const void* RowLinear::act(const float* x, void* buf) const {
@@ -74,10 +90,9 @@ void RowLinear::run(int64_t m0, int64_t m1, const void* act, float* y, RowEpilog
   CBX_ASSERT(m0 >= 0 && m0 <= m1 && m1 <= m_);
   if (m0 == m1) return;
   const int64_t n = m1 - m0;
-  // The kernel sees rows [0, n) of the weight slice starting at row m0.
   float* out = e == RowEpilogue::AddTo ? tmp : y + m0;
   CBX_ASSERT(out != nullptr);
-  dot_->fn(w_ + size_t(m0) * ws_, ws_, 0, n, act, 0, 1, k_, out, 0);
+  dot(m0, m1, act, 0, 1, out, 0);
   const float* b = b_ ? b_ + m0 : nullptr;
   switch (e) {
     case RowEpilogue::Store:
@@ -117,10 +132,9 @@ void RowLinear::run_rows(int64_t m0, int64_t m1, const void* act, size_t as, int
   const int64_t cnt = m1 - m0;
   const bool add = e == RowEpilogue::AddTo;
   CBX_ASSERT(!add || tmp != nullptr);
-  // The kernel sees rows [0, cnt) of the weight slice starting at row m0.
   float* out = add ? tmp : y + m0;
   const int64_t ldo = add ? cnt : ldy;
-  dot_->fn(w_ + size_t(m0) * ws_, ws_, 0, cnt, act, as, n, k_, out, ldo);
+  dot(m0, m1, act, as, n, out, ldo);
   const float* b = b_ ? b_ + m0 : nullptr;
   for (int64_t r = 0; r < n; ++r) {
     float* o = out + r * ldo;

@@ -7,7 +7,7 @@
 //
 //   RowLinear:  y[m] = dot(w[m, :], x) + b[m] for rows m of [m0, m1), x: f32 [K]; same
 //               numerics as ops/matmul's dot path (N < matmul_gemm_min_rows()). Q4_0
-//               weights are copied once into the planar q4p layout (kernels/matvec_q4p.h)
+//               weights are copied once into the planar q4p row pairs (kernels/matvec_q4p.h)
 //               where a SIMD kernel for it exists (AVX-512): same results, faster loads,
 //               at the cost of a second copy of those weights in memory
 //               (packed_bytes()); pack = false keeps the GGUF layout.
@@ -71,6 +71,10 @@ class RowLinear {
   bool same_act(const RowLinear& o) const;
 
  private:
+  // Kernel results of weight rows [m0, m1) for activation rows [0, n) (as bytes apart) into
+  // out[r * ldo + (m - m0)].
+  void dot(int64_t m0, int64_t m1, const void* act, size_t as, int64_t n, float* out, int64_t ldo) const;
+
   const uint8_t* w_ = nullptr;
   size_t ws_ = 0;
   const float* b_ = nullptr;
