@@ -157,10 +157,12 @@ inline float dot_tail(const uint8_t* wr, const int8_t* qs, const float* dx, cons
 // order as with N = 1, so the result does not depend on N. A software prefetch (locality
 // kHint = prefetch_hint(level)) runs pf bytes ahead in each weight row. Measured on
 // DRAM-resident Q4_0 weights, one core, N = 1: the prefetch adds ~30%, and two rows at a
-// time beat one or four by ~8%.
+// time beat one or four by ~8%. Results go to y[n * ldy + r] straight from the reductions
+// (through a local array the compiler copied two floats with one 8-byte load of two 4-byte
+// stores: a failed store forward on every row pair).
 template <typename W, int kHint, int R, int N>
-inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as, int64_t k, int64_t pf,
-                     float* out /* [N][R] */) {
+inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as, int64_t k, int64_t pf, float* y,
+                     int64_t ldy) {
   const int64_t nb = k / 32;
   const int8_t* qs[N];
   const float* dx[N];
@@ -199,17 +201,14 @@ inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as
   for (int n = 0; n < N; ++n)
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
-      out[n * R + r] = _mm512_reduce_add_ps(acc[r][n]) + dot_tail<W>(wr + r * ws, qs[n], dx[n], sx[n], b, nb);
+      y[n * ldy + r] = _mm512_reduce_add_ps(acc[r][n]) + dot_tail<W>(wr + r * ws, qs[n], dx[n], sx[n], b, nb);
 }
 
 // Weight rows [m, m + R) against activation rows [n0, n0 + N).
 template <typename W, int kHint, int R, int N>
 inline void dot_block(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n0,
                       int64_t k, int64_t pf, float* y, int64_t ldy) {
-  float out[N * R];
-  dot_rows<W, kHint, R, N>(wb + m * ws, ws, act + n0 * as, as, k, pf, out);
-  for (int n = 0; n < N; ++n)
-    for (int r = 0; r < R; ++r) y[(n0 + n) * ldy + m + r] = out[n * R + r];
+  dot_rows<W, kHint, R, N>(wb + m * ws, ws, act + n0 * as, as, k, pf, y + n0 * ldy + m, ldy);
 }
 
 // Activation rows in groups of up to 4 (the dot path serves N < matmul_gemm_min_rows()).
