@@ -270,14 +270,19 @@ inline void prefetch_ahead(const void* base, int64_t row, int64_t kend, int64_t 
 // the scale folded into q), and V::sum_lanes_t turns W such vectors into W scores at
 // once instead of W horizontal sums. P.V keeps two accumulator sets (even / odd keys)
 // so consecutive keys do not wait on each other's FMAs.
-template <class V, bool kF16>
+// kD: the head dimension when known at compile time (a multiple of W; 0: h.d at run time).
+// With it the per-key score loop unrolls and the query stays in registers: the same FMAs
+// in the same order, so the same bits. T3's decode attention (16 heads x 600 F16 keys x
+// d = 64, 24 layers, 2 threads, Zen 5): cache-resident 68 -> 94 GB/s, from DRAM 50 -> 61;
+// the run-time-d loop was one dependent FMA chain per key plus loop overhead.
+template <class V, bool kF16, int kD>
 void attn_one(const AttnHead& h, int64_t i, float* scratch) {
   using R = typename V::R;
   constexpr int W = V::W;
   constexpr int64_t KT = kAttnKeyTile;
-  static_assert(KT % W == 0);
+  static_assert(KT % W == 0 && kD % W == 0);
   const float ninf = -std::numeric_limits<float>::infinity();
-  const int64_t d = h.d, dv = d / W * W, dt = d - dv;
+  const int64_t d = kD ? kD : h.d, dv = d / W * W, dt = d - dv;
   float* S = scratch;   // [KT] scores, then probabilities
   float* acc = S + KT;  // [d]
   float* qs = acc + d;  // [d] query x scale
@@ -296,6 +301,10 @@ void attn_one(const AttnHead& h, int64_t i, float* scratch) {
     prefetch_kv_row(h.k, kF16 ? DType::F16 : DType::F32, r * h.k_rs, d);
     prefetch_kv_row(h.v, kF16 ? DType::F16 : DType::F32, r * h.v_rs, d);
   }
+  constexpr int kQv = kD ? kD / W : 1;
+  R qv[kQv];
+  if constexpr (kD != 0)
+    for (int c = 0; c < kQv; ++c) qv[c] = V::load(qs + c * W);
   for (int64_t j0 = 0; j0 < kend; j0 += KT) {
     const int64_t nk = imin(KT, kend - j0);
     R vmax = V::set1(ninf);
@@ -311,8 +320,12 @@ void attn_one(const AttnHead& h, int64_t i, float* scratch) {
         prefetch_ahead<kF16>(h.k, row, kend, h.k_rs, d);
         const int64_t at = row * h.k_rs;
         R a = V::zero();
-        for (int64_t c = 0; c < dv; c += W) a = V::fma(V::load(qs + c), kv_row_load<V, kF16>(h.k, at + c), a);
-        if (dt) a = V::fma(V::load_n(qs + dv, dt), kv_row_load_n<V, kF16>(h.k, at + dv, dt), a);
+        if constexpr (kD != 0) {
+          for (int c = 0; c < kQv; ++c) a = V::fma(qv[c], kv_row_load<V, kF16>(h.k, at + c * W), a);
+        } else {
+          for (int64_t c = 0; c < dv; c += W) a = V::fma(V::load(qs + c), kv_row_load<V, kF16>(h.k, at + c), a);
+          if (dt) a = V::fma(V::load_n(qs + dv, dt), kv_row_load_n<V, kF16>(h.k, at + dv, dt), a);
+        }
         part[j] = a;
       }
       R sv = V::sum_lanes_t(part);
@@ -386,8 +399,9 @@ template <class V>
 void attn(const AttnHead& h, int64_t q0, int64_t q1, float* scratch) {
   static_assert(kAttnQueryBlock == 4);
   if (q1 - q0 == 1 && !h.kt) {
-    if (h.kv_dtype == DType::F16) attn_one<V, true>(h, q0, scratch);
-    else attn_one<V, false>(h, q0, scratch);
+    const bool f16 = h.kv_dtype == DType::F16;
+    if (h.d == 64) f16 ? attn_one<V, true, 64>(h, q0, scratch) : attn_one<V, false, 64>(h, q0, scratch);
+    else f16 ? attn_one<V, true, 0>(h, q0, scratch) : attn_one<V, false, 0>(h, q0, scratch);
     return;
   }
   int64_t i = q0;
