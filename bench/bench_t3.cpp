@@ -1,5 +1,5 @@
 // chatterbox-bench t3 -m MODEL.gguf [--threads N] [--steps S] [--prompt P] [--text L]
-//                     [--kv-type f16|f32] [--mb MB] [--seed N] [--ab] [--no-pack-q4]
+//                     [--kv-type f16|f32] [--mb MB] [--seed N] [--ab] [--no-pack]
 //                     [--row-prefill N]
 //
 // T3 Turbo on random inputs: a prefill of 1 + P prompt speech tokens (default 375, the
@@ -18,7 +18,7 @@
 //   decode_bw_ratio decode_gbps / stream_gbps
 //   cpu_ms_per_tok  process CPU time per decode step (all threads; with --threads 1 a
 //                   figure that machine load disturbs much less than t3_tok_s)
-//   packed_mb       re-laid-out weight copies the fused decode holds (--no-pack-q4: none)
+//   packed_mb       re-laid-out weight copies the fused decode holds (--no-pack: none)
 // --row-prefill N: T3TurboOptions::row_prefill_max (default -1: automatic; 0 = the prefill always on
 // the GEMM). With --prompt 0 --text L (L + 2 rows) it times the path a cached voice prefix
 // leaves for the text.
@@ -63,7 +63,7 @@ int run_t3(int argc, char** argv) {
   std::string model, kv = "f16";
   int threads = 2, steps = 200, prompt = 375, text = 30, mb = 256;
   uint64_t seed = 1;
-  bool ab = false, pack_q4 = true;
+  bool ab = false, pack_planar = true;
   int row_prefill = -1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -80,7 +80,7 @@ int run_t3(int argc, char** argv) {
     else if (a == "--mb") mb = std::atoi(next());
     else if (a == "--seed") seed = std::strtoull(next(), nullptr, 10);
     else if (a == "--ab") ab = true;
-    else if (a == "--no-pack-q4") pack_q4 = false;
+    else if (a == "--no-pack") pack_planar = false;
     else if (a == "--row-prefill") row_prefill = std::atoi(next());
     else fail("bench t3: unknown option '%s' (see bench/bench_t3.cpp)", a.c_str());
   }
@@ -94,7 +94,7 @@ int run_t3(int argc, char** argv) {
   o.max_prompt = std::max(prompt, 1);
   o.max_new = steps;
   o.kv_type = dtype_from_name(kv.c_str());
-  o.pack_q4 = pack_q4;
+  o.pack_planar = pack_planar;
   o.row_prefill_max = row_prefill;
   T3Turbo t3(*f, pool, o);
   const T3Config& c = t3.config().t3;

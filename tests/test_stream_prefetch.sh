@@ -3,8 +3,9 @@
 # L1 on AMD family 1Ah and later, L2 elsewhere; CBX_STREAM_PREFETCH=l1|l2 forces one).
 #   - `chatterbox system-info` reports the level, follows the variable both ways, and names a
 #     bad value on stderr while keeping the CPU's default;
-#   - the matmul and q4p kernel tests pass under both forced levels (the dot kernels of each
-#     level against the generic ones; the q4p test also compares the two levels bit for bit).
+#   - the matmul and planar (q4p / q8p) kernel tests pass under both forced levels (the dot
+#     kernels of each level against the generic ones; the planar test also compares the two
+#     levels bit for bit).
 # usage: test_stream_prefetch.sh BUILD_DIR
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
@@ -27,7 +28,7 @@ err=$(CBX_STREAM_PREFETCH=l3 "$CLI" system-info 2>&1 >/dev/null)
 echo "$err" | grep -q "CBX_STREAM_PREFETCH=l3" || { echo "FAIL: no message for CBX_STREAM_PREFETCH=l3: $err"; exit 1; }
 got=$(CBX_STREAM_PREFETCH=l3 "$CLI" system-info 2>/dev/null | sed -n 's/.*stream_prefetch=\([a-z0-9]*\).*/\1/p')
 [ "$got" = "$default" ] || { echo "FAIL: a bad value changed the level to $got"; exit 1; }
-for t in test_kernels_matmul test_kernels_q4p; do
+for t in test_kernels_matmul test_kernels_planar; do
   [ -x "$BUILD/bin/$t" ] || { echo "FAIL: $BUILD/bin/$t not built"; exit 1; }
   for l in l1 l2; do
     echo "== CBX_STREAM_PREFETCH=$l $t"

@@ -3,8 +3,8 @@
 // the op-by-op path on random weights, for every weight type and both KV types, with
 // 1, 2 and 3 threads (3 does not divide the heads: uneven splits). The two paths run the
 // same kernels in the same order per output, so the logits must agree to float rounding;
-// the fused logits must not depend on the thread count at all, nor on whether Q4_0 layer
-// matrices are re-laid out (T3Gpt2Options::pack_q4).
+// the fused logits must not depend on the thread count at all, nor on whether Q4_0 / Q8_0
+// layer matrices are re-laid out (T3Gpt2Options::pack_planar).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,13 +71,13 @@ void fill_weights(const T3Config& c, DType mt, Store& st, T3Gpt2Weights& w) {
 
 // Prefill of 9 rows, then `steps` one-row calls; returns the logits of every call.
 std::vector<std::vector<float>> run(const T3Config& c, const T3Gpt2Weights& w, int threads, DType kv, bool fused,
-                                    int steps, bool pack_q4 = true, size_t* packed = nullptr) {
+                                    int steps, bool pack_planar = true, size_t* packed = nullptr) {
   ThreadPool pool(threads);
   T3Gpt2Options o;
   o.max_ctx = 32;
   o.max_batch = 9;
   o.kv_type = kv;
-  o.pack_q4 = pack_q4;
+  o.pack_planar = pack_planar;
   o.kv_huge_pages = threads == 2;  // the KV cache's allocation must not matter either
   T3Gpt2 m(c, w, pool, o);
   if (packed) *packed = m.packed_weight_bytes();
@@ -125,13 +125,13 @@ TEST(T3Decode, FusedMatchesOpByOp) {
         // (measured 0 on AVX-512; the bound leaves room for FMA contraction differences).
         EXPECT_LE(worst, 1e-5 * scale) << dtype_name(mt) << " kv " << dtype_name(kv) << " threads " << threads;
         EXPECT_GT(scale, 0.0);
-        if (threads == 2 && mt == DType::Q4_0) {
+        if (threads == 2 && (mt == DType::Q4_0 || mt == DType::Q8_0)) {
           size_t packed_on = 0, packed_off = 1;
           const auto plain = run(c, w, threads, kv, true, 12, false, &packed_off);
           run(c, w, threads, kv, true, 0, true, &packed_on);
           EXPECT_EQ(packed_off, 0u);
           EXPECT_EQ(packed_on > 0, active_isa() == Isa::Avx512);
-          EXPECT_EQ(plain, got) << "q4p re-layout changed the logits, kv " << dtype_name(kv);
+          EXPECT_EQ(plain, got) << "planar re-layout changed the logits, " << dtype_name(mt) << " kv " << dtype_name(kv);
         }
         if (threads == 1) fused1 = got;
         else EXPECT_EQ(got, fused1) << "fused logits depend on the thread count: " << dtype_name(mt) << " threads "

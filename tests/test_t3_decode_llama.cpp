@@ -4,7 +4,7 @@
 // op-by-op path on random weights: every weight type, both KV types, 1 and 2 sequences,
 // GQA and plain heads, 1, 2 and 3 threads (3 splits the KV heads unevenly). The two paths
 // run the same kernels in the same order per output, so the logits must be bit-identical,
-// and so must the fused logits with and without the q4p re-layout of Q4_0 matrices.
+// and so must the fused logits with and without the planar re-layout of Q4_0 / Q8_0 matrices.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,14 +79,14 @@ struct RunOut {
 // As T3Mtl: a 5-token shared prefix (sequence 0, copied to the others), 4 tokens of each of the
 // B sequences, then `steps` one-token calls with different embeddings per sequence.
 RunOut run(const T3Config& c, const T3LlamaWeights& w, int threads, DType kv, int64_t B, bool fused,
-           int steps, bool pack_q4 = true) {
+           int steps, bool pack_planar = true) {
   ThreadPool pool(threads);
   T3LlamaOptions o;
   o.max_ctx = 32;
   o.max_tokens = 8;
   o.n_rows = 2;
   o.kv_type = kv;
-  o.pack_q4 = pack_q4;
+  o.pack_planar = pack_planar;
   T3Llama m(c, w, pool, o);
   m.set_fused_decode(fused);
   RunOut out;
@@ -146,12 +146,12 @@ TEST(T3DecodeLlama, FusedMatchesOpByOpBitExact) {
                 << dtype_name(mt) << " kv " << dtype_name(kv) << " B " << B << " n_kv_head " << n_kv
                 << " threads " << threads;
           }
-          if (mt == DType::Q4_0) {
+          if (mt == DType::Q4_0 || mt == DType::Q8_0) {
             const RunOut plain = run(c, w, 2, kv, B, true, 12, false);
             const RunOut packed = run(c, w, 2, kv, B, true, 0, true);
             EXPECT_EQ(plain.packed, 0u);
             EXPECT_EQ(packed.packed > 0, active_isa() == Isa::Avx512);
-            EXPECT_EQ(plain.logits, ref.logits) << "q4p re-layout changed the logits";
+            EXPECT_EQ(plain.logits, ref.logits) << "planar re-layout changed the logits: " << dtype_name(mt);
           }
         }
       }

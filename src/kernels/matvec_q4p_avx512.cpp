@@ -1,9 +1,9 @@
-// AVX-512 VNNI dot for q4p (planar Q4_0 in row pairs, block-interleaved groups) weights
-// against Q8Lane activation rows. Per 16-block group: 4 64-byte nibble loads, 8 dpbusd per
-// activation row leave the 16 block sums in the 16 lanes (no shuffles), 16 scales in one
-// 32-byte load. The float arithmetic after the exact integer block sums is that of the
-// GGUF-layout Q4_0 kernel (matmul_q_avx512.cpp), in the same order, so both give identical
-// results.
+// AVX-512 VNNI dot for planar pair weights (q4p / q8p, kernels/matvec_q4p.h) against
+// Q8Lane activation rows. Per 16-block group: 8 64-byte quant vectors (q4p: 4 loads split
+// into low and high nibbles; q8p: 8 loads of w + 128), 8 dpbusd per activation row leave
+// the 16 block sums in the 16 lanes (no shuffles), 16 scales in one 32-byte load. The
+// float arithmetic after the exact integer block sums is that of the GGUF-layout Q4_0 /
+// Q8_0 kernel (matmul_q_avx512.cpp), in the same order, so both give identical results.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -20,34 +20,56 @@ namespace {
 
 static_assert(prefetch_hint(PrefetchLevel::L1) == _MM_HINT_T0 && prefetch_hint(PrefetchLevel::L2) == _MM_HINT_T1);
 
-// The 16-block group at qs (4 64-byte loads, aligned in RowLinear's copies): lo[s] / hi[s]
-// the low / high nibbles of chunk s, i.e. elements 4s .. 4s+3 / 16+4s .. 16+4s+3 of every
-// block, one block a lane.
-inline void unpack16(const uint8_t* qs, __m512i* lo, __m512i* hi) {
-  const __m512i lo4 = _mm512_set1_epi8(0x0f);
+// Q4_0 in q4p: 16 quant bytes a block, the -8 offset (shift 3 of the activation sums);
+// a group's 4 64-byte chunks give v[s] = low nibbles of chunk s (elements 4s .. 4s+3 of
+// every block, one block a lane) and v[4 + s] = its high nibbles (16+4s .. 16+4s+3).
+struct Q4p {
+  static constexpr int kQb = 16;
+  static constexpr int kShift = 3;
+  static void unpack16(const uint8_t* g, __m512i* v) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4
-  for (int s = 0; s < 4; ++s) {
-    const __m512i x = _mm512_loadu_si512(qs + 64 * s);
-    lo[s] = _mm512_and_si512(x, lo4);
-    hi[s] = _mm512_and_si512(_mm512_srli_epi16(x, 4), lo4);
+    for (int s = 0; s < 4; ++s) {
+      const __m512i x = _mm512_loadu_si512(g + 64 * s);
+      v[s] = _mm512_and_si512(x, lo4);
+      v[4 + s] = _mm512_and_si512(_mm512_srli_epi16(x, 4), lo4);
+    }
   }
-}
+  // One block (16 bytes at p, in order) as 32 unsigned bytes in element order.
+  static __m256i block(const uint8_t* p) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i lo4 = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
+  }
+};
+// Q8_0 in q8p: 32 quant bytes a block stored as w + 128, the -128 offset (shift 7); v[s] =
+// chunk s (elements 4s .. 4s+3 of every block).
+struct Q8p {
+  static constexpr int kQb = 32;
+  static constexpr int kShift = 7;
+  static void unpack16(const uint8_t* g, __m512i* v) {
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) v[s] = _mm512_loadu_si512(g + 64 * s);
+  }
+  static __m256i block(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+};
 
-// The 16 integer block sums (lane b = block b) of an unpacked group against the Q8Lane
-// activations q of the same 16 blocks (chunks t = 0..7: elements 4t .. 4t+3), plus init.
-// Four chains of two dpbusd (exact integers: any order gives the same sums); the
-// correction enters as the first chain's start, not as a subtraction at the end. Single
-// core, L2-resident weights, Zen 5: 44-47 -> 50.6 GB/s against two chains of four.
-inline __m512i block_sums16(const __m512i* lo, const __m512i* hi, const int8_t* q, __m512i init) {
+// The 16 integer block sums (lane b = block b) of an unpacked group v (v[t] against
+// activation chunk t: elements 4t .. 4t+3) and the Q8Lane activations q of the same 16
+// blocks, plus init. Four chains of two dpbusd (exact integers: any order gives the same
+// sums); the offset correction enters as the first chain's start, not as a subtraction at
+// the end. Single core, L2-resident q4p weights, Zen 5: 44-47 -> 50.6 GB/s against two
+// chains of four.
+inline __m512i block_sums16(const __m512i* v, const int8_t* q, __m512i init) {
   const __m512i zero = _mm512_setzero_si512();
-  __m512i z0 = _mm512_dpbusd_epi32(init, lo[0], _mm512_loadu_si512(q));
-  __m512i z1 = _mm512_dpbusd_epi32(zero, lo[1], _mm512_loadu_si512(q + 64));
-  __m512i z2 = _mm512_dpbusd_epi32(zero, lo[2], _mm512_loadu_si512(q + 128));
-  __m512i z3 = _mm512_dpbusd_epi32(zero, lo[3], _mm512_loadu_si512(q + 192));
-  z0 = _mm512_dpbusd_epi32(z0, hi[0], _mm512_loadu_si512(q + 256));
-  z1 = _mm512_dpbusd_epi32(z1, hi[1], _mm512_loadu_si512(q + 320));
-  z2 = _mm512_dpbusd_epi32(z2, hi[2], _mm512_loadu_si512(q + 384));
-  z3 = _mm512_dpbusd_epi32(z3, hi[3], _mm512_loadu_si512(q + 448));
+  __m512i z0 = _mm512_dpbusd_epi32(init, v[0], _mm512_loadu_si512(q));
+  __m512i z1 = _mm512_dpbusd_epi32(zero, v[1], _mm512_loadu_si512(q + 64));
+  __m512i z2 = _mm512_dpbusd_epi32(zero, v[2], _mm512_loadu_si512(q + 128));
+  __m512i z3 = _mm512_dpbusd_epi32(zero, v[3], _mm512_loadu_si512(q + 192));
+  z0 = _mm512_dpbusd_epi32(z0, v[4], _mm512_loadu_si512(q + 256));
+  z1 = _mm512_dpbusd_epi32(z1, v[5], _mm512_loadu_si512(q + 320));
+  z2 = _mm512_dpbusd_epi32(z2, v[6], _mm512_loadu_si512(q + 384));
+  z3 = _mm512_dpbusd_epi32(z3, v[7], _mm512_loadu_si512(q + 448));
   return _mm512_add_epi32(_mm512_add_epi32(z0, z1), _mm512_add_epi32(z2, z3));
 }
 
@@ -58,18 +80,16 @@ inline int32_t hsum256_epi32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Blocks [b, nb) (past the full groups, in block order: nibbles 16 bytes a block at nib,
+// Blocks [b, nb) (past the full groups, in block order: quants F::kQb bytes a block at q,
 // scales at dw) of one row against one activation row, one block at a time.
-inline float dot_tail(const uint8_t* nib, const uint16_t* dw, const int8_t* qs, const float* dx, const int32_t* sx,
+template <class F>
+inline float dot_tail(const uint8_t* quants, const uint16_t* dw, const int8_t* qs, const float* dx, const int32_t* sx,
                       int64_t b, int64_t nb) {
-  const __m128i lo4 = _mm_set1_epi8(0x0f);
   float tail = 0.f;
   for (int64_t t = b; t < nb; ++t) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nib + (t - b) * 16));
-    const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
-    const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w,
+    const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), F::block(quants + (t - b) * F::kQb),
                                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + t * 32)));
-    const int32_t s = hsum256_epi32(d) - (sx[t] << 3);
+    const int32_t s = hsum256_epi32(d) - (sx[t] << F::kShift);
     uint16_t h;
     std::memcpy(&h, dw + (t - b), 2);
     tail += _cvtsh_ss(h) * dx[t] * float(s);
@@ -86,7 +106,7 @@ inline float dot_tail(const uint8_t* nib, const uint16_t* dw, const int8_t* qs, 
 // Prefetch (hint kHint, stream_prefetch_level()) pf
 // bytes ahead of each group: the pair's groups follow each other, so the weights are one
 // sequential stream.
-template <int kHint, int R, int N>
+template <class F, int kHint, int R, int N>
 inline void dot_rows(const uint8_t* pair, int i0, const uint8_t* act, size_t as, int64_t k, int64_t pf, float* y,
                      int64_t ldy) {
   const int64_t nb = k / 32;
@@ -105,26 +125,28 @@ inline void dot_rows(const uint8_t* pair, int i0, const uint8_t* act, size_t as,
 #pragma GCC unroll 4
     for (int n = 0; n < N; ++n) acc[r][n] = _mm512_setzero_ps();
   int64_t b = 0;
-  for (const uint8_t* g = pair; b + 16 <= nb; b += 16, g += kQ4pGroupBytes) {
-#pragma GCC unroll 9
-    for (size_t l = 0; l < kQ4pGroupBytes; l += 64) __builtin_prefetch(reinterpret_cast<const char*>(g + pf + l), 0, kHint);
-    // Per activation row, shared by the R weight rows: the -8 correction and the scales.
+  constexpr int64_t kGroup = 2 * 16 * (F::kQb + 2);
+  for (const uint8_t* g = pair; b + 16 <= nb; b += 16, g += kGroup) {
+#pragma GCC unroll 17
+    for (int64_t l = 0; l < kGroup; l += 64) __builtin_prefetch(reinterpret_cast<const char*>(g + pf + l), 0, kHint);
+    // Per activation row, shared by the R weight rows: the offset correction and the scales.
     __m512i neg_corr[N];
     __m512 dxb[N];
 #pragma GCC unroll 4
     for (int n = 0; n < N; ++n) {
-      neg_corr[n] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512(sx[n] + b), 3));
+      neg_corr[n] =
+          _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512(sx[n] + b), F::kShift));
       dxb[n] = _mm512_loadu_ps(dx[n] + b);
     }
 #pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
-      __m512i lo[4], hi[4];
-      unpack16(g + q4p_group_nibbles(0, i0 + r), lo, hi);
-      const __m512 dw =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + q4p_group_scales(0, i0 + r))));
+      __m512i v[8];
+      F::unpack16(g + planar_group_quants(F::kQb, 0, i0 + r), v);
+      const __m512 dw = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + planar_group_scales(F::kQb, 0, i0 + r))));
 #pragma GCC unroll 4
       for (int n = 0; n < N; ++n) {
-        const __m512i s = block_sums16(lo, hi, qs[n] + b * 32, neg_corr[n]);
+        const __m512i s = block_sums16(v, qs[n] + b * 32, neg_corr[n]);
         acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, dxb[n]), acc[r][n]);
       }
     }
@@ -133,41 +155,42 @@ inline void dot_rows(const uint8_t* pair, int i0, const uint8_t* act, size_t as,
   for (int n = 0; n < N; ++n)
 #pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
-      const uint16_t* dw = reinterpret_cast<const uint16_t*>(pair + q4p_rest_scales(nb, i0 + r));
+      const uint16_t* dw = reinterpret_cast<const uint16_t*>(pair + planar_rest_scales(F::kQb, nb, i0 + r));
       y[n * ldy + r] = _mm512_reduce_add_ps(acc[r][n]) +
-                       dot_tail(pair + q4p_rest_nibbles(nb, i0 + r), dw, qs[n], dx[n], sx[n], b, nb);
+                       dot_tail<F>(pair + planar_rest_quants(F::kQb, nb, i0 + r), dw, qs[n], dx[n], sx[n], b, nb);
     }
 }
 
 // Rows [m, m + R) (R = 2: a whole pair; R = 1: one row) against activation rows [n0, n0 + N).
-template <int kHint, int R, int N>
+template <class F, int kHint, int R, int N>
 inline void dot_block(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n0,
                       int64_t k, int64_t pf, float* y, int64_t ldy) {
-  dot_rows<kHint, R, N>(wb + (m & ~int64_t(1)) * ws, R == 2 ? 0 : int(m & 1), act + n0 * as, as, k, pf,
+  dot_rows<F, kHint, R, N>(wb + (m & ~int64_t(1)) * ws, R == 2 ? 0 : int(m & 1), act + n0 * as, as, k, pf,
                         y + n0 * ldy + m, ldy);
 }
 
-template <int kHint, int R>
+template <class F, int kHint, int R>
 inline void dot_all_rows(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n_rows,
                          int64_t k, int64_t pf, float* y, int64_t ldy) {
   int64_t n = 0;
-  for (; n + 4 <= n_rows; n += 4) dot_block<kHint, R, 4>(wb, ws, m, act, as, n, k, pf, y, ldy);
+  for (; n + 4 <= n_rows; n += 4) dot_block<F, kHint, R, 4>(wb, ws, m, act, as, n, k, pf, y, ldy);
   switch (n_rows - n) {
-    case 3: dot_block<kHint, R, 3>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
-    case 2: dot_block<kHint, R, 2>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
-    case 1: dot_block<kHint, R, 1>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    case 3: dot_block<F, kHint, R, 3>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    case 2: dot_block<F, kHint, R, 2>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
+    case 1: dot_block<F, kHint, R, 1>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
     default: break;
   }
 }
 
-template <int kHint>
-void dot_q4p(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
-             int64_t k, float* y, int64_t ldy) {
+template <class F, int kHint>
+void dot_planar(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
+                int64_t k, float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
-  // 9 KB (512 blocks) ahead in the stream. Measured with the earlier row-by-row layout (bench
-  // t3, Turbo Q4_0, AMD Zen 4): 1 thread 65 -> 90 tok/s against 128 blocks, 2 threads +8%; on
-  // the Intel Xeon with AMX 256-384 blocks gave +8% on T3 alone and no change in the pipeline.
+  // 9 KB ahead in the stream (512 q4p blocks). Measured with the earlier row-by-row q4p
+  // layout (bench t3, Turbo Q4_0, AMD Zen 4): 1 thread 65 -> 90 tok/s against 128 blocks, 2
+  // threads +8%; on the Intel Xeon with AMX 256-384 blocks gave +8% on T3 alone and no change
+  // in the pipeline. q8p keeps the distance in bytes.
   const int64_t pf = 512 * 18;
   // The first pf bytes of the range are not covered by the in-loop prefetch (the fused decode's
   // claimed pieces and per-head ranges start cold): ask for them up front. Bench t3 on Zen 4,
@@ -179,9 +202,9 @@ void dot_q4p(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, 
     for (int64_t l = 0; l < warm; l += 64) __builtin_prefetch(first + l, 0, kHint);
   }
   int64_t m = m0;
-  if (m < m1 && (m & 1)) dot_all_rows<kHint, 1>(wb, ws, m++, ab, as, n_rows, k, pf, y, ldy);
-  for (; m + 2 <= m1; m += 2) dot_all_rows<kHint, 2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
-  if (m < m1) dot_all_rows<kHint, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
+  if (m < m1 && (m & 1)) dot_all_rows<F, kHint, 1>(wb, ws, m++, ab, as, n_rows, k, pf, y, ldy);
+  for (; m + 2 <= m1; m += 2) dot_all_rows<F, kHint, 2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
+  if (m < m1) dot_all_rows<F, kHint, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
 }
 
 // f32 row -> Q8Lane: the Q8 row (to_q8_avx512), then each full group of 16 blocks
@@ -200,12 +223,17 @@ void to_q8_lane_avx512(const float* x, int64_t k, void* dst) {
 
 }  // namespace
 
-const DotKernel& q4p_dot_avx512(PrefetchLevel level) {
-  static const DotKernel l1{ActFormat::Q8Lane, to_q8_lane_avx512, dot_q4p<prefetch_hint(PrefetchLevel::L1)>};
-  static const DotKernel l2{ActFormat::Q8Lane, to_q8_lane_avx512, dot_q4p<prefetch_hint(PrefetchLevel::L2)>};
-  return level == PrefetchLevel::L1 ? l1 : l2;
+const DotKernel& planar_dot_avx512(DType t, PrefetchLevel level) {
+  constexpr int kL1 = prefetch_hint(PrefetchLevel::L1), kL2 = prefetch_hint(PrefetchLevel::L2);
+  static const DotKernel q4_l1{ActFormat::Q8Lane, to_q8_lane_avx512, dot_planar<Q4p, kL1>};
+  static const DotKernel q4_l2{ActFormat::Q8Lane, to_q8_lane_avx512, dot_planar<Q4p, kL2>};
+  static const DotKernel q8_l1{ActFormat::Q8Lane, to_q8_lane_avx512, dot_planar<Q8p, kL1>};
+  static const DotKernel q8_l2{ActFormat::Q8Lane, to_q8_lane_avx512, dot_planar<Q8p, kL2>};
+  const bool l1 = level == PrefetchLevel::L1;
+  if (t == DType::Q8_0) return l1 ? q8_l1 : q8_l2;
+  return l1 ? q4_l1 : q4_l2;
 }
 
-const DotKernel& q4p_dot_avx512() { return q4p_dot_avx512(stream_prefetch_level()); }
+const DotKernel& planar_dot_avx512(DType t) { return planar_dot_avx512(t, stream_prefetch_level()); }
 
 }  // namespace cbx

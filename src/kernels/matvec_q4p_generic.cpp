@@ -1,27 +1,30 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/matvec_q4p.h"
 
 namespace cbx {
 namespace {
 
-// Byte j (0..15) of block b's nibbles and block b's scale, row i of a q4p pair of nb-block rows.
-inline uint8_t q4p_byte(const uint8_t* pair, int64_t nb, int i, int64_t b, int j) {
-  if (b < nb / 16 * 16) return pair[q4p_group_nibbles(b / 16, i) + size_t((j / 4) * 64 + (b % 16) * 4 + j % 4)];
-  return pair[q4p_rest_nibbles(nb, i) + size_t(b - nb / 16 * 16) * 16 + size_t(j)];
+// Quant byte j (0 .. qb-1) of block b, and block b's scale, in row i of a planar pair of
+// nb-block rows.
+inline uint8_t planar_byte(int qb, const uint8_t* pair, int64_t nb, int i, int64_t b, int j) {
+  if (b < nb / 16 * 16) return pair[planar_group_quants(qb, b / 16, i) + size_t((j / 4) * 64 + (b % 16) * 4 + j % 4)];
+  return pair[planar_rest_quants(qb, nb, i) + size_t(b - nb / 16 * 16) * size_t(qb) + size_t(j)];
 }
-inline uint16_t q4p_scale(const uint8_t* pair, int64_t nb, int i, int64_t b) {
-  const size_t at = b < nb / 16 * 16 ? q4p_group_scales(b / 16, i) + size_t(b % 16) * 2
-                                     : q4p_rest_scales(nb, i) + size_t(b - nb / 16 * 16) * 2;
+inline uint16_t planar_scale(int qb, const uint8_t* pair, int64_t nb, int i, int64_t b) {
+  const size_t at = b < nb / 16 * 16 ? planar_group_scales(qb, b / 16, i) + size_t(b % 16) * 2
+                                     : planar_rest_scales(qb, nb, i) + size_t(b - nb / 16 * 16) * 2;
   uint16_t d;
   std::memcpy(&d, pair + at, 2);
   return d;
 }
 
-// Same arithmetic and order as the GGUF Q4_0 generic dot (matmul_generic.cpp).
-void dot_q4p_generic(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t nr,
-                     int64_t k, float* y, int64_t ldy) {
+// Same arithmetic and order as the GGUF Q4_0 / Q8_0 generic dots (matmul_generic.cpp).
+template <int kQb>
+void dot_planar_generic(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t nr,
+                        int64_t k, float* y, int64_t ldy) {
   const int64_t nb = k / 32;
   for (int64_t m = m0; m < m1; ++m) {
     const uint8_t* pair = static_cast<const uint8_t*>(w) + (m & ~int64_t(1)) * ws;
@@ -34,12 +37,17 @@ void dot_q4p_generic(const void* w, size_t ws, int64_t m0, int64_t m1, const voi
       float s = 0.f;
       for (int64_t b = 0; b < nb; ++b) {
         int32_t isum = 0;
-        for (int j = 0; j < 16; ++j) {
-          const uint8_t q = q4p_byte(pair, nb, i, b, j);
-          isum += int32_t(q & 0x0f) * qs[b * 32 + j];
-          isum += int32_t(q >> 4) * qs[b * 32 + j + 16];
+        if constexpr (kQb == 16) {
+          for (int j = 0; j < 16; ++j) {
+            const uint8_t q = planar_byte(kQb, pair, nb, i, b, j);
+            isum += int32_t(q & 0x0f) * qs[b * 32 + j];
+            isum += int32_t(q >> 4) * qs[b * 32 + j + 16];
+          }
+          isum -= 8 * sum[b];
+        } else {
+          for (int j = 0; j < 32; ++j) isum += (int32_t(planar_byte(kQb, pair, nb, i, b, j)) - 128) * qs[b * 32 + j];
         }
-        s += f16_to_f32(q4p_scale(pair, nb, i, b)) * d[b] * float(isum - 8 * sum[b]);
+        s += f16_to_f32(planar_scale(kQb, pair, nb, i, b)) * d[b] * float(isum);
       }
       y[n * ldy + m] = s;
     }
@@ -48,37 +56,52 @@ void dot_q4p_generic(const void* w, size_t ws, int64_t m0, int64_t m1, const voi
 
 }  // namespace
 
-size_t q4p_row_bytes(int64_t k) { return (size_t(k / 32) * 18 + 63) / 64 * 64; }
+size_t planar_row_bytes(DType t, int64_t k) {
+  return (size_t(k / 32) * size_t(planar_quant_bytes(t) + 2) + 63) / 64 * 64;
+}
 
-size_t q4p_matrix_bytes(int64_t m, int64_t k) { return size_t((m + 1) / 2 * 2) * q4p_row_bytes(k); }
+size_t planar_matrix_bytes(DType t, int64_t m, int64_t k) { return size_t((m + 1) / 2 * 2) * planar_row_bytes(t, k); }
 
-void q4p_pack_rows(const void* q4_0_rows, size_t src_stride, int64_t m, int64_t k, void* dst) {
+void planar_pack_rows(DType t, const void* rows, size_t src_stride, int64_t m, int64_t k, void* dst) {
+  CBX_CHECK(planar_type(t), "planar_pack_rows: no planar layout for %s", dtype_name(t));
+  const int qb = planar_quant_bytes(t);
+  const size_t bb = size_t(qb) + 2;  // GGUF block bytes: f16 d, then the quants
   const int64_t nb = k / 32, full = nb / 16 * 16;
-  const size_t pair_bytes = 2 * q4p_row_bytes(k);
+  const size_t pair_bytes = 2 * planar_row_bytes(t, k);
+  const uint8_t flip = t == DType::Q8_0 ? 0x80 : 0x00;  // Q8_0: signed w -> unsigned w + 128
   auto* out = static_cast<uint8_t*>(dst);
-  std::memset(out, 0, q4p_matrix_bytes(m, k));
+  std::memset(out, 0, planar_matrix_bytes(t, m, k));
   for (int64_t r = 0; r < m; ++r) {
-    const auto* src = reinterpret_cast<const BlockQ4_0*>(static_cast<const uint8_t*>(q4_0_rows) + size_t(r) * src_stride);
+    const uint8_t* src = static_cast<const uint8_t*>(rows) + size_t(r) * src_stride;
     uint8_t* pair = out + size_t(r / 2) * pair_bytes;
     const int i = int(r & 1);
     for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = src + size_t(b) * bb;
+      uint8_t* q;
+      size_t piece;  // bytes between consecutive 4-byte pieces of the block
       if (b < full) {
-        uint8_t* g = pair + q4p_group_nibbles(b / 16, i) + (b % 16) * 4;
-        for (int s = 0; s < 4; ++s) std::memcpy(g + s * 64, src[b].qs + 4 * s, 4);
-        std::memcpy(pair + q4p_group_scales(b / 16, i) + (b % 16) * 2, &src[b].d, 2);
+        q = pair + planar_group_quants(qb, b / 16, i) + (b % 16) * 4;
+        piece = 64;
+        std::memcpy(pair + planar_group_scales(qb, b / 16, i) + (b % 16) * 2, blk, 2);
       } else {
-        std::memcpy(pair + q4p_rest_nibbles(nb, i) + size_t(b - full) * 16, src[b].qs, 16);
-        std::memcpy(pair + q4p_rest_scales(nb, i) + size_t(b - full) * 2, &src[b].d, 2);
+        q = pair + planar_rest_quants(qb, nb, i) + size_t(b - full) * size_t(qb);
+        piece = 4;
+        std::memcpy(pair + planar_rest_scales(qb, nb, i) + size_t(b - full) * 2, blk, 2);
       }
+      for (int s = 0; s < qb / 4; ++s)
+        for (int j = 0; j < 4; ++j) q[size_t(s) * piece + size_t(j)] = uint8_t(blk[2 + 4 * s + j] ^ flip);
     }
   }
 }
 
-const DotKernel& q4p_dot_generic() {
-  static const DotKernel k{ActFormat::Q8, matmul_kernels_generic().to_q8, dot_q4p_generic};
-  return k;
+const DotKernel& planar_dot_generic(DType t) {
+  static const DotKernel q4{ActFormat::Q8, matmul_kernels_generic().to_q8, dot_planar_generic<16>};
+  static const DotKernel q8{ActFormat::Q8, matmul_kernels_generic().to_q8, dot_planar_generic<32>};
+  return t == DType::Q8_0 ? q8 : q4;
 }
 
-const DotKernel* q4p_dot(Isa isa) { return isa == Isa::Avx512 ? &q4p_dot_avx512() : nullptr; }
+const DotKernel* planar_dot(DType t, Isa isa) {
+  return planar_type(t) && isa == Isa::Avx512 ? &planar_dot_avx512(t) : nullptr;
+}
 
 }  // namespace cbx

@@ -150,11 +150,11 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   transient = std::max(transient, matmul_scratch_bytes(w.speech_head_w.dtype, 1, V, d, nt));
   transient = std::max(transient, f32_bytes(H * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
 
-  // Fused decode: row projections (their q4p copies, if any, in one huge-page buffer in the
+  // Fused decode: row projections (their planar copies, if any, in one huge-page buffer in the
   // order a step reads them: streamed every step, 4 KB pages cost TLB misses and prefetcher
   // restarts) and per-thread scratch.
   const Isa isa = active_isa();
-  auto pack_size = [&](const Tensor& t) { return (RowLinear::pack_bytes(t, isa, o.pack_q4) + 63) / 64 * 64; };
+  auto pack_size = [&](const Tensor& t) { return (RowLinear::pack_bytes(t, isa, o.pack_planar) + 63) / 64 * 64; };
   size_t packed_total = pack_size(w.speech_head_w);
   for (const T3Gpt2Layer& L : w.layers)
     for (const Tensor* t : {&L.c_attn_w, &L.c_proj_w, &L.fc_w, &L.proj_w}) packed_total += pack_size(*t);
@@ -163,7 +163,7 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   auto bind_rows = [&](const Tensor& t, const Tensor& b, const std::string& name) {
     uint8_t* at = packed_buf_.data() ? packed_buf_.data() + packed_at : nullptr;
     packed_at += pack_size(t);
-    return RowLinear(t, b, name.c_str(), isa, o.pack_q4, at);
+    return RowLinear(t, b, name.c_str(), isa, o.pack_planar, at);
   };
   size_t act_row = 0;
   rows_.reserve(size_t(c.n_layer));

@@ -74,10 +74,11 @@ struct T3Gpt2Options {
   int64_t max_ctx = 0;    // KV cache length (<= n_ctx); 0 = n_ctx
   int64_t max_batch = 0;  // most rows one forward call takes (the prefill); 0 = max_ctx
   DType kv_type = DType::F16;  // F16 or F32
-  // Fused decode: copy Q4_0 layer matrices into the planar q4p layout where its SIMD
-  // kernel exists (same logits, faster decode; costs a second copy of those weights,
-  // ~160 MB for the full Turbo model). Off: the decode reads the GGUF layout.
-  bool pack_q4 = true;
+  // Fused decode: copy Q4_0 / Q8_0 layer matrices and the head into planar row pairs (q4p /
+  // q8p) where their SIMD kernel exists (same logits, faster decode; costs a second copy of
+  // those weights, ~170 MB for the full Turbo Q4_0 model). Off: the decode reads the GGUF
+  // layout.
+  bool pack_planar = true;
   // KV cache on transparent huge pages (core/huge_buffer.h). The decode step reads the whole
   // cache every step (~50 MB of a Turbo step's ~230 MB): on the Zen 4 VM, bench t3 Q4_0,
   // processes alternating, 6 pairs in the same memory state (stream within 6%): decode_bw_ratio
@@ -151,7 +152,7 @@ class T3Gpt2 {
   size_t arena_bytes() const { return arena_.capacity(); }
   size_t arena_high_water() const { return arena_.high_water(); }
   size_t kv_cache_bytes() const { return kv_bytes_; }
-  // Bytes of re-laid-out weight copies held for the fused decode (T3Gpt2Options::pack_q4).
+  // Bytes of re-laid-out weight copies held for the fused decode (T3Gpt2Options::pack_planar).
   size_t packed_weight_bytes() const;
 
  private:
@@ -189,7 +190,7 @@ class T3Gpt2 {
   struct LayerRows {
     RowLinear qkv, attn_proj, fc, proj;
   };
-  HugeBuffer packed_buf_;  // the q4p copies of rows_ and head_ (streamed every step: huge pages)
+  HugeBuffer packed_buf_;  // the planar copies of rows_ and head_ (streamed every step: huge pages)
   std::vector<LayerRows> rows_;
   RowLinear head_;
   // How the fused decode shares out each barrier-separated phase (4 a layer + the head):

@@ -130,11 +130,11 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
   transient = std::max(
       transient, f32_bytes(n_rows_ * Hkv * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
 
-  // Fused decode: row projections (their q4p copies in one huge-page buffer, in the order a
+  // Fused decode: row projections (their planar copies in one huge-page buffer, in the order a
   // step reads them) and per-thread scratch.
   const Isa isa = active_isa();
   auto pack_size = [&](const Tensor& t) {
-    return (RowLinear::pack_bytes(t, isa, o.pack_q4) + 63) / 64 * 64;
+    return (RowLinear::pack_bytes(t, isa, o.pack_planar) + 63) / 64 * 64;
   };
   size_t packed_total = pack_size(w.speech_head_w);
   for (const T3LlamaLayer& L : w.layers)
@@ -145,7 +145,7 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
   auto bind_rows = [&](const Tensor& t, const std::string& name) {
     uint8_t* at = packed_buf_.data() ? packed_buf_.data() + packed_at : nullptr;
     packed_at += pack_size(t);
-    return RowLinear(t, Tensor{}, name.c_str(), isa, o.pack_q4, at);
+    return RowLinear(t, Tensor{}, name.c_str(), isa, o.pack_planar, at);
   };
   size_t act_row = 0;
   rows_.reserve(size_t(c.n_layer));

@@ -15,8 +15,8 @@
 // Runtime: KV cache [n_layer] x [n_rows * H_kv, max_ctx, D] (F16 default, F32 selectable) and one
 // Arena for every activation, reserved at construction for the worst case; forward allocates
 // nothing. One-token calls (decode) run as one fused pool run (decode_fused) with the same
-// logits as the op-by-op path; ~283 MB of q4p weight copies for the full Q4_0 model (pack_q4:
-// peak RSS of T3 alone 379 -> 649 MB measured).
+// logits as the op-by-op path; ~283 MB of q4p weight copies for the full Q4_0 model (pack_planar:
+// peak RSS of T3 alone 379 -> 649 MB measured; Q8_0 models get q8p copies).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -63,10 +63,11 @@ struct T3LlamaOptions {
   int64_t max_tokens = 0;  // most tokens per sequence in one call (the prefill); 0 = max_ctx
   int64_t n_rows = 2;      // sequences (CFG: cond, uncond)
   DType kv_type = DType::F16;
-  // Fused decode: copy Q4_0 layer matrices and the head into the planar q4p layout where its
-  // SIMD kernel exists (same logits, faster decode; costs a second copy of those weights,
-  // ~290 MB for the full Multilingual model). Off: the decode reads the GGUF layout.
-  bool pack_q4 = true;
+  // Fused decode: copy Q4_0 / Q8_0 layer matrices and the head into planar row pairs (q4p /
+  // q8p) where their SIMD kernel exists (same logits, faster decode; costs a second copy of
+  // those weights, ~290 MB for the full Multilingual Q4_0 model). Off: the decode reads the
+  // GGUF layout.
+  bool pack_planar = true;
 };
 
 // Named intermediates (capture): "inp" [B*T, d]; per layer "attn_norm", "q" (after RoPE) [B*T,
@@ -100,7 +101,7 @@ class T3Llama {
   // (the op-by-op path reports every named intermediate); both give the same logits.
   void set_fused_decode(bool on) { fused_ = on; }
   bool fused_decode() const { return fused_; }
-  // Bytes of re-laid-out weight copies held for the fused decode (T3LlamaOptions::pack_q4).
+  // Bytes of re-laid-out weight copies held for the fused decode (T3LlamaOptions::pack_planar).
   size_t packed_weight_bytes() const;
 
  private:
@@ -135,7 +136,7 @@ class T3Llama {
       v_cache_;  // [layer]: [n_rows * H_kv, max_ctx, D] (sequence-major heads)
   Arena arena_;
   Tensor logits_;  // [n_rows, speech_vocab]
-  // Fused decode: projections bound once (q4p copies owned here), per-thread rows (norm
+  // Fused decode: projections bound once (planar copies owned here), per-thread rows (norm
   // outputs, residual partials, converted activations) and the step's RoPE angles, all
   // outside the per-call part of the arena.
   struct LayerRows {
@@ -144,7 +145,7 @@ class T3Llama {
   std::vector<LayerRows> rows_;
   RowLinear head_;
   std::vector<WorkSplit> splits_;  // fused decode phases: per layer o, gate/up, down; then the head
-  HugeBuffer packed_buf_;  // the q4p copies of all of them (streamed every step: huge pages)
+  HugeBuffer packed_buf_;  // the planar copies of all of them (streamed every step: huge pages)
   float* thread_h_ = nullptr;    // [nt, n_rows, d]
   float* thread_tmp_ = nullptr;  // [nt, n_rows, d]
   uint8_t* thread_act_ = nullptr;  // nt blocks of n_rows * act_stride_ bytes

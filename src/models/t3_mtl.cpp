@@ -101,7 +101,7 @@ T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const 
   o.max_ctx = max_tokens + max_new;
   o.n_rows = 2;
   o.kv_type = lp.kv_type;
-  o.pack_q4 = lp.pack_q4;
+  o.pack_planar = lp.pack_planar;
   llama = std::make_unique<T3Llama>(t, lw, pool, o);
 
   const int64_t n_pe = std::max(max_prompt, max_text + 2);

@@ -32,7 +32,7 @@ struct T3MtlLoadParams {
   DType kv_type = DType::F16;
   int64_t max_new_tokens = -1;  // -1: GGUF's (1000)
   int64_t max_text_tokens = 2048;
-  bool pack_q4 = true;  // T3LlamaOptions::pack_q4 (q4p copies of Q4_0 matrices for the decode)
+  bool pack_planar = true;  // T3LlamaOptions::pack_planar (q4p / q8p copies of Q4_0 / Q8_0 matrices)
 };
 
 struct T3MtlCond {                 // T3 conditioning (from a Voice)
@@ -100,7 +100,7 @@ class T3Mtl {
   // Decode steps through T3Llama's fused one-run step (default) or op by op (same tokens;
   // for A/B timing).
   void set_fused_decode(bool on);
-  // Bytes of the decode's re-laid-out (q4p) weight copies.
+  // Bytes of the decode's re-laid-out (q4p / q8p) weight copies.
   size_t packed_weight_bytes() const;
   // The GGUF's sampler.* / pipeline defaults.
   T3MtlSampling default_sampling() const;

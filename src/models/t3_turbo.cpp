@@ -51,7 +51,7 @@ void T3Turbo::init(const GgufFile& f, const T3TurboOptions& o) {
             "t3 turbo: speaker + %lld prompt + %lld text + BOS + %lld new tokens exceed the %d positions",
             (long long)max_prompt_, (long long)max_text_, (long long)(max_new_ + 1), t.n_ctx);
   go.kv_type = o.kv_type;
-  go.pack_q4 = o.pack_q4;
+  go.pack_planar = o.pack_planar;
   go.row_prefill_max = o.row_prefill_max;
   gpt_ = std::make_unique<T3Gpt2>(t, w_, pool_, go);
 

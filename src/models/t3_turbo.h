@@ -31,7 +31,7 @@ struct T3TurboOptions {
   int64_t max_prompt = 0;    // 0 = t3.cond_prompt_len
   int64_t max_new = -1;      // tokens after the prefill one; -1 = pipeline.max_new_tokens
   DType kv_type = DType::F16;
-  bool pack_q4 = true;  // T3Gpt2Options::pack_q4
+  bool pack_planar = true;  // T3Gpt2Options::pack_planar
   int64_t row_prefill_max = -1;  // T3Gpt2Options::row_prefill_max (-1: automatic)
   // Keep the keys/values of the voice prefix (speaker row + prompt speech tokens, rows that
   // do not depend on the text) and reuse them while the voice stays the same (T3Turbo::prefill).

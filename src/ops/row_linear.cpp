@@ -15,8 +15,8 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
     : RowLinear(w, bias, name, isa, pack, nullptr) {}
 
 size_t RowLinear::pack_bytes(const Tensor& w, Isa isa, bool pack) {
-  if (w.dtype != DType::Q4_0 || !pack || !q4p_dot(isa) || w.ndim != 2) return 0;
-  return q4p_matrix_bytes(w.shape[0], w.shape[1]);
+  if (!pack || !planar_dot(w.dtype, isa) || w.ndim != 2) return 0;
+  return planar_matrix_bytes(w.dtype, w.shape[0], w.shape[1]);
 }
 
 RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa, bool pack, uint8_t* storage)
@@ -42,30 +42,30 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
   w_ = static_cast<const uint8_t*>(w.data);
   ws_ = size_t(w.stride[0]);
   dot_ = &matmul_kernels(isa).dot[slot];
-  const DotKernel* q4p = w.dtype == DType::Q4_0 && pack ? q4p_dot(isa) : nullptr;
-  if (q4p && m_ > 0) {
-    const size_t rb = q4p_row_bytes(k_);
-    packed_bytes_ = q4p_matrix_bytes(m_, k_);
+  const DotKernel* planar = pack ? planar_dot(w.dtype, isa) : nullptr;
+  if (planar && m_ > 0) {
+    const size_t rb = planar_row_bytes(w.dtype, k_);
+    packed_bytes_ = planar_matrix_bytes(w.dtype, m_, k_);
     uint8_t* buf = storage;
     if (buf) {
-      CBX_CHECK(reinterpret_cast<uintptr_t>(buf) % 64 == 0, "row_linear %s: q4p storage for %s is not 64-aligned",
+      CBX_CHECK(reinterpret_cast<uintptr_t>(buf) % 64 == 0, "row_linear %s: planar storage for %s is not 64-aligned",
                 name, w.shape_str().c_str());
     } else {
       buf = static_cast<uint8_t*>(std::aligned_alloc(64, packed_bytes_));
-      CBX_CHECK(buf, "row_linear %s: cannot allocate %zu bytes for the q4p copy of %s", name, packed_bytes_,
+      CBX_CHECK(buf, "row_linear %s: cannot allocate %zu bytes for the planar copy of %s", name, packed_bytes_,
                 w.shape_str().c_str());
       packed_ = std::shared_ptr<uint8_t>(buf, [](uint8_t* p) { std::free(p); });
     }
-    q4p_pack_rows(w_, ws_, m_, k_, buf);
+    planar_pack_rows(w.dtype, w_, ws_, m_, k_, buf);
     w_ = buf;
     ws_ = rb;
-    dot_ = q4p;
+    dot_ = planar;
   }
   act_bytes_ = dot_->act == ActFormat::F32 ? 0 : act_row_bytes(dot_->act, k_);
 }
 
 void RowLinear::dot(int64_t m0, int64_t m1, const void* act, size_t as, int64_t n, float* out, int64_t ldo) const {
-  // The kernel sees the weight slice from row m0 on. q4p rows come in pairs and a slice
+  // The kernel sees the weight slice from row m0 on. Planar rows come in pairs and a slice
   // must start at one: an odd first row is computed alone, from its pair.
   if (packed_bytes_ && (m0 & 1)) {
     for (int64_t r = 0; r < n; ++r) {

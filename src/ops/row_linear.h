@@ -6,11 +6,11 @@
 // entry point; these functions never touch a pool and allocate nothing.
 //
 //   RowLinear:  y[m] = dot(w[m, :], x) + b[m] for rows m of [m0, m1), x: f32 [K]; same
-//               numerics as ops/matmul's dot path (N < matmul_gemm_min_rows()). Q4_0
-//               weights are copied once into the planar q4p row pairs (kernels/matvec_q4p.h)
-//               where a SIMD kernel for it exists (AVX-512): same results, faster loads,
-//               at the cost of a second copy of those weights in memory
-//               (packed_bytes()); pack = false keeps the GGUF layout.
+//               numerics as ops/matmul's dot path (N < matmul_gemm_min_rows()). Q4_0 and
+//               Q8_0 weights are copied once into planar row pairs (q4p / q8p,
+//               kernels/matvec_q4p.h) where a SIMD kernel for them exists (AVX-512): same
+//               results, faster loads, at the cost of a second copy of those weights in
+//               memory (packed_bytes()); pack = false keeps the GGUF layout.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +36,7 @@ class RowLinear {
   // w: [M, K] of a matmul weight type (rows contiguous, K % 32 == 0 when quantized);
   // bias: contiguous f32 [M] or empty. Errors name `name`.
   RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa = active_isa(), bool pack = true);
-  // Same, with the q4p copy (if any) written to caller-owned storage: pack_bytes(w, isa, pack)
+  // Same, with the planar copy (if any) written to caller-owned storage: pack_bytes(w, isa, pack)
   // bytes, 64-aligned, outliving this object (e.g. one huge-page buffer for a whole model).
   RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa, bool pack, uint8_t* storage);
   // Bytes of the re-laid-out copy a RowLinear of w would make (0: it reads w in place).
@@ -82,7 +82,7 @@ class RowLinear {
   const DotKernel* dot_ = nullptr;
   Isa isa_ = Isa::Generic;
   size_t act_bytes_ = 0;
-  std::shared_ptr<uint8_t> packed_;  // q4p copy of w (shared by copies of this object)
+  std::shared_ptr<uint8_t> packed_;  // planar copy of w (shared by copies of this object)
   size_t packed_bytes_ = 0;
 };
 
