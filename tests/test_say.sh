@@ -1,7 +1,7 @@
 #!/bin/bash
 # `chatterbox say` end to end on a tiny synthetic Turbo model: determinism per seed, WAV / raw PCM
 # output, text from argument / --file / stdin, text errors, a Multilingual model without --lang, long
-# text split into chunks.
+# text split into chunks, --no-repack giving the same audio.
 # Usage: test_say.sh BUILD_DIR   (exit 77 = skipped)
 set -u
 BUILD=${1:?usage: test_say.sh BUILD_DIR}
@@ -26,6 +26,15 @@ cmp -s "$T/a.wav" "$T/t1.wav" || echo "note: 1 and 2 threads differ (allowed, no
 # Flow, CFM and HiFT share one arena for their per-call buffers; with their own the audio is the same.
 CBX_S3GEN_SHARED_ARENA=0 "${SAY[@]}" "Hello world." -o "$T/own.wav" --seed 7 2> /dev/null || fail "say, own arenas"
 cmp -s "$T/a.wav" "$T/own.wav" || fail "the shared S3Gen arena changed the audio"
+# --no-repack (no planar decode copies of Q4_0 / Q8_0 matrices) gives the same bytes.
+for q in q4_0 q8_0; do
+  "$B" convert "$T/turbo" -o "$T/$q.gguf" --type $q --quiet > /dev/null || fail "convert turbo $q"
+  "$B" say -m "$T/$q.gguf" --max-tokens 40 --threads 2 "Hello world." -o "$T/$q.wav" --seed 7 2> /dev/null ||
+    fail "say $q"
+  "$B" say -m "$T/$q.gguf" --max-tokens 40 --threads 2 --no-repack "Hello world." -o "$T/${q}_nr.wav" --seed 7 \
+    2> /dev/null || fail "say $q --no-repack"
+  cmp -s "$T/$q.wav" "$T/${q}_nr.wav" || fail "$q: --no-repack changed the audio"
+done
 
 [ "$(head -c 4 "$T/a.wav")" = "RIFF" ] || fail "not a RIFF file"
 size=$(stat -c %s "$T/a.wav")

@@ -78,6 +78,7 @@ MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(s
   CBX_CHECK(m.max_new >= 1 && m.max_new <= 100000, "mtl pipeline: max_new_tokens %lld", (long long)m.max_new);
   T3MtlLoadParams tp;
   tp.kv_type = p.kv_type;
+  tp.pack_planar = p.repack;
   tp.max_new_tokens = m.max_new;
   tp.max_text_tokens = c.t3.max_text_tokens;
   m.max_text = tp.max_text_tokens;

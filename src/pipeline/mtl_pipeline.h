@@ -55,6 +55,7 @@ struct MtlLoadParams {
   int n_threads = 0;               // 0 = hardware threads
   DType kv_type = DType::F16;      // T3 KV cache: F16 or F32
   int64_t max_new_tokens = -1;     // speech tokens per generation; -1 = the GGUF's (1000)
+  bool repack = true;              // as TurboLoadParams::repack
 };
 
 struct MtlSynthParams {

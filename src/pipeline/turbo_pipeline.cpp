@@ -111,6 +111,7 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   to.max_prompt = m.max_cond_tokens;
   to.max_new = m.max_new;
   to.kv_type = p.kv_type;
+  to.pack_planar = p.repack;
   m.kv_type = p.kv_type;
   m.t3 = std::make_unique<T3Turbo>(c, f, *m.pool, to);
 

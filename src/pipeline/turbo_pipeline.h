@@ -46,6 +46,10 @@ struct TurboLoadParams {
   int n_threads = 0;               // 0 = hardware threads
   DType kv_type = DType::F16;      // T3 KV cache: F16 or F32
   int64_t max_new_tokens = -1;     // speech tokens per generation after the first; -1 = the GGUF's (1000)
+  // T3 decode: Q4_0 / Q8_0 matrices copied into planar row pairs (kernels/matvec_q4p.h) where
+  // their kernel exists; the same audio either way. false: no copies (Q8_0 Turbo: -328 MB),
+  // a slower decode.
+  bool repack = true;
 };
 
 struct TurboSynthParams {
