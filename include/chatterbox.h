@@ -67,6 +67,8 @@ typedef struct cbx_model_params {
   int32_t n_threads;        /* 0 = all hardware threads */
   int32_t kv_type;          /* cbx_kv_type: the T3 KV cache (default F16) */
   int32_t max_new_tokens;   /* speech tokens per generation; <= 0 = the model's (1000, ~40 s) */
+  int32_t no_repack;        /* nonzero: no planar decode copies of q4_0 / q8_0 matrices (less
+                               memory, e.g. ~330 MB for Turbo q8_0; slower decode; same audio) */
 } cbx_model_params;
 
 /* Per-call parameters. Negative values mean "the model's default" (GGUF sampler.* metadata;

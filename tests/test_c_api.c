@@ -481,6 +481,34 @@ int main(int argc, char** argv) {
     test_voices(dir, turbo, gguf);
   }
 
+  /* no_repack: a q8_0 model without the planar decode copies gives the same samples */
+  {
+    char q8[1024];
+    snprintf(q8, sizeof q8, "%s/q8.gguf", dir);
+    snprintf(cmd, sizeof cmd, "'%s/bin/chatterbox' convert '%s/ckpt' -o '%s' --type q8_0 --quiet > /dev/null 2>&1",
+             argv[1], dir, q8);
+    CHECK(system(cmd) == 0);
+    float* x[2] = {NULL, NULL};
+    size_t nx[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      cbx_model_params qp = cbx_model_default_params();
+      CHECK(qp.no_repack == 0);
+      qp.n_threads = 2;
+      qp.max_new_tokens = 24;
+      qp.no_repack = i;
+      cbx_model* qm = NULL;
+      CHECK(cbx_model_load(q8, &qp, &qm) == CBX_OK);
+      if (!qm) continue;
+      cbx_synth_params qs = cbx_synth_default_params();
+      qs.seed = 4;
+      CHECK(cbx_synthesize(qm, "Hello world.", &qs, &x[i], &nx[i], NULL) == CBX_OK);
+      cbx_model_free(qm);
+    }
+    CHECK(x[0] && x[1] && nx[0] > 0 && nx[0] == nx[1] && memcmp(x[0], x[1], nx[0] * sizeof(float)) == 0);
+    cbx_audio_free(x[0]);
+    cbx_audio_free(x[1]);
+  }
+
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
   if (g_failures) {

@@ -223,6 +223,7 @@ cbx_model_params cbx_model_default_params(void) {
   p.n_threads = 0;
   p.kv_type = CBX_KV_F16;
   p.max_new_tokens = 0;
+  p.no_repack = 0;
   return p;
 }
 
@@ -264,6 +265,7 @@ cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_
       lp.n_threads = p.n_threads;
       lp.kv_type = kv;
       lp.max_new_tokens = max_new;
+      lp.repack = p.no_repack == 0;
       m->mtl = std::make_unique<cbx::MtlPipeline>(path, lp);
       m->languages = m->mtl->languages();
     } else {
@@ -271,6 +273,7 @@ cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_
       lp.n_threads = p.n_threads;
       lp.kv_type = kv;
       lp.max_new_tokens = max_new;
+      lp.repack = p.no_repack == 0;
       m->pipe = std::make_unique<cbx::TurboPipeline>(path, lp);
       m->languages = {"en"};
     }
