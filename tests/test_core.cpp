@@ -133,6 +133,31 @@ TEST(Arena, ReuseAndOverflow) {
   (void)y;
 }
 
+// Large arenas sit on a HugeBuffer (2 MB aligned, huge pages where the kernel grants them);
+// huge_pages = false keeps 4 KB pages and survives reserve_at_least and moves.
+TEST(Arena, HugePageStore) {
+  const size_t big = 5 * HugeBuffer::kHugePage + 100;
+  const bool granted = HugeBuffer(big).huge();  // what this kernel gives a buffer that size
+  Arena a(big);
+  EXPECT_EQ(a.huge(), granted);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.alloc_bytes(64)) % HugeBuffer::kHugePage, 0u);
+  Tensor t = a.alloc(DType::F32, {1024, 1024});
+  t.ptr<float>()[1024 * 1024 - 1] = 1.f;
+  Arena moved(std::move(a));
+  EXPECT_EQ(moved.huge(), granted);
+  EXPECT_EQ(moved.used(), 64u + 4u * 1024 * 1024);
+  EXPECT_EQ(a.capacity(), 0u);
+
+  Arena small(3 * HugeBuffer::kHugePage, /*huge_pages=*/false);
+  EXPECT_FALSE(small.huge());
+  small.reserve_at_least(big);
+  EXPECT_FALSE(small.huge());
+  EXPECT_GE(small.capacity(), big);
+  Arena tiny(4096);  // under one huge page: never advised
+  EXPECT_FALSE(tiny.huge());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(tiny.alloc_bytes(8)) % 64, 0u);
+}
+
 TEST(ThreadPool, RunsEveryThreadAndBarrier) {
   for (int n : {1, 2, 3, 4}) {
     ThreadPool pool(n);

@@ -7,35 +7,39 @@
 
 namespace cbx {
 
-Arena::~Arena() { std::free(buf_); }
+Arena::~Arena() = default;
 
 Arena::Arena(Arena&& o) noexcept
-    : buf_(std::exchange(o.buf_, nullptr)),
+    : store_(std::move(o.store_)),
+      buf_(std::exchange(o.buf_, nullptr)),
       capacity_(std::exchange(o.capacity_, 0)),
       used_(std::exchange(o.used_, 0)),
-      high_water_(std::exchange(o.high_water_, 0)) {}
+      high_water_(std::exchange(o.high_water_, 0)),
+      huge_pages_(o.huge_pages_) {}
 
 Arena& Arena::operator=(Arena&& o) noexcept {
   if (this != &o) {
-    std::free(buf_);
+    store_ = std::move(o.store_);
     buf_ = std::exchange(o.buf_, nullptr);
     capacity_ = std::exchange(o.capacity_, 0);
     used_ = std::exchange(o.used_, 0);
     high_water_ = std::exchange(o.high_water_, 0);
+    huge_pages_ = o.huge_pages_;
   }
   return *this;
 }
 
-void Arena::reserve(size_t capacity_bytes) {
+void Arena::reserve(size_t capacity_bytes, bool huge_pages) {
   CBX_CHECK(used_ == 0, "arena: reserve(%zu) while %zu bytes are in use", capacity_bytes, used_);
-  if (capacity_bytes == capacity_) return;
-  std::free(buf_);
+  if (capacity_bytes == capacity_ && huge_pages == huge_pages_) return;
+  store_ = HugeBuffer();
   buf_ = nullptr;
   capacity_ = 0;
+  huge_pages_ = huge_pages;
   if (capacity_bytes == 0) return;
-  size_t rounded = (capacity_bytes + 63) & ~size_t(63);
-  buf_ = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
-  CBX_CHECK(buf_ != nullptr, "arena: cannot allocate %zu bytes", rounded);
+  const size_t rounded = (capacity_bytes + 63) & ~size_t(63);
+  store_ = HugeBuffer(rounded, huge_pages);
+  buf_ = store_.data();
   capacity_ = rounded;
 }
 

@@ -102,7 +102,7 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
   // b*Hkv .. b*Hkv+Hkv-1, so a decode step attends for all sequences in one call.
   const size_t one = size_t(n_rows_ * Hkv * max_ctx_ * D) * es;
   kv_bytes_ = one * 2 * size_t(c.n_layer);
-  kv_arena_.reserve(kv_bytes_ + 2 * size_t(c.n_layer) * kAllocSlack);
+  kv_arena_.reserve(kv_bytes_ + 2 * size_t(c.n_layer) * kAllocSlack, /*huge_pages=*/false);
   for (int l = 0; l < c.n_layer; ++l) {
     k_cache_.push_back(kv_arena_.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama K cache"));
     v_cache_.push_back(kv_arena_.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama V cache"));
