@@ -52,6 +52,18 @@ double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+double core_clock_ghz() {
+  constexpr long kIters = 1 << 18, kAdds = 8;  // 2 M dependent adds
+  long x = 0;
+  const double t0 = wall_seconds();
+  for (long i = 0; i < kIters; ++i)
+    asm volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                 "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+                 : "+r"(x));
+  const double dt = wall_seconds() - t0;
+  return dt > 0 && x == kIters * kAdds ? double(kIters * kAdds) / dt / 1e9 : 0.0;
+}
+
 double stream_read_gbps(ThreadPool& pool, const uint8_t* buf, size_t bytes, int reps,
                         double (*clock_s)()) {
   const size_t nf = bytes / 4;
@@ -89,6 +101,7 @@ StreamSampler::StreamSampler(ThreadPool& pool, size_t mb) : pool_(pool), buf_(mb
   CBX_CHECK(mb > 0 && buf_.data(), "bench: cannot allocate %zu MB for the stream samples", mb);
   std::memset(buf_.data(), 1, buf_.size());
   gbps_.reserve(64);
+  ghz_.reserve(64);
 }
 
 void StreamSampler::sample() {
@@ -99,6 +112,7 @@ void StreamSampler::sample() {
   };
   const double t0 = wall_seconds(), c0 = process_cpu();
   gbps_.push_back(stream_read_gbps(pool_, buf_.data(), buf_.size(), 1));
+  ghz_.push_back(core_clock_ghz());
   last_s_ = wall_seconds() - t0;
   elapsed_s_ += last_s_;
   cpu_s_ += process_cpu() - c0;
@@ -108,6 +122,12 @@ double StreamSampler::mean_gbps() const {
   double s = 0;
   for (double g : gbps_) s += g;
   return gbps_.empty() ? 0.0 : s / double(gbps_.size());
+}
+
+double StreamSampler::mean_clock_ghz() const {
+  double s = 0;
+  for (double g : ghz_) s += g;
+  return ghz_.empty() ? 0.0 : s / double(ghz_.size());
 }
 
 double StreamSampler::min_gbps() const {

@@ -17,6 +17,13 @@ namespace cbx::bench {
 
 double wall_seconds();
 
+// The calling core's clock (GHz) as a chain of dependent integer adds runs it (one add a
+// cycle on every x86 core this targets), over ~1 ms. On a shared host the clock a guest's
+// vCPU gets moves too (the Zen 5 dev VM: 3.4 GHz, and 2.5-2.7 in a contended hour, when
+// every compute stage ran ~1.4x slower): printed next to the timings so that runs of
+// different hours can be told apart.
+double core_clock_ghz();
+
 // Read bandwidth (GB/s) of `bytes` at `buf` (64-byte aligned) with the pool's threads.
 // `clock_s` measures time (wall by default; bench kernels can pass its CPU clock).
 double stream_read_gbps(ThreadPool& pool, const uint8_t* buf, size_t bytes, int reps,
@@ -36,12 +43,14 @@ class StreamSampler {
  public:
   StreamSampler(ThreadPool& pool, size_t mb);
   // One read of the buffer (the better of the two ways stream_read_gbps reads, each after a
-  // warm-up pass); adds its wall time to elapsed_s() and its process CPU time to cpu_s().
+  // warm-up pass) and one core_clock_ghz(); adds its wall time to elapsed_s() and its process
+  // CPU time to cpu_s().
   void sample();
   int count() const { return int(gbps_.size()); }
   double mean_gbps() const;  // 0 without samples
   double min_gbps() const;
   double max_gbps() const;
+  double mean_clock_ghz() const;  // 0 without samples
   double elapsed_s() const { return elapsed_s_; }  // wall time spent in sample()
   double last_s() const { return last_s_; }        // that of the latest sample()
   double cpu_s() const { return cpu_s_; }          // process CPU time (all threads) in sample()
@@ -50,7 +59,7 @@ class StreamSampler {
  private:
   ThreadPool& pool_;
   HugeBuffer buf_;
-  std::vector<double> gbps_;
+  std::vector<double> gbps_, ghz_;
   double elapsed_s_ = 0, last_s_ = 0, cpu_s_ = 0;
 };
 
