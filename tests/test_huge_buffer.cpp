@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/huge_buffer.h"
 
@@ -77,4 +79,35 @@ TEST(HugeBuffer, AlignmentContentMove) {
   small = std::move(moved);
   EXPECT_EQ(small.data(), p);
   EXPECT_EQ(small.data()[n - 1], uint8_t((n - 1) * 7));
+}
+
+// huge_piece: 64-byte aligned, non-overlapping pieces cut from shared chunks, usable end to
+// end, alive while any holder is; a zero-byte piece is still a valid pointer; a big one gets
+// a buffer of its own.
+TEST(HugeBuffer, Pieces) {
+  std::vector<std::shared_ptr<uint8_t>> ps;
+  std::vector<size_t> sizes;
+  for (size_t i = 0; i < 40; ++i) {
+    const size_t n = 1000 + i * 77777;  // up to ~3 MB: several chunks
+    ps.push_back(huge_piece(n));
+    sizes.push_back(n);
+    ASSERT_NE(ps.back(), nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(ps.back().get()) % 64, 0u);
+    std::memset(ps.back().get(), int(i), n);
+  }
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const uint8_t* p = ps[i].get();
+    EXPECT_EQ(p[0], uint8_t(i));
+    EXPECT_EQ(p[sizes[i] - 1], uint8_t(i));  // no later piece overlapped it
+  }
+  std::shared_ptr<uint8_t> zero = huge_piece(0);
+  EXPECT_NE(zero, nullptr);
+  std::shared_ptr<uint8_t> big = huge_piece(9 * HugeBuffer::kHugePage);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.get()) % HugeBuffer::kHugePage, 0u);
+  big.get()[9 * HugeBuffer::kHugePage - 1] = 7;
+  // Dropping the holders of the first pieces leaves the later ones intact.
+  const uint8_t last = ps.back().get()[0];
+  ps.erase(ps.begin(), ps.end() - 1);
+  EXPECT_EQ(ps.back().get()[0], last);
 }

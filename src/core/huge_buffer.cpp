@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <utility>
 
 #include "core/error.h"
@@ -34,6 +35,28 @@ HugeBuffer& HugeBuffer::operator=(HugeBuffer&& o) noexcept {
     huge_ = std::exchange(o.huge_, false);
   }
   return *this;
+}
+
+std::shared_ptr<uint8_t> huge_piece(size_t bytes) {
+  constexpr size_t kChunk = 16 * HugeBuffer::kHugePage;
+  const size_t need = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;  // a piece is never null
+  if (need > kChunk / 4) {
+    auto own = std::make_shared<HugeBuffer>(need);
+    return std::shared_ptr<uint8_t>(own, own->data());
+  }
+  static std::mutex mu;
+  static std::weak_ptr<HugeBuffer> current;  // weak: a chunk dies with its last piece
+  static size_t used = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<HugeBuffer> chunk = current.lock();
+  if (!chunk || used + need > chunk->size()) {
+    chunk = std::make_shared<HugeBuffer>(kChunk);
+    current = chunk;
+    used = 0;
+  }
+  uint8_t* p = chunk->data() + used;
+  used += need;
+  return std::shared_ptr<uint8_t>(chunk, p);
 }
 
 }  // namespace cbx

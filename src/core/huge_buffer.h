@@ -13,6 +13,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace cbx {
 
@@ -39,5 +40,13 @@ class HugeBuffer {
   size_t n_ = 0;
   bool huge_ = false;
 };
+
+// A 64-byte aligned piece of `bytes` for one of the many buffers under 2 MB a model makes at
+// load (packed weight panels): pieces are cut from shared 32 MB HugeBuffer chunks, so they sit
+// on huge pages where a buffer of their own never would; each piece keeps its chunk alive
+// and a chunk is freed with its last piece. Pieces over 8 MB get a HugeBuffer of their own.
+// Thread-safe. The packed panels this way: Turbo q4_0 load 881-900 -> 573-608 ms on the
+// 2-vCPU Zen 5 guest (4 alternating pairs), Multilingual q4_0 1359 -> 1042 ms; RSS +3 MB.
+std::shared_ptr<uint8_t> huge_piece(size_t bytes);
 
 }  // namespace cbx

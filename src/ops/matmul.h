@@ -168,9 +168,6 @@ class PackedWeight {
   friend PackedWeight pack_weight_with(const MatmulKernels&, ThreadPool&, const std::vector<const Tensor*>&,
                                        GemmPrecision, const char*);
   friend struct PackedAccess;
-  struct Free {
-    void operator()(uint8_t* p) const;
-  };
   std::vector<Tensor> parts_;
   std::vector<int64_t> offs_;
   int64_t m_ = 0, k_ = 0;
@@ -179,7 +176,7 @@ class PackedWeight {
   int64_t kp_ = 0;
   std::vector<Tile> tiles_;
   size_t panel_bytes_ = 0;
-  std::unique_ptr<uint8_t, Free> panels_;
+  std::shared_ptr<uint8_t> panels_;  // a huge_piece (core/huge_buffer.h)
 };
 
 // Parts: 2-D, one dtype, one K, contiguous rows. prec is resolved as a matmul call's (Auto: the

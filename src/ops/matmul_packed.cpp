@@ -22,6 +22,7 @@
 #include "core/arena.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/huge_buffer.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
 #include "kernels/nn.h"
@@ -240,8 +241,6 @@ struct PackedAccess {
   static const std::vector<PackedWeight::Tile>& tiles(const PackedWeight& w) { return w.tiles_; }
 };
 
-void PackedWeight::Free::operator()(uint8_t* p) const { std::free(p); }
-
 PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
                               const std::vector<const Tensor*>& parts, GemmPrecision prec,
                               const char* what) {
@@ -291,9 +290,9 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
           {w.offs_[i] + r, int(std::min<int64_t>(g.mr, rows - r)), w.tiles_.size() * panel});
   }
   w.panel_bytes_ = w.tiles_.size() * panel;
-  auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, align64(w.panel_bytes_)));
-  CBX_CHECK(mem, "pack_weight %s: cannot allocate %zu bytes of panels", what, w.panel_bytes_);
-  w.panels_.reset(mem);
+  w.panels_ = huge_piece(w.panel_bytes_);
+  CBX_CHECK(w.panels_, "pack_weight %s: cannot allocate %zu bytes of panels", what, w.panel_bytes_);
+  uint8_t* mem = w.panels_.get();
   // Tile j of part i: the packer the per-call path runs, once per k block (kc as there).
   std::vector<std::pair<size_t, int64_t>> owner;  // (part, first row in the part) per tile
   for (size_t i = 0; i < w.parts_.size(); ++i)
