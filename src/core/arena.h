@@ -33,7 +33,7 @@ class Arena {
   // reserve(capacity_bytes) unless the capacity is already at least that (several users
   // sizing one shared arena, each for its own need; only while nothing is allocated).
   void reserve_at_least(size_t capacity_bytes) {
-    if (capacity_bytes > capacity_) reserve(capacity_bytes, huge_pages_);
+    if (capacity_bytes > capacity()) reserve(capacity_bytes, huge_pages_);
   }
   void* alloc_bytes(size_t bytes, size_t align = 64, const char* what = "buffer");
   Tensor alloc(DType dtype, std::initializer_list<int64_t> shape, const char* what = "tensor");
@@ -45,14 +45,12 @@ class Arena {
   void rewind(size_t m) { used_ = m; }
 
   size_t used() const { return used_; }
-  size_t capacity() const { return capacity_; }
+  size_t capacity() const { return store_.size(); }
   size_t high_water() const { return high_water_; }
   bool huge() const { return store_.huge(); }  // whether the store got MADV_HUGEPAGE
 
  private:
-  HugeBuffer store_;
-  uint8_t* buf_ = nullptr;  // store_.data()
-  size_t capacity_ = 0;
+  HugeBuffer store_;  // capacity() bytes (a multiple of 64)
   size_t used_ = 0;
   size_t high_water_ = 0;
   bool huge_pages_ = true;
