@@ -111,3 +111,23 @@ TEST(HugeBuffer, Pieces) {
   ps.erase(ps.begin(), ps.end() - 1);
   EXPECT_EQ(ps.back().get()[0], last);
 }
+
+TEST(HugeBuffer, HugePieceKeepsItsSizeAndData) {
+  HugePiece none;
+  EXPECT_EQ(none.data(), nullptr);
+  EXPECT_EQ(none.size(), 0u);
+  std::vector<HugePiece> v;
+  for (size_t i = 0; i < 20; ++i) {
+    v.emplace_back(4096 * (i + 1));
+    std::memset(v.back().data(), int(i + 1), v.back().size());
+  }
+  for (size_t i = 0; i < v.size(); ++i) {  // vector growth moved the holders, not the bytes
+    EXPECT_EQ(v[i].size(), 4096 * (i + 1));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v[i].data()) % 64, 0u);
+    EXPECT_EQ(v[i].data()[0], uint8_t(i + 1));
+    EXPECT_EQ(v[i].data()[v[i].size() - 1], uint8_t(i + 1));
+  }
+  HugePiece copy = v[3];  // copies share the piece
+  v.clear();
+  EXPECT_EQ(copy.data()[0], uint8_t(4));
+}

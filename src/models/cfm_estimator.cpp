@@ -193,9 +193,9 @@ void bind_cfm_estimator(const GgufFile& f, const CfmConfig& c, CfmEstimatorWeigh
     CBX_CHECK(ti->dtype == DType::F16 || ti->dtype == DType::BF16,
               "%s: conv tensor '%s' has dtype %s; it must be f32, f16 or bf16", path, name.c_str(), tr.name);
     Tensor src = f.tensor(*ti);
-    std::vector<float>& buf = w.owned.emplace_back(size_t(src.numel()));
-    tr.to_float(src.data, buf.data(), src.numel());
-    slot = make_tensor(DType::F32, src.ndim, src.shape, buf.data(), buf.size() * 4);
+    const HugePiece& buf = w.owned.emplace_back(size_t(src.numel()) * 4);
+    tr.to_float(src.data, reinterpret_cast<float*>(buf.data()), src.numel());
+    slot = make_tensor(DType::F32, src.ndim, src.shape, buf.data(), buf.size());
   });
 }
 

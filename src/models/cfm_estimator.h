@@ -27,7 +27,6 @@
 // Arena per pool thread for the attention work items; forward allocates nothing.
 #pragma once
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,6 +34,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/huge_buffer.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
@@ -80,7 +80,7 @@ struct CfmEstimatorWeights {
   CfmStageWeights up;
   Tensor final_conv_w, final_conv_b, final_ln_w, final_ln_b;  // final_block.block.{0,2}
   Tensor proj_w, proj_b;                                      // final_proj: [80, C, 1], [80]
-  std::deque<std::vector<float>> owned;  // F32 copies of F16/BF16 conv weights
+  std::vector<HugePiece> owned;  // f32 copies of the f16 / bf16 conv weights (huge pages)
 
   // Calls fn(gguf_name, slot, expected row-major shape, kind) for every weight of a config
   // (sizes the vectors first). Serves binding, tests and byte counts.

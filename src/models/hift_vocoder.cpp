@@ -163,9 +163,9 @@ void bind_hift(const GgufFile& f, const HiftConfig& c, HiftWeights& w) {
               "%s: tensor '%s' has dtype %s; HiFT weights must be f32, f16 or bf16", f.path().c_str(),
               name.c_str(), dtype_name(ti->dtype));
     Tensor src = f.tensor(*ti);
-    std::vector<float>& buf = w.owned.emplace_back(size_t(src.numel()));
-    type_traits(ti->dtype).to_float(src.data, buf.data(), src.numel());
-    slot = make_tensor(DType::F32, src.ndim, src.shape, buf.data(), buf.size() * 4);
+    const HugePiece& buf = w.owned.emplace_back(size_t(src.numel()) * 4);
+    type_traits(ti->dtype).to_float(src.data, reinterpret_cast<float*>(buf.data()), src.numel());
+    slot = make_tensor(DType::F32, src.ndim, src.shape, buf.data(), buf.size());
   });
 }
 

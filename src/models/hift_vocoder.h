@@ -30,13 +30,13 @@
 // resblock and source-resblock convolutions (GEMM-bound).
 #pragma once
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
+#include "core/huge_buffer.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
@@ -68,8 +68,8 @@ struct HiftWeights {
   Tensor conv_post_w, conv_post_b;            // [n_fft + 2, C0 >> n_stages, 7], [n_fft + 2]
   std::vector<Tensor> f0_w, f0_b;             // condnet 2l: [Cf, in_channels | Cf, 3], [Cf]
   Tensor f0_cls_w, f0_cls_b;                  // [1, Cf], [1]
-  // F32 copies of weights stored as F16/BF16 in the file (stable addresses).
-  std::deque<std::vector<float>> owned;
+  // F32 copies of weights stored as F16/BF16 in the file (stable addresses, huge pages).
+  std::vector<HugePiece> owned;
 
   // Calls fn(gguf_name, slot, expected row-major shape, is_vector) for every weight of a
   // config, sizing the vectors first. is_vector: stored as F32 only (biases, alphas).

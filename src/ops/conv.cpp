@@ -350,8 +350,8 @@ Conv1dPacked conv1d_pack(ThreadPool& pool, const Tensor& w, const Tensor& bias, 
   const Bf16Gemm* bk = isa == Isa::Avx512 ? bf16_kernels() : nullptr;
   if (!bk || Cout > bk->direct_conv_max_cout || prepack_disabled()) return pk;
   const int64_t cin_pad = round32(Cin), cout_pad = round32(Cout), n_blocks = cin_pad / 32;
-  pk.wp = HugeBuffer(size_t(K * cin_pad * cout_pad) * 2, false);
-  pk.bias16 = HugeBuffer(size_t(cout_pad) * 16 * 4, false);
+  pk.wp = HugePiece(size_t(K * cin_pad * cout_pad) * 2);
+  pk.bias16 = HugePiece(size_t(cout_pad) * 16 * 4);
   auto* wp = reinterpret_cast<uint16_t*>(pk.wp.data());
   auto* b16 = reinterpret_cast<float*>(pk.bias16.data());
   for (int64_t o = 0; o < cout_pad; ++o)

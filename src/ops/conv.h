@@ -43,7 +43,7 @@ struct Conv1dParams {
 // Empty where that kernel does not exist or would not run the conv (C_out above its limit),
 // and with CBX_NO_PREPACK=1.
 struct Conv1dPacked {
-  HugeBuffer wp, bias16;
+  HugePiece wp, bias16;
   const float* w = nullptr;     // the weights and bias it was packed from (bias may be null)
   const float* bias = nullptr;
   int64_t cout = 0, cin = 0, k = 0;
@@ -104,7 +104,7 @@ struct ConvTranspose1dParams {
 // made once at load (HiFT's upsampling convs: the per-call transpose is a pass over w with a
 // C_out K stride). Empty where no bf16 GEMM exists, and with CBX_NO_PREPACK=1.
 struct ConvTranspose1dPacked {
-  HugeBuffer at;             // f32 [C_out K, C_in]
+  HugePiece at;              // f32 [C_out K, C_in]
   const float* w = nullptr;  // the weights it was made from
   int64_t cin = 0, cout = 0, k = 0;
   bool empty() const { return w == nullptr; }

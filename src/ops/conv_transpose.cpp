@@ -35,7 +35,7 @@ ConvTranspose1dPacked conv_transpose1d_pack(ThreadPool& pool, const Tensor& w, I
   ConvTranspose1dPacked pk;
   if (isa != Isa::Avx512 || !bf16_kernels() || prepack_disabled()) return pk;
   const int64_t Cin = w.shape[0], Cout = w.shape[1], K = w.shape[2];
-  pk.at = HugeBuffer(size_t(Cin * Cout * K) * 4, false);
+  pk.at = HugePiece(size_t(Cin * Cout * K) * 4);
   transpose_weights(pool, w.ptr<float>(), Cin, Cout * K, reinterpret_cast<float*>(pk.at.data()));
   pk.w = w.ptr<float>();
   pk.cin = Cin;
