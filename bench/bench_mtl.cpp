@@ -21,6 +21,8 @@
 //                   decode_bw_ratio_4k: against a 4 KB-page read then (stream_4k_gbps)
 //   clock_ghz       the core clock at the stream samples (mean; bench/stream_read.h
 //                   core_clock_ghz), clock_after_ghz once after the pipeline
+//   fma_per_cycle   vector FMAs a cycle one core retired at the samples (core_fma_per_cycle;
+//                   ~half when another thread shares the physical core), and once after
 //   flow_ms, cfm_ms flow encoder; CFM (cfm_step_ms: mean per estimator batch of two)
 //   s3gen_ms        flow_ms + cfm_ms
 //   hift_ms         vocoder + trim/fade + tail trim
@@ -165,6 +167,7 @@ int run_mtl(int argc, char** argv) {
   const double rss_mb = peak_rss_without(streams, rss_before_mb, peak_rss_mb());  // before the --mb buffers
   const double stream = streams.mean_gbps();
   const double clock_after = core_clock_ghz();
+  const double fma_after = core_fma_per_cycle();
   const double stream_after = stream_read_gbps(pipe.pool(), size_t(args.mb), 5);
   const double stream_4k = stream_read_gbps(pipe.pool(), size_t(args.mb), 5, false);
   const double decode_gbps = (st.weight_bytes_per_step + st.kv_bytes_per_step) * tok_s / 1e9;
@@ -174,7 +177,8 @@ int run_mtl(int argc, char** argv) {
               "flow_ms=%.1f cfm_ms=%.1f cfm_step_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f cpu_s=%.1f cpu_t3_s=%.1f "
               "cpu_s3gen_hift_s=%.1f cpu_per_wall=%.2f cpu_rtf=%.3f peak_rss_mb=%.0f packed_mb=%.0f "
               "stream_samples=%d stream_lo_gbps=%.2f stream_hi_gbps=%.2f stream_after_gbps=%.2f "
-              "stream_4k_gbps=%.2f decode_bw_ratio_4k=%.3f clock_ghz=%.2f clock_after_ghz=%.2f\n",
+              "stream_4k_gbps=%.2f decode_bw_ratio_4k=%.3f clock_ghz=%.2f clock_after_ghz=%.2f "
+              "fma_per_cycle=%.2f fma_after_per_cycle=%.2f\n",
               args.model.c_str(), pipe.n_threads(), args.kv.c_str(), lang.c_str(), double(s.cfg_weight),
               (long long)st.n_rows, load_ms, (long long)st.prompt_len, args.tokens, (long long)n_folded, audio_s,
               st.prefill_ms, st.decode_ms, tok_s, st.weight_bytes_per_step / 1e6, st.kv_bytes_per_step / 1e6,
@@ -182,7 +186,7 @@ int run_mtl(int argc, char** argv) {
               rtf, cpu_s, cpu_t3, cpu_s - cpu_t3, cpu_s / wall_s, cpu_rtf, rss_mb,
               double(pipe.t3().packed_weight_bytes()) / 1e6, streams.count(), streams.min_gbps(),
               streams.max_gbps(), stream_after, stream_4k, decode_gbps / stream_4k, streams.mean_clock_ghz(),
-              clock_after);
+              clock_after, streams.mean_fma_per_cycle(), fma_after);
   return 0;
 }
 

@@ -20,6 +20,7 @@
 //                   figure that machine load disturbs much less than t3_tok_s)
 //   packed_mb       re-laid-out weight copies the fused decode holds (--no-pack: none)
 //   clock_ghz       the core clock at the stream samples (mean; bench/stream_read.h core_clock_ghz)
+//   fma_per_cycle   vector FMAs a cycle one core retired there (mean; core_fma_per_cycle)
 // --row-prefill N: T3TurboOptions::row_prefill_max (default -1: automatic; 0 = the prefill always on
 // the GEMM). With --prompt 0 --text L (L + 2 rows) it times the path a cached voice prefix
 // leaves for the text.
@@ -167,10 +168,10 @@ int run_t3(int argc, char** argv) {
   const double decode_gbps = (wbytes + kvbytes) * tok_s / 1e9;
   std::printf("bench t3 model=%s threads=%d kv=%s prompt_rows=%lld steps=%d t3_prefill_ms=%.1f t3_tok_s=%.2f "
               "weight_mb_per_tok=%.1f kv_mb_per_tok=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
-              "cpu_ms_per_tok=%.2f packed_mb=%.1f clock_ghz=%.2f\n",
+              "cpu_ms_per_tok=%.2f packed_mb=%.1f clock_ghz=%.2f fma_per_cycle=%.2f\n",
               model.c_str(), threads, kv.c_str(), (long long)n_prompt_rows, steps, prefill_ms, tok_s, wbytes / 1e6,
               kvbytes / 1e6, decode_gbps, stream, decode_gbps / stream, cpu_ms,
-              double(gpt.packed_weight_bytes()) / 1e6, streams.mean_clock_ghz());
+              double(gpt.packed_weight_bytes()) / 1e6, streams.mean_clock_ghz(), streams.mean_fma_per_cycle());
   if (ab && mode_n[0] > 0 && mode_n[1] > 0) {
     const double f = mode_n[0] / mode_s[0], u = mode_n[1] / mode_s[1];
     std::printf("bench t3 ab fused_tok_s=%.2f opbyop_tok_s=%.2f fused_speedup=%.3f\n", f, u, f / u);

@@ -27,6 +27,10 @@
 //   clock_ghz       the core clock at the stream samples (mean; bench/stream_read.h
 //                   core_clock_ghz), clock_after_ghz once after the pipeline: a shared host
 //                   lends its vCPUs at varying clocks, and the compute stages follow them
+//   fma_per_cycle   vector FMAs a cycle one core retired at the stream samples (mean;
+//                   core_fma_per_cycle), fma_after_per_cycle once after the pipeline: a
+//                   vCPU whose physical core another thread shares keeps its clock but
+//                   gets ~half the throughput, and the compute stages take longer
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -139,6 +143,7 @@ int run_turbo(int argc, char** argv) {
   const double rss_mb = peak_rss_without(streams, rss_before_mb, peak_rss_mb());
   const double stream = streams.mean_gbps();
   const double clock_after = core_clock_ghz();
+  const double fma_after = core_fma_per_cycle();
   const double stream_after = stream_read_gbps(pipe.pool(), size_t(mb), 5);
   const double stream_4k = stream_read_gbps(pipe.pool(), size_t(mb), 5, false);
   const double wbytes = double(t3_gpt2_decode_weight_bytes(c, t3.weights()));
@@ -150,11 +155,13 @@ int run_turbo(int argc, char** argv) {
               "audio_s=%.2f t3_prefill_ms=%.1f t3_tok_s=%.2f decode_gbps=%.2f stream_gbps=%.2f "
               "decode_bw_ratio=%.3f flow_ms=%.1f cfm_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f peak_rss_mb=%.0f "
               "stream_samples=%d stream_lo_gbps=%.2f stream_hi_gbps=%.2f stream_after_gbps=%.2f stream_4k_gbps=%.2f "
-              "decode_bw_ratio_4k=%.3f t3_prefix_ms=%.1f rtf_cold=%.3f clock_ghz=%.2f clock_after_ghz=%.2f\n",
+              "decode_bw_ratio_4k=%.3f t3_prefix_ms=%.1f rtf_cold=%.3f clock_ghz=%.2f clock_after_ghz=%.2f "
+              "fma_per_cycle=%.2f fma_after_per_cycle=%.2f\n",
               model.c_str(), pipe.n_threads(), kv.c_str(), load_ms, (long long)n_prompt_rows, tokens, speech.size(),
               audio_s, prefill_ms, tok_s, decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, s3gen_ms,
               tm.hift_ms, rtf, rss_mb, streams.count(), streams.min_gbps(), streams.max_gbps(), stream_after,
-              stream_4k, decode_gbps / stream_4k, prefix_ms, rtf_cold, streams.mean_clock_ghz(), clock_after);
+              stream_4k, decode_gbps / stream_4k, prefix_ms, rtf_cold, streams.mean_clock_ghz(), clock_after,
+              streams.mean_fma_per_cycle(), fma_after);
   return 0;
 }
 

@@ -24,6 +24,15 @@ double wall_seconds();
 // different hours can be told apart.
 double core_clock_ghz();
 
+// Vector FMAs a cycle the calling core retires (16 independent FMA chains, 512-bit on
+// AVX-512, else 256-bit on AVX2, else scalar multiply-adds), over ~1 ms at the clock core_clock_ghz reads
+// just before. The clock alone does not show a vCPU whose physical core is shared with
+// another busy thread (SMT): its dependent adds still run one a cycle, but its throughput
+// halves. On the Zen 5 dev VM: ~2 (two 512-bit FMA pipes) when the core is its own; runs
+// in which CFM and HiFT took ~1.6x their usual time at an unchanged clock are what this
+// tells apart. Zen 4 issues one 512-bit FMA a cycle.
+double core_fma_per_cycle();
+
 // Read bandwidth (GB/s) of `bytes` at `buf` (64-byte aligned) with the pool's threads.
 // `clock_s` measures time (wall by default; bench kernels can pass its CPU clock).
 double stream_read_gbps(ThreadPool& pool, const uint8_t* buf, size_t bytes, int reps,
@@ -51,6 +60,7 @@ class StreamSampler {
   double min_gbps() const;
   double max_gbps() const;
   double mean_clock_ghz() const;  // 0 without samples
+  double mean_fma_per_cycle() const;  // core_fma_per_cycle() at the samples; 0 without
   double elapsed_s() const { return elapsed_s_; }  // wall time spent in sample()
   double last_s() const { return last_s_; }        // that of the latest sample()
   double cpu_s() const { return cpu_s_; }          // process CPU time (all threads) in sample()
@@ -59,7 +69,7 @@ class StreamSampler {
  private:
   ThreadPool& pool_;
   HugeBuffer buf_;
-  std::vector<double> gbps_, ghz_;
+  std::vector<double> gbps_, ghz_, fma_;
   double elapsed_s_ = 0, last_s_ = 0, cpu_s_ = 0;
 };
 

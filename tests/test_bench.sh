@@ -36,7 +36,8 @@ out=$("$BENCH" turbo -m "$T/turbo.gguf" --tokens 9 --threads 2 --sample-mb 4 --s
 line=$(printf '%s\n' "$out" | grep '^bench turbo ') || { echo "$out"; fail "no bench turbo line"; }
 [ "$(field stream_samples "$line")" = 4 ] || fail "bench turbo: stream_samples is not 4: $line"
 for f in t3_prefill_ms t3_tok_s decode_gbps stream_gbps stream_lo_gbps stream_hi_gbps stream_after_gbps \
-  decode_bw_ratio flow_ms cfm_ms s3gen_ms hift_ms rtf peak_rss_mb rtf_cold clock_ghz clock_after_ghz; do
+  decode_bw_ratio flow_ms cfm_ms s3gen_ms hift_ms rtf peak_rss_mb rtf_cold clock_ghz clock_after_ghz \
+  fma_per_cycle fma_after_per_cycle; do
   positive "$f" "$line"
 done
 awk -v lo="$(field stream_lo_gbps "$line")" -v m="$(field stream_gbps "$line")" \
@@ -49,13 +50,14 @@ line=$(printf '%s\n' "$out" | grep '^bench mtl ') || { echo "$out"; fail "no ben
 # generate's step callback fires for steps 0..6 (the last one samples no decode after it):
 # samples at steps 0, 2, 4, 6 and one after generate.
 [ "$(field stream_samples "$line")" = 5 ] || fail "bench mtl: stream_samples is not 5: $line"
-for f in t3_tok_s stream_gbps decode_bw_ratio cfm_ms hift_ms rtf cpu_rtf peak_rss_mb clock_ghz clock_after_ghz; do
+for f in t3_tok_s stream_gbps decode_bw_ratio cfm_ms hift_ms rtf cpu_rtf peak_rss_mb clock_ghz clock_after_ghz \
+  fma_per_cycle fma_after_per_cycle; do
   positive "$f" "$line"
 done
 
 out=$("$BENCH" t3 -m "$T/turbo.gguf" --steps 25 --prompt 4 --text 3 --mb 4 2>&1) || { echo "$out"; fail "bench t3"; }
 line=$(printf '%s\n' "$out" | grep '^bench t3 ') || { echo "$out"; fail "no bench t3 line"; }
-for f in t3_tok_s decode_gbps stream_gbps decode_bw_ratio cpu_ms_per_tok clock_ghz; do positive "$f" "$line"; done
+for f in t3_tok_s decode_gbps stream_gbps decode_bw_ratio cpu_ms_per_tok clock_ghz fma_per_cycle; do positive "$f" "$line"; done
 
 # bench peak: one line per instruction, positive rates where the CPU has it, "missing" otherwise,
 # and the ratios when both of a pair ran.
