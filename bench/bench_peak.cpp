@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "stream_read.h"
 #include "core/cpu.h"
 #include "core/error.h"
 
@@ -34,21 +35,6 @@ double now_s() {
 
 // Each returns a value derived from every accumulator, so no chain is optimized away; the
 // empty asm keeps the operand in a register the compiler may not treat as a constant.
-__attribute__((target("avx512f"), noinline)) float chains_fma(long n) {
-  __m512 a[16];
-  for (int i = 0; i < 16; ++i) a[i] = _mm512_set1_ps(float(i));
-  __m512 x = _mm512_set1_ps(1.f);
-  const __m512 y = _mm512_set1_ps(0.5f);
-  for (long k = 0; k < n; ++k) {
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) a[i] = _mm512_fmadd_ps(a[i], x, y);
-    __asm__ volatile("" : "+v"(x));
-  }
-  float s = 0.f;
-  for (int i = 0; i < 16; ++i) s += _mm512_reduce_add_ps(a[i]);
-  return s;
-}
-
 __attribute__((target("avx512f,avx512bf16"), noinline)) float chains_bf16(long n) {
   __m512 a[16];
   for (int i = 0; i < 16; ++i) a[i] = _mm512_set1_ps(float(i));
@@ -99,7 +85,7 @@ int run_peak(int argc, char** argv) {
     }
   }
   const bool avx512 = detected_isa() == Isa::Avx512;
-  const Op ops[] = {{"vfmadd231ps", 16, chains_fma, avx512},
+  const Op ops[] = {{"vfmadd231ps", 16, fma_chains_avx512, avx512},
                     {"vdpbf16ps", 32, chains_bf16, avx512 && cpu_has_avx512_bf16()},
                     {"vpdpbusd", 64, chains_int8, avx512 && cpu_has_avx512_vnni()}};
   double mac_per_ns[3] = {0, 0, 0};

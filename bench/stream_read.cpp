@@ -46,42 +46,7 @@ __attribute__((target("avx2"))) float sum4_avx2(const float* p, size_t n) {
   return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
 }
 
-// n x 16 independent FMAs (a value from every chain is returned: none is optimized away).
-__attribute__((target("avx512f"), noinline)) float fma_chains_avx512(long n) {
-  __m512 a[16];
-  for (int i = 0; i < 16; ++i) a[i] = _mm512_set1_ps(float(i));
-  __m512 x = _mm512_set1_ps(1.f);
-  const __m512 y = _mm512_set1_ps(0.5f);
-  for (long k = 0; k < n; ++k) {
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) a[i] = _mm512_fmadd_ps(a[i], x, y);
-    __asm__ volatile("" : "+v"(x));
-  }
-  __m512 s = a[0];
-  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, a[i]);
-  float t[16];
-  _mm512_storeu_ps(t, s);
-  return t[0] + t[15];
-}
-
-__attribute__((target("avx2,fma"), noinline)) float fma_chains_avx2(long n) {
-  __m256 a[16];
-  for (int i = 0; i < 16; ++i) a[i] = _mm256_set1_ps(float(i));
-  __m256 x = _mm256_set1_ps(1.f);
-  const __m256 y = _mm256_set1_ps(0.5f);
-  for (long k = 0; k < n; ++k) {
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) a[i] = _mm256_fmadd_ps(a[i], x, y);
-    __asm__ volatile("" : "+v"(x));
-  }
-  __m256 s = a[0];
-  for (int i = 1; i < 16; ++i) s = _mm256_add_ps(s, a[i]);
-  float t[8];
-  _mm256_storeu_ps(t, s);
-  return t[0] + t[7];
-}
-
-// The same with scalar multiply-adds (a CPU without AVX2 / FMA).
+// fma_chains_avx512 with scalar multiply-adds (a CPU without AVX-512).
 __attribute__((noinline)) float fma_chains_scalar(long n) {
   float a[16];
   for (int i = 0; i < 16; ++i) a[i] = float(i);
@@ -99,16 +64,32 @@ __attribute__((noinline)) float fma_chains_scalar(long n) {
 
 }  // namespace
 
+__attribute__((target("avx512f"), noinline)) float fma_chains_avx512(long n) {
+  __m512 a[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm512_set1_ps(float(i));
+  __m512 x = _mm512_set1_ps(1.f);
+  const __m512 y = _mm512_set1_ps(0.5f);
+  for (long k = 0; k < n; ++k) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) a[i] = _mm512_fmadd_ps(a[i], x, y);
+    __asm__ volatile("" : "+v"(x));
+  }
+  __m512 s = a[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, a[i]);
+  float t[16];
+  _mm512_storeu_ps(t, s);
+  return t[0] + t[15];
+}
+
 double core_fma_per_cycle() {
-  const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2") &&
-                                                                 __builtin_cpu_supports("fma");
+  const bool avx512 = __builtin_cpu_supports("avx512f");
   const double ghz = core_clock_ghz();
   constexpr long kIters = 1 << 13;  // x 16 FMAs: ~65 us a pass at 2 a cycle and 3.5 GHz
   volatile float sink = 0.f;
   double best = 0.0;
   for (int rep = 0; rep < 15; ++rep) {  // the best of ~1 ms of passes
     const double t0 = wall_seconds();
-    sink = sink + (avx512 ? fma_chains_avx512(kIters) : avx2 ? fma_chains_avx2(kIters) : fma_chains_scalar(kIters));
+    sink = sink + (avx512 ? fma_chains_avx512(kIters) : fma_chains_scalar(kIters));
     const double dt = wall_seconds() - t0;
     if (dt > 0) best = std::max(best, double(kIters) * 16 / dt);
   }

@@ -25,13 +25,16 @@ double wall_seconds();
 double core_clock_ghz();
 
 // Vector FMAs a cycle the calling core retires (16 independent FMA chains, 512-bit on
-// AVX-512, else 256-bit on AVX2, else scalar multiply-adds), over ~1 ms at the clock core_clock_ghz reads
+// AVX-512, else scalar multiply-adds), over ~1 ms at the clock core_clock_ghz reads
 // just before. The clock alone does not show a vCPU whose physical core is shared with
 // another busy thread (SMT): its dependent adds still run one a cycle, but its throughput
 // halves. On the Zen 5 dev VM: ~2 (two 512-bit FMA pipes) when the core is its own; runs
 // in which CFM and HiFT took ~1.6x their usual time at an unchanged clock are what this
 // tells apart. Zen 4 issues one 512-bit FMA a cycle.
 double core_fma_per_cycle();
+// n x 16 independent 512-bit FMAs (AVX-512F only); returns a value of every chain, so none
+// is optimized away. core_fma_per_cycle and bench peak time it.
+float fma_chains_avx512(long n);
 
 // Read bandwidth (GB/s) of `bytes` at `buf` (64-byte aligned) with the pool's threads.
 // `clock_s` measures time (wall by default; bench kernels can pass its CPU clock).
