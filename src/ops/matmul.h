@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/huge_buffer.h"
 #include "core/tensor.h"
 
 namespace cbx {
@@ -154,8 +155,8 @@ class PackedWeight {
   int64_t rows() const { return m_; }  // M, all parts
   int64_t cols() const { return k_; }  // K
   DType dtype() const { return dtype_; }
-  bool has_panels() const { return panels_ != nullptr; }
-  size_t panel_bytes() const { return panel_bytes_; }  // 0 without panels
+  bool has_panels() const { return panels_.data() != nullptr; }
+  size_t panel_bytes() const { return panels_.size(); }  // 0 without panels
   const std::vector<Tensor>& parts() const { return parts_; }
   const std::vector<int64_t>& part_rows() const { return offs_; }  // first row of each part
   struct Tile {
@@ -175,8 +176,7 @@ class PackedWeight {
   const MatmulKernels* kernels_ = nullptr;  // the table whose bf16 GEMM made the panels
   int64_t kp_ = 0;
   std::vector<Tile> tiles_;
-  size_t panel_bytes_ = 0;
-  std::shared_ptr<uint8_t> panels_;  // a huge_piece (core/huge_buffer.h)
+  HugePiece panels_;
 };
 
 // Parts: 2-D, one dtype, one K, contiguous rows. prec is resolved as a matmul call's (Auto: the

@@ -237,7 +237,7 @@ void epilogue_passes(ThreadPool& pool, const NnKernels& nn, MatmulAct act, const
 struct PackedAccess {
   static const MatmulKernels* kernels(const PackedWeight& w) { return w.kernels_; }
   static int64_t kp(const PackedWeight& w) { return w.kp_; }
-  static const uint8_t* panels(const PackedWeight& w) { return w.panels_.get(); }
+  static const uint8_t* panels(const PackedWeight& w) { return w.panels_.data(); }
   static const std::vector<PackedWeight::Tile>& tiles(const PackedWeight& w) { return w.tiles_; }
 };
 
@@ -289,10 +289,9 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
       w.tiles_.push_back(
           {w.offs_[i] + r, int(std::min<int64_t>(g.mr, rows - r)), w.tiles_.size() * panel});
   }
-  w.panel_bytes_ = w.tiles_.size() * panel;
-  w.panels_ = huge_piece(w.panel_bytes_);
-  CBX_CHECK(w.panels_, "pack_weight %s: cannot allocate %zu bytes of panels", what, w.panel_bytes_);
-  uint8_t* mem = w.panels_.get();
+  w.panels_ = HugePiece(w.tiles_.size() * panel);
+  CBX_CHECK(w.panels_.data(), "pack_weight %s: cannot allocate %zu bytes of panels", what, w.panels_.size());
+  uint8_t* mem = w.panels_.data();
   // Tile j of part i: the packer the per-call path runs, once per k block (kc as there).
   std::vector<std::pair<size_t, int64_t>> owner;  // (part, first row in the part) per tile
   for (size_t i = 0; i < w.parts_.size(); ++i)
