@@ -522,6 +522,18 @@ TEST(MtlTextSteps, BpeRankOrder) {
   std::string bad = jp;
   bad.replace(bad.find("\"pad_to_multiple_of\": 4"), 23, "\"pad_to_multiple_of\": 99999999");
   EXPECT_NE(error_of([&] { cbx::HfTokenizer::from_json(bad); }).find("implausible"), std::string::npos);
+  // Integer fields that are floats, negative or too large (a fuzzer's 5.5e72 as an id) are errors.
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"[\"[CLS]\", 2]", "[\"[CLS]\", 5.5e72]"},
+           {"[\"[SEP]\", 3]", "[\"[SEP]\", -3]"},
+           {"\"pad_id\": 9", "\"pad_id\": 2.5"},
+           {"\"pad_id\": 9", "\"pad_id\": 4294967296"},
+           {"\"max_length\": 5", "\"max_length\": 1e30"}}) {
+    std::string b = jp;
+    b.replace(b.find(from), from.size(), to);
+    EXPECT_NE(error_of([&] { cbx::HfTokenizer::from_json(b); }).find("must be an integer in [0, "), std::string::npos)
+        << to;
+  }
   EXPECT_NE(error_of([&] {
               cbx::HfTokenizer::from_json(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})");
             }).find("missing from the vocab"),

@@ -80,6 +80,16 @@ bool starts_with_word(const std::string& s, size_t begin) {
 
 constexpr size_t kMaxPadding = size_t(1) << 20;
 
+// An integer field of the file in [0, hi]: a float, a negative number or one past hi is an error
+// naming the field (nlohmann's get<int>() of such a value would be undefined behaviour).
+int64_t json_index(const json& v, int64_t hi, const std::string& what, const char* field) {
+  CBX_CHECK(v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(hi)
+                                                              : v.get<int64_t>() >= 0 && v.get<int64_t>() <= hi),
+            "%s: %s must be an integer in [0, %lld], got %s", what.c_str(), field, (long long)hi, v.dump().c_str());
+  return v.get<int64_t>();
+}
+constexpr int64_t kMaxId = (int64_t(1) << 31) - 1;
+
 struct PostStep {
   std::vector<int32_t> before, after;  // ids around the sequence
 };
@@ -221,8 +231,8 @@ HfTokenizer HfTokenizer::from_json(const std::string& text, const std::string& w
         return;
       }
       if (t == "BertProcessing" || t == "RobertaProcessing") {
-        step.before.push_back(p.at("cls").at(1).get<int32_t>());
-        step.after.push_back(p.at("sep").at(1).get<int32_t>());
+        step.before.push_back(int32_t(json_index(p.at("cls").at(1), kMaxId, what, "post_processor cls id")));
+        step.after.push_back(int32_t(json_index(p.at("sep").at(1), kMaxId, what, "post_processor sep id")));
       } else if (t == "TemplateProcessing") {
         bool seen_seq = false;
         for (const json& item : p.at("single")) {
@@ -233,7 +243,8 @@ HfTokenizer HfTokenizer::from_json(const std::string& text, const std::string& w
           const std::string sid = item.at("SpecialToken").at("id").get<std::string>();
           std::vector<int32_t> ids;
           if (p.contains("special_tokens") && p["special_tokens"].contains(sid)) {
-            for (const json& x : p["special_tokens"][sid].at("ids")) ids.push_back(x.get<int32_t>());
+            for (const json& x : p["special_tokens"][sid].at("ids"))
+              ids.push_back(int32_t(json_index(x, kMaxId, what, "post_processor special token id")));
           } else {
             ids.push_back(token_id(sid));
           }
@@ -255,20 +266,19 @@ HfTokenizer HfTokenizer::from_json(const std::string& text, const std::string& w
 
     if (j.contains("truncation") && !j["truncation"].is_null()) {
       const json& tr = j["truncation"];
-      m->trunc_max = tr.at("max_length").get<size_t>();
+      m->trunc_max = size_t(json_index(tr.at("max_length"), INT64_MAX, what, "truncation max_length"));
       m->trunc_left = tr.value("direction", std::string("Right")) == "Left";
     }
     if (j.contains("padding") && !j["padding"].is_null()) {
       const json& pd = j["padding"];
       m->pad = true;
       m->pad_left = pd.value("direction", std::string("Right")) == "Left";
-      m->pad_id = pd.value("pad_id", 0);
-      CBX_CHECK(m->pad_id >= 0, "%s: padding pad_id %d", what.c_str(), m->pad_id);
+      m->pad_id = pd.contains("pad_id") ? int32_t(json_index(pd["pad_id"], kMaxId, what, "padding pad_id")) : 0;
       m->size = std::max(m->size, size_t(m->pad_id) + 1);
       if (pd.contains("pad_to_multiple_of") && pd["pad_to_multiple_of"].is_number_unsigned())
-        m->pad_multiple = pd["pad_to_multiple_of"].get<size_t>();
+        m->pad_multiple = size_t(json_index(pd["pad_to_multiple_of"], INT64_MAX, what, "padding pad_to_multiple_of"));
       if (pd.contains("strategy") && pd["strategy"].is_object() && pd["strategy"].contains("Fixed"))
-        m->pad_fixed = pd["strategy"]["Fixed"].get<size_t>();
+        m->pad_fixed = size_t(json_index(pd["strategy"]["Fixed"], INT64_MAX, what, "padding Fixed length"));
       // Real files pad to a model's context (hundreds to thousands); bound what a file may ask.
       CBX_CHECK(m->pad_fixed <= kMaxPadding && m->pad_multiple <= kMaxPadding,
                 "%s: padding length %zu / multiple %zu is implausible (limit %zu)", what.c_str(), m->pad_fixed,
