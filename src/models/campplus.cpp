@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <string>
 
 #include "audio/mel.h"
 #include "core/arena.h"
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/huge_buffer.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
@@ -37,7 +37,9 @@ std::string shape_text(const std::vector<int64_t>& s) {
 
 struct Binder {
   const GgufFile& f;
-  std::deque<std::vector<float>>& owned;
+  std::vector<HugePiece>& owned;  // the folded copies (huge-page pieces: read every clone)
+
+  float* own(int64_t n) { return reinterpret_cast<float*>(owned.emplace_back(size_t(n) * 4).data()); }
 
   Tensor get(const std::string& name, const std::vector<int64_t>& shape) const {
     const GgufTensorInfo* ti = f.find_tensor(name);
@@ -59,24 +61,24 @@ struct Binder {
     Tensor w = get(conv + ".weight", shape);
     Tensor s = get(bn + ".scale", {shape[0]}), b = get(bn + ".shift", {shape[0]});
     const int64_t O = shape[0], per = w.numel() / O;
-    std::vector<float>& wf = owned.emplace_back(size_t(w.numel()));
+    float* wf = own(w.numel());
     const float* src = w.ptr<float>();
     for (int64_t o = 0; o < O; ++o)
-      for (int64_t i = 0; i < per; ++i) wf[size_t(o * per + i)] = src[o * per + i] * s.ptr<float>()[o];
-    return {make_tensor(DType::F32, w.ndim, w.shape, wf.data(), wf.size() * 4), b};
+      for (int64_t i = 0; i < per; ++i) wf[o * per + i] = src[o * per + i] * s.ptr<float>()[o];
+    return {make_tensor(DType::F32, w.ndim, w.shape, wf, size_t(w.numel()) * 4), b};
   }
   // The same for a conv2d 3x3 [O, C, 3, 3] followed by BN, laid out as the conv1d weight
   // [O, 3C, 3] the head uses: input row ky * C + c, tap kx.
   std::pair<Tensor, Tensor> fold3x3(const std::string& conv, int64_t O, int64_t C, const std::string& bn) {
     auto [w, b] = fold(conv, {O, C, 3, 3}, bn);
-    std::vector<float>& wf = owned.emplace_back(size_t(O * C * 9));
+    float* wf = own(O * C * 9);
     const float* src = w.ptr<float>();
     for (int64_t o = 0; o < O; ++o)
       for (int64_t c = 0; c < C; ++c)
         for (int64_t ky = 0; ky < 3; ++ky)
           for (int64_t kx = 0; kx < 3; ++kx)
-            wf[size_t(((o * 3 + ky) * C + c) * 3 + kx)] = src[((o * C + c) * 3 + ky) * 3 + kx];
-    return {make_tensor(DType::F32, {O, 3 * C, 3}, wf.data(), wf.size() * 4), b};
+            wf[((o * 3 + ky) * C + c) * 3 + kx] = src[((o * C + c) * 3 + ky) * 3 + kx];
+    return {make_tensor(DType::F32, {O, 3 * C, 3}, wf, size_t(O * C * 9) * 4), b};
   }
 };
 
@@ -113,7 +115,7 @@ struct CampPlus::Impl {
   Tensor out_s, out_b;
   Tensor dense_w, dense_b;  // [E, 2C] (BN folded), [E]
   int64_t c_max = 0, c_final = 0;
-  std::deque<std::vector<float>> owned;
+  std::vector<HugePiece> owned;
   KaldiFbank fbank;
   Arena arena;
   // Elementwise passes and the tiny per-segment convs run on the calling thread: they are
@@ -212,14 +214,13 @@ CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples)
     // channel-major (row c * F8 + f), so the tdnn's input channels are permuted to match.
     const int64_t O = k.init_channels, F8 = m.n_freq[3], K = k.tdnn_kernel;
     auto [w, sh] = b.fold("campplus.tdnn.linear", {O, mc * F8, K}, "campplus.tdnn.nonlinear.batchnorm");
-    std::vector<float>& wf = m.owned.emplace_back(size_t(w.numel()));
+    float* wf = b.own(w.numel());
     const float* src = w.ptr<float>();
     for (int64_t o = 0; o < O; ++o)
       for (int64_t c = 0; c < mc; ++c)
         for (int64_t f8 = 0; f8 < F8; ++f8)
-          std::memcpy(&wf[size_t((o * mc * F8 + f8 * mc + c) * K)], src + (o * mc * F8 + c * F8 + f8) * K,
-                      size_t(K) * 4);
-    m.tdnn_w = make_tensor(DType::F32, {O, mc * F8, K}, wf.data(), wf.size() * 4);
+          std::memcpy(wf + (o * mc * F8 + f8 * mc + c) * K, src + (o * mc * F8 + c * F8 + f8) * K, size_t(K) * 4);
+    m.tdnn_w = make_tensor(DType::F32, {O, mc * F8, K}, wf, size_t(w.numel()) * 4);
     m.tdnn_b = sh;
   }
   int64_t ch = k.init_channels;
