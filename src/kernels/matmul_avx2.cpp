@@ -2,7 +2,8 @@
 //   dot path: F32 / F16 / BF16 weights widened to f32 against f32 activations; Q8_0 / Q4_0
 //   weights against Q8 activations with vpmaddubsw (Q8_0: sign trick |w| * sign(x, w),
 //   at most 2 * 128 * 127 per pair, no int16 saturation; Q4_0: unsigned nibbles, the
-//   -8 offset applied through the activation block sums).
+//   -8 offset subtracted from each block's integer sum as 8 * sum(x)); the float order is
+//   that of kernels/matmul_avx2_q.h, shared with the planar q4p / q8p kernel.
 //   GEMM path: 6 x 16 register tile (12 ymm accumulators), f32 for every weight type.
 #include <immintrin.h>
 
@@ -10,22 +11,9 @@
 #include <type_traits>
 
 #include "kernels/matmul.h"
+#include "kernels/matmul_avx2_q.h"
 
 namespace cbx {
-namespace {
-
-inline float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-inline int32_t hsum256_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
 
 // ---- activation conversion ----
 
@@ -56,6 +44,8 @@ void to_q8_avx2(const float* x, int64_t k, void* dst) {
     d[b] = amax / 127.f;
   }
 }
+
+namespace {
 
 void to_bf16_scalar(const float* x, int64_t k, void* dst) {
   auto* p = static_cast<uint16_t*>(dst);
@@ -121,24 +111,24 @@ void dot_float(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act
 
 // ---- dot path, quantized weights ----
 
-inline __m256i dot_q8_block(const BlockQ8_0& b, const int8_t* x) {
-  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+// Exact integer sum of one GGUF block against its 32 activations (8 lanes to add up).
+inline __m256i block_dot(const BlockQ8_0& b, const int8_t* x) {
+  return dot32_s8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)),
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
 }
-inline __m256i dot_q4_block(const BlockQ4_0& b, const int8_t* x) {
+inline __m256i block_dot(const BlockQ4_0& b, const int8_t* x) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
   const __m128i lo4 = _mm_set1_epi8(0x0f);
-  const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4));
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), _mm256_set1_epi16(1));
+  return dot32_u4(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lo4), _mm_and_si128(q, lo4)),
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
 }
 
+// In the order of kernels/matmul_avx2_q.h (shared with the planar q4p / q8p kernel).
 template <bool kQ4>
 void dot_q(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
            int64_t k, float* y, int64_t ldy) {
-  const int64_t nb = k / 32;
+  const int64_t nb = k / 32, full = nb / 16 * 16;
+  constexpr int kShift = kQ4 ? 3 : 0;  // Q4_0: the -8 offset through the activation block sums
   using Block = std::conditional_t<kQ4, BlockQ4_0, BlockQ8_0>;
   for (int64_t m = m0; m < m1; ++m) {
     const Block* wb = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + m * ws);
@@ -147,35 +137,23 @@ void dot_q(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, si
       const int8_t* qs = q8_act_qs(a);
       const float* dx = q8_act_d(a, k);
       const int32_t* sx = q8_act_sum(a, k);
-      __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-      float corr = 0.f;  // Q4_0: sum of d_w * d_x * 8 * sum(x)
-      int64_t b = 0;
-      for (; b + 2 <= nb; b += 2) {
-        const float s0 = _cvtsh_ss(wb[b].d) * dx[b], s1 = _cvtsh_ss(wb[b + 1].d) * dx[b + 1];
-        __m256i d0, d1;
-        if constexpr (kQ4) {
-          d0 = dot_q4_block(wb[b], qs + b * 32);
-          d1 = dot_q4_block(wb[b + 1], qs + b * 32 + 32);
-          corr += s0 * float(sx[b] * 8) + s1 * float(sx[b + 1] * 8);
-        } else {
-          d0 = dot_q8_block(wb[b], qs + b * 32);
-          d1 = dot_q8_block(wb[b + 1], qs + b * 32 + 32);
-        }
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(s0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_set1_ps(s1), acc1);
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t b = 0; b < full; b += 8) {
+        __m256i v[8];
+        for (int j = 0; j < 8; ++j) v[j] = block_dot(wb[b + j], qs + (b + j) * 32);
+        __m256i isum = sums8_epi32(v);
+        if constexpr (kQ4)
+          isum = _mm256_sub_epi32(
+              isum, _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sx + b)), kShift));
+        const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(
+            short(wb[b].d), short(wb[b + 1].d), short(wb[b + 2].d), short(wb[b + 3].d), short(wb[b + 4].d),
+            short(wb[b + 5].d), short(wb[b + 6].d), short(wb[b + 7].d)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_loadu_ps(dx + b)), acc);
       }
-      for (; b < nb; ++b) {
-        const float s0 = _cvtsh_ss(wb[b].d) * dx[b];
-        __m256i d0;
-        if constexpr (kQ4) {
-          d0 = dot_q4_block(wb[b], qs + b * 32);
-          corr += s0 * float(sx[b] * 8);
-        } else {
-          d0 = dot_q8_block(wb[b], qs + b * 32);
-        }
-        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_set1_ps(s0), acc0);
-      }
-      y[n * ldy + m] = hsum256(_mm256_add_ps(acc0, acc1)) - corr;
+      float s = hsum256(acc);
+      for (int64_t b = full; b < nb; ++b)
+        s += block_term(wb[b].d, dx[b], hsum256_epi32(block_dot(wb[b], qs + b * 32)) - (kQ4 ? sx[b] << kShift : 0));
+      y[n * ldy + m] = s;
     }
   }
 }

@@ -58,6 +58,10 @@ inline size_t planar_rest_scales(int qb, int64_t nb, int i) {
   return size_t(nb / 16) * planar_group_bytes(qb) + 2 * size_t(qb) * size_t(nb % 16) + size_t(i) * 2 * size_t(nb % 16);
 }
 
+// A Q8 activation row of k weights (kernels/matmul.h) -> Q8Lane in place: each full group of
+// 16 blocks interleaved (4-byte piece t of block b to chunk t, lane b); d and sum unchanged.
+void q8_to_lane_in_place(void* row, int64_t k);
+
 // Dot kernel for planar weights of type t (DotRowsFn semantics with w at the start of a
 // pair, rows w_stride = planar_row_bytes(t, k) apart; m0 and m1 may be odd).
 // planar_dot(t, isa) is nullptr where no SIMD kernel exists for isa (callers then keep the
@@ -66,5 +70,7 @@ const DotKernel* planar_dot(DType t, Isa isa);
 const DotKernel& planar_dot_generic(DType t);
 const DotKernel& planar_dot_avx512(DType t);  // prefetching into stream_prefetch_level()
 const DotKernel& planar_dot_avx512(DType t, PrefetchLevel level);
+const DotKernel& planar_dot_avx2(DType t);  // prefetching into stream_prefetch_level()
+const DotKernel& planar_dot_avx2(DType t, PrefetchLevel level);
 
 }  // namespace cbx

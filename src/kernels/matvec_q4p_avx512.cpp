@@ -207,18 +207,10 @@ void dot_planar(const void* w, size_t ws, int64_t m0, int64_t m1, const void* ac
   if (m < m1) dot_all_rows<F, kHint, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
 }
 
-// f32 row -> Q8Lane: the Q8 row (to_q8_avx512), then each full group of 16 blocks
-// interleaved in place (4-byte piece t of block b to chunk t, lane b).
+// f32 row -> Q8Lane: the Q8 row (to_q8_avx512), then its full groups interleaved.
 void to_q8_lane_avx512(const float* x, int64_t k, void* dst) {
   to_q8_avx512(x, k, dst);
-  auto* qs = static_cast<uint8_t*>(dst);
-  alignas(64) uint32_t tmp[128];
-  for (int64_t g = 0; g + 16 <= k / 32; g += 16) {
-    uint8_t* q = qs + g * 32;
-    for (int b = 0; b < 16; ++b)
-      for (int t = 0; t < 8; ++t) std::memcpy(&tmp[t * 16 + b], q + b * 32 + t * 4, 4);
-    std::memcpy(q, tmp, sizeof(tmp));
-  }
+  q8_to_lane_in_place(dst, k);
 }
 
 }  // namespace

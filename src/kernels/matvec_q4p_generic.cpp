@@ -94,6 +94,17 @@ void planar_pack_rows(DType t, const void* rows, size_t src_stride, int64_t m, i
   }
 }
 
+void q8_to_lane_in_place(void* row, int64_t k) {
+  auto* qs = static_cast<uint8_t*>(row);
+  uint32_t tmp[128];
+  for (int64_t g = 0; g + 16 <= k / 32; g += 16) {
+    uint8_t* q = qs + g * 32;
+    for (int b = 0; b < 16; ++b)
+      for (int t = 0; t < 8; ++t) std::memcpy(&tmp[t * 16 + b], q + b * 32 + t * 4, 4);
+    std::memcpy(q, tmp, sizeof(tmp));
+  }
+}
+
 const DotKernel& planar_dot_generic(DType t) {
   static const DotKernel q4{ActFormat::Q8, matmul_kernels_generic().to_q8, dot_planar_generic<16>};
   static const DotKernel q8{ActFormat::Q8, matmul_kernels_generic().to_q8, dot_planar_generic<32>};
@@ -101,7 +112,10 @@ const DotKernel& planar_dot_generic(DType t) {
 }
 
 const DotKernel* planar_dot(DType t, Isa isa) {
-  return planar_type(t) && isa == Isa::Avx512 ? &planar_dot_avx512(t) : nullptr;
+  if (!planar_type(t)) return nullptr;
+  if (isa == Isa::Avx512) return &planar_dot_avx512(t);
+  if (isa == Isa::Avx2) return &planar_dot_avx2(t);
+  return nullptr;
 }
 
 }  // namespace cbx
