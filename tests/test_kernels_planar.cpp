@@ -229,29 +229,33 @@ TEST(KernelsPlanar, MultiRowDotEqualsOneRowCalls) {
   }
 }
 
-// The AVX-512 planar dots prefetching into L1 and into L2 (stream_prefetch_level(), picked
-// per CPU) compute the same bits, and both those of the GGUF-layout AVX-512 dot.
+// The SIMD planar dots (AVX2, AVX-512) prefetching into L1 and into L2
+// (stream_prefetch_level(), picked per CPU) compute the same bits, and both those of the
+// GGUF-layout dot of the same ISA.
 TEST(KernelsPlanar, PrefetchLevelsGiveTheSameBits) {
-  if (detected_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 planar kernel on this CPU";
+  if (detected_isa() == Isa::Generic) GTEST_SKIP() << "no SIMD planar kernel on this CPU";
   uint32_t seed = 300;
-  for (DType t : kTypes) {
-    const DotKernel& gguf = matmul_kernels(Isa::Avx512).dot[weight_slot(t)];
-    for (const auto& sh : kShapes) {
-      QRows w(t, sh[0], sh[1], seed++);
-      const int64_t m = w.m, k = w.k;
-      std::vector<uint8_t> a8(act_row_bytes(gguf.act, k));
-      gguf.convert(w.x.data(), k, a8.data());
-      std::vector<float> ref(size_t(m), NAN);
-      gguf.fn(w.gguf.data(), w.rb, 0, m, a8.data(), 0, 1, k, ref.data(), m);
-      for (PrefetchLevel level : {PrefetchLevel::L1, PrefetchLevel::L2}) {
-        const DotKernel& d = planar_dot_avx512(t, level);
-        std::vector<uint8_t> act(act_row_bytes(d.act, k));
-        d.convert(w.x.data(), k, act.data());
-        std::vector<float> got(size_t(m), NAN);
-        d.fn(w.planar.data(), w.pb, 0, m, act.data(), 0, 1, k, got.data(), m);
-        for (int64_t r = 0; r < m; ++r)
-          ASSERT_EQ(got[size_t(r)], ref[size_t(r)])
-              << dtype_name(t) << " level " << int(level) << " k " << k << " row " << r;
+  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (int(isa) > int(detected_isa())) continue;
+    for (DType t : kTypes) {
+      const DotKernel& gguf = matmul_kernels(isa).dot[weight_slot(t)];
+      for (const auto& sh : kShapes) {
+        QRows w(t, sh[0], sh[1], seed++);
+        const int64_t m = w.m, k = w.k;
+        std::vector<uint8_t> a8(act_row_bytes(gguf.act, k));
+        gguf.convert(w.x.data(), k, a8.data());
+        std::vector<float> ref(size_t(m), NAN);
+        gguf.fn(w.gguf.data(), w.rb, 0, m, a8.data(), 0, 1, k, ref.data(), m);
+        for (PrefetchLevel level : {PrefetchLevel::L1, PrefetchLevel::L2}) {
+          const DotKernel& d = isa == Isa::Avx512 ? planar_dot_avx512(t, level) : planar_dot_avx2(t, level);
+          std::vector<uint8_t> act(act_row_bytes(d.act, k));
+          d.convert(w.x.data(), k, act.data());
+          std::vector<float> got(size_t(m), NAN);
+          d.fn(w.planar.data(), w.pb, 0, m, act.data(), 0, 1, k, got.data(), m);
+          for (int64_t r = 0; r < m; ++r)
+            ASSERT_EQ(got[size_t(r)], ref[size_t(r)]) << isa_name(isa) << " " << dtype_name(t) << " level "
+                                                      << int(level) << " k " << k << " row " << r;
+        }
       }
     }
   }
