@@ -201,7 +201,11 @@ void tile_f32(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy,
               bool acc) {
   const float* a = static_cast<const float*>(xp);
   const float* b = static_cast<const float*>(wp);
+  // Every loop over c has a constant trip count and is unrolled, so the 12 accumulators stay
+  // in registers (with one loop over r left rolled GCC kept c on the stack and stored all 12
+  // every k step: ~46% of the FMA peak instead of ~90%).
   __m256 c[kNr][2];
+#pragma GCC unroll 6
   for (int r = 0; r < kNr; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
   for (int64_t i = 0; i < kc; ++i) {
     const __m256 b0 = _mm256_load_ps(b + i * kMr), b1 = _mm256_load_ps(b + i * kMr + 8);
@@ -213,6 +217,7 @@ void tile_f32(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy,
     }
   }
   if (nrows == kNr && mcols == kMr) {
+#pragma GCC unroll 6
     for (int r = 0; r < kNr; ++r) {
       float* yr = y + r * ldy;
       __m256 v0 = c[r][0], v1 = c[r][1];
@@ -226,6 +231,7 @@ void tile_f32(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy,
     return;
   }
   alignas(32) float t[kNr][kMr];
+#pragma GCC unroll 6
   for (int r = 0; r < kNr; ++r) {
     _mm256_store_ps(t[r], c[r][0]);
     _mm256_store_ps(t[r] + 8, c[r][1]);
