@@ -78,24 +78,31 @@ inline void dot_rows(const uint8_t* pair, int i0, const uint8_t* act, size_t as,
   const int8_t* qs[N];
   const float* dx[N];
   const int32_t* sx[N];
+#pragma GCC unroll 2
   for (int n = 0; n < N; ++n) {
     qs[n] = q8_act_qs(act + n * as);
     dx[n] = q8_act_d(act + n * as, k);
     sx[n] = q8_act_sum(act + n * as, k);
   }
+  // Every loop over acc unrolled (constant trip counts), so the accumulators stay in registers.
   __m256 acc[R][N];
+#pragma GCC unroll 2
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
     for (int n = 0; n < N; ++n) acc[r][n] = _mm256_setzero_ps();
   constexpr int64_t kGroup = 2 * 16 * (F::kQb + 2);
   const uint8_t* g = pair;
   for (int64_t b = 0; b < full; b += 16, g += kGroup) {
 #pragma GCC unroll 17
     for (int64_t l = 0; l < kGroup; l += 64) __builtin_prefetch(reinterpret_cast<const char*>(g + pf + l), 0, kHint);
+#pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
       const uint8_t* gq = g + planar_group_quants(F::kQb, 0, i0 + r);
       const uint8_t* gs = g + planar_group_scales(F::kQb, 0, i0 + r);
+#pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gs + 16 * h)));
+#pragma GCC unroll 2
         for (int n = 0; n < N; ++n) {
           __m256i isum = F::half_sums(gq, qs[n] + b * 32, h);
           if constexpr (F::kShift >= 0)
@@ -108,7 +115,9 @@ inline void dot_rows(const uint8_t* pair, int i0, const uint8_t* act, size_t as,
       }
     }
   }
+#pragma GCC unroll 2
   for (int n = 0; n < N; ++n)
+#pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
       const uint8_t* quants = pair + planar_rest_quants(F::kQb, nb, i0 + r);
       const uint8_t* scales = pair + planar_rest_scales(F::kQb, nb, i0 + r);
