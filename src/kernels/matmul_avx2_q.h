@@ -1,5 +1,7 @@
 // Helpers shared by the AVX2 quantized dot kernels (matmul_avx2.cpp: GGUF-layout Q4_0 /
-// Q8_0; matvec_q4p_avx2.cpp: planar q4p / q8p); only AVX2 translation units include this.
+// Q8_0; matvec_q4p_avx2.cpp: planar q4p / q8p). Only AVX2 translation units may include this:
+// its inline functions have one definition program-wide, and a copy compiled with AVX-512
+// enabled could be the one the linker keeps for the AVX2 callers too.
 // Both kernels compute a weight row against a Q8 activation row in one order, so they give
 // identical results:
 //   - every block's integer sum exactly (Q4_0: sum of nibble * x minus 8 * sum(x));

@@ -149,17 +149,9 @@ void dot_planar(const void* w, size_t ws, int64_t m0, int64_t m1, const void* ac
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
   const int64_t pf = 512 * 18;  // as the AVX-512 kernel (matvec_q4p_avx512.cpp)
-  {
-    // The first pf bytes of the range are not covered by the in-loop prefetch.
-    const int64_t p0 = m0 & ~int64_t(1);
-    const char* first = reinterpret_cast<const char*>(wb + p0 * int64_t(ws));
-    const int64_t warm = std::min<int64_t>(pf, ((m1 + 1) / 2 * 2 - p0) * int64_t(ws));
-    for (int64_t l = 0; l < warm; l += 64) __builtin_prefetch(first + l, 0, kHint);
-  }
-  int64_t m = m0;
-  if (m < m1 && (m & 1)) dot_all_rows<F, kHint, 1>(wb, ws, m++, ab, as, n_rows, k, pf, y, ldy);
-  for (; m + 2 <= m1; m += 2) dot_all_rows<F, kHint, 2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
-  if (m < m1) dot_all_rows<F, kHint, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
+  planar_walk<kHint>(
+      wb, ws, m0, m1, pf, [&](int64_t m) { dot_all_rows<F, kHint, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy); },
+      [&](int64_t m) { dot_all_rows<F, kHint, 2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy); });
 }
 
 // f32 row -> Q8Lane: the Q8 row (to_q8_avx2), then its full groups interleaved.

@@ -192,19 +192,9 @@ void dot_planar(const void* w, size_t ws, int64_t m0, int64_t m1, const void* ac
   // threads +8%; on the Intel Xeon with AMX 256-384 blocks gave +8% on T3 alone and no change
   // in the pipeline. q8p keeps the distance in bytes.
   const int64_t pf = 512 * 18;
-  // The first pf bytes of the range are not covered by the in-loop prefetch (the fused decode's
-  // claimed pieces and per-head ranges start cold): ask for them up front. Bench t3 on Zen 4,
-  // 7 interleaved pairs: median 97.4 -> 102.6 tok/s (5 of 7 pairs faster).
-  {
-    const int64_t p0 = m0 & ~int64_t(1);
-    const char* first = reinterpret_cast<const char*>(wb + p0 * int64_t(ws));
-    const int64_t warm = std::min<int64_t>(pf, ((m1 + 1) / 2 * 2 - p0) * int64_t(ws));
-    for (int64_t l = 0; l < warm; l += 64) __builtin_prefetch(first + l, 0, kHint);
-  }
-  int64_t m = m0;
-  if (m < m1 && (m & 1)) dot_all_rows<F, kHint, 1>(wb, ws, m++, ab, as, n_rows, k, pf, y, ldy);
-  for (; m + 2 <= m1; m += 2) dot_all_rows<F, kHint, 2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
-  if (m < m1) dot_all_rows<F, kHint, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy);
+  planar_walk<kHint>(
+      wb, ws, m0, m1, pf, [&](int64_t m) { dot_all_rows<F, kHint, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy); },
+      [&](int64_t m) { dot_all_rows<F, kHint, 2>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy); });
 }
 
 // f32 row -> Q8Lane: the Q8 row (to_q8_avx512), then its full groups interleaved.
