@@ -9,7 +9,6 @@
 // (kernels/matmul_avx2_q.h), so both give identical results.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "kernels/matmul_avx2_q.h"
