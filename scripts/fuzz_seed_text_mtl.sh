@@ -37,6 +37,13 @@ seeds = [
      "padding": {"strategy": {"Fixed": 20}, "direction": "Right", "pad_id": 0},
      "model": dict(model, fuse_unk=True, ignore_merges=True)},
 ]
+# Integer fields out of range or not integers (session 15's finding: a cls id of 5.5e72 was
+# converted to int unchecked); each must be an error naming the field.
+bad = dict(seeds[1])
+bad["post_processor"] = {"type": "BertProcessing", "cls": ["[CLS]", 5.5e72], "sep": ["[SEP]", -8]}
+bad["truncation"] = {"max_length": 1e30, "direction": "Left"}
+bad["padding"] = {"strategy": {"Fixed": -20}, "direction": "Right", "pad_id": 2.5}
+seeds.append(bad)
 for i, j in enumerate(seeds):
     with open(os.path.join(out, "json_%02d" % i), "wb") as f:
         f.write(b"\xf0" + json.dumps(j, ensure_ascii=False).encode())
