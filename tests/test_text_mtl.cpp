@@ -528,7 +528,8 @@ TEST(MtlTextSteps, BpeRankOrder) {
            {"[\"[SEP]\", 3]", "[\"[SEP]\", -3]"},
            {"\"pad_id\": 9", "\"pad_id\": 2.5"},
            {"\"pad_id\": 9", "\"pad_id\": 4294967296"},
-           {"\"max_length\": 5", "\"max_length\": 1e30"}}) {
+           {"\"max_length\": 5", "\"max_length\": 1e30"},
+           {"\"pad_to_multiple_of\": 4", "\"pad_to_multiple_of\": -4"}}) {
     std::string b = jp;
     b.replace(b.find(from), from.size(), to);
     EXPECT_NE(error_of([&] { cbx::HfTokenizer::from_json(b); }).find("must be an integer in [0, "), std::string::npos)

@@ -50,9 +50,10 @@ class HugeBuffer {
 std::shared_ptr<uint8_t> huge_piece(size_t bytes);
 
 // A huge_piece and its size: a buffer made once at load that would otherwise get its own 4 KB
-// pages (PackedWeight panels, as above; the f32 copies of f16 conv weights and the packed convs of CFM and HiFT: Turbo q4_0
-// load 544-587 -> 438-487 ms on the Zen 5 guest, 4 alternating pairs of `say`; minor faults of
-// a `say` 40k -> 25k, peak RSS +2.5 MB). Copies share the piece.
+// pages (PackedWeight panels, as above; CAMPPlus's folded conv copies; the f32 copies of f16
+// conv weights and the packed convs of CFM and HiFT: Turbo q4_0 load 544-587 -> 438-487 ms on
+// the Zen 5 guest, 4 alternating pairs of `say`; minor faults of a `say` 40k -> 25k, peak RSS
+// +2.5 MB). Copies share the piece.
 class HugePiece {
  public:
   HugePiece() = default;

@@ -275,7 +275,7 @@ HfTokenizer HfTokenizer::from_json(const std::string& text, const std::string& w
       m->pad_left = pd.value("direction", std::string("Right")) == "Left";
       m->pad_id = pd.contains("pad_id") ? int32_t(json_index(pd["pad_id"], kMaxId, what, "padding pad_id")) : 0;
       m->size = std::max(m->size, size_t(m->pad_id) + 1);
-      if (pd.contains("pad_to_multiple_of") && pd["pad_to_multiple_of"].is_number_unsigned())
+      if (pd.contains("pad_to_multiple_of") && !pd["pad_to_multiple_of"].is_null())
         m->pad_multiple = size_t(json_index(pd["pad_to_multiple_of"], INT64_MAX, what, "padding pad_to_multiple_of"));
       if (pd.contains("strategy") && pd["strategy"].is_object() && pd["strategy"].contains("Fixed"))
         m->pad_fixed = size_t(json_index(pd["strategy"]["Fixed"], INT64_MAX, what, "padding Fixed length"));
