@@ -23,8 +23,10 @@ static_assert(prefetch_hint(PrefetchLevel::L1) == _MM_HINT_T0 && prefetch_hint(P
 // x, which the compiler may no longer fold into the instructions that use it as a memory
 // operand: a vector used twice (a q4p chunk's two nibble halves; an activation chunk against
 // the two rows of a pair) is then loaded once instead of once a use. GCC otherwise re-reads it
-// for every use, and the loads, not the arithmetic, bounded the dot: single core, q4p
-// weights in L2, Zen 5: 84 -> 114 GB/s (activations once a group) -> 116 (weights once).
+// for every use, and those loads bounded the dot: single core, q4p 256 x 1024 in L2, Zen 5,
+// this file's N = 1 pair dot: 84 -> 104 GB/s with the high-nibble change below (a stand-alone
+// copy: 110 with the activations held, 114 with the weights too, 116 with both changes). The
+// T3 decode did not get faster on this host: from DRAM it is not bound by this arithmetic.
 inline __m512i in_register(__m512i x) {
   __asm__("" : "+v"(x));
   return x;
