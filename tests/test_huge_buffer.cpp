@@ -1,7 +1,9 @@
 // HugeBuffer: alignment and rounding by size, the memory is usable end to end, moves hand
 // the allocation over; on a kernel with THP in "always"/"madvise" mode a touched big buffer
-// is (normally) backed by huge pages: reported, not asserted (the kernel may not find any).
+// is (normally) backed by huge pages: reported, not asserted (the kernel may not find any);
+// populate_pages backs exactly the pages under a range.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -130,4 +132,35 @@ TEST(HugeBuffer, HugePieceKeepsItsSizeAndData) {
   HugePiece copy = v[3];  // copies share the piece
   v.clear();
   EXPECT_EQ(copy.data()[0], uint8_t(4));
+}
+
+// populate_pages backs exactly the 4 KB pages under the range (widened to whole pages) and
+// leaves the contents alone; a kernel without MADV_POPULATE_WRITE (before 5.14) skips.
+TEST(HugeBuffer, PopulatePagesBacksExactlyTheRange) {
+  constexpr size_t kPage = 4096, kPages = 64;
+  void* m = mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* p = static_cast<uint8_t*>(m);
+  auto resident = [&] {
+    std::vector<unsigned char> v(kPages);
+    EXPECT_EQ(mincore(p, kPages * kPage, v.data()), 0);
+    std::vector<int> r;
+    for (size_t i = 0; i < kPages; ++i)
+      if (v[i] & 1) r.push_back(int(i));
+    return r;
+  };
+  EXPECT_TRUE(populate_pages(p, 0));
+  EXPECT_TRUE(resident().empty());
+  p[40 * kPage + 7] = 42;  // touched before: stays as it is
+  // Bytes 100 of page 5 .. 10 of page 8: pages 5, 6, 7 and 8.
+  if (!populate_pages(p + 5 * kPage + 100, 3 * kPage - 90)) {
+    munmap(m, kPages * kPage);
+    GTEST_SKIP() << "MADV_POPULATE_WRITE not supported by this kernel";
+  }
+  EXPECT_EQ(resident(), (std::vector<int>{5, 6, 7, 8, 40}));
+  EXPECT_EQ(p[40 * kPage + 7], 42);
+  EXPECT_EQ(p[5 * kPage], 0);
+  EXPECT_TRUE(populate_pages(p + 6 * kPage, kPage));  // again: no change
+  EXPECT_EQ(resident(), (std::vector<int>{5, 6, 7, 8, 40}));
+  munmap(m, kPages * kPage);
 }

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <utility>
@@ -35,6 +36,19 @@ HugeBuffer& HugeBuffer::operator=(HugeBuffer&& o) noexcept {
     huge_ = std::exchange(o.huge_, false);
   }
   return *this;
+}
+
+bool populate_pages(void* p, size_t bytes) {
+  if (bytes == 0) return true;
+#ifdef MADV_POPULATE_WRITE
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p) / kPage * kPage;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes + kPage - 1) / kPage * kPage;
+  return madvise(reinterpret_cast<void*>(b), e - b, MADV_POPULATE_WRITE) == 0;
+#else
+  (void)p;
+  return false;
+#endif
 }
 
 std::shared_ptr<uint8_t> huge_piece(size_t bytes) {

@@ -41,6 +41,14 @@ class HugeBuffer {
   bool huge_ = false;
 };
 
+// Backs the pages under [p, p + bytes) as writable in one call (Linux 5.14+
+// MADV_POPULATE_WRITE; the range is widened to whole 4 KB pages; contents unchanged) instead
+// of one page fault per page at first touch. False where the kernel cannot (then nothing
+// happened: the pages are backed on first touch as before). Under a hypervisor a fault is
+// dear: the Multilingual decode, whose 4 KB-page KV cache took ~60 fresh pages a step, ran
+// 98-104 tok/s against 110-138 with the cache already backed (Zen 5 guest).
+bool populate_pages(void* p, size_t bytes);
+
 // A 64-byte aligned piece of `bytes` for one of the many buffers under 2 MB a model makes at
 // load (packed weight panels): pieces are cut from shared 32 MB HugeBuffer chunks, so they sit
 // on huge pages where a buffer of their own never would; each piece keeps its chunk alive

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/huge_buffer.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
@@ -219,6 +220,21 @@ void T3Llama::copy_sequence(int64_t src, int64_t dst) {
   });
 }
 
+void T3Llama::back_kv(int64_t upto) {
+  if (upto <= kv_backed_ || !kv_populate_) return;
+  const int64_t end = std::min(max_ctx_, upto + kKvBackAhead);
+  for (int l = 0; l < c_.n_layer; ++l)
+    for (const Tensor* t : {&k_cache_[size_t(l)], &v_cache_[size_t(l)]})
+      for (int64_t h = 0; h < t->shape[0]; ++h) {
+        uint8_t* slab = static_cast<uint8_t*>(t->data) + h * t->stride[0];
+        if (!populate_pages(slab + kv_backed_ * t->stride[1], size_t((end - kv_backed_) * t->stride[1]))) {
+          kv_populate_ = false;
+          return;
+        }
+      }
+  kv_backed_ = end;
+}
+
 // k, v: [B*T, Hkv*D] (RoPE applied to k) -> cache rows n_past .. n_past+T-1 of each sequence.
 void T3Llama::store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, int64_t T) {
   const int64_t Hkv = c_.n_kv_head, D = c_.head_dim;
@@ -385,6 +401,7 @@ Tensor T3Llama::forward(const Tensor& embeds, int64_t B) {
   CBX_CHECK(n_past_ + T <= max_ctx_,
             "t3 llama forward: %lld cached + %lld new positions exceed the KV cache of %lld",
             (long long)n_past_, (long long)T, (long long)max_ctx_);
+  back_kv(n_past_ + T);
   arena_.rewind(call_mark_);
   Arena* scratch = &arena_;
 

@@ -109,6 +109,12 @@ class T3Llama {
     if (capture_) capture_(name, layer, t);
   }
   void store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, int64_t T);
+  // Backs cache positions up to `upto` (and kKvBackAhead more) of every sequence and head in
+  // one populate call a head slab (core/huge_buffer.h populate_pages), so that neither the
+  // prefill nor the decode steps fault the 4 KB pages in one by one; RSS still grows only with
+  // the positions used. Stops trying where the kernel cannot.
+  void back_kv(int64_t upto);
+  static constexpr int64_t kKvBackAhead = 64;
   // One-token forward of B sequences as a single pool run. Per layer: each thread takes a
   // share of the KV heads and computes their q/k/v rows (both sequences per weight read),
   // RoPE, K/V stores and attention; then row-split o_proj (+ residual), gate/up with the
@@ -132,6 +138,8 @@ class T3Llama {
   Arena kv_arena_;  // 4 KB pages: only the positions used get backed (huge pages would back
                     // every head's whole max_ctx slab: +466 MB peak RSS measured for Multilingual)
   size_t kv_bytes_ = 0;
+  int64_t kv_backed_ = 0;     // positions [0, kv_backed_) of every head slab are backed
+  bool kv_populate_ = true;  // false once populate_pages failed (old kernel)
   std::vector<Tensor> k_cache_,
       v_cache_;  // [layer]: [n_rows * H_kv, max_ctx, D] (sequence-major heads)
   Arena arena_;
