@@ -45,8 +45,9 @@ class HugeBuffer {
 // MADV_POPULATE_WRITE; the range is widened to whole 4 KB pages; contents unchanged) instead
 // of one page fault per page at first touch. False where the kernel cannot (then nothing
 // happened: the pages are backed on first touch as before). Under a hypervisor a fault is
-// dear: the Multilingual decode, whose 4 KB-page KV cache took ~60 fresh pages a step, ran
-// 98-104 tok/s against 110-138 with the cache already backed (Zen 5 guest).
+// dear: the Multilingual decode, whose 4 KB-page KV cache took ~60 fresh pages a step, went
+// from 115 to 122 tok/s (median of 7 alternating pairs, Zen 5 guest) with the cache backed
+// ahead this way (models/t3_llama.cpp back_kv).
 bool populate_pages(void* p, size_t bytes);
 
 // A 64-byte aligned piece of `bytes` for one of the many buffers under 2 MB a model makes at
