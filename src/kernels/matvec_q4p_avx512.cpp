@@ -73,8 +73,9 @@ struct Q8p {
 
 // The 8 Q8Lane activation chunks of one 16-block group (chunk t: elements 4t .. 4t+3 of
 // every block). kHold: in registers (shared by the rows of a pair); otherwise left to the
-// compiler, which folds each into its dpbusd as a memory operand (N > 2 activation rows
-// would need more than the 32 vector registers).
+// compiler, which folds each into its dpbusd as a memory operand (dot_rows holds them for
+// one pair against one activation row only: with two rows' chunks next to a pair's unpacked
+// weights the 32 vector registers spill, measured slower for N = 2).
 template <bool kHold>
 inline void load_act16(const int8_t* q, __m512i* a) {
 #pragma GCC unroll 8
