@@ -193,7 +193,8 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
 cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice);
 /* The same prefix on disk, for a process that starts again (the file `chatterbox say
  * --prompt-cache` uses; format in src/pipeline/prefix_cache.h; ~37 MB for the built-in voice).
- * save computes the voice's prefix if needed and writes it to path (via path.tmp, renamed).
+ * save computes the voice's prefix if needed and writes it to path (a temporary file renamed over it;
+ * a path that is the model, a device node or a FIFO is refused: CBX_ERR_FILE).
  * load keeps the prefix stored in path when the file holds this voice for these T3 weights, CPU
  * kernels and KV type (*loaded = 1: the next request with the voice skips that work, same audio);
  * *loaded = 0 when the file is absent, holds another voice or model, or is a damaged cache (save

@@ -12,6 +12,7 @@
 
 #include "audio/resample.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace cbx {
 namespace {
@@ -207,12 +208,9 @@ std::vector<uint8_t> encode_wav_pcm16(const float* x, size_t n, int sample_rate)
 }
 
 void write_wav_pcm16(const std::string& path, const float* x, size_t n, int sample_rate) {
-  std::vector<uint8_t> bytes = encode_wav_pcm16(x, n, sample_rate);
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  CBX_CHECK(f, "wav: cannot create '%s': %s", path.c_str(), std::strerror(errno));
-  CBX_CHECK(std::fwrite(bytes.data(), 1, bytes.size(), f.get()) == bytes.size() &&
-                std::fflush(f.get()) == 0,
-            "wav: write error on '%s': %s", path.c_str(), std::strerror(errno));
+  OutputFile out(path, {}, "wav");
+  out.write(encode_wav_pcm16(x, n, sample_rate));
+  out.commit();
 }
 
 }  // namespace cbx

@@ -10,6 +10,7 @@
 #include "convert/convert_internal.h"
 #include "convert/quant_policy.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace cbx {
 
@@ -147,12 +148,23 @@ struct Progress {
 
 ModelConfig infer_checkpoint_config(const CheckpointFiles& files) { return prepare(files, false).config; }
 
+static std::vector<OutputInput> checkpoint_inputs(const CheckpointFiles& f) {
+  std::vector<OutputInput> in;
+  for (const std::string* p : {&f.t3, &f.s3gen, &f.ve, &f.conds, &f.vocab, &f.merges, &f.added_tokens,
+                               &f.tokenizer_config, &f.special_tokens_map, &f.mtl_tokenizer, &f.cangjie})
+    if (!p->empty()) in.push_back({"checkpoint file", *p});
+  return in;
+}
+
 ConvertStats convert_checkpoint(const ConvertOptions& opt) {
   auto t_start = std::chrono::steady_clock::now();
   CBX_CHECK(!opt.out.empty(), "convert: no output path (-o model.gguf)");
   const DType target = opt.type;
   parse_target_type(dtype_name(target));  // validates the target
   CheckpointFiles files = detect_checkpoint(opt.dir, opt.t3_file);
+  // Made before the (long) conversion: an output that is one of the checkpoint's files, or that
+  // cannot be written, fails now; a killed run leaves no partial file.
+  OutputFile out(opt.out, checkpoint_inputs(files));
   if (opt.progress)
     std::fprintf(stderr, "convert: Chatterbox %s checkpoint in %s -> %s (%s)\n", variant_title(files.variant),
                  files.dir.c_str(), opt.out.c_str(), dtype_name(target));
@@ -264,7 +276,7 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
   if (opt.progress)
     std::fprintf(stderr, "convert: %zu tensors, %.1f MB of tensor data; writing %s\n", stats.n_tensors,
                  stats.tensor_bytes / 1e6, opt.out.c_str());
-  w.write(opt.out);
+  w.write(out);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   if (opt.progress) std::fprintf(stderr, "convert: done in %.1f s\n", stats.seconds);
   return stats;

@@ -7,6 +7,7 @@
 
 #include "convert/quant_policy.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/gguf.h"
 #include "models/model_config.h"
 
@@ -15,8 +16,9 @@ namespace cbx {
 QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType target, bool progress) {
   auto t0 = std::chrono::steady_clock::now();
   parse_target_type(dtype_name(target));
-  CBX_CHECK(in != out, "quantize: input and output are the same file '%s'", in.c_str());
   std::unique_ptr<GgufFile> f = GgufFile::open(in);
+  // Before the work: refuses OUT when it is IN (any path to it), or when it cannot be written.
+  OutputFile out_file(out, {{"input", in}});
   ModelConfig cfg = read_config(*f);  // also checks that this is a chatterbox GGUF
   std::map<std::string, TensorSpec> specs;
   for (TensorSpec& s : model_tensor_specs(cfg)) specs[s.name] = std::move(s);
@@ -84,7 +86,7 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
       }
     });
   }
-  w.write(out);
+  w.write(out_file);
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace cbx {
 
@@ -287,18 +288,11 @@ void write_safetensors(const std::string& path, const std::vector<const CkptTens
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(hs.size()) >> (8 * i));
 
-  FILE* f = std::fopen(path.c_str(), "wb");
-  CBX_CHECK(f, "safetensors: cannot create '%s': %s", path.c_str(), std::strerror(errno));
-  bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(hs.data(), 1, hs.size(), f) == hs.size();
-  for (const CkptTensor* t : tensors) {
-    if (!ok) break;
-    ok = t->data.empty() || std::fwrite(t->data.data(), 1, t->data.size(), f) == t->data.size();
-  }
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(path.c_str());
-    fail("safetensors: write to '%s' failed: %s", path.c_str(), std::strerror(errno));
-  }
+  OutputFile out(path, {}, "safetensors");
+  out.write(len, 8);
+  out.write(hs.data(), hs.size());
+  for (const CkptTensor* t : tensors) out.write(t->data.data(), t->data.size());
+  out.commit();
 }
 
 }  // namespace cbx

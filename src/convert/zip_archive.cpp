@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace cbx {
 
@@ -202,16 +203,11 @@ const uint8_t* ZipReader::bytes(const Entry& e, bool verify_crc) const {
 
 ZipWriter::ZipWriter(const std::string& path, bool force_zip64)
     : path_(path), force_zip64_(force_zip64) {
-  f_ = std::fopen(path.c_str(), "wb");
-  CBX_CHECK(f_, "zip: cannot create '%s': %s", path.c_str(), std::strerror(errno));
+  out_ = std::make_unique<OutputFile>(path, std::vector<OutputInput>{}, "zip");
+  f_ = out_->stream();
 }
 
-ZipWriter::~ZipWriter() {
-  if (f_) {
-    std::fclose(f_);
-    std::remove(path_.c_str());
-  }
-}
+ZipWriter::~ZipWriter() = default;  // out_ removes an unfinished archive's temporary file
 
 void ZipWriter::write(const void* p, size_t n) {
   if (n && ok_) ok_ = std::fwrite(p, 1, n, f_) == n;
@@ -332,12 +328,13 @@ void ZipWriter::finish() {
   put32(t, any64 ? k32 : uint32_t(cd_offset));
   put16(t, 0);
   write(t.data(), t.size());
-  const bool closed = std::fclose(f_) == 0;
   f_ = nullptr;
-  if (!ok_ || !closed) {
-    std::remove(path_.c_str());
-    fail("zip: write to '%s' failed: %s", path_.c_str(), std::strerror(errno));
+  if (!ok_) {
+    const int e = errno;
+    out_->discard();
+    fail("zip: write to '%s' failed: %s", path_.c_str(), std::strerror(e));
   }
+  out_->commit();
 }
 
 }  // namespace cbx

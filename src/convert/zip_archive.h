@@ -5,10 +5,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace cbx {
+
+class OutputFile;
 
 // CRC-32 (IEEE 802.3, reflected 0xEDB88320), continuing from `crc` (0 to start).
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
@@ -59,7 +62,8 @@ class ZipWriter {
   };
   void write(const void* p, size_t n);
   std::string path_;
-  FILE* f_ = nullptr;
+  std::unique_ptr<OutputFile> out_;  // core/output_file.h
+  FILE* f_ = nullptr;                 // out_'s stream
   bool force_zip64_;
   bool ok_ = true;
   uint64_t pos_ = 0;

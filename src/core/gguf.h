@@ -18,6 +18,8 @@
 
 namespace cbx {
 
+class OutputFile;
+
 enum class GgufType : uint32_t {
   U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
   STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
@@ -136,8 +138,11 @@ class GgufWriter {
                        ProducerFn produce);
 
   void set_alignment(size_t a);  // default 32; written as general.alignment if not 32
-  // Writes to `path` (via a temporary file renamed at the end). Throws on I/O errors.
+  // Writes to `path` through an OutputFile (core/output_file.h: a temporary file renamed at
+  // the end; a device node written in place). Throws on I/O errors.
   void write(const std::string& path) const;
+  // Writes to an output prepared (and checked against the inputs) earlier, and commits it.
+  void write(OutputFile& out) const;
   // The same bytes in memory (tests, fuzzing, small files).
   std::vector<uint8_t> to_bytes() const;
 

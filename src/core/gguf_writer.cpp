@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/output_file.h"
 
 namespace cbx {
 
@@ -332,25 +333,14 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
 }
 
 void GgufWriter::write(const std::string& path) const {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail("%s: cannot create: %s", tmp.c_str(), std::strerror(errno));
-  try {
-    std::setvbuf(f, nullptr, _IOFBF, 1 << 20);
-    FileSink s(f, tmp);
-    emit(s);
-    if (std::fflush(f) != 0 || ::fsync(fileno(f)) != 0)
-      fail("%s: write failed: %s", tmp.c_str(), std::strerror(errno));
-    std::FILE* g = f;
-    f = nullptr;
-    if (std::fclose(g) != 0) fail("%s: close failed: %s", tmp.c_str(), std::strerror(errno));
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      fail("%s: cannot rename %s into place: %s", path.c_str(), tmp.c_str(), std::strerror(errno));
-  } catch (...) {
-    if (f) std::fclose(f);
-    std::remove(tmp.c_str());
-    throw;
-  }
+  OutputFile out(path);
+  write(out);
+}
+
+void GgufWriter::write(OutputFile& out) const {
+  FileSink s(out.stream(), out.path());
+  emit(s);
+  out.commit();
 }
 
 }  // namespace cbx

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace cbx {
 namespace {
@@ -220,11 +221,9 @@ std::vector<uint8_t> npy_serialize(DType dtype, const std::vector<int64_t>& shap
 void npy_save(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
               const void* data) {
   std::vector<uint8_t> bytes = npy_serialize(dtype, shape, data);
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  CBX_CHECK(f, "npy: cannot create '%s'", path.c_str());
-  CBX_CHECK(std::fwrite(bytes.data(), 1, bytes.size(), f.get()) == bytes.size(),
-            "npy: write error on '%s'", path.c_str());
-  CBX_CHECK(std::fflush(f.get()) == 0, "npy: write error on '%s'", path.c_str());
+  OutputFile out(path, {}, "npy");
+  out.write(bytes);
+  out.commit();
 }
 
 }  // namespace cbx

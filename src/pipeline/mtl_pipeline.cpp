@@ -226,7 +226,12 @@ std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSyn
     check_abort();
     s.seed = p.seed + uint64_t(k) * 0x9E3779B97F4A7C15ull;
     T3MtlStats st;
-    std::vector<int32_t> gen = m.t3->generate(cond, ids[k], s, &st, should_abort);
+    int64_t steps = 0;
+    auto poll_step = [&]() {  // polled once a decode step
+      if (p.on_progress) p.on_progress(int64_t(k), int64_t(chunks.size()), ++steps);
+      return should_abort && should_abort();
+    };
+    std::vector<int32_t> gen = m.t3->generate(cond, ids[k], s, &st, poll_step);
     check_abort();
     tm.t3_prefill_ms += st.prefill_ms;
     tm.t3_decode_ms += st.decode_ms;

@@ -64,6 +64,7 @@ struct MtlSynthParams {
   // Negative = the GGUF's sampler.* defaults.
   float temperature = -1, min_p = -1, top_p = -1, repetition_penalty = -1, cfg_weight = -1, exaggeration = -1;
   int64_t max_chunk_tokens = 0;  // text tokens per chunk; 0 = 150
+  SynthProgressFn on_progress;    // optional (pipeline_common.h)
 };
 
 // `language` lower-cased when it is one of `supported` (case-insensitive); otherwise throws

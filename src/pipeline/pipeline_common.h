@@ -40,6 +40,9 @@ struct SynthTimings {
 using SynthAudioFn = std::function<bool(const float* samples, int64_t n, int64_t chunk_index, int64_t n_chunks)>;
 // Polled before the prefill and between decode steps and stages; return true to abort.
 using SynthAbortFn = std::function<bool()>;
+// Progress: called after each speech token of text chunk `chunk` (of n_chunks) with the tokens
+// that chunk has so far (a front end's progress line; the server's metrics).
+using SynthProgressFn = std::function<void(int64_t chunk, int64_t n_chunks, int64_t chunk_tokens)>;
 
 double pipeline_now_ms();  // steady clock
 

@@ -4,10 +4,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+
+#include <sys/stat.h>
 #include <memory>
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/gguf.h"
 #include "ops/matmul.h"
 
@@ -139,11 +142,11 @@ PrefixCacheStatus parse_prefix_cache(const uint8_t* data, size_t n, const Prefix
   return PrefixCacheStatus::Match;
 }
 
-void write_prefix_cache(const std::string& path, const PrefixCacheKey& key, const uint8_t* kv) {
+void write_prefix_cache(const std::string& path, const PrefixCacheKey& key, const uint8_t* kv,
+                        const std::vector<OutputInput>& inputs) {
   CBX_CHECK(key.compute.size() < kComputeBytes, "prompt cache: compute key '%s' too long", key.compute.c_str());
-  const std::string tmp = path + ".tmp";
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(tmp.c_str(), "wb"));
-  CBX_CHECK(f != nullptr, "prompt cache '%s': cannot create '%s': %s", path.c_str(), tmp.c_str(), std::strerror(errno));
+  check_prefix_cache_path(path);
+  OutputFile out(path, inputs, "prompt cache");
   uint8_t head[kHeaderBytes] = {};
   std::memcpy(head, kMagic, sizeof kMagic);
   std::memcpy(head + 8, &kVersion, 4);
@@ -154,24 +157,24 @@ void write_prefix_cache(const std::string& path, const PrefixCacheKey& key, cons
   const uint64_t kvb = key.kv_bytes;
   std::memcpy(head + 104, &kvb, 8);
   WordSum sum;
-  bool ok = true;
   auto put = [&](const void* p, size_t n) {
     if (n == 0) return;
     sum.add(p, n);
-    ok = ok && std::fwrite(p, 1, n, f.get()) == n;
+    out.write(p, n);
   };
   put(head, sizeof head);
   put(key.speaker, size_t(4 * key.n_speaker));
   put(key.tokens, size_t(4 * key.n_prompt));
   put(kv, key.kv_bytes);
   const uint64_t h = sum.value();
-  ok = ok && std::fwrite(&h, 1, 8, f.get()) == 8;
-  ok = std::fclose(f.release()) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    fail("prompt cache '%s': cannot write it: %s", path.c_str(), std::strerror(e));
-  }
+  out.write(&h, 8);
+  out.commit();
+}
+
+void check_prefix_cache_path(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail("prompt cache '%s' is not a regular file (a device, FIFO or directory): not using it", path.c_str());
 }
 
 uint64_t prefix_cache_model_key(const GgufFile& f) {

@@ -2,7 +2,8 @@
 // values of the speaker row + prompt speech tokens (T3Turbo::kept_prefix), so that a process
 // that starts again with the same model and voice skips that forward (~1 s for the built-in
 // voice on 2 cores). One voice per file; the file is ours only (a magic number), written
-// whole to FILE.tmp and renamed over FILE.
+// whole to a temporary file renamed over FILE (core/output_file.h). Only regular files: a device
+// node, FIFO or directory given as the cache is refused, never replaced.
 //
 // Layout (little-endian):
 //   0   char[8]  "CBXPREFX"
@@ -21,6 +22,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "core/output_file.h"
 
 namespace cbx {
 
@@ -48,9 +52,12 @@ enum class PrefixCacheStatus {
 PrefixCacheStatus parse_prefix_cache(const uint8_t* data, size_t n, const PrefixCacheKey& want, const uint8_t** kv,
                                      std::string* why);
 
-// Writes key's voice and kv (key.kv_bytes bytes) to path (via path + ".tmp"). Throws
-// cbx::Error naming the path when it cannot.
-void write_prefix_cache(const std::string& path, const PrefixCacheKey& key, const uint8_t* kv);
+// Writes key's voice and kv (key.kv_bytes bytes) to path through an OutputFile that must not
+// replace any of `inputs` (the model). Throws cbx::Error naming the path when it cannot.
+void write_prefix_cache(const std::string& path, const PrefixCacheKey& key, const uint8_t* kv,
+                        const std::vector<OutputInput>& inputs = {});
+// Throws when path exists and is not a regular file.
+void check_prefix_cache_path(const std::string& path);
 
 // FNV-1a 64 over the names, types, shapes and sizes of the GGUF's t3.* tensors and 64 bytes
 // of their data every 64 KB (plus each tensor's last 64): a re-converted or re-quantized T3

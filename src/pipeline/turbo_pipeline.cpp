@@ -148,6 +148,7 @@ PrefixCacheKey prefix_key(const GgufFile& f, const T3Turbo& t3, const Voice& v, 
 
 bool TurboPipeline::load_prefix_cache(const std::string& path, std::string* why) {
   Impl& m = *m_;
+  check_prefix_cache_path(path);  // a FIFO would block the read below; a device is no cache
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     *why = "no such file yet";
@@ -183,7 +184,7 @@ double TurboPipeline::save_prefix_cache(const std::string& path) {
   const T3Turbo::KeptPrefix kp = m.t3->kept_prefix();
   CBX_CHECK(kp.rows == 1 + int64_t(m.voice.cond_prompt_tokens.size()), "prompt cache '%s': no voice prefix kept",
             path.c_str());
-  write_prefix_cache(path, prefix_key(*m.f, *m.t3, m.voice, m.kv_type), kp.kv);
+  write_prefix_cache(path, prefix_key(*m.f, *m.t3, m.voice, m.kv_type), kp.kv, {{"model", m.f->path()}});
   return ms;
 }
 
@@ -261,7 +262,11 @@ std::vector<float> TurboPipeline::synthesize(const std::string& text, const Turb
   for (size_t k = 0; k < chunks.size(); ++k) {
     check_abort();
     sp.seed = p.seed + uint64_t(k) * 0x9E3779B97F4A7C15ull;
-    auto on_step = [&](int64_t, const float*, const float*, int32_t) { check_abort(); };
+    int64_t steps = 0;
+    auto on_step = [&](int64_t, const float*, const float*, int32_t) {
+      if (p.on_progress) p.on_progress(int64_t(k), int64_t(chunks.size()), ++steps);
+      check_abort();
+    };
     T3TurboResult r = m.t3->generate(ids[k].data(), int64_t(ids[k].size()), m.voice.speaker_emb.data(),
                                      int64_t(m.voice.speaker_emb.size()), m.voice.cond_prompt_tokens.data(),
                                      int64_t(m.voice.cond_prompt_tokens.size()), sp, m.max_new, on_step);

@@ -60,6 +60,7 @@ struct TurboSynthParams {
   double top_p = -1;
   float repetition_penalty = -1;
   int64_t max_chunk_tokens = 0;  // BPE tokens per text chunk; 0 = 80
+  SynthProgressFn on_progress;    // optional (pipeline_common.h)
 };
 
 // Shared with the Multilingual pipeline (pipeline/pipeline_common.h).

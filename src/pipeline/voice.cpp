@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "core/output_file.h"
 
 namespace cbx {
 
@@ -195,6 +196,8 @@ GgufWriter voice_writer(const Voice& v) {
 }  // namespace
 
 void save_voice(const Voice& v, const std::string& path) { voice_writer(v).write(path); }
+
+void save_voice(const Voice& v, OutputFile& out) { voice_writer(v).write(out); }
 
 std::vector<uint8_t> voice_to_bytes(const Voice& v) { return voice_writer(v).to_bytes(); }
 

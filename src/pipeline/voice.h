@@ -42,6 +42,8 @@
 
 namespace cbx {
 
+class OutputFile;
+
 class GgufFile;
 class ThreadPool;
 class VoiceEncoder;
@@ -95,8 +97,9 @@ void validate_voice(const Voice& v, const std::string& what);
 // model's cond_prompt_len, tokens < flow.vocab. Throws cbx::Error prefixed by `what`.
 void check_voice(const Voice& v, const ModelConfig& c, const std::string& what);
 
-// .voice files. save_voice validates first; writes via a temporary file.
+// .voice files. save_voice validates first; writes through an OutputFile (core/output_file.h).
 void save_voice(const Voice& v, const std::string& path);
+void save_voice(const Voice& v, OutputFile& out);  // an output prepared (and checked) earlier
 std::vector<uint8_t> voice_to_bytes(const Voice& v);
 // Throws cbx::Error naming the file: not a GGUF, not a voice (general.architecture), newer
 // format version, missing/ill-typed tensors, inconsistent sizes.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "command.h"
+#include "core/output_file.h"
 #include "convert/safetensors.h"
 #include "convert/torch_pt.h"
 #include "core/error.h"
@@ -150,6 +151,8 @@ int cmd_ckpt_dump(int argc, char** argv) {
   }
   if (file.empty()) return usage();
   try {
+    for (const std::string* o : {&save_pt, &save_st})
+      if (!o->empty()) cbx::check_output_not_input(*o, {{"input", file}});
     cbx::PyRef root;
     if (ends_with(file, ".safetensors")) {
       auto st = cbx::SafetensorsFile::open(file);

@@ -16,9 +16,11 @@
 #include "audio/audio_file.h"
 #include "command.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "core/gguf.h"
 #include "models/model_config.h"
 #include "pipeline/mtl_pipeline.h"
+#include "pipeline/prefix_cache.h"
 #include "pipeline/turbo_pipeline.h"
 #include "pipeline/voice.h"
 
@@ -145,6 +147,25 @@ int run(int argc, char** argv) {
   CBX_CHECK(lp.n_threads >= 0 && lp.max_new_tokens >= -1 && sp.max_chunk_tokens >= 0,
             "say: --threads, --max-tokens and --chunk-tokens must not be negative");
   CBX_CHECK(!(have_text && !file.empty()), "say: give the text as an argument or with --file, not both");
+
+  // Outputs are checked and prepared before any work (reading stdin, loading the model,
+  // synthesis): an output that is an input, or that cannot be written, fails now.
+  const bool to_stdout = out == "-";
+  const std::vector<cbx::OutputInput> inputs = {{"model", model}, {"voice", voice_path}, {"text file", file}};
+  std::unique_ptr<cbx::OutputFile> out_file;
+  if (!to_stdout) out_file = std::make_unique<cbx::OutputFile>(out, inputs);
+  if (!prompt_cache.empty()) {
+    try {
+      CBX_CHECK(to_stdout || !(prompt_cache == out || cbx::same_file(prompt_cache, out_file->target())),
+                "it is the audio output '%s'", out.c_str());
+      cbx::check_prefix_cache_path(prompt_cache);
+      cbx::OutputFile probe(prompt_cache, inputs, "prompt cache");  // writable? (discarded)
+    } catch (const cbx::Error& e) {
+      std::fprintf(stderr, "say: warning: --prompt-cache %s: %s; continuing without a prompt cache\n",
+                   prompt_cache.c_str(), e.what());
+      prompt_cache.clear();
+    }
+  }
   if (!file.empty()) {
     std::ifstream in(file, std::ios::binary);
     CBX_CHECK(in, "say: cannot open '%s'", file.c_str());
@@ -154,7 +175,6 @@ int run(int argc, char** argv) {
     text = read_all(std::cin);
   }
 
-  const bool to_stdout = out == "-";
   const cbx::ModelConfig cfg = cbx::read_config(*cbx::GgufFile::open(model));
   std::unique_ptr<cbx::Voice> saved_voice;  // a .voice fails fast, before the (long) model load
   if (!voice_path.empty() && cbx::is_gguf_file(voice_path)) {
@@ -220,20 +240,39 @@ int run(int argc, char** argv) {
     if (!prompt_cache.empty()) {
       const double tc = now_ms();
       std::string why;
-      cached = pipe.load_prefix_cache(prompt_cache, &why);
+      try {
+        cached = pipe.load_prefix_cache(prompt_cache, &why);
+      } catch (const cbx::Error& e) {  // not a cache (never overwritten), unreadable: speak anyway
+        std::fprintf(stderr, "say: warning: %s; continuing without a prompt cache\n", e.what());
+        prompt_cache.clear();
+        why = "not used";
+      }
       if (verbose)
         std::fprintf(stderr, "say: prompt cache %s: %s (%.0f ms)\n", prompt_cache.c_str(),
                      cached ? "voice prefix loaded" : ("not used, " + why + "; it will be written").c_str(),
                      now_ms() - tc);
     }
     audio = pipe.synthesize(text, sp, &tm, on_audio);
+    // The audio first: a prompt cache that cannot be written costs a warning, never the WAV.
+    if (out_file) {
+      out_file->write(cbx::encode_wav_pcm16(audio.data(), audio.size(), sr));
+      out_file->commit();
+    }
     if (!prompt_cache.empty() && !cached) {
       const double tc = now_ms();
-      pipe.save_prefix_cache(prompt_cache);
-      if (verbose) std::fprintf(stderr, "say: prompt cache %s written (%.0f ms)\n", prompt_cache.c_str(), now_ms() - tc);
+      try {
+        pipe.save_prefix_cache(prompt_cache);
+        if (verbose)
+          std::fprintf(stderr, "say: prompt cache %s written (%.0f ms)\n", prompt_cache.c_str(), now_ms() - tc);
+      } catch (const cbx::Error& e) {
+        std::fprintf(stderr, "say: warning: the prompt cache was not written: %s\n", e.what());
+      }
     }
   }
-  if (!to_stdout) cbx::write_wav_pcm16(out, audio.data(), audio.size(), sr);
+  if (out_file && !out_file->committed()) {
+    out_file->write(cbx::encode_wav_pcm16(audio.data(), audio.size(), sr));
+    out_file->commit();
+  }
 
   if (tm.chunks_at_limit > 0)
     std::fprintf(stderr,

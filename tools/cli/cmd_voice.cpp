@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "command.h"
+#include "core/output_file.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
@@ -109,6 +110,8 @@ int voice_create(int argc, char** argv) {
             o.max_seconds);
   CBX_CHECK(!cbx::is_gguf_file(ref), "voice create: '%s' is a GGUF file, not reference audio", ref.c_str());
 
+  // Before the work: the output must not be the model or the reference, and must be writable.
+  cbx::OutputFile out_file(out, {{"model", model}, {"reference audio", ref}});
   const double t0 = now_ms();
   std::unique_ptr<cbx::GgufFile> f = cbx::GgufFile::open(model);
   const cbx::ModelConfig c = cbx::read_config(*f);
@@ -137,7 +140,7 @@ int voice_create(int argc, char** argv) {
     f32("embedding", v.embedding, {int64_t(v.embedding.size())});
   }
   for (const std::string& w : warnings) std::fprintf(stderr, "voice create: warning: %s\n", w.c_str());
-  cbx::save_voice(v, out);
+  cbx::save_voice(v, out_file);
   std::fprintf(stderr, "voice create: %s -> %s (%s voice, %.2f s reference, %zu + %zu prompt tokens)\n", ref.c_str(),
                out.c_str(), cbx::variant_name(v.variant), double(v.ref_samples) / 24000.0,
                v.cond_prompt_tokens.size(), v.prompt_token.size());

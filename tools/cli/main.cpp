@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "command.h"
+#include "core/output_file.h"
 
 namespace cbx::cli {
 std::vector<Command>& commands() {
@@ -23,6 +24,8 @@ static void usage(FILE* out) {
 }
 
 int main(int argc, char** argv) {
+  // A killed command leaves no half-written output (core/output_file.h).
+  cbx::install_output_cleanup_handlers();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 1 : 0;
