@@ -8,7 +8,7 @@ PACKAGES=(
   clang libclang-rt-14-dev                 # libFuzzer targets and sanitizers
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev libicu-dev
-  libsndfile1-dev libsoxr-dev libfftw3-dev zlib1g-dev
+  libsndfile1-dev libsoxr-dev libfftw3-dev librubberband-dev zlib1g-dev
   libopenblas-dev                          # only the kernels benchmark compares against it
   python3-torch python3-numpy               # PyTorch references in parity tests (/usr/bin/python3)
   python3-regex                             # Unicode classes in the MTL tokenizer reference (tests/mtl_tokenizer_reference.py)
