@@ -338,7 +338,9 @@ TEST(AvailableCpus, SaneOnThisMachine) {
   const int n = cbx::available_cpus();
   EXPECT_GE(n, 1);
   const unsigned hw = std::thread::hardware_concurrency();
-  if (hw > 0) EXPECT_LE(n, int(hw));
+  if (hw > 0) {
+    EXPECT_LE(n, int(hw));
+  }
   EXPECT_EQ(cbx::available_cpus(), n);
 }
 
