@@ -66,6 +66,7 @@ int run_turbo(int argc, char** argv) {
   const int threads = args.threads, tokens = args.tokens, mb = args.mb;
   const uint64_t seed = args.seed;
 
+  CBX_CHECK(tokens >= 2, "bench turbo: --tokens %d must be >= 2 (the prefill token and one decoded)", tokens);
   TurboLoadParams lp;
   lp.n_threads = threads;
   lp.kv_type = kv == "f16" ? DType::F16 : DType::F32;

@@ -18,11 +18,16 @@
  *  - Parameter structs carry struct_size (set by the *_default_params functions). A caller
  *    built against an older header passes a smaller struct: fields it does not know keep their
  *    defaults. Always start from the default function, then change fields.
+ *  - "The model's default" is spelled by leaving a field as the *_default_params function set
+ *    it: CBX_DEFAULT_INT / CBX_DEFAULT_FLOAT. Every other value must be in the field's range;
+ *    otherwise (negative, NaN, Inf, too large) the call fails with CBX_ERR_INVALID_ARGUMENT
+ *    and cbx_last_error() names the field, its `chatterbox say` flag, the range and the value,
+ *    word for word as the CLI does: "temperature (--temperature) must be in (0, 10], got -1".
  *  - A model may be used from several threads; synthesize calls on one model are serialised
  *    (a callback must not call cbx_synthesize on the model that called it).
  *  - Supported: Turbo, Nano and Multilingual GGUFs (chatterbox convert). A Multilingual model
  *    needs cbx_synth_params.language (one of cbx_model_language(m, i)); Turbo and Nano speak
- *    English only (language NULL, "" or "en").
+ *    English only (language NULL, "" or "en" in any case).
  *  - Long text is split at sentence boundaries into chunks that fit one generation and the
  *    audio is concatenated (src/pipeline/turbo_pipeline.h).
  *  - The upstream Perth watermark is NOT applied: output audio is not watermarked.
@@ -30,6 +35,7 @@
 #ifndef CHATTERBOX_H
 #define CHATTERBOX_H
 
+#include <float.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,8 +45,18 @@ extern "C" {
 
 /* 2: cbx_model_prepare_voice, cbx_timings.chunks_prefix_reused (appended; struct_size keeps
  * older callers working). 3: cbx_model_save_voice_prefix / cbx_model_load_voice_prefix,
- * CBX_ERR_FILE. */
-#define CBX_API_VERSION 3
+ * CBX_ERR_FILE. 4: defaults are the named sentinels CBX_DEFAULT_INT / CBX_DEFAULT_FLOAT (what
+ * the *_default_params functions set); negative, zero-as-default and NaN values that version 3
+ * silently took as "the default" (temperature -1, n_threads 0, max_new_tokens 0,
+ * max_chunk_tokens 0, voice max_seconds 0, ...) are now CBX_ERR_INVALID_ARGUMENT; the default
+ * n_threads is the CPUs the process may use (affinity, cgroup quota), not the machine's; Turbo
+ * takes language "en" in any case. */
+#define CBX_API_VERSION 4
+
+/* "Leave the field at the model's default" (set by the *_default_params functions). Values no
+ * parameter can take: INT32_MIN for int32_t fields, -FLT_MAX for float fields. */
+#define CBX_DEFAULT_INT INT32_MIN
+#define CBX_DEFAULT_FLOAT (-FLT_MAX)
 
 typedef enum cbx_status {
   CBX_OK = 0,
@@ -64,29 +80,34 @@ typedef struct cbx_model cbx_model; /* opaque */
 /* Load-time parameters: the thread pool and every buffer are reserved once per model. */
 typedef struct cbx_model_params {
   size_t struct_size;       /* sizeof(cbx_model_params) */
-  int32_t n_threads;        /* 0 = all hardware threads */
+  int32_t n_threads;        /* [1, 1024]; default: the CPUs this process may use (its CPU affinity
+                               and cgroup quota). More threads than CPUs run many times slower;
+                               the CLI warns, the C API cannot print and does not. */
   int32_t kv_type;          /* cbx_kv_type: the T3 KV cache (default F16) */
-  int32_t max_new_tokens;   /* speech tokens per generation; <= 0 = the model's (1000, ~40 s) */
+  int32_t max_new_tokens;   /* speech tokens per generation, from 1 to what the model's T3
+                               positions hold (the error message gives it); default: the
+                               model's (1000, ~40 s) */
   int32_t no_repack;        /* nonzero: no planar decode copies of q4_0 / q8_0 matrices (less
                                memory, e.g. ~330 MB for Turbo q8_0; slower decode; same audio) */
 } cbx_model_params;
 
-/* Per-call parameters. Negative values mean "the model's default" (GGUF sampler.* metadata;
- * Turbo: temperature 0.8, top_k 1000, top_p 0.95, repetition_penalty 1.2). */
+/* Per-call parameters. CBX_DEFAULT_INT / CBX_DEFAULT_FLOAT = the model's default (GGUF
+ * sampler.* metadata; Turbo: temperature 0.8, top_k 1000, top_p 0.95, repetition_penalty 1.2). */
 typedef struct cbx_synth_params {
   size_t struct_size;       /* sizeof(cbx_synth_params) */
-  uint64_t seed;            /* same text + params + seed -> same samples */
-  float temperature;
-  int32_t top_k;            /* 0 disables top-k */
+  uint64_t seed;            /* any value (default 0); same text + params + seed -> same samples */
+  float temperature;        /* (0, 10] */
+  int32_t top_k;            /* [0, 100000]; 0 disables top-k */
   float top_p;              /* (0, 1] */
-  float repetition_penalty; /* > 0; 1 disables */
-  int32_t max_chunk_tokens; /* text tokens per chunk of long text; <= 0 = the model's (Turbo 80, MTL 150) */
+  float repetition_penalty; /* (0, 10]; 1 disables */
+  int32_t max_chunk_tokens; /* text tokens per chunk of long text, from 1 to what the model's T3
+                               takes (the error message gives it); default: Turbo 80, MTL 150 */
   /* Multilingual only (Turbo ignores min_p, cfg_weight and exaggeration, as upstream does;
-   * Multilingual ignores top_k). Negative = the model's default. */
+   * Multilingual ignores top_k); still checked on every model. */
   const char* language;     /* language code ("fr"), case-insensitive; required for Multilingual */
   float min_p;              /* [0, 1]; default 0.05 */
-  float cfg_weight;         /* T3 classifier-free guidance, >= 0; default 0.5 */
-  float exaggeration;       /* emotion exaggeration, >= 0; default 0.5 */
+  float cfg_weight;         /* T3 classifier-free guidance, [0, 100]; default 0.5 */
+  float exaggeration;       /* emotion exaggeration, [0, 100]; default 0.5 */
 } cbx_synth_params;
 
 /* Audio of one finished text chunk (samples valid during the call). Return non-zero to stop
@@ -155,9 +176,9 @@ typedef struct cbx_voice cbx_voice; /* opaque */
 
 typedef struct cbx_voice_params {
   size_t struct_size;      /* sizeof(cbx_voice_params) */
-  float exaggeration;      /* stored emotion_adv; < 0 = the model's default (Turbo 0, MTL 0.5) */
+  float exaggeration;      /* stored emotion_adv, [0, 100]; default: the model's (Turbo 0, MTL 0.5) */
   int32_t norm_loudness;   /* Turbo: 1 = normalise to -27 LUFS as upstream (default), 0 = skip */
-  float max_seconds;       /* decode at most this much of the reference; <= 0 = 30 (>= 10) */
+  float max_seconds;       /* decode at most this much of the reference, [10, 600]; default 30 */
 } cbx_voice_params;
 
 cbx_voice_params cbx_voice_default_params(void);

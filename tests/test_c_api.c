@@ -28,6 +28,116 @@ typedef struct {
   int polls;
 } cb_state;
 
+/* The call failed with CBX_ERR_INVALID_ARGUMENT and exactly the shared validator's message
+ * (pipeline/synth_options.h, the same words `chatterbox say` prints); printed on stdout as
+ * "invalid: MESSAGE" so a shell test can compare it with the CLI's stderr. */
+static void expect_invalid(cbx_status got, const char* want, int line) {
+  printf("invalid: %s\n", cbx_last_error());
+  if (got != CBX_ERR_INVALID_ARGUMENT || strcmp(cbx_last_error(), want) != 0) {
+    fprintf(stderr, "%s:%d: want CBX_ERR_INVALID_ARGUMENT \"%s\"\n  got status %d \"%s\"\n", __FILE__, line, want,
+            (int)got, cbx_last_error());
+    ++g_failures;
+  }
+}
+
+static cbx_status synth_once(cbx_model* m, const cbx_synth_params* sp) {
+  float* x = (float*)1;
+  size_t n = 3;
+  const cbx_status s = cbx_synthesize(m, "Hello.", sp, &x, &n, NULL);
+  if (s != CBX_OK) CHECK(x == NULL && n == 0);
+  cbx_audio_free(s == CBX_OK ? x : NULL);
+  return s;
+}
+
+static cbx_status load_once(const char* gguf, const cbx_model_params* mp) {
+  cbx_model* m = (cbx_model*)1;
+  const cbx_status s = cbx_model_load(gguf, mp, &m);
+  if (s != CBX_OK) CHECK(m == NULL);
+  cbx_model_free(s == CBX_OK ? m : NULL);
+  return s;
+}
+
+/* Every value outside a parameter's range, NaN and Inf are refused: no value silently means
+ * "the default" (only CBX_DEFAULT_INT / CBX_DEFAULT_FLOAT do). */
+static void test_invalid_params(cbx_model* m, const char* gguf) {
+  cbx_synth_params d = cbx_synth_default_params();
+  CHECK(d.temperature == CBX_DEFAULT_FLOAT && d.top_p == CBX_DEFAULT_FLOAT && d.top_k == CBX_DEFAULT_INT &&
+        d.repetition_penalty == CBX_DEFAULT_FLOAT && d.max_chunk_tokens == CBX_DEFAULT_INT &&
+        d.min_p == CBX_DEFAULT_FLOAT && d.cfg_weight == CBX_DEFAULT_FLOAT && d.exaggeration == CBX_DEFAULT_FLOAT);
+  cbx_model_params dm = cbx_model_default_params();
+  CHECK(dm.n_threads == CBX_DEFAULT_INT && dm.max_new_tokens == CBX_DEFAULT_INT && dm.kv_type == CBX_KV_F16);
+
+  cbx_synth_params sp;
+#define SYNTH_INVALID(field, value, want)     \
+  sp = cbx_synth_default_params();            \
+  sp.field = value;                           \
+  expect_invalid(synth_once(m, &sp), want, __LINE__)
+  SYNTH_INVALID(temperature, -1, "temperature (--temperature) must be in (0, 10], got -1");
+  SYNTH_INVALID(temperature, NAN, "temperature (--temperature) must be in (0, 10], got nan");
+  SYNTH_INVALID(temperature, INFINITY, "temperature (--temperature) must be in (0, 10], got inf");
+  SYNTH_INVALID(temperature, 0, "temperature (--temperature) must be in (0, 10], got 0");
+  SYNTH_INVALID(top_p, -0.5f, "top_p (--top-p) must be in (0, 1], got -0.5");
+  SYNTH_INVALID(top_p, 1.5f, "top_p (--top-p) must be in (0, 1], got 1.5");
+  SYNTH_INVALID(top_k, -5, "top_k (--top-k) must be in [0, 100000], got -5");
+  SYNTH_INVALID(repetition_penalty, -2, "repetition_penalty (--repetition-penalty) must be in (0, 10], got -2");
+  SYNTH_INVALID(repetition_penalty, 0, "repetition_penalty (--repetition-penalty) must be in (0, 10], got 0");
+  /* the Multilingual-only fields are checked on a Turbo model too */
+  SYNTH_INVALID(cfg_weight, -1, "cfg_weight (--cfg-weight) must be in [0, 100], got -1");
+  SYNTH_INVALID(exaggeration, -3, "exaggeration (--exaggeration) must be in [0, 100], got -3");
+  SYNTH_INVALID(min_p, NAN, "min_p (--min-p) must be in [0, 1], got nan");
+  SYNTH_INVALID(max_chunk_tokens, 0, "max_chunk_tokens (--chunk-tokens) must be in [1, 100000], got 0");
+  SYNTH_INVALID(max_chunk_tokens, -1, "max_chunk_tokens (--chunk-tokens) must be in [1, 100000], got -1");
+  /* the model's own limit: the text tokens its T3 takes */
+  sp = cbx_synth_default_params();
+  sp.max_chunk_tokens = 5000;
+  CHECK(synth_once(m, &sp) == CBX_ERR_INVALID_ARGUMENT);
+  printf("invalid: %s\n", cbx_last_error());
+  CHECK(strstr(cbx_last_error(), "max_chunk_tokens (--chunk-tokens) must be in [1, ") &&
+        strstr(cbx_last_error(), "(the text tokens this model's T3 takes), got 5000"));
+  sp.language = "de";
+  expect_invalid(synth_once(m, &sp),
+                 "language (--lang): a turbo model speaks English only (en); 'de' needs a Multilingual model",
+                 __LINE__);
+#undef SYNTH_INVALID
+
+  cbx_model_params mp;
+#define LOAD_INVALID(field, value, want)  \
+  mp = cbx_model_default_params();        \
+  mp.field = value;                       \
+  expect_invalid(load_once(gguf, &mp), want, __LINE__)
+  LOAD_INVALID(n_threads, 0, "n_threads (--threads) must be in [1, 1024], got 0");
+  LOAD_INVALID(n_threads, -1, "n_threads (--threads) must be in [1, 1024], got -1");
+  LOAD_INVALID(n_threads, 1025, "n_threads (--threads) must be in [1, 1024], got 1025");
+  LOAD_INVALID(max_new_tokens, 0, "max_new_tokens (--max-tokens) must be in [1, 100000], got 0");
+  LOAD_INVALID(max_new_tokens, -1, "max_new_tokens (--max-tokens) must be in [1, 100000], got -1");
+  LOAD_INVALID(kv_type, 7, "kv_type (--kv-type) must be CBX_KV_F16 or CBX_KV_F32 (f16 or f32), got 7");
+#undef LOAD_INVALID
+  /* the model's own limit: its T3 positions, checked at load */
+  mp = cbx_model_default_params();
+  mp.n_threads = 1;
+  mp.max_new_tokens = 99999;
+  CHECK(load_once(gguf, &mp) == CBX_ERR_INVALID_ARGUMENT);
+  printf("invalid: %s\n", cbx_last_error());
+  CHECK(strstr(cbx_last_error(), "max_new_tokens (--max-tokens) must be in [1, ") &&
+        strstr(cbx_last_error(), "(this model's T3 positions), got 99999"));
+
+  /* voices: the same rule */
+  cbx_voice_params vp;
+  cbx_voice* v = NULL;
+#define VOICE_INVALID(field, value, want)                                  \
+  vp = cbx_voice_default_params();                                         \
+  vp.field = value;                                                        \
+  expect_invalid(cbx_voice_create(m, "/nonexistent.wav", &vp, &v), want, __LINE__); \
+  CHECK(v == NULL)
+  CHECK(cbx_voice_default_params().exaggeration == CBX_DEFAULT_FLOAT &&
+        cbx_voice_default_params().max_seconds == CBX_DEFAULT_FLOAT);
+  VOICE_INVALID(exaggeration, -1, "exaggeration (--exaggeration) must be in [0, 100], got -1");
+  VOICE_INVALID(max_seconds, 0, "max_seconds (--max-seconds) must be in [10, 600], got 0");
+  VOICE_INVALID(max_seconds, NAN, "max_seconds (--max-seconds) must be in [10, 600], got nan");
+  VOICE_INVALID(norm_loudness, 2, "norm_loudness (--no-norm-loudness) must be 0 or 1, got 2");
+#undef VOICE_INVALID
+}
+
 static int on_audio(const float* s, size_t n, int32_t sr, void* user) {
   cb_state* st = (cb_state*)user;
   (void)s;
@@ -355,7 +465,8 @@ int main(int argc, char** argv) {
   CHECK(cbx_synthesize(m, "x", &sp, NULL, NULL, NULL) == CBX_ERR_INVALID_ARGUMENT);
   sp.top_p = 1.5f;
   CHECK(cbx_synthesize(m, "x", &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);
-  sp.top_p = -1;
+  sp.top_p = CBX_DEFAULT_FLOAT;
+  test_invalid_params(m, gguf);
 
   /* callbacks: streamed audio adds up; abort stops */
   cb_state st = {0, 0, -1, 0};
@@ -380,7 +491,7 @@ int main(int argc, char** argv) {
   CHECK(strstr(cbx_last_error(), "abort") != NULL);
   CHECK(st.calls == 0);
   /* the model is usable after an abort, and gives the same audio as before */
-  sp.max_chunk_tokens = 0;
+  sp.max_chunk_tokens = CBX_DEFAULT_INT;
   CHECK(cbx_synthesize(m, "Hello world.", &sp, &f, &nf, NULL) == CBX_OK);
   CHECK(nf == na && f && a && memcmp(a, f, na * sizeof(float)) == 0);
   cbx_audio_free(f);
@@ -393,13 +504,19 @@ int main(int argc, char** argv) {
   sp.language = "fr";
   CHECK(cbx_synthesize(m, "Bonjour.", &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);
   CHECK(strstr(cbx_last_error(), "English only") != NULL);
-  sp.language = "en";
   sp.seed = 1;
-  float* g = NULL;
-  size_t ng = 0;
-  CHECK(cbx_synthesize(m, "Hello world.", &sp, &g, &ng, NULL) == CBX_OK);
-  CHECK(ng == na && g && a && memcmp(a, g, na * sizeof(float)) == 0);
-  cbx_audio_free(g);
+  {
+    /* "en" in any case: the same audio as no language */
+    const char* english[] = {"en", "En", "EN", "eN", ""};
+    for (size_t i = 0; i < sizeof english / sizeof english[0]; ++i) {
+      sp.language = english[i];
+      float* g = NULL;
+      size_t ng = 0;
+      CHECK(cbx_synthesize(m, "Hello world.", &sp, &g, &ng, NULL) == CBX_OK);
+      CHECK(ng == na && g && a && memcmp(a, g, na * sizeof(float)) == 0);
+      cbx_audio_free(g);
+    }
+  }
 
   cbx_audio_free(a);
   cbx_audio_free(b);
@@ -453,11 +570,11 @@ int main(int argc, char** argv) {
   sp.cfg_weight = 0; /* the Multilingual parameters reach the model */
   CHECK(cbx_synthesize(m, "Bonjour tout le monde.", &sp, &l, &nl, NULL) == CBX_OK);
   CHECK(l != NULL && (nl != nh || memcmp(h, l, nh * sizeof(float)) != 0));
-  sp.cfg_weight = -1;
+  sp.cfg_weight = CBX_DEFAULT_FLOAT;
   sp.min_p = 3;
   CHECK(cbx_synthesize(m, "Bonjour.", &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);
-  CHECK(strstr(cbx_last_error(), "min_p") != NULL);
-  sp.min_p = -1;
+  CHECK(strcmp(cbx_last_error(), "min_p (--min-p) must be in [0, 1], got 3") == 0);
+  sp.min_p = CBX_DEFAULT_FLOAT;
   sp.language = "zh";
   CHECK(cbx_synthesize(m, "", &sp, &e, &ne, NULL) == CBX_ERR_TEXT);
   /* an older caller's struct has no language field: refused with the list, never a crash */

@@ -81,8 +81,14 @@ grep -q "gain 1.0000 (+0.00 dB)" "$T/ninfo.txt" || { cat "$T/ninfo.txt"; fail "-
 grep -q "emotion_adv:        0.7" "$T/ninfo.txt" || { cat "$T/ninfo.txt"; fail "--exaggeration not stored"; }
 grep -q "gain 1.0000" "$T/info.txt" && fail "the default build applied no loudness gain"
 cmp -s "$T/a.voice" "$T/n.voice" && fail "--no-norm-loudness gave the same voice"
-expect_error "--max-seconds" -- "$B" voice create "$T/ref.wav" -m "$T/m.gguf" -o "$T/x.voice" --max-seconds 5
-expect_error "--exaggeration must not be negative" -- "$B" voice create "$T/ref.wav" -m "$T/m.gguf" -o "$T/x.voice" --exaggeration -2
+expect_error "max_seconds (--max-seconds) must be in [10, 600], got 5" -- \
+  "$B" voice create "$T/ref.wav" -m "$T/m.gguf" -o "$T/x.voice" --max-seconds 5
+expect_error "exaggeration (--exaggeration) must be in [0, 100], got -2" -- \
+  "$B" voice create "$T/ref.wav" -m "$T/m.gguf" -o "$T/x.voice" --exaggeration -2
+expect_error "n_threads (--threads) must be in [1, 1024], got 0" -- \
+  "$B" voice create "$T/ref.wav" -m "$T/m.gguf" -o "$T/x.voice" --threads 0
+expect_error "--threads must be an integer, got '1.7'" -- \
+  "$B" voice create "$T/ref.wav" -m "$T/m.gguf" -o "$T/x.voice" --threads 1.7
 
 # say --voice: deterministic per seed; .voice and REF byte-identical; differs from the built-in voice.
 "${SAY[@]}" "$TEXT" -o "$T/r1.wav" --seed 5 --voice "$T/ref.wav" 2> "$T/r1.err" || { cat "$T/r1.err"; fail "say --voice REF"; }

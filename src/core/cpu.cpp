@@ -1,11 +1,20 @@
 #include "core/cpu.h"
 
 #include <cpuid.h>
+#include <sched.h>
 
+#include <algorithm>
+#include <charconv>
+#include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
 
 namespace cbx {
 namespace {
@@ -144,6 +153,132 @@ int cpu_family() {
 PrefetchLevel stream_prefetch_level() {
   static const PrefetchLevel level = probe_prefetch_level();
   return level;
+}
+
+// ---- available_cpus ----
+
+namespace {
+
+// The whole of s (surrounding whitespace allowed) as a decimal integer.
+std::optional<int64_t> parse_i64(std::string s) {
+  const size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+  if (b == std::string::npos) return std::nullopt;
+  s = s.substr(b, e - b + 1);
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// ceil(quota / period) CPUs, at least 1; nullopt unless both are positive.
+std::optional<int> quota_cpus(int64_t quota, int64_t period) {
+  if (quota <= 0 || period <= 0) return std::nullopt;
+  const int64_t n = quota / period + (quota % period != 0 ? 1 : 0);
+  return int(std::clamp<int64_t>(n, 1, INT_MAX));
+}
+
+std::optional<std::string> read_small_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The tightest limit of `read_one(dir)` over `base + path` and its parents up to `base`.
+template <typename ReadOne>
+std::optional<int> walk_up(const std::string& base, std::string path, ReadOne&& read_one) {
+  std::optional<int> best;
+  while (true) {
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    const std::string dir = path.empty() || path == "/" ? base : base + path;
+    if (const std::optional<int> n = read_one(dir)) best = best ? std::min(*best, *n) : *n;
+    if (path.empty() || path == "/") break;
+    const size_t slash = path.rfind('/');
+    path = slash == std::string::npos ? std::string() : path.substr(0, slash);
+  }
+  return best;
+}
+
+int affinity_cpus() {
+  for (int n = 1024; n <= (1 << 16); n *= 2) {
+    cpu_set_t* set = CPU_ALLOC(size_t(n));
+    if (!set) break;
+    const size_t size = CPU_ALLOC_SIZE(size_t(n));
+    CPU_ZERO_S(size, set);
+    const int rc = sched_getaffinity(0, size, set);
+    const int count = rc == 0 ? CPU_COUNT_S(size, set) : 0;
+    CPU_FREE(set);
+    if (rc == 0) return std::max(1, count);
+    if (errno != EINVAL) break;  // EINVAL: the mask is too small for the kernel's CPU count
+  }
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+std::optional<int> parse_cgroup_v2_cpu_max(const std::string& contents) {
+  std::istringstream in(contents);
+  std::string quota, period;
+  if (!(in >> quota) || quota == "max") return std::nullopt;
+  const std::optional<int64_t> q = parse_i64(quota);
+  std::optional<int64_t> p = int64_t(100000);  // the kernel's default period, should the field be missing
+  if (in >> period) p = parse_i64(period);
+  if (!q || !p) return std::nullopt;
+  return quota_cpus(*q, *p);
+}
+
+std::optional<int> parse_cgroup_v1_cpu_quota(const std::string& quota, const std::string& period) {
+  const std::optional<int64_t> q = parse_i64(quota), p = parse_i64(period);
+  if (!q || !p) return std::nullopt;
+  return quota_cpus(*q, *p);
+}
+
+std::optional<int> cgroup_cpu_limit(const std::string& root, const std::string& proc_self_cgroup) {
+  std::optional<int> best;
+  auto keep = [&](std::optional<int> n) {
+    if (n) best = best ? std::min(*best, *n) : *n;
+  };
+  std::istringstream lines(proc_self_cgroup);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t c1 = line.find(':'), c2 = c1 == std::string::npos ? c1 : line.find(':', c1 + 1);
+    if (c2 == std::string::npos) continue;
+    const std::string id = line.substr(0, c1), controllers = line.substr(c1 + 1, c2 - c1 - 1);
+    const std::string path = line.substr(c2 + 1);
+    if (id == "0" && controllers.empty()) {  // cgroup v2
+      keep(walk_up(root, path, [](const std::string& dir) -> std::optional<int> {
+        const std::optional<std::string> s = read_small_file(dir + "/cpu.max");
+        return s ? parse_cgroup_v2_cpu_max(*s) : std::nullopt;
+      }));
+      continue;
+    }
+    bool cpu = false;  // v1: is "cpu" among the comma-separated controllers?
+    for (size_t b = 0; b <= controllers.size();) {
+      const size_t e = std::min(controllers.find(',', b), controllers.size());
+      if (controllers.compare(b, e - b, "cpu") == 0) cpu = true;
+      b = e + 1;
+    }
+    if (!cpu) continue;
+    auto read_v1 = [](const std::string& dir) -> std::optional<int> {
+      const std::optional<std::string> q = read_small_file(dir + "/cpu.cfs_quota_us");
+      const std::optional<std::string> p = read_small_file(dir + "/cpu.cfs_period_us");
+      return q && p ? parse_cgroup_v1_cpu_quota(*q, *p) : std::nullopt;
+    };
+    keep(walk_up(root + "/" + controllers, path, read_v1));
+    if (controllers != "cpu") keep(walk_up(root + "/cpu", path, read_v1));
+  }
+  return best;
+}
+
+int available_cpus() {
+  static const int n = [] {
+    int cpus = affinity_cpus();
+    if (const std::optional<std::string> self = read_small_file("/proc/self/cgroup"))
+      if (const std::optional<int> quota = cgroup_cpu_limit("/sys/fs/cgroup", *self)) cpus = std::min(cpus, *quota);
+    return std::max(1, cpus);
+  }();
+  return n;
 }
 
 }  // namespace cbx

@@ -1,6 +1,8 @@
 // Instruction-set detection, done once. CBX_FORCE_ISA=generic|avx2|avx512 forces a
 // path (at most what the CPU has), so every kernel can be exercised on one machine.
 #pragma once
+#include <optional>
+#include <string>
 
 namespace cbx {
 
@@ -29,5 +31,29 @@ PrefetchLevel stream_prefetch_level();
 // __builtin_prefetch's locality argument for them (3 -> prefetcht0, 2 -> prefetcht1; the
 // kernels pass it there, as GCC's _mm_prefetch wants its own enum type and clang's a macro).
 constexpr int prefetch_hint(PrefetchLevel l) { return l == PrefetchLevel::L1 ? 3 : 2; }
+
+// ---- How many CPUs this process may use ----
+// The default thread count. std::thread::hardware_concurrency() counts the machine's CPUs;
+// a process pinned with taskset, or a container with a CPU quota, gets fewer, and running
+// more threads than that makes every pool barrier wait on a descheduled thread.
+
+// CPUs this process may run on: the sched_getaffinity mask's count, further limited by the
+// cgroup CPU quota (cgroup_cpu_limit("/sys/fs/cgroup", /proc/self/cgroup)); at least 1.
+// Computed once.
+int available_cpus();
+
+// The CPU limit a cgroup quota sets, quota / period rounded up (at least 1); nullopt when
+// there is none ("max", -1, no or unreadable files).
+//   cgroup v2 cpu.max: "QUOTA PERIOD" or "max PERIOD".
+std::optional<int> parse_cgroup_v2_cpu_max(const std::string& contents);
+//   cgroup v1 cpu.cfs_quota_us ("-1" = no limit) and cpu.cfs_period_us.
+std::optional<int> parse_cgroup_v1_cpu_quota(const std::string& quota, const std::string& period);
+// The tightest quota on the way from this process's cgroup up to the hierarchy's root, under
+// `root` (normally /sys/fs/cgroup). proc_self_cgroup: the contents of /proc/self/cgroup, lines
+// "ID:CONTROLLERS:PATH" ("0::PATH" for v2). v2: ROOT/PATH/cpu.max and each parent; v1 (the
+// line whose controllers include "cpu"): ROOT/CONTROLLERS/PATH/cpu.cfs_{quota,period}_us (or
+// ROOT/cpu/...) and each parent. Directories that do not exist are skipped (inside a container
+// the process's own cgroup is usually mounted as the root). nullopt when nothing limits.
+std::optional<int> cgroup_cpu_limit(const std::string& root, const std::string& proc_self_cgroup);
 
 }  // namespace cbx

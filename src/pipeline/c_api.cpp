@@ -8,12 +8,13 @@
 #include <mutex>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
-
 #include <vector>
 
 #include "core/gguf.h"
 #include "pipeline/mtl_pipeline.h"
+#include "pipeline/synth_options.h"
 #include "pipeline/turbo_pipeline.h"
 #include "pipeline/voice.h"
 #include "text/mtl_tokenizer.h"
@@ -141,21 +142,62 @@ cbx_status with_prefix_file(cbx_model* model, const cbx_voice* voice, const char
   });
 }
 
+// A float field: nullopt for CBX_DEFAULT_FLOAT, else the decimal the caller meant.
+std::optional<double> given(float v) {
+  if (v == CBX_DEFAULT_FLOAT) return std::nullopt;
+  return float_as_decimal(v);
+}
+std::optional<int64_t> given(int32_t v) {
+  if (v == CBX_DEFAULT_INT) return std::nullopt;
+  return v;
+}
+
+// cbx_synth_params as the shared validator sees it (pipeline/synth_options.h).
+cbx::UserSynthOptions synth_options(const cbx_synth_params& p) {
+  cbx::UserSynthOptions o;
+  o.seed = p.seed;
+  o.temperature = given(p.temperature);
+  o.top_k = given(p.top_k);
+  o.top_p = given(p.top_p);
+  o.repetition_penalty = given(p.repetition_penalty);
+  o.max_chunk_tokens = given(p.max_chunk_tokens);
+  if (p.language && *p.language) o.language = p.language;
+  o.min_p = given(p.min_p);
+  o.cfg_weight = given(p.cfg_weight);
+  o.exaggeration = given(p.exaggeration);
+  return o;
+}
+
+// cbx_model_params as the shared validator sees it; throws InvalidArgumentError.
+cbx::UserLoadOptions load_options(const cbx_model_params& p) {
+  cbx::UserLoadOptions o;
+  o.n_threads = given(p.n_threads);
+  o.max_new_tokens = given(p.max_new_tokens);
+  if (p.kv_type != CBX_KV_F16 && p.kv_type != CBX_KV_F32)
+    throw cbx::InvalidArgumentError("kv_type (--kv-type) must be CBX_KV_F16 or CBX_KV_F32 (f16 or f32), got " +
+                                    std::to_string(p.kv_type));
+  o.kv_type = p.kv_type == CBX_KV_F32 ? cbx::DType::F32 : cbx::DType::F16;
+  o.repack = p.no_repack == 0;
+  cbx::validate(o);
+  return o;
+}
+
 // Reads cbx_voice_params into builder options (false + error set when invalid).
 bool voice_options(const cbx_voice_params* params, cbx::VoiceBuildOptions& o, const char* fn) {
   cbx_voice_params p = cbx_voice_default_params();
   if (!read_versioned(params, p, (std::string(fn) + ": params").c_str())) return false;
-  if (!(p.exaggeration == p.exaggeration) || p.exaggeration > 100 || !(p.max_seconds == p.max_seconds) ||
-      (p.max_seconds > 0 && (p.max_seconds < 10 || p.max_seconds > 600)) || (p.norm_loudness != 0 && p.norm_loudness != 1)) {
-    set_error(CBX_ERR_INVALID_ARGUMENT, std::string(fn) +
-                                            ": params out of range (exaggeration <= 100, norm_loudness 0 or 1, "
-                                            "max_seconds 0 or 10 .. 600)");
-    return false;
-  }
-  o.exaggeration = p.exaggeration < 0 ? -1.0f : p.exaggeration;
-  o.norm_loudness = p.norm_loudness != 0;
-  o.max_seconds = p.max_seconds > 0 ? double(p.max_seconds) : 30.0;
-  return true;
+  return guarded(CBX_ERR_INVALID_ARGUMENT, [&]() {
+    const std::optional<double> exaggeration = given(p.exaggeration), max_seconds = given(p.max_seconds);
+    if (exaggeration) cbx::check_param(cbx::param::kExaggeration, *exaggeration);
+    if (max_seconds) cbx::check_param(cbx::param::kVoiceMaxSeconds, *max_seconds);
+    if (p.norm_loudness != 0 && p.norm_loudness != 1)
+      throw cbx::InvalidArgumentError("norm_loudness (--no-norm-loudness) must be 0 or 1, got " +
+                                      std::to_string(p.norm_loudness));
+    o.exaggeration = exaggeration ? float(*exaggeration) : -1.0f;
+    o.norm_loudness = p.norm_loudness != 0;
+    o.max_seconds = max_seconds.value_or(30.0);
+    return CBX_OK;
+  }) == CBX_OK;
 }
 
 // Builds a voice with the model's VoiceBuilder (made once, remade when the options change);
@@ -220,9 +262,9 @@ cbx_model_params cbx_model_default_params(void) {
   cbx_model_params p;
   std::memset(&p, 0, sizeof p);
   p.struct_size = sizeof p;
-  p.n_threads = 0;
+  p.n_threads = CBX_DEFAULT_INT;
   p.kv_type = CBX_KV_F16;
-  p.max_new_tokens = 0;
+  p.max_new_tokens = CBX_DEFAULT_INT;
   p.no_repack = 0;
   return p;
 }
@@ -232,15 +274,15 @@ cbx_synth_params cbx_synth_default_params(void) {
   std::memset(&p, 0, sizeof p);
   p.struct_size = sizeof p;
   p.seed = 0;
-  p.temperature = -1;
-  p.top_k = -1;
-  p.top_p = -1;
-  p.repetition_penalty = -1;
-  p.max_chunk_tokens = 0;
+  p.temperature = CBX_DEFAULT_FLOAT;
+  p.top_k = CBX_DEFAULT_INT;
+  p.top_p = CBX_DEFAULT_FLOAT;
+  p.repetition_penalty = CBX_DEFAULT_FLOAT;
+  p.max_chunk_tokens = CBX_DEFAULT_INT;
   p.language = nullptr;
-  p.min_p = -1;
-  p.cfg_weight = -1;
-  p.exaggeration = -1;
+  p.min_p = CBX_DEFAULT_FLOAT;
+  p.cfg_weight = CBX_DEFAULT_FLOAT;
+  p.exaggeration = CBX_DEFAULT_FLOAT;
   return p;
 }
 
@@ -250,31 +292,24 @@ cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_
   if (!path) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_load: path is NULL");
   cbx_model_params p = cbx_model_default_params();
   if (!read_versioned(params, p, "cbx_model_load: params")) return CBX_ERR_INVALID_ARGUMENT;
-  if (p.n_threads < 0 || p.n_threads > 256)
-    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_load: n_threads " + std::to_string(p.n_threads));
-  if (p.kv_type != CBX_KV_F16 && p.kv_type != CBX_KV_F32)
-    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_load: kv_type " + std::to_string(p.kv_type));
+  cbx::UserLoadOptions lo;
+  if (const cbx_status s = guarded(CBX_ERR_INVALID_ARGUMENT, [&]() {
+        lo = load_options(p);
+        return CBX_OK;
+      });
+      s != CBX_OK)
+    return s;
+  // The model's own limits (max_new_tokens and its T3 positions) are checked at load:
+  // InvalidArgumentError, so CBX_ERR_INVALID_ARGUMENT.
   return guarded(CBX_ERR_MODEL_LOAD, [&]() {
     const cbx::ModelConfig cfg = cbx::read_config(*cbx::GgufFile::open(path));
     auto m = std::make_unique<cbx_model>();
     m->variant = cfg.variant;
-    const cbx::DType kv = p.kv_type == CBX_KV_F32 ? cbx::DType::F32 : cbx::DType::F16;
-    const int64_t max_new = p.max_new_tokens > 0 ? p.max_new_tokens : -1;
     if (cfg.variant == cbx::Variant::Mtl) {
-      cbx::MtlLoadParams lp;
-      lp.n_threads = p.n_threads;
-      lp.kv_type = kv;
-      lp.max_new_tokens = max_new;
-      lp.repack = p.no_repack == 0;
-      m->mtl = std::make_unique<cbx::MtlPipeline>(path, lp);
+      m->mtl = std::make_unique<cbx::MtlPipeline>(path, cbx::to_mtl_load_params(lo));
       m->languages = m->mtl->languages();
     } else {
-      cbx::TurboLoadParams lp;
-      lp.n_threads = p.n_threads;
-      lp.kv_type = kv;
-      lp.max_new_tokens = max_new;
-      lp.repack = p.no_repack == 0;
-      m->pipe = std::make_unique<cbx::TurboPipeline>(path, lp);
+      m->pipe = std::make_unique<cbx::TurboPipeline>(path, cbx::to_turbo_load_params(lo));
       m->languages = {"en"};
     }
     *model = m.release();
@@ -333,15 +368,20 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
   if (!read_versioned(callbacks, cb, "cbx_synthesize: callbacks")) return CBX_ERR_INVALID_ARGUMENT;
   if (!audio && !cb.on_audio)
     return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: no audio output and no audio callback");
-  if (p.top_p > 1 || p.top_p == 0)
-    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: top_p must be in (0, 1]");
-  if (p.repetition_penalty == 0)
-    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: repetition_penalty must be > 0");
-  const std::string language = p.language ? p.language : "";
-  if (!model->mtl && !language.empty() && language != "en" && language != "EN")
-    return set_error(CBX_ERR_INVALID_ARGUMENT, std::string("cbx_synthesize: a ") + cbx::variant_name(model->variant) +
-                                                   " model speaks English only; language '" + language +
-                                                   "' needs a Multilingual model");
+  // The shared validator (pipeline/synth_options.h): the CLI's messages, word for word.
+  cbx::TurboSynthParams sp;
+  cbx::MtlSynthParams mp;
+  if (const cbx_status s = guarded(CBX_ERR_INVALID_ARGUMENT, [&]() {
+        cbx::UserSynthOptions o = synth_options(p);
+        o.language = cbx::resolve_language(model->variant, model->languages, o.language);
+        if (model->mtl)
+          mp = cbx::to_mtl_params(o);
+        else
+          sp = cbx::to_turbo_params(o);
+        return CBX_OK;
+      });
+      s != CBX_OK)
+    return s;
   if (const cbx_status vs = usable_voice(model, voice, "cbx_synthesize_voice: voice"); vs != CBX_OK) return vs;
   return guarded(CBX_ERR_INTERNAL, [&]() {
     std::lock_guard<std::mutex> lock(model->mu);
@@ -356,28 +396,10 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
     if (cb.should_abort) should_abort = [&]() { return cb.should_abort(cb.user_data) != 0; };
     cbx::SynthTimings tm;
     std::vector<float> wave;
-    if (model->mtl) {
-      cbx::MtlSynthParams mp;
-      mp.language = language;
-      mp.seed = p.seed;
-      mp.temperature = p.temperature;
-      mp.top_p = p.top_p;
-      mp.repetition_penalty = p.repetition_penalty;
-      mp.min_p = p.min_p;
-      mp.cfg_weight = p.cfg_weight;
-      mp.exaggeration = p.exaggeration;
-      mp.max_chunk_tokens = p.max_chunk_tokens > 0 ? p.max_chunk_tokens : 0;
+    if (model->mtl)
       wave = model->mtl->synthesize(text, mp, &tm, on_audio, should_abort);
-    } else {
-      cbx::TurboSynthParams sp;
-      sp.seed = p.seed;
-      sp.temperature = p.temperature;
-      sp.top_k = p.top_k;
-      sp.top_p = p.top_p < 0 ? -1.0 : float_as_decimal(p.top_p);
-      sp.repetition_penalty = p.repetition_penalty;
-      sp.max_chunk_tokens = p.max_chunk_tokens > 0 ? p.max_chunk_tokens : 0;
+    else
       wave = model->pipe->synthesize(text, sp, &tm, on_audio, should_abort);
-    }
     model->last = tm;
     model->have_last = true;
     if (audio) {
@@ -423,9 +445,9 @@ cbx_voice_params cbx_voice_default_params(void) {
   cbx_voice_params p;
   std::memset(&p, 0, sizeof p);
   p.struct_size = sizeof p;
-  p.exaggeration = -1;
+  p.exaggeration = CBX_DEFAULT_FLOAT;
   p.norm_loudness = 1;
-  p.max_seconds = 0;
+  p.max_seconds = CBX_DEFAULT_FLOAT;
   return p;
 }
 

@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cctype>
-#include <thread>
 
+#include "core/cpu.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
 #include "models/cfm_solver.h"
 #include "models/t3_mtl.h"
 #include "pipeline/s3gen_stage.h"
+#include "pipeline/synth_options.h"
 #include "pipeline/voice.h"
 #include "text/mtl_tokenizer.h"
 #include "text/punc_norm.h"
@@ -64,9 +65,8 @@ MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(s
             c.t3.arch.c_str());
   CBX_CHECK(!c.cfm.meanflow, "%s: the Multilingual pipeline needs the CFG Euler CFM, not mean-flow", path.c_str());
   CBX_CHECK(p.kv_type == DType::F16 || p.kv_type == DType::F32, "mtl pipeline: KV cache type must be f16 or f32");
-  int n_threads = p.n_threads;
-  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  CBX_CHECK(n_threads <= 256, "mtl pipeline: %d threads", n_threads);
+  const int n_threads = p.n_threads == 0 ? available_cpus() : p.n_threads;
+  check_param(param::kThreads, n_threads);
   m.pool = std::make_unique<ThreadPool>(n_threads);
   m.tok = std::make_unique<MtlTokenizer>(MtlTokenizer::from_gguf(f));
   m.languages = c.languages.empty() ? m.tok->languages() : c.languages;
@@ -74,8 +74,10 @@ MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(s
   m.builtin = cbx::builtin_voice(f, c);
   m.voice = m.builtin;
 
-  m.max_new = p.max_new_tokens >= 0 ? p.max_new_tokens : c.pipeline.max_new_tokens;
-  CBX_CHECK(m.max_new >= 1 && m.max_new <= 100000, "mtl pipeline: max_new_tokens %lld", (long long)m.max_new);
+  m.max_new = p.max_new_tokens < 0 ? c.pipeline.max_new_tokens : p.max_new_tokens;
+  // Generated token k is fed back at speech position k + 1 (T3Mtl; the last is never fed).
+  check_param(param::kMaxNewTokens.limited(double(c.t3.max_speech_tokens) + 3, "this model's T3 speech positions"),
+              double(m.max_new));
   T3MtlLoadParams tp;
   tp.kv_type = p.kv_type;
   tp.pack_planar = p.repack;
@@ -120,8 +122,8 @@ std::string check_mtl_language(const std::vector<std::string>& supported, const 
     list += "\n  " + code + (name ? std::string("  ") + name : std::string());
   }
   if (language.empty())
-    throw InvalidArgumentError("language: a Multilingual model needs a language; supported:" + list);
-  throw InvalidArgumentError("language: '" + language + "' is not supported by this model; supported:" + list);
+    throw InvalidArgumentError("language (--lang): a Multilingual model needs a language; supported:" + list);
+  throw InvalidArgumentError("language (--lang): '" + language + "' is not supported by this model; supported:" + list);
 }
 
 std::string MtlPipeline::check_language(const std::string& language) const {
@@ -137,9 +139,10 @@ std::vector<std::string> MtlPipeline::split_text(const std::string& text, const 
   const Impl& m = *m_;
   const std::string lang = check_language(language);
   check_synth_text(text);
-  const int64_t budget = max_chunk_tokens > 0 ? max_chunk_tokens : kDefaultChunkTokens;
-  CBX_CHECK(budget <= m.max_text - 2, "text: chunk size %lld exceeds the %lld text tokens T3 takes (SOT/EOT added)",
-            (long long)budget, (long long)(m.max_text - 2));
+  const int64_t budget = max_chunk_tokens == 0 ? kDefaultChunkTokens : max_chunk_tokens;
+  check_param(param::kMaxChunkTokens.limited(double(m.max_text - 2), "the text tokens this model's T3 takes, SOT/EOT "
+                                             "added"),
+              double(budget));
   return split_into_chunks(
       punc_norm(text, PuncNormFlavor::Multilingual), budget,
       [&](const std::string& s) { return int64_t(m.tok->encode(s, lang).size()); }, mtl_chunk_rules());
@@ -181,13 +184,19 @@ std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSyn
     if (should_abort && should_abort()) throw AbortedError("synthesis aborted by the caller");
   };
 
+  // A negative value keeps the GGUF's default; anything else (NaN included) must be valid.
   T3MtlSampling s = m.t3->default_sampling();
-  if (p.temperature >= 0) s.temperature = p.temperature;
-  if (p.min_p >= 0) s.min_p = p.min_p;
-  if (p.top_p >= 0) s.top_p = p.top_p;
-  if (p.repetition_penalty >= 0) s.repetition_penalty = p.repetition_penalty;
-  if (p.cfg_weight >= 0) s.cfg_weight = p.cfg_weight;
-  const float exaggeration = p.exaggeration >= 0 ? p.exaggeration : m.cfg.pipeline.exaggeration;
+  auto given = [](const ParamSpec& spec, double v) {
+    if (v < 0) return false;
+    check_param(spec, v);
+    return true;
+  };
+  if (given(param::kTemperature, p.temperature)) s.temperature = p.temperature;
+  if (given(param::kMinP, p.min_p)) s.min_p = p.min_p;
+  if (given(param::kTopP, p.top_p)) s.top_p = p.top_p;
+  if (given(param::kRepetitionPenalty, p.repetition_penalty)) s.repetition_penalty = p.repetition_penalty;
+  if (given(param::kCfgWeight, p.cfg_weight)) s.cfg_weight = p.cfg_weight;
+  const float exaggeration = given(param::kExaggeration, p.exaggeration) ? p.exaggeration : m.cfg.pipeline.exaggeration;
   auto bad = [](const char* what, double v, const char* range) {
     throw InvalidArgumentError(std::string("synthesize: ") + what + " " + std::to_string(v) + " must be " + range);
   };

@@ -52,18 +52,20 @@ struct HiftDraws;
 struct Voice;
 
 struct MtlLoadParams {
-  int n_threads = 0;               // 0 = hardware threads
+  int n_threads = 0;               // 0 = available_cpus() (core/cpu.h); else 1 .. 1024
   DType kv_type = DType::F16;      // T3 KV cache: F16 or F32
-  int64_t max_new_tokens = -1;     // speech tokens per generation; -1 = the GGUF's (1000)
+  int64_t max_new_tokens = -1;     // speech tokens per generation; negative = the GGUF's (1000); else
+                                   // 1 .. what the model's T3 positions hold
   bool repack = true;              // as TurboLoadParams::repack
 };
 
 struct MtlSynthParams {
   std::string language;  // required: one of languages() (case-insensitive)
   uint64_t seed = 0;
-  // Negative = the GGUF's sampler.* defaults.
+  // Negative = the GGUF's sampler.* defaults; any other value (NaN too) must be in the range of
+  // pipeline/synth_options.h (InvalidArgumentError).
   float temperature = -1, min_p = -1, top_p = -1, repetition_penalty = -1, cfg_weight = -1, exaggeration = -1;
-  int64_t max_chunk_tokens = 0;  // text tokens per chunk; 0 = 150
+  int64_t max_chunk_tokens = 0;  // text tokens per chunk; 0 = 150; else 1 .. the T3 text limit
   SynthProgressFn on_progress;    // optional (pipeline_common.h)
 };
 

@@ -6,14 +6,15 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <thread>
 
+#include "core/cpu.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
 #include "models/sampler.h"
 #include "models/t3_turbo.h"
 #include "pipeline/prefix_cache.h"
 #include "pipeline/s3gen_stage.h"
+#include "pipeline/synth_options.h"
 #include "pipeline/voice.h"
 #include "text/gpt2_tokenizer.h"
 #include "text/punc_norm.h"
@@ -92,9 +93,8 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   CBX_CHECK(c.t3.arch == "gpt2", "%s: T3 arch '%s', the Turbo pipeline needs gpt2", path.c_str(), c.t3.arch.c_str());
   CBX_CHECK(c.cfm.meanflow, "%s: the Turbo pipeline needs the mean-flow CFM (cfm.meanflow)", path.c_str());
   CBX_CHECK(p.kv_type == DType::F16 || p.kv_type == DType::F32, "turbo pipeline: KV cache type must be f16 or f32");
-  int n_threads = p.n_threads;
-  if (n_threads <= 0) n_threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  CBX_CHECK(n_threads <= 256, "turbo pipeline: %d threads", n_threads);
+  const int n_threads = p.n_threads == 0 ? available_cpus() : p.n_threads;
+  check_param(param::kThreads, n_threads);
   m.pool = std::make_unique<ThreadPool>(n_threads);
   m.tok = tokenizer_from_gguf(f);
 
@@ -104,10 +104,13 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   // and a 10 s S3Gen reference (or the built-in voice's sizes, if larger; S3GenStage).
   m.max_cond_tokens = std::max<int64_t>({1, int64_t(m.builtin.cond_prompt_tokens.size()), c.t3.cond_prompt_len});
 
-  m.max_new = p.max_new_tokens >= 0 ? p.max_new_tokens : c.pipeline.max_new_tokens;
-  CBX_CHECK(m.max_new >= 0 && m.max_new <= 100000, "turbo pipeline: max_new_tokens %lld", (long long)m.max_new);
+  m.max_new = p.max_new_tokens < 0 ? c.pipeline.max_new_tokens : p.max_new_tokens;
   T3TurboOptions to;
   to.max_text = int64_t(m.tok->model_max_length() == Gpt2Tokenizer::kNoMaxLength ? 1024 : m.tok->model_max_length());
+  // T3's positions hold the speaker row, the voice prompt, the text with BOS and EOS, the
+  // prefill speech token and the decoded ones (T3Turbo).
+  const int64_t new_limit = int64_t(c.t3.n_ctx) - (1 + m.max_cond_tokens + to.max_text + 1) - 1;
+  check_param(param::kMaxNewTokens.limited(double(new_limit), "this model's T3 positions"), double(m.max_new));
   to.max_prompt = m.max_cond_tokens;
   to.max_new = m.max_new;
   to.kv_type = p.kv_type;
@@ -213,11 +216,10 @@ std::vector<int32_t> TurboPipeline::tokenize(const std::string& normalized) cons
 std::vector<std::string> TurboPipeline::split_text(const std::string& text, int64_t max_chunk_tokens) const {
   const Impl& m = *m_;
   check_synth_text(text);
-  const int64_t budget = max_chunk_tokens > 0 ? max_chunk_tokens : kDefaultChunkTokens;
+  const int64_t budget = max_chunk_tokens == 0 ? kDefaultChunkTokens : max_chunk_tokens;
   const int64_t t3_max = int64_t(m.tok->model_max_length() == Gpt2Tokenizer::kNoMaxLength ? 1024
                                                                                           : m.tok->model_max_length());
-  CBX_CHECK(budget <= t3_max, "text: chunk size %lld exceeds the %lld text tokens T3 takes", (long long)budget,
-            (long long)t3_max);
+  check_param(param::kMaxChunkTokens.limited(double(t3_max), "the text tokens this model's T3 takes"), double(budget));
   // A chunk cut inside a sentence ends with "," (a Turbo sentence ender, continuation prosody)
   // rather than the "." punc_norm would append; the text's own ending stays on the last chunk.
   return split_into_chunks(punc_norm(text, PuncNormFlavor::Turbo), budget,
@@ -240,11 +242,17 @@ std::vector<float> TurboPipeline::synthesize(const std::string& text, const Turb
     if (should_abort && should_abort()) throw AbortedError("synthesis aborted by the caller");
   };
 
+  // A negative value keeps the GGUF's default; anything else (NaN included) must be valid.
   SamplerParams sp = m.t3->default_sampler();
-  if (p.temperature >= 0) sp.temperature = p.temperature;
-  if (p.top_k >= 0) sp.top_k = p.top_k;
-  if (p.top_p >= 0) sp.top_p = p.top_p;
-  if (p.repetition_penalty >= 0) sp.repetition_penalty = p.repetition_penalty;
+  auto given = [](const ParamSpec& spec, double v) {
+    if (v < 0) return false;
+    check_param(spec, v);
+    return true;
+  };
+  if (given(param::kTemperature, p.temperature)) sp.temperature = p.temperature;
+  if (given(param::kTopK, p.top_k)) sp.top_k = p.top_k;
+  if (given(param::kTopP, p.top_p)) sp.top_p = p.top_p;
+  if (given(param::kRepetitionPenalty, p.repetition_penalty)) sp.repetition_penalty = p.repetition_penalty;
   CBX_CHECK(sp.top_p > 0 && sp.top_p <= 1, "synthesize: top_p %g must be in (0, 1]", sp.top_p);
   CBX_CHECK(sp.repetition_penalty > 0, "synthesize: repetition_penalty %g must be > 0", double(sp.repetition_penalty));
 

@@ -43,9 +43,11 @@ class ThreadPool;
 struct Voice;
 
 struct TurboLoadParams {
-  int n_threads = 0;               // 0 = hardware threads
+  int n_threads = 0;               // 0 = available_cpus() (core/cpu.h); else 1 .. 1024
   DType kv_type = DType::F16;      // T3 KV cache: F16 or F32
-  int64_t max_new_tokens = -1;     // speech tokens per generation after the first; -1 = the GGUF's (1000)
+  // Speech tokens per generation after the first; negative = the GGUF's (1000); else 1 .. what
+  // the model's T3 positions hold after the voice prompt and the text.
+  int64_t max_new_tokens = -1;
   // T3 decode: Q4_0 / Q8_0 matrices copied into planar row pairs (kernels/matvec_q4p.h) where
   // their kernel exists; the same audio either way. false: no copies (Q8_0 Turbo: -328 MB),
   // a slower decode.
@@ -54,12 +56,13 @@ struct TurboLoadParams {
 
 struct TurboSynthParams {
   uint64_t seed = 0;
-  // Negative = the GGUF's sampler.* defaults (Turbo: 0.8, 1000, 0.95, 1.2).
+  // Negative = the GGUF's sampler.* defaults (Turbo: 0.8, 1000, 0.95, 1.2); any other value
+  // (NaN too) must be in the range of pipeline/synth_options.h (InvalidArgumentError).
   float temperature = -1;
   int32_t top_k = -1;  // 0 disables top-k
   double top_p = -1;
   float repetition_penalty = -1;
-  int64_t max_chunk_tokens = 0;  // BPE tokens per text chunk; 0 = 80
+  int64_t max_chunk_tokens = 0;  // BPE tokens per text chunk; 0 = 80; else 1 .. the T3 text limit
   SynthProgressFn on_progress;    // optional (pipeline_common.h)
 };
 

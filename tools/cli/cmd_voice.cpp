@@ -6,16 +6,17 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "command.h"
+#include "core/cpu.h"
 #include "core/output_file.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
+#include "pipeline/synth_options.h"
 #include "pipeline/voice.h"
 
 namespace {
@@ -29,10 +30,11 @@ const char* kUsage =
     "  NAME.voice` then gives the same audio as `say --voice REF`. Turbo needs more than 5 s of reference.\n"
     "  -m, --model F          GGUF from `chatterbox convert` (its voice encoder, CAMPPlus, S3 tokenizer)\n"
     "  -o, --output F         the .voice file to write\n"
-    "  --threads N            (default: all hardware threads)\n"
-    "  --exaggeration X       emotion_adv stored in the voice (default: the model's, Turbo 0 / MTL 0.5)\n"
+    "  --threads N            1 .. 1024 (default: the CPUs this process may use: affinity, cgroup quota)\n"
+    "  --exaggeration X       emotion_adv stored in the voice, 0 .. 100 (default: the model's, Turbo 0 /\n"
+    "                         MTL 0.5)\n"
     "  --no-norm-loudness     Turbo: skip the -27 LUFS loudness normalisation (upstream norm_loudness=False)\n"
-    "  --max-seconds S        decode at most S s of the reference (default 30, >= 10)\n"
+    "  --max-seconds S        decode at most S s of the reference (10 .. 600, default 30)\n"
     "  -v, --verbose          per-stage timings\n"
     "  --dump-dir D           also write the intermediate signals (ref24, ref16, t3_16, s3gen_24, s3gen_16)\n"
     "                         and the voice tensors as .npy files into D (parity tests)\n"
@@ -41,14 +43,6 @@ const char* kUsage =
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double num(const std::string& opt, const std::string& v) {
-  char* end = nullptr;
-  const double d = std::strtod(v.c_str(), &end);
-  CBX_CHECK(!v.empty() && end && *end == '\0' && std::isfinite(d), "voice: %s: '%s' is not a number", opt.c_str(),
-            v.c_str());
-  return d;
 }
 
 void print_voice(const cbx::Voice& v) {
@@ -75,7 +69,7 @@ void print_voice(const cbx::Voice& v) {
 
 int voice_create(int argc, char** argv) {
   std::string ref, model, out, dump;
-  int threads = 0;
+  int64_t threads = cbx::available_cpus();
   bool verbose = false;
   cbx::VoiceBuildOptions o;
   for (int i = 2; i < argc; ++i) {
@@ -89,10 +83,18 @@ int voice_create(int argc, char** argv) {
       return 0;
     } else if (a == "-m" || a == "--model") model = next();
     else if (a == "-o" || a == "--output") out = next();
-    else if (a == "--threads") threads = int(num(a, next()));
-    else if (a == "--exaggeration") o.exaggeration = float(num(a, next()));
-    else if (a == "--no-norm-loudness") o.norm_loudness = false;
-    else if (a == "--max-seconds") o.max_seconds = num(a, next());
+    else if (a == "--threads") {
+      threads = cbx::parse_int(a, next());
+      cbx::check_param(cbx::param::kThreads, double(threads));
+    } else if (a == "--exaggeration") {
+      const double x = cbx::parse_number(a, next());
+      cbx::check_param(cbx::param::kExaggeration, x);
+      o.exaggeration = float(x);
+    } else if (a == "--no-norm-loudness") o.norm_loudness = false;
+    else if (a == "--max-seconds") {
+      o.max_seconds = cbx::parse_number(a, next());
+      cbx::check_param(cbx::param::kVoiceMaxSeconds, o.max_seconds);
+    }
     else if (a == "-v" || a == "--verbose") verbose = true;
     else if (a == "--dump-dir") dump = next();
     else if (a.size() > 1 && a[0] == '-') cbx::fail("voice create: unknown option '%s'\n%s", a.c_str(), kUsage);
@@ -104,10 +106,8 @@ int voice_create(int argc, char** argv) {
   CBX_CHECK(!ref.empty(), "voice create: no reference audio file\n%s", kUsage);
   CBX_CHECK(!model.empty(), "voice create: -m MODEL.gguf is required");
   CBX_CHECK(!out.empty(), "voice create: -o NAME.voice is required");
-  CBX_CHECK(threads >= 0 && threads <= 256, "voice create: --threads %d", threads);
-  CBX_CHECK(o.exaggeration >= 0 || o.exaggeration == -1, "voice create: --exaggeration must not be negative");
-  CBX_CHECK(o.max_seconds >= 10 && o.max_seconds <= 600, "voice create: --max-seconds %g must be in [10, 600]",
-            o.max_seconds);
+  if (const auto w = cbx::thread_count_warning(threads))
+    std::fprintf(stderr, "voice create: warning: %s\n", w->c_str());
   CBX_CHECK(!cbx::is_gguf_file(ref), "voice create: '%s' is a GGUF file, not reference audio", ref.c_str());
 
   // Before the work: the output must not be the model or the reference, and must be writable.
@@ -115,8 +115,7 @@ int voice_create(int argc, char** argv) {
   const double t0 = now_ms();
   std::unique_ptr<cbx::GgufFile> f = cbx::GgufFile::open(model);
   const cbx::ModelConfig c = cbx::read_config(*f);
-  if (threads == 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  cbx::ThreadPool pool(threads);
+  cbx::ThreadPool pool(static_cast<int>(threads));
   cbx::VoiceBuilder builder(*f, c, pool, o);
   const double load_ms = now_ms() - t0;
   if (!dump.empty())

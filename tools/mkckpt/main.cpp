@@ -2,14 +2,15 @@
 // upstream file names, formats, tensor names and dtypes; exact upstream shapes at --size full).
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
-#include <thread>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "mkckpt.h"
 
@@ -31,7 +32,8 @@ const char* kUsage =
     "  --size full       exact upstream shapes (several GB)\n"
     "  --size tiny       consistent shrink for fast tests (docs/synthetic-checkpoints.md)\n"
     "  --seed N          same seed -> byte-identical files\n"
-    "  --threads N       generator threads (default: all cores; does not change the output)\n";
+    "  --threads N       generator threads (default: the CPUs this process may use; does not\n"
+    "                    change the output)\n";
 
 [[noreturn]] void usage_error(const std::string& msg) {
   std::fprintf(stderr, "chatterbox-mkckpt: %s\n\n%s", msg.c_str(), kUsage);
@@ -54,7 +56,7 @@ int main(int argc, char** argv) {
   mk::Options o;
   std::string variant, size, dir;
   bool have_seed = false;
-  o.threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  o.threads = cbx::available_cpus();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -81,8 +83,13 @@ int main(int argc, char** argv) {
       else if (v == "v3" || v == "3") o.t3_version = 3;
       else usage_error("unknown --t3-version '" + v + "' (v2 or v3)");
     } else if (a == "--threads") {
-      o.threads = std::atoi(value().c_str());
-      if (o.threads < 1) usage_error("--threads must be >= 1");
+      const std::string v = value();
+      char* end = nullptr;
+      errno = 0;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || errno || n < 1 || n > 1024)
+        usage_error("--threads must be an integer in [1, 1024], got '" + v + "'");
+      o.threads = int(n);
     } else if (!a.empty() && a[0] == '-') {
       usage_error("unknown option " + a);
     } else if (dir.empty()) {
