@@ -32,6 +32,7 @@ expect_error() {
   while [ "$1" != "--" ]; do needles+=("$1"); shift; done
   shift
   if "$@" > "$T/out.txt" 2> "$T/err.txt"; then fail "accepted: $*"; fi
+  local n
   for n in "${needles[@]}"; do
     grep -qF -- "$n" "$T/err.txt" || { cat "$T/err.txt"; fail "'$n' not in the error of: $*"; }
   done

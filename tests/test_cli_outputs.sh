@@ -77,9 +77,9 @@ expect_error "cannot create a file in" -- "$B" voice create "$T/ref.wav" -m "$T/
 grep -q "warning: --prompt-cache" "$T/e6" || { cat "$T/e6"; fail "no warning for an unwritable prompt cache"; }
 [ -s "$T/w.wav" ] || fail "no WAV with an unwritable prompt cache"
 # The prompt cache and the audio output are two files.
-"${SAY[@]}" "Hello." -o "$T/same.bin" --prompt-cache "$T/same.bin" 2> "$T/e7" || { cat "$T/e7"; fail "say, cache = output"; }
+"${SAY[@]}" "Hello." -o "$T/same.wav" --prompt-cache "$T/same.wav" 2> "$T/e7" || { cat "$T/e7"; fail "say, cache = output"; }
 grep -q "it is the audio output" "$T/e7" || { cat "$T/e7"; fail "cache = output not warned"; }
-[ "$(head -c 4 "$T/same.bin")" = "RIFF" ] || fail "the prompt cache overwrote the audio output"
+[ "$(head -c 4 "$T/same.wav")" = "RIFF" ] || fail "the prompt cache overwrote the audio output"
 
 # A killed say leaves no temporary file and no output: it waits on stdin (text read after the
 # outputs are prepared), is killed with SIGTERM, and the temporary file must be gone.

@@ -81,7 +81,9 @@ chunks=$(sed -n 's/.*chunks=\([0-9]*\) .*/\1/p' "$T/long.err")
 lsize=$(stat -c %s "$T/long.wav")
 ln=$(( (lsize - 44) / 2 ))
 samples=$(sed -n 's/.*samples=\([0-9]*\) .*/\1/p' "$T/long.err")
-[ "$ln" = "$samples" ] || fail "long WAV has $ln samples, -v reported $samples"
+# The default --pause-ms 200 puts 4800 samples of silence between chunks.
+[ "$ln" = $(( samples + (chunks - 1) * 4800 )) ] ||
+  fail "long WAV has $ln samples, -v reported $samples for $chunks chunks (+ 200 ms pauses)"
 [ $((ln % 960)) -eq 0 ] || fail "joined audio is not whole tokens"
 "${SAY[@]}" "$LONG" -o "$T/long2.wav" --seed 3 --chunk-tokens 12 2> /dev/null || fail "long text again"
 cmp -s "$T/long.wav" "$T/long2.wav" || fail "long text is not deterministic"

@@ -95,7 +95,9 @@ LONG="La première phrase est ici. Une deuxième la suit ! Est-ce la troisième 
 chunks=$(sed -n 's/.*chunks=\([0-9]*\) .*/\1/p' "$T/long.err")
 [ -n "$chunks" ] && [ "$chunks" -ge 2 ] || { cat "$T/long.err"; fail "long text was not split (chunks=$chunks)"; }
 samples=$(sed -n 's/.*samples=\([0-9]*\) .*/\1/p' "$T/long.err")
-[ "$(wav_samples "$T/long.wav")" = "$samples" ] || fail "long WAV length differs from -v samples=$samples"
+# The default --pause-ms 200 puts 4800 samples of silence between chunks.
+[ "$(wav_samples "$T/long.wav")" = $(( samples + (chunks - 1) * 4800 )) ] ||
+  fail "long WAV length differs from -v samples=$samples + $chunks chunks' 200 ms pauses"
 "${SAY[@]}" --lang fr "$LONG" -o "$T/long2.wav" --seed 3 --chunk-tokens 30 2> /dev/null || fail "long again"
 cmp -s "$T/long.wav" "$T/long2.wav" || fail "long text is not deterministic"
 ZH="今天天气很好。我们去公园散步吧！你觉得怎么样？好的，走吧。"

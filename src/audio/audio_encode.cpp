@@ -10,6 +10,7 @@
 
 #include "audio/audio_file.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace cbx {
 namespace {
@@ -325,14 +326,9 @@ std::vector<uint8_t> encode_audio(const float* x, size_t n, int sample_rate, Aud
 
 void write_audio(const std::string& path, const float* x, size_t n, int sample_rate,
                  AudioFormat f) {
-  std::vector<uint8_t> bytes = encode_audio(x, n, sample_rate, f);
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
-  CBX_CHECK(file, "%s: cannot create '%s': %s", audio_format_name(f), path.c_str(),
-            std::strerror(errno));
-  CBX_CHECK(std::fwrite(bytes.data(), 1, bytes.size(), file.get()) == bytes.size() &&
-                std::fflush(file.get()) == 0,
-            "%s: write error on '%s': %s", audio_format_name(f), path.c_str(),
-            std::strerror(errno));
+  OutputFile out(path, {}, audio_format_name(f));  // checked before the encoding
+  out.write(encode_audio(x, n, sample_rate, f));
+  out.commit();
 }
 
 std::vector<uint8_t> wav_stream_header(int sample_rate) {
