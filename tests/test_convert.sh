@@ -25,6 +25,21 @@ for v in turbo mtl; do
 done
 grep -q "tokens 1019\|tokens [0-9]" "$T/info.txt" || fail "tokenizer summary"
 
+# NaN / Inf weights: info --check names the tensor and exits 1; quantize refuses to copy it.
+# The file ends with its last tensor's data (voice.embedding, f32 [64]): element 63 becomes NaN.
+cp "$T/turbo-f32.gguf" "$T/nan.gguf"
+printf '\x00\x00\xc0\x7f' | dd of="$T/nan.gguf" bs=1 seek=$(( $(stat -c %s "$T/nan.gguf") - 4 )) conv=notrunc status=none
+"$B" info "$T/nan.gguf" --check > "$T/info.txt"
+rc=$?
+[ $rc = 1 ] || { cat "$T/info.txt"; fail "info --check exit status $rc for a NaN weight (expected 1)"; }
+grep -qF "check: tensor 'voice.embedding' (f32) has 1 NaN and 0 Inf values, the first at element 63" "$T/info.txt" ||
+  { cat "$T/info.txt"; fail "info --check did not name the NaN weight"; }
+grep -qF "check: FAILED: 0 layout problems, 1 tensors with non-finite values (1 NaN, 0 Inf)" "$T/info.txt" ||
+  { cat "$T/info.txt"; fail "info --check summary"; }
+expect_error "voice.embedding" "refusing to write a model with NaN / Inf weights" -- \
+  "$B" quantize "$T/nan.gguf" "$T/bad.gguf" --type q8_0 --quiet
+[ ! -e "$T/bad.gguf" ] || fail "quantize left an output with a NaN weight behind"
+
 # Corrupt / incomplete inputs.
 cp -r "$T/turbo" "$T/bad"
 truncate -s 1000 "$T/bad/s3gen_meanflow.safetensors"

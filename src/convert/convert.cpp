@@ -10,6 +10,7 @@
 #include "convert/convert_internal.h"
 #include "convert/quant_policy.h"
 #include "core/error.h"
+#include "core/gguf_check.h"
 #include "core/output_file.h"
 
 namespace cbx {
@@ -230,6 +231,8 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
                                       : n == "voice.prompt_feat" ? v.prompt_feat
                                                                  : v.embedding;
         CBX_ASSERT(int64_t(d.size()) == numel && dt == DType::F32);
+        check_finite_tensor(n, dt, d.data(), numel, "convert",
+                            "in " + base_name(files.conds) + "; refusing to write a model with NaN / Inf weights");
         w.add_tensor(n, dt, spec.shape, d.data(), d.size() * 4);
       }
       progress->total -= bytes;
@@ -263,7 +266,17 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
       CBX_CHECK(int64_t(data.size()) == numel, "convert: '%s' produced %zu values, expected %lld", gname.c_str(),
                 data.size(), (long long)numel);
       CBX_CHECK(nbytes == dtype_row_bytes(dt, numel), "convert: '%s' size mismatch", gname.c_str());
+      // NaN / Inf weights silently corrupt the audio, and loading does not scan for them (too dear
+      // next to the load, core/gguf_check.h): refuse them here, in the checkpoint and after
+      // encoding (an f32 value beyond the f16 range becomes Inf).
+      check_finite_tensor(gname, DType::F32, data.data(), numel, "convert",
+                          "in the checkpoint (" + rp->src->file() + " '" + rp->inputs.back() +
+                              "'); refusing to write a model with NaN / Inf weights");
       encode_f32(data.data(), numel, dt, dst);
+      if (dt != DType::F32)
+        check_finite_tensor(gname, dt, dst, numel, "convert",
+                            std::string("after encoding as ") + dtype_name(dt) +
+                                " (values beyond its range); refusing to write a model with NaN / Inf weights");
       for (const std::string& in : rp->inputs)
         if (!in.empty() && --(*uses)[{rp->src, in}] == 0) rp->src->release(in);
       progress->step(gname, nbytes);

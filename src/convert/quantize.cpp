@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/output_file.h"
 #include "core/gguf.h"
+#include "core/gguf_check.h"
 #include "models/model_config.h"
 
 namespace cbx {
@@ -68,6 +69,9 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
     std::vector<int64_t> shape(ti->shape, ti->shape + ti->ndim);
     w.add_tensor_lazy(ti->name, dt, shape, [fp, ti = ti, dt = dt, done, last, total, progress](void* dst, size_t nbytes) {
       Tensor src = fp->tensor(*ti);
+      // NaN / Inf weights are refused here, in the input and after encoding, as in convert.
+      check_finite_tensor(ti->name, ti->dtype, src.data, src.numel(), "quantize",
+                          "in " + fp->path() + "; refusing to write a model with NaN / Inf weights");
       if (dt == ti->dtype) {
         CBX_CHECK(nbytes == ti->nbytes, "quantize: '%s' size mismatch", ti->name.c_str());
         std::memcpy(dst, src.data, nbytes);
@@ -76,6 +80,9 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
         std::vector<float> tmp(size_t(n), 0.0f);
         type_traits(ti->dtype).to_float(src.data, tmp.data(), n);
         encode_f32(tmp.data(), n, dt, dst);
+        check_finite_tensor(ti->name, dt, dst, n, "quantize",
+                            std::string("after encoding as ") + dtype_name(dt) +
+                                " (values beyond its range); refusing to write a model with NaN / Inf weights");
       }
       *done += nbytes;
       int decile = total ? int(*done * 10 / total) : 10;

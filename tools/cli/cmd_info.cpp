@@ -1,11 +1,16 @@
 // chatterbox info MODEL.gguf [--check] [--tensors]: variant, hyper-parameters, tensor bytes
-// per dtype and component, tokenizer summary; --check validates the tensor layout.
+// per dtype and component, tokenizer summary; --check validates the tensor layout and scans
+// every weight for NaN / Inf (core/gguf_check.h), exit status 1 if either finds a problem.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "command.h"
 #include "core/gguf.h"
+#include "core/gguf_check.h"
+#include "core/thread_pool.h"
 #include "models/model_config.h"
 
 namespace {
@@ -41,7 +46,11 @@ int cmd_info(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       std::printf("usage: chatterbox info MODEL.gguf [--check] [--tensors]\n"
-                  "  --check    verify every tensor against the layout the metadata implies (exit 1 if not)\n"
+                  "  --check    verify every tensor against the layout the metadata implies, and scan every\n"
+                  "             weight for NaN / Inf values: prints each offending tensor (dtype, NaN and Inf\n"
+                  "             counts, first element; for q8_0 / q4_0 the blocks whose f16 scale is NaN / Inf)\n"
+                  "             and a summary. Exit status 0 when both pass, 1 when either finds a problem.\n"
+                  "             convert and quantize refuse to write NaN / Inf weights; loading does not scan.\n"
                   "  --tensors  list every tensor\n");
       return 0;
     } else if (a == "--check") {
@@ -118,11 +127,19 @@ int cmd_info(int argc, char** argv) {
   if (check) {
     std::vector<std::string> problems = cbx::check_model_tensors(*f, cfg);
     for (const auto& p : problems) std::printf("check: %s\n", p.c_str());
-    if (!problems.empty()) {
-      std::printf("check: FAILED (%zu problems)\n", problems.size());
+    cbx::ThreadPool pool(int(std::clamp(std::thread::hardware_concurrency(), 1u, 64u)));
+    const std::vector<cbx::NonFiniteTensor> bad = cbx::find_non_finite(*f, &pool);
+    long long nan = 0, inf = 0;
+    for (const auto& t : bad) {
+      std::printf("check: %s\n", cbx::describe_non_finite(t).c_str());
+      nan += t.count.nan, inf += t.count.inf;
+    }
+    if (!problems.empty() || !bad.empty()) {
+      std::printf("check: FAILED: %zu layout problems, %zu tensors with non-finite values (%lld NaN, %lld Inf)\n",
+                  problems.size(), bad.size(), nan, inf);
       return 1;
     }
-    std::printf("\ncheck: OK, all %zu tensors match the %s layout\n", f->tensors().size(),
+    std::printf("\ncheck: OK, all %zu tensors match the %s layout and hold no NaN / Inf\n", f->tensors().size(),
                 cbx::variant_name(cfg.variant));
   }
   return 0;
