@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -300,6 +301,15 @@ static void test_voices(const char* dir, const char* gguf, const char* mtl_gguf)
       CHECK(strstr(cbx_last_error(), "not a chatterbox prompt cache") != NULL);
       CHECK(cbx_model_save_voice_prefix(m2, NULL, "/nonexistent-dir/x.prefix") == CBX_ERR_FILE);
       CHECK(strstr(cbx_last_error(), "/nonexistent-dir/x.prefix") != NULL);
+      /* the model file itself as the cache: refused before anything is written (any path to it) */
+      {
+        struct stat before, after;
+        CHECK(stat(gguf, &before) == 0);
+        CHECK(cbx_model_save_voice_prefix(m2, NULL, gguf) == CBX_ERR_FILE);
+        CHECK(strstr(cbx_last_error(), "is the model") != NULL);
+        CHECK(stat(gguf, &after) == 0 && after.st_ino == before.st_ino && after.st_size == before.st_size &&
+              after.st_mtime == before.st_mtime);
+      }
       cbx_model_free(m2);
     }
     unlink(pfx);

@@ -63,6 +63,17 @@ expect_error "its extension says mp3 but --format says wav" -- "${SAY[@]}" "Hell
 expect_error ".xyz" -- "${SAY[@]}" "Hello." -o "$T/x.xyz"
 [ ! -e "$T/x.xyz" ] && [ ! -e "$T/x.mp3" ] || fail "output written for a bad format"
 expect_error "--normalize needs the whole audio" -- "${SAY[@]}" "Hello." -o - --normalize
+# The C API rejects the same values with the same message (tests/test_c_api.c prints each one).
+if [ -x "$BUILD/bin/test_c_api" ]; then
+  "$BUILD/bin/test_c_api" "$BUILD" > "$T/capi.txt" 2>&1 || { tail "$T/capi.txt"; fail "test_c_api"; }
+  for fv in "--temperature -1" "--top-p -0.5" "--top-k -5" "--repetition-penalty -2" "--cfg-weight -1" \
+            "--exaggeration -3" "--chunk-tokens 0" "--threads 0" "--max-tokens 0" "--lang de"; do
+    # shellcheck disable=SC2086
+    "${SAY[@]}" "Hello." -o "$T/bad.wav" $fv 2> "$T/cli.err" && fail "accepted $fv"
+    msg=$(sed -n 's/^chatterbox say: error: //p' "$T/cli.err")
+    grep -qxF "invalid: $msg" "$T/capi.txt" || { cat "$T/cli.err"; fail "the C API does not say '$msg' for $fv"; }
+  done
+fi
 # Language codes in any case.
 "${SAY[@]}" "Hello." -o "$T/en.wav" --seed 3 --lang en -q || fail "--lang en"
 "${SAY[@]}" "Hello." -o "$T/EN.wav" --seed 3 --lang EN -q || fail "--lang EN"
