@@ -39,8 +39,8 @@ extern "C" {
 
 /* 2: cbx_model_prepare_voice, cbx_timings.chunks_prefix_reused (appended; struct_size keeps
  * older callers working). 3: cbx_model_save_voice_prefix / cbx_model_load_voice_prefix,
- * CBX_ERR_FILE. */
-#define CBX_API_VERSION 3
+ * CBX_ERR_FILE. 4: cbx_version. */
+#define CBX_API_VERSION 4
 
 typedef enum cbx_status {
   CBX_OK = 0,
@@ -202,6 +202,11 @@ cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice);
  * (no text-independent prefix); CBX_ERR_VOICE as cbx_model_prepare_voice. */
 cbx_status cbx_model_save_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path);
 cbx_status cbx_model_load_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path, int32_t* loaded);
+
+/* The library's version line, e.g. "0.1.0 (git 6f62432) GNU 12.2.0 Release": the project version,
+ * the git commit it was built from ("-dirty" with local changes, "unknown" outside a git checkout),
+ * the compiler and the build type. A static string; never NULL. */
+const char* cbx_version(void);
 
 #ifdef __cplusplus
 }
