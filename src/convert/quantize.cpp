@@ -1,7 +1,6 @@
 #include "convert/quantize.h"
 
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -12,7 +11,8 @@
 
 namespace cbx {
 
-QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType target, bool progress) {
+QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType target,
+                            const ProgressFn& progress) {
   auto t0 = std::chrono::steady_clock::now();
   parse_target_type(dtype_name(target));
   CBX_CHECK(in != out, "quantize: input and output are the same file '%s'", in.c_str());
@@ -34,9 +34,7 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
   }
 
   QuantizeStats st;
-  auto done = std::make_shared<uint64_t>(0);
-  auto last = std::make_shared<int>(-1);
-  uint64_t total = 0;
+  auto done = std::make_shared<int64_t>(0);
   std::vector<std::pair<const GgufTensorInfo*, DType>> plan;
   for (const GgufTensorInfo& ti : f->tensors()) {
     std::vector<int64_t> shape(ti.shape, ti.shape + ti.ndim);
@@ -58,13 +56,13 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
     st.bytes_in += ti.nbytes;
     st.bytes_out += bytes;
     st.bytes_per_dtype[dt] += bytes;
-    total += bytes;
     plan.push_back({&ti, dt});
   }
   const GgufFile* fp = f.get();
+  const int64_t total = int64_t(plan.size());
   for (auto [ti, dt] : plan) {
     std::vector<int64_t> shape(ti->shape, ti->shape + ti->ndim);
-    w.add_tensor_lazy(ti->name, dt, shape, [fp, ti = ti, dt = dt, done, last, total, progress](void* dst, size_t nbytes) {
+    w.add_tensor_lazy(ti->name, dt, shape, [fp, ti = ti, dt = dt, done, total, &progress](void* dst, size_t nbytes) {
       Tensor src = fp->tensor(*ti);
       if (dt == ti->dtype) {
         CBX_CHECK(nbytes == ti->nbytes, "quantize: '%s' size mismatch", ti->name.c_str());
@@ -75,12 +73,13 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
         type_traits(ti->dtype).to_float(src.data, tmp.data(), n);
         encode_f32(tmp.data(), n, dt, dst);
       }
-      *done += nbytes;
-      int decile = total ? int(*done * 10 / total) : 10;
-      if (progress && decile != *last) {
-        *last = decile;
-        std::fprintf(stderr, "quantize: [%3d%%] %.1f / %.1f MB  %s\n", decile * 10, *done / 1e6, total / 1e6,
-                     ti->name.c_str());
+      if (progress) {
+        ProgressEvent e;
+        e.stage = "tensor";
+        e.done = ++*done;
+        e.total = total;
+        e.item = ti->name;
+        progress(e);
       }
     });
   }
