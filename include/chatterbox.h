@@ -50,7 +50,7 @@ extern "C" {
  * silently took as "the default" (temperature -1, n_threads 0, max_new_tokens 0,
  * max_chunk_tokens 0, voice max_seconds 0, ...) are now CBX_ERR_INVALID_ARGUMENT; the default
  * n_threads is the CPUs the process may use (affinity, cgroup quota), not the machine's; Turbo
- * takes language "en" in any case. */
+ * takes language "en" in any case; cbx_version. */
 #define CBX_API_VERSION 4
 
 /* "Leave the field at the model's default" (set by the *_default_params functions). Values no
@@ -224,6 +224,11 @@ cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice);
  * (no text-independent prefix); CBX_ERR_VOICE as cbx_model_prepare_voice. */
 cbx_status cbx_model_save_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path);
 cbx_status cbx_model_load_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path, int32_t* loaded);
+
+/* The library's version line, e.g. "0.1.0 (git 6f62432) GNU 12.2.0 Release": the project version,
+ * the git commit it was built from ("-dirty" with local changes, "unknown" outside a git checkout),
+ * the compiler and the build type. A static string; never NULL. */
+const char* cbx_version(void);
 
 #ifdef __cplusplus
 }

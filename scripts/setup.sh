@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
-# Installs every Debian package chatterbox.cpp needs to build, test, benchmark and fuzz.
-# Idempotent: packages already present are left alone. Run as root (or with sudo).
+# Installs the Debian packages chatterbox.cpp needs. Idempotent: packages already present are
+# left alone. Run as root (or with sudo).
+#   bash scripts/setup.sh                 everything: build, run, test, benchmark, fuzz (CI)
+#   bash scripts/setup.sh --runtime-only  only what building and running `chatterbox` needs;
+#                                         configure with -DCBX_TESTS=OFF (no GoogleTest then)
 set -euo pipefail
 
-PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
-  clang libclang-rt-14-dev                 # libFuzzer targets and sanitizers
-  libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcpp-httplib-dev libicu-dev
-  libsndfile1-dev libsoxr-dev libfftw3-dev librubberband-dev zlib1g-dev
-  libopenblas-dev                          # only the kernels benchmark compares against it
-  python3-torch python3-numpy               # PyTorch references in parity tests (/usr/bin/python3)
-  python3-regex                             # Unicode classes in the MTL tokenizer reference (tests/mtl_tokenizer_reference.py)
-  espeak-ng sox                             # test speech and audio checks
+# Building and running the library, `chatterbox`, `chatterbox-bench` and `chatterbox-mkckpt`.
+RUNTIME_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  git                                      # the commit in `chatterbox --version` ("unknown" without)
+  nlohmann-json3-dev libicu-dev
+  libsndfile1-dev libsoxr-dev libfftw3-dev librubberband-dev
 )
+# Tests, parity references, benchmarks' comparisons and fuzzing only.
+TEST_PACKAGES=(
+  libgtest-dev libgmock-dev                # CBX_TESTS=ON (the default)
+  clang libclang-rt-14-dev                 # libFuzzer targets and sanitizers
+  libbenchmark-dev
+  libcpp-httplib-dev zlib1g-dev            # not needed to build or run today
+  libopenblas-dev                          # only the kernels benchmark compares against it
+  python3-torch python3-numpy              # PyTorch references in parity tests (/usr/bin/python3)
+  python3-regex                            # Unicode classes in the MTL tokenizer reference (tests/mtl_tokenizer_reference.py)
+  espeak-ng sox                            # test speech and audio checks
+)
+
+case "${1:-}" in
+  "") PACKAGES=("${RUNTIME_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  --runtime-only) PACKAGES=("${RUNTIME_PACKAGES[@]}") ;;
+  -h|--help)
+    sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0 ;;
+  *) echo "setup: unknown option '$1' (--runtime-only or none)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -380,6 +380,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: test_c_api BUILD_DIR\n");
     return 2;
   }
+  /* The version line: "X.Y.Z (git HASH) COMPILER BUILD_TYPE". */
+  CHECK(cbx_version() != NULL && cbx_version()[0] >= '0' && cbx_version()[0] <= '9' &&
+        strstr(cbx_version(), " (git ") != NULL);
   snprintf(bin, sizeof bin, "%s/bin/chatterbox-mkckpt", argv[1]);
   if (access(bin, X_OK) != 0) {
     printf("skip: %s not built\n", bin);

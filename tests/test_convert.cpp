@@ -293,9 +293,27 @@ TEST_P(ConvertTiny, EveryTensorShapesAndValues) {
     o.dir = dir;
     o.out = tmp.path + "/m-" + dtype_name(t) + ".gguf";
     o.type = t;
-    o.progress = false;
+    // Progress: every source file read, then each encoded tensor once, counting up to the total.
+    std::vector<std::string> read;
+    int64_t last = 0, total = -1;
+    o.on_progress = [&](const ProgressEvent& e) {
+      if (std::string(e.stage) == "reading") {
+        read.push_back(e.item);
+        return;
+      }
+      ASSERT_STREQ(e.stage, "tensor");
+      EXPECT_EQ(e.done, last + 1) << e.item;
+      EXPECT_FALSE(e.item.empty());
+      if (total < 0) total = e.total;
+      EXPECT_EQ(e.total, total);
+      last = e.done;
+    };
     ConvertStats st = convert_checkpoint(o);
     EXPECT_GT(st.n_tensors, 600u);
+    EXPECT_EQ(last, total);
+    EXPECT_GT(total, 600);
+    EXPECT_LE(size_t(total), st.n_tensors);  // the built-in voice's tensors are stored directly
+    EXPECT_EQ(read.size(), 4u);              // T3, S3Gen, voice encoder, conds.pt
     out[t] = o.out;
   }
   // Sources, for value checks.
@@ -379,7 +397,13 @@ TEST_P(ConvertTiny, EveryTensorShapesAndValues) {
   // quantize(f32 file) gives the same tensor bytes as converting straight to the type.
   for (DType t : {DType::F16, DType::Q4_0}) {
     std::string q = tmp.path + "/requant.gguf";
-    quantize_gguf(out[DType::F32], q, t, false);
+    int64_t n_events = 0, last_total = 0;
+    QuantizeStats qs = quantize_gguf(out[DType::F32], q, t, [&](const ProgressEvent& e) {
+      EXPECT_EQ(e.done, ++n_events);
+      last_total = e.total;
+    });
+    EXPECT_EQ(size_t(n_events), qs.n_tensors);
+    EXPECT_EQ(last_total, n_events);
     auto a = GgufFile::open(q), b = GgufFile::open(out[t]);
     ASSERT_EQ(a->tensors().size(), b->tensors().size());
     for (size_t i = 0; i < a->tensors().size(); ++i) {
@@ -393,7 +417,7 @@ TEST_P(ConvertTiny, EveryTensorShapesAndValues) {
     EXPECT_EQ(a->get("chatterbox.convert.type").as_string(), dtype_name(t) == std::string("f16") ? "f16" : "q4_0");
   }
   // A quantized file cannot be requantized to another type.
-  std::string msg = error_of([&] { quantize_gguf(out[DType::Q4_0], tmp.path + "/x.gguf", DType::Q8_0, false); });
+  std::string msg = error_of([&] { quantize_gguf(out[DType::Q4_0], tmp.path + "/x.gguf", DType::Q8_0); });
   EXPECT_NE(msg.find("requantizing needs an F32/F16 source"), std::string::npos) << msg;
 }
 
@@ -406,7 +430,6 @@ TEST(ConvertErrors, TruncatedMissingWrongShapeUnknown) {
   ConvertOptions o;
   o.dir = dir;
   o.out = tmp.path + "/m.gguf";
-  o.progress = false;
 
   // Truncated safetensors: the message names the file.
   fs::copy_file(dir + "/t3_turbo_v1.safetensors", tmp.path + "/t3.bak");

@@ -16,8 +16,8 @@ for v in turbo mtl; do
   grep -q "variant $v" "$T/info.txt" || fail "info variant $v"
   grep -q "check: OK" "$T/info.txt" || fail "info check $v"
   grep -q "q8_0" "$T/info.txt" || fail "no q8_0 tensors in $v"
-  "$B" convert "$T/$v" -o "$T/$v-f32.gguf" 2> "$T/progress.txt" > /dev/null || fail "convert f32 $v"
-  grep -q "100%" "$T/progress.txt" || fail "no progress on stderr"
+  CBX_PROGRESS=1 "$B" convert "$T/$v" -o "$T/$v-f32.gguf" 2> "$T/progress.txt" > /dev/null || fail "convert f32 $v"
+  tr '\r' '\n' < "$T/progress.txt" | grep -Eq '^convert: tensor ([0-9]+)/\1 \(' || fail "no progress on stderr"
   "$B" quantize "$T/$v-f32.gguf" "$T/$v-q4.gguf" --type q4_0 --quiet > /dev/null || fail "quantize $v"
   "$B" info "$T/$v-q4.gguf" --check > "$T/info.txt" || { cat "$T/info.txt"; fail "info --check q4 $v"; }
   grep -q "q4_0" "$T/info.txt" || fail "no q4_0 tensors after quantize $v"

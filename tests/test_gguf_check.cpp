@@ -245,7 +245,6 @@ TEST(NonFiniteModel, ConvertQuantizeRefuseInfoCheckReports) {
   ConvertOptions o;
   o.dir = dir;
   o.type = DType::Q4_0;
-  o.progress = false;
   o.out = tmp.path + "/clean.gguf";
   convert_checkpoint(o);
 
@@ -290,7 +289,7 @@ TEST(NonFiniteModel, ConvertQuantizeRefuseInfoCheckReports) {
 
   // quantize refuses to copy them, and leaves no output behind.
   const std::string q = tmp.path + "/q.gguf";
-  std::string msg = gguf_test::error_of([&] { quantize_gguf(bad, q, DType::Q4_0, false); });
+  std::string msg = gguf_test::error_of([&] { quantize_gguf(bad, q, DType::Q4_0); });
   EXPECT_NE(msg.find("quantize: tensor '"), std::string::npos) << msg;
   EXPECT_NE(msg.find("refusing to write a model with NaN / Inf weights"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(q));

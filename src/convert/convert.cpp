@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 
 #include <chrono>
-#include <cstdio>
 
 #include "convert/convert_internal.h"
 #include "convert/quant_policy.h"
@@ -77,9 +76,8 @@ CheckpointFiles detect_checkpoint(const std::string& dir_in, const std::string& 
     f.variant = found[0].first;
     f.t3 = found[0].second;  // Multilingual: v2 first, upstream's default
     if (found.size() > 1)
-      std::fprintf(stderr, "convert: %s and %s present; using %s (upstream default; --t3 picks another)\n",
-                   base_name(found[0].second).c_str(), base_name(found[1].second).c_str(),
-                   base_name(found[0].second).c_str());
+      f.note = base_name(found[0].second) + " and " + base_name(found[1].second) + " present; using " +
+               base_name(found[0].second) + " (upstream default; --t3 picks another)";
   }
   const Variant v = f.variant;
   f.conds = pick(dir, {"conds.pt"}, v, "built-in voice");
@@ -110,12 +108,22 @@ struct Prepared {
   VoiceTensors voice;
 };
 
-Prepared prepare(const CheckpointFiles& files, bool progress) {
+void report(const ProgressFn& fn, const char* stage, int64_t done, int64_t total, const std::string& item) {
+  if (!fn) return;
+  ProgressEvent e;
+  e.stage = stage;
+  e.done = done;
+  e.total = total;
+  e.item = item;
+  fn(e);
+}
+
+Prepared prepare(const CheckpointFiles& files, const ProgressFn& progress, const WarningFn& warn) {
   Prepared p;
   p.files = files;
   p.config = default_config(files.variant);
   auto open = [&](const std::string& path) {
-    if (progress) std::fprintf(stderr, "convert: reading %s\n", base_name(path).c_str());
+    report(progress, "reading", 0, 0, base_name(path));
     return SourceFile::open(path);
   };
   p.t3 = open(files.t3);
@@ -124,30 +132,16 @@ Prepared prepare(const CheckpointFiles& files, bool progress) {
   infer_t3(*p.t3, files.variant, p.config.t3);
   infer_ve(*p.ve, p.config.ve);
   infer_s3gen(*p.s3gen, p.config);
-  if (progress) std::fprintf(stderr, "convert: reading %s\n", base_name(files.conds).c_str());
-  p.voice = read_voice(files.conds, p.config);
+  report(progress, "reading", 0, 0, base_name(files.conds));
+  p.voice = read_voice(files.conds, p.config, warn);
   return p;
 }
 
-struct Progress {
-  bool on = true;
-  uint64_t total = 0, done = 0;
-  int last_decile = -1;
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  void step(const std::string& name, uint64_t bytes) {
-    done += bytes;
-    int decile = total ? int(done * 10 / total) : 10;
-    if (!on || decile == last_decile) return;
-    last_decile = decile;
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "convert: [%3d%%] %7.1f / %.1f MB  %6.1f s  %s\n", decile * 10, done / 1e6,
-                 total / 1e6, s, name.c_str());
-  }
-};
-
 }  // namespace
 
-ModelConfig infer_checkpoint_config(const CheckpointFiles& files) { return prepare(files, false).config; }
+ModelConfig infer_checkpoint_config(const CheckpointFiles& files) {
+  return prepare(files, {}, [](const std::string&) {}).config;
+}
 
 static std::vector<OutputInput> checkpoint_inputs(const CheckpointFiles& f) {
   std::vector<OutputInput> in;
@@ -166,10 +160,13 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
   // Made before the (long) conversion: an output that is one of the checkpoint's files, or that
   // cannot be written, fails now; a killed run leaves no partial file.
   OutputFile out(opt.out, checkpoint_inputs(files));
-  if (opt.progress)
-    std::fprintf(stderr, "convert: Chatterbox %s checkpoint in %s -> %s (%s)\n", variant_title(files.variant),
-                 files.dir.c_str(), opt.out.c_str(), dtype_name(target));
-  Prepared p = prepare(files, opt.progress);
+  ConvertStats stats;
+  const WarningFn warn = [&](const std::string& w) {
+    stats.warnings.push_back(w);
+    if (opt.on_warning) opt.on_warning(w);
+  };
+  if (!files.note.empty()) warn(files.note);
+  Prepared p = prepare(files, opt.on_progress, warn);
   const ModelConfig& cfg = p.config;
 
   std::map<std::string, Recipe> recipes;
@@ -190,7 +187,7 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
   w.set_u32("general.file_type", gguf_file_type(target));
   w.set_u32("general.quantization_version", 2);
   write_config(cfg, w);
-  write_tokenizer(files, cfg, w);
+  write_tokenizer(files, cfg, w, warn);
   w.set_string("chatterbox.convert.type", type_traits(target).name);
   w.set_string("chatterbox.convert.t3_checkpoint", base_name(files.t3));
   std::vector<std::string> sources;
@@ -201,10 +198,10 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
 
   // Use counts so .pt tensors are freed as soon as their last recipe ran.
   auto uses = std::make_shared<std::map<std::pair<SourceFile*, std::string>, int>>();
-  auto progress = std::make_shared<Progress>();
-  progress->on = opt.progress;
+  // Tensors are encoded one by one inside w.write, in the order added; count them for progress.
+  auto done = std::make_shared<int64_t>(0);
+  int64_t n_lazy = 0;
 
-  ConvertStats stats;
   stats.variant = cfg.variant;
   const std::vector<TensorSpec> specs = model_tensor_specs(cfg);
   std::set<std::string> matched;
@@ -216,7 +213,6 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
     stats.tensor_bytes += bytes;
     stats.bytes_per_dtype[dt] += bytes;
     stats.tensors_per_dtype[dt]++;
-    progress->total += bytes;
 
     if (spec.name.rfind("voice.", 0) == 0) {
       const VoiceTensors& v = p.voice;
@@ -235,7 +231,6 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
                             "in " + base_name(files.conds) + "; refusing to write a model with NaN / Inf weights");
         w.add_tensor(n, dt, spec.shape, d.data(), d.size() * 4);
       }
-      progress->total -= bytes;
       continue;
     }
     auto it = recipes.find(spec.name);
@@ -261,7 +256,11 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
     matched.insert(spec.name);
     const Recipe* rp = &r;
     const std::string gname = spec.name;
-    w.add_tensor_lazy(spec.name, dt, spec.shape, [rp, dt, numel, gname, uses, progress](void* dst, size_t nbytes) {
+    ++n_lazy;
+    const int64_t* total = &n_lazy;  // final by the time w.write runs the lambdas
+    const ProgressFn& on_progress = opt.on_progress;
+    w.add_tensor_lazy(spec.name, dt, spec.shape,
+                      [rp, dt, numel, gname, uses, done, total, &on_progress](void* dst, size_t nbytes) {
       std::vector<float> data = run_recipe(*rp);
       CBX_CHECK(int64_t(data.size()) == numel, "convert: '%s' produced %zu values, expected %lld", gname.c_str(),
                 data.size(), (long long)numel);
@@ -279,19 +278,15 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
                                 " (values beyond its range); refusing to write a model with NaN / Inf weights");
       for (const std::string& in : rp->inputs)
         if (!in.empty() && --(*uses)[{rp->src, in}] == 0) rp->src->release(in);
-      progress->step(gname, nbytes);
+      report(on_progress, "tensor", ++*done, *total, gname);
     });
   }
   for (const auto& [g, r] : recipes)
     CBX_CHECK(matched.count(g), "%s: unexpected tensor '%s' (not in the Chatterbox %s layout)", r.src->file().c_str(),
               r.inputs.back().c_str(), variant_title(cfg.variant));
 
-  if (opt.progress)
-    std::fprintf(stderr, "convert: %zu tensors, %.1f MB of tensor data; writing %s\n", stats.n_tensors,
-                 stats.tensor_bytes / 1e6, opt.out.c_str());
   w.write(out);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-  if (opt.progress) std::fprintf(stderr, "convert: done in %.1f s\n", stats.seconds);
   return stats;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/progress.h"
 #include "models/model_config.h"
 
 namespace cbx {
@@ -21,6 +22,7 @@ struct CheckpointFiles {
   std::string vocab, merges, added_tokens, tokenizer_config, special_tokens_map;
   // Multilingual
   std::string mtl_tokenizer, cangjie;
+  std::string note;  // a choice detect_checkpoint made (two T3 checkpoints present), or ""
 };
 
 // Detects the variant from the files present. t3_file (optional) picks the T3 checkpoint
@@ -33,7 +35,11 @@ struct ConvertOptions {
   std::string out;
   DType type = DType::F32;  // f32 | f16 | q8_0 | q4_0 (see quant_policy.h)
   std::string t3_file;      // optional T3 checkpoint override
-  bool progress = true;     // progress lines on stderr
+  // Optional: called as the source files are read ("reading", item = file name) and as each
+  // tensor is encoded ("tensor", done / total, item = GGUF tensor name).
+  ProgressFn on_progress;
+  // Optional: called with each warning as it arises (also kept in ConvertStats::warnings).
+  WarningFn on_warning;
 };
 
 struct ConvertStats {
@@ -43,6 +49,7 @@ struct ConvertStats {
   std::map<DType, uint64_t> bytes_per_dtype;
   std::map<DType, size_t> tensors_per_dtype;
   double seconds = 0;
+  std::vector<std::string> warnings;  // tokenizer / voice oddities, the T3 checkpoint chosen
 };
 
 ConvertStats convert_checkpoint(const ConvertOptions& opt);

@@ -90,10 +90,11 @@ struct VoiceTensors {
   std::vector<float> speaker_emb, emotion_adv, prompt_feat, embedding;
   std::vector<int32_t> cond_prompt_tokens, prompt_token;
 };
-// Reads and validates conds.pt against the config (sizes, token ranges); fills c.voice.
-VoiceTensors read_voice(const std::string& path, ModelConfig& c);
+// Reads and validates conds.pt against the config (sizes, token ranges); fills c.voice. Oddities
+// that do not stop the conversion go to warn.
+VoiceTensors read_voice(const std::string& path, ModelConfig& c, const WarningFn& warn);
 
 // ---- tokenizer metadata ----
-void write_tokenizer(const CheckpointFiles& files, const ModelConfig& c, GgufWriter& w);
+void write_tokenizer(const CheckpointFiles& files, const ModelConfig& c, GgufWriter& w, const WarningFn& warn);
 
 }  // namespace cbx

@@ -65,7 +65,7 @@ struct Vocab {
   }
 };
 
-void write_gpt2(const CheckpointFiles& f, const ModelConfig& c, GgufWriter& w) {
+void write_gpt2(const CheckpointFiles& f, const ModelConfig& c, GgufWriter& w, const WarningFn& warn) {
   const std::string vf = base_name(f.vocab), af = base_name(f.added_tokens);
   json vocab = read_json(f.vocab);
   CBX_CHECK(vocab.is_object(), "%s: expected an object {token: id}", vf.c_str());
@@ -92,8 +92,8 @@ void write_gpt2(const CheckpointFiles& f, const ModelConfig& c, GgufWriter& w) {
   CBX_CHECK(holes == 0, "%s + %s: %zu token ids in [0, %zu) are unassigned", vf.c_str(), af.c_str(), holes,
             v.tokens.size());
   if (int64_t(v.tokens.size()) != c.t3.text_vocab)
-    std::fprintf(stderr, "convert: warning: tokenizer has %zu tokens, T3 text_emb has %d rows\n",
-                 v.tokens.size(), c.t3.text_vocab);
+    warn("tokenizer has " + std::to_string(v.tokens.size()) + " tokens, T3 text_emb has " +
+         std::to_string(c.t3.text_vocab) + " rows");
 
   std::vector<std::string> merges;
   {
@@ -210,11 +210,11 @@ void write_mtl(const CheckpointFiles& f, GgufWriter& w) {
 
 }  // namespace
 
-void write_tokenizer(const CheckpointFiles& files, const ModelConfig& c, GgufWriter& w) {
+void write_tokenizer(const CheckpointFiles& files, const ModelConfig& c, GgufWriter& w, const WarningFn& warn) {
   if (c.variant == Variant::Mtl)
     write_mtl(files, w);
   else
-    write_gpt2(files, c, w);
+    write_gpt2(files, c, w, warn);
 }
 
 }  // namespace cbx

@@ -51,7 +51,7 @@ std::vector<int32_t> tokens(const CkptTensor& t, const char* what, int64_t vocab
 
 }  // namespace
 
-VoiceTensors read_voice(const std::string& path, ModelConfig& c) {
+VoiceTensors read_voice(const std::string& path, ModelConfig& c, const WarningFn& warn) {
   const std::string file = base_name(path);
   PyRef root = load_torch_pt(path);
   CBX_CHECK(root && root->kind == PyObject::Kind::Dict, "%s: expected a dict {'t3': ..., 'gen': ...}",
@@ -92,8 +92,8 @@ VoiceTensors read_voice(const std::string& path, ModelConfig& c) {
   c.voice.n_prompt_frames = int32_t(v.prompt_feat.size() / size_t(c.flow.mel_dim));
   CBX_CHECK(c.voice.n_prompt_frames > 0, "%s: 'gen.prompt_feat' is empty", file.c_str());
   if (c.voice.n_cond_prompt_tokens > c.t3.cond_prompt_len)
-    std::fprintf(stderr, "convert: warning: %s holds %d T3 prompt tokens, more than the %d the model uses\n",
-                 file.c_str(), c.voice.n_cond_prompt_tokens, c.t3.cond_prompt_len);
+    warn(file + " holds " + std::to_string(c.voice.n_cond_prompt_tokens) + " T3 prompt tokens, more than the " +
+         std::to_string(c.t3.cond_prompt_len) + " the model uses");
   return v;
 }
 

@@ -1,7 +1,6 @@
 #include "convert/quantize.h"
 
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -14,7 +13,8 @@
 
 namespace cbx {
 
-QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType target, bool progress) {
+QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType target,
+                            const ProgressFn& progress) {
   auto t0 = std::chrono::steady_clock::now();
   parse_target_type(dtype_name(target));
   std::unique_ptr<GgufFile> f = GgufFile::open(in);
@@ -37,9 +37,7 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
   }
 
   QuantizeStats st;
-  auto done = std::make_shared<uint64_t>(0);
-  auto last = std::make_shared<int>(-1);
-  uint64_t total = 0;
+  auto done = std::make_shared<int64_t>(0);
   std::vector<std::pair<const GgufTensorInfo*, DType>> plan;
   for (const GgufTensorInfo& ti : f->tensors()) {
     std::vector<int64_t> shape(ti.shape, ti.shape + ti.ndim);
@@ -61,13 +59,13 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
     st.bytes_in += ti.nbytes;
     st.bytes_out += bytes;
     st.bytes_per_dtype[dt] += bytes;
-    total += bytes;
     plan.push_back({&ti, dt});
   }
   const GgufFile* fp = f.get();
+  const int64_t total = int64_t(plan.size());
   for (auto [ti, dt] : plan) {
     std::vector<int64_t> shape(ti->shape, ti->shape + ti->ndim);
-    w.add_tensor_lazy(ti->name, dt, shape, [fp, ti = ti, dt = dt, done, last, total, progress](void* dst, size_t nbytes) {
+    w.add_tensor_lazy(ti->name, dt, shape, [fp, ti = ti, dt = dt, done, total, &progress](void* dst, size_t nbytes) {
       Tensor src = fp->tensor(*ti);
       // NaN / Inf weights are refused here, in the input and after encoding, as in convert.
       check_finite_tensor(ti->name, ti->dtype, src.data, src.numel(), "quantize",
@@ -84,12 +82,13 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
                             std::string("after encoding as ") + dtype_name(dt) +
                                 " (values beyond its range); refusing to write a model with NaN / Inf weights");
       }
-      *done += nbytes;
-      int decile = total ? int(*done * 10 / total) : 10;
-      if (progress && decile != *last) {
-        *last = decile;
-        std::fprintf(stderr, "quantize: [%3d%%] %.1f / %.1f MB  %s\n", decile * 10, *done / 1e6, total / 1e6,
-                     ti->name.c_str());
+      if (progress) {
+        ProgressEvent e;
+        e.stage = "tensor";
+        e.done = ++*done;
+        e.total = total;
+        e.item = ti->name;
+        progress(e);
       }
     });
   }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/progress.h"
 
 namespace cbx {
 
@@ -18,7 +19,9 @@ struct QuantizeStats {
 };
 
 // Throws when a tensor would need re-encoding from a quantized type (Q8_0/Q4_0 sources
-// only pass through unchanged), naming the tensor.
-QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType target, bool progress = true);
+// only pass through unchanged), naming the tensor. progress (optional) is called as each tensor
+// is written ("tensor", done / total, item = tensor name).
+QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType target,
+                            const ProgressFn& progress = {});
 
 }  // namespace cbx

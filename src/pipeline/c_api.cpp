@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/gguf.h"
+#include "core/version.h"
 #include "pipeline/mtl_pipeline.h"
 #include "pipeline/synth_options.h"
 #include "pipeline/turbo_pipeline.h"
@@ -540,5 +541,7 @@ cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* timings) 
   std::memcpy(static_cast<void*>(timings), &o, o.struct_size);
   return CBX_OK;
 }
+
+const char* cbx_version(void) { return cbx::version_line(); }
 
 }  // extern "C"

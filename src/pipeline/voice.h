@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "models/model_config.h"
 
 namespace cbx {
@@ -136,6 +137,8 @@ struct VoiceBuildTimings {
 //   s3gen_16   [n]  its sinc 24 -> 16 kHz copy (CAMPPlus and S3Gen prompt tokenizer input)
 using VoiceCapture = std::function<void(const std::string& name, const float* data, int64_t n)>;
 
+constexpr int kVoiceBuildSteps = 7;
+
 // Builds voices from reference audio with one model's networks (VoiceEncoder, CampPlus,
 // S3Tokenizer bound zero-copy from f, scratch reserved once for max_seconds of audio). f, c and
 // pool must outlive the builder. One build at a time.
@@ -160,6 +163,10 @@ class VoiceBuilder {
   const VoiceBuildOptions& options() const;
   double min_seconds() const;  // the variant's minimum reference length
   void set_capture(VoiceCapture fn);
+  // Optional: called as each stage of a build starts ("step", done = 1..kVoiceBuildSteps, item =
+  // the stage: decoding audio, resampling and loudness, S3 tokenizer (T3 prompt), voice encoder,
+  // S3Gen mel, CAMPPlus, S3 tokenizer (S3Gen prompt)). build_from_audio starts at step 2.
+  void set_progress(ProgressFn fn);
 
  private:
   struct Impl;

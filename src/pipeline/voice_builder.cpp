@@ -57,8 +57,18 @@ struct VoiceBuilder::Impl {
   S3GenMel s3gen_mel;
   std::unique_ptr<SincResampler> sinc;
   VoiceCapture capture;
+  ProgressFn progress;
   void cap(const char* name, const float* x, size_t n) const {
     if (capture) capture(name, x, int64_t(n));
+  }
+  void step(int64_t i, const char* what) const {
+    if (!progress) return;
+    ProgressEvent e;
+    e.stage = "step";
+    e.done = i;
+    e.total = kVoiceBuildSteps;
+    e.item = what;
+    progress(e);
   }
 };
 
@@ -96,9 +106,11 @@ VoiceBuilder::~VoiceBuilder() = default;
 const VoiceBuildOptions& VoiceBuilder::options() const { return m_->o; }
 double VoiceBuilder::min_seconds() const { return m_->min_seconds; }
 void VoiceBuilder::set_capture(VoiceCapture fn) { m_->capture = std::move(fn); }
+void VoiceBuilder::set_progress(ProgressFn fn) { m_->progress = std::move(fn); }
 
 Voice VoiceBuilder::build(const std::string& path, VoiceBuildTimings* t, std::vector<std::string>* warnings) {
   const double t0 = now_ms();
+  m_->step(1, "decoding audio");
   // Decode a little more than max_seconds so that a file longer than it can be told apart.
   AudioData a = read_audio(path, m_->o.max_seconds + kDecodeMargin);
   const double t1 = now_ms();
@@ -113,6 +125,7 @@ Voice VoiceBuilder::build(const std::string& path, VoiceBuildTimings* t, std::ve
 Voice VoiceBuilder::build_from_memory(const void* data, size_t size, const std::string& name, VoiceBuildTimings* t,
                                       std::vector<std::string>* warnings) {
   const double t0 = now_ms();
+  m_->step(1, "decoding audio");
   AudioData a = read_audio_memory(data, size, name, m_->o.max_seconds + kDecodeMargin);
   const double t1 = now_ms();
   VoiceBuildTimings tm;
@@ -134,6 +147,7 @@ Voice VoiceBuilder::build_from_audio(const AudioData& a, const std::string& name
   VoiceBuildTimings tm;
   const double t_start = now_ms();
   CBX_CHECK(a.sample_rate > 0 && !a.samples.empty(), "%s: no audio samples", src);
+  m.step(2, "resampling and loudness");
 
   // Clipping and silence are judged on the decoded file signal (mono mix).
   float peak = 0;
@@ -225,6 +239,7 @@ Voice VoiceBuilder::build_from_audio(const AudioData& a, const std::string& name
   m.cap("ref16", ref16.data(), ref16.size());
 
   // T3 prompt tokens: the first enc_cond seconds, at most cond_prompt_len tokens.
+  m.step(3, "S3 tokenizer (T3 prompt)");
   t0 = now_ms();
   const int64_t n_t3 = std::min<int64_t>(int64_t(ref16.size()), m.enc_cond_16k);
   v.cond_prompt_tokens = m.s3tok->tokenize(*m.pool, ref16.data(), n_t3, c.t3.cond_prompt_len);
@@ -233,6 +248,7 @@ Voice VoiceBuilder::build_from_audio(const AudioData& a, const std::string& name
   tm.s3tok_t3_ms = now_ms() - t0;
 
   // VE speaker embedding of the whole 16 kHz reference.
+  m.step(4, "voice encoder");
   t0 = now_ms();
   v.speaker_emb = m.ve->embed(*m.pool, ref16.data(), int64_t(ref16.size()));
   tm.ve_ms = now_ms() - t0;
@@ -240,6 +256,7 @@ Voice VoiceBuilder::build_from_audio(const AudioData& a, const std::string& name
   // S3Gen.embed_ref on the first 10 s at 24 kHz.
   const size_t n24 = std::min(full.size(), size_t(m.dec_cond_24k));
   v.s3gen_samples = int64_t(n24);
+  m.step(5, "S3Gen mel");
   t0 = now_ms();
   int64_t tm_frames = 0;
   v.prompt_feat = m.s3gen_mel.compute(full.data(), n24, &tm_frames);
@@ -251,10 +268,12 @@ Voice VoiceBuilder::build_from_audio(const AudioData& a, const std::string& name
   m.cap("s3gen_24", full.data(), n24);
   m.cap("s3gen_16", s3_16.data(), s3_16.size());
 
+  m.step(6, "CAMPPlus");
   t0 = now_ms();
   v.embedding = m.campplus->embed(*m.pool, s3_16.data(), int64_t(s3_16.size()));
   tm.campplus_ms = now_ms() - t0;
 
+  m.step(7, "S3 tokenizer (S3Gen prompt)");
   t0 = now_ms();
   v.prompt_token = m.s3tok->tokenize(*m.pool, s3_16.data(), int64_t(s3_16.size()), -1);
   tm.s3tok_s3gen_ms = now_ms() - t0;

@@ -118,15 +118,14 @@ void print_tree(const cbx::PyObject& o, const std::string& path) {
   }
 }
 
-int usage() {
-  std::printf(
+void usage(FILE* out) {
+  std::fprintf(out,
       "usage: chatterbox ckpt-dump FILE [--json] [--save-pt OUT [--zip64]] [--save-safetensors "
       "OUT]\n"
       "  FILE is a .safetensors or a torch.save .pt file.\n"
       "  Prints every tensor (name dtype shape sum); --json prints the whole tree with values.\n"
       "  --save-pt re-writes the tree with our torch.save writer; --save-safetensors writes\n"
       "  the flattened tensors. --zip64 forces ZIP64 records (for tests).\n");
-  return 2;
 }
 
 int cmd_ckpt_dump(int argc, char** argv) {
@@ -143,14 +142,23 @@ int cmd_ckpt_dump(int argc, char** argv) {
       pt_opts.force_zip64 = true;
     } else if (a == "--save-safetensors" && i + 1 < argc) {
       save_st = argv[++i];
-    } else if (a == "-h" || a == "--help" || !file.empty()) {
-      return usage();
+    } else if (a == "-h" || a == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (!file.empty() || (a.size() > 1 && a[0] == '-')) {
+      std::fprintf(stderr, "chatterbox ckpt-dump: error: %s '%s'\n",
+                   a[0] == '-' ? "unknown option (or missing value)" : "unexpected argument", a.c_str());
+      usage(stderr);
+      return 2;
     } else {
       file = a;
     }
   }
-  if (file.empty()) return usage();
-  try {
+  if (file.empty()) {
+    usage(stderr);
+    return 2;
+  }
+  {
     for (const std::string* o : {&save_pt, &save_st})
       if (!o->empty()) cbx::check_output_not_input(*o, {{"input", file}});
     cbx::PyRef root;
@@ -174,9 +182,6 @@ int cmd_ckpt_dump(int argc, char** argv) {
       for (const auto& [name, t] : flat) ts.push_back(t.get());
       cbx::write_safetensors(save_st, ts);
     }
-  } catch (const cbx::Error& e) {
-    std::fprintf(stderr, "ckpt-dump: %s\n", e.what());
-    return 1;
   }
   return 0;
 }

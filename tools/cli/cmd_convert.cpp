@@ -1,4 +1,4 @@
-// chatterbox convert DIR -o model.gguf [--type f32|f16|q8_0|q4_0] [--t3 FILE] [--quiet]
+// chatterbox convert DIR -o model.gguf [--type f32|f16|q8_0|q4_0] [--t3 FILE] [-q]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,21 +12,24 @@ namespace {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: chatterbox convert DIR -o MODEL.gguf [--type f32|f16|q8_0|q4_0] [--t3 FILE] [--quiet]\n"
+               "usage: chatterbox convert DIR -o MODEL.gguf [--type f32|f16|q8_0|q4_0] [--t3 FILE] [-q]\n"
                "Converts an upstream Chatterbox checkpoint directory (Turbo, Nano or Multilingual,\n"
                "as downloaded from Hugging Face) into one self-contained GGUF file.\n"
-               "  --type T    dtype of the large matmul weights (default f32); see docs/gguf-format.md\n"
-               "  --t3 FILE   T3 checkpoint to use (e.g. t3_mtl23ls_v3.safetensors; default: detected)\n"
-               "  --quiet     no progress on stderr\n");
+               "  -o, --out F     the GGUF to write\n"
+               "  -t, --type T    dtype of the large matmul weights (default f32); see docs/gguf-format.md\n"
+               "  --t3 FILE       T3 checkpoint to use (e.g. t3_mtl23ls_v3.safetensors; default: detected)\n"
+               "  -q, --quiet     no progress line (shown on stderr when it is a terminal; CBX_PROGRESS=1\n"
+               "                  forces it on)\n");
 }
 
 int cmd_convert(int argc, char** argv) {
   cbx::ConvertOptions opt;
+  bool quiet = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) {
-        std::fprintf(stderr, "chatterbox convert: %s needs a value\n", a.c_str());
+        std::fprintf(stderr, "chatterbox convert: error: %s needs a value\n", a.c_str());
         usage(stderr);
         std::exit(2);
       }
@@ -42,15 +45,15 @@ int cmd_convert(int argc, char** argv) {
     } else if (a == "--t3") {
       opt.t3_file = value();
     } else if (a == "--quiet" || a == "-q") {
-      opt.progress = false;
+      quiet = true;
     } else if (!a.empty() && a[0] == '-') {
-      std::fprintf(stderr, "chatterbox convert: unknown option '%s'\n", a.c_str());
+      std::fprintf(stderr, "chatterbox convert: error: unknown option '%s'\n", a.c_str());
       usage(stderr);
       return 2;
     } else if (opt.dir.empty()) {
       opt.dir = a;
     } else {
-      std::fprintf(stderr, "chatterbox convert: unexpected argument '%s'\n", a.c_str());
+      std::fprintf(stderr, "chatterbox convert: error: unexpected argument '%s'\n", a.c_str());
       return 2;
     }
   }
@@ -58,7 +61,15 @@ int cmd_convert(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
+  cbx::cli::ProgressLine line("convert", cbx::cli::progress_wanted(quiet));
+  if (line.on())
+    opt.on_progress = [&](const cbx::ProgressEvent& e) { line.update(e.stage, e.done, e.total, e.item); };
+  opt.on_warning = [&](const std::string& w) {
+    line.finish();
+    cbx::cli::warn("convert", "%s", w.c_str());
+  };
   cbx::ConvertStats st = cbx::convert_checkpoint(opt);
+  line.finish();
   std::printf("converted Chatterbox %s: %zu tensors, %.1f MB of tensor data in %.1f s -> %s\n",
               cbx::variant_name(st.variant), st.n_tensors, st.tensor_bytes / 1e6, st.seconds, opt.out.c_str());
   for (const auto& [dt, bytes] : st.bytes_per_dtype)

@@ -36,7 +36,7 @@ const char* kUsage =
     "  --timing        print the wall time of each run (the last one also per phase: the ms up\n"
     "                  to each named intermediate since the previous one), and the medians of\n"
     "                  wall and process CPU time\n"
-    "  --threads N     (default 2)\n";
+    "  -t, --threads N (default 2)\n";
 
 int run(int argc, char** argv) {
   std::string model, wav_path, fb_path, out_path, out_fbank, dump_dir;
@@ -56,7 +56,7 @@ int run(int argc, char** argv) {
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
     else if (a == "--timing") timing = true;
-    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
     else cbx::fail("debug campplus: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && wav_path.empty() != fb_path.empty(),

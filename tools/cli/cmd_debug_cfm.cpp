@@ -36,7 +36,7 @@ const char* kUsage =
     "  --seed N           generator seed (default 0)\n"
     "  --repeat N         run N times (timing; the last run's output is written)\n"
     "  --timing           print per-step estimator times\n"
-    "  --threads N        (default 2)\n";
+    "  -t, --threads N    (default 2)\n";
 
 cbx::NpyArray load_f32(const std::string& path) { return cbx::cli::load_f32_npy("debug cfm", path); }
 
@@ -78,7 +78,7 @@ int run(int argc, char** argv) {
     else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
     else if (a == "--timing") timing = true;
-    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
     else cbx::fail("debug cfm: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !mu_path.empty() && !cond_path.empty() && !spks_path.empty(),

@@ -33,7 +33,7 @@ const char* kUsage =
     "  --dump-dir DIR      write every named intermediate as DIR/NAME.npy\n"
     "  --repeat N          run the forward N times and print the best time (default 1)\n"
     "  --timings           print the time spent up to each named intermediate (last run)\n"
-    "  --threads N         (default 2)\n";
+    "  -t, --threads N     (default 2)\n";
 
 std::vector<int32_t> load_ids(const std::string& path) {
   cbx::NpyArray a = cbx::npy_load(path);
@@ -87,7 +87,7 @@ int run(int argc, char** argv) {
     else if (a == "--out-spks") out_spks = next();
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
-    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--timings") timings = true;
     else cbx::fail("debug flow: unknown option '%s'\n%s", a.c_str(), kUsage);
   }

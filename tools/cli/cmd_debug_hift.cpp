@@ -31,7 +31,7 @@ const char* kUsage =
     "  --dump-dir DIR  write the named intermediates as DIR/NAME[.STAGE].npy\n"
     "  --repeat N      run N times (timing; the last run's output is written)\n"
     "  --timing        print per-phase times of the last run\n"
-    "  --threads N     (default 2)\n";
+    "  -t, --threads N (default 2)\n";
 
 cbx::NpyArray load_f32(const std::string& path) { return cbx::cli::load_f32_npy("debug hift", path); }
 
@@ -60,7 +60,7 @@ int run(int argc, char** argv) {
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
     else if (a == "--timing") timing = true;
-    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
     else cbx::fail("debug hift: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !mel_path.empty(), "debug hift: -m and --mel are required\n%s", kUsage);

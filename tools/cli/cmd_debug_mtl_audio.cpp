@@ -26,7 +26,7 @@ const char* kUsage =
     "  --cfm-noise F    float32 [80, 2 (Tp + N)]: CFM z ~ N(0, 1) (Tp: the voice's S3Gen prompt tokens)\n"
     "  --phases F       float32 [9]: HiFT SineGen phases;  --hift-noise F  float32 [9, 480 (2 (Tp + N) - Tm)]\n"
     "                   (all three or none; without them the seeded generators draw, --seed N)\n"
-    "  --threads N      (default 2)\n";
+    "  -t, --threads N  (default 2)\n";
 
 int run(int argc, char** argv) {
   std::string model, tokens_path, out_path, out_tokens, noise_path, phases_path, hnoise_path;
@@ -45,7 +45,7 @@ int run(int argc, char** argv) {
     else if (a == "--cfm-noise") noise_path = next();
     else if (a == "--phases") phases_path = next();
     else if (a == "--hift-noise") hnoise_path = next();
-    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
     else cbx::fail("%s: unknown option '%s'\n%s", kCmd, a.c_str(), kUsage);
   }

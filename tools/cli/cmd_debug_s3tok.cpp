@@ -34,7 +34,7 @@ const char* kUsage =
     "  --repeat N       run N times and print each run's time, the median and the best\n"
     "  --timings        print the time spent up to each named intermediate (last run)\n"
     "  --gemm P         GEMM precision: f32 (default), bf16, auto (CBX_GEMM, else bf16 for f16/q weights)\n"
-    "  --threads N      (default 2)\n";
+    "  -t, --threads N  (default 2)\n";
 
 int run(int argc, char** argv) {
   std::string model, wav_path, out, out_proj, out_enc, dump_dir;
@@ -56,7 +56,7 @@ int run(int argc, char** argv) {
     else if (a == "--out-encoder") out_enc = next();
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
-    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--timings") timings = true;
     else if (a == "--gemm") gemm = next();
     else cbx::fail("debug s3tok: unknown option '%s'\n%s", a.c_str(), kUsage);

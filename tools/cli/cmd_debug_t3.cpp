@@ -35,7 +35,7 @@ const char* kUsage =
     "  --seed N            sampler seed (default 0)\n"
     "  --temperature T --top-k K --top-p P --rep-penalty R   (default: the GGUF's sampler.*)\n"
     "  --kv-type f16|f32   KV cache type (default f16)\n"
-    "  --threads N         (default 2)\n";
+    "  -t, --threads N     (default 2)\n";
 
 std::vector<int32_t> load_ids(const std::string& path) {
   cbx::NpyArray a = cbx::npy_load(path);
@@ -108,7 +108,7 @@ int run(int argc, char** argv) {
     else if (a == "--top-p") top_p = std::atof(next().c_str());
     else if (a == "--rep-penalty") rep = std::atof(next().c_str());
     else if (a == "--kv-type") kv = next();
-    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
     else cbx::fail("debug t3: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !text_path.empty(), "debug t3: -m and --text-ids are required\n%s", kUsage);
@@ -198,6 +198,7 @@ int run_debug(int argc, char** argv) {
 }
 
 cbx::cli::RegisterCommand reg("debug-t3", "run T3 Turbo on ids, write logits/tokens .npy (parity)", run);
-cbx::cli::RegisterCommand reg_debug("debug", "debug NAME ...: runs debug-NAME (t3, frontend, ...)", run_debug);
+cbx::cli::RegisterCommand reg_debug("debug", "debug NAME ...: runs debug-NAME (t3, frontend, ...)", run_debug,
+                                      true);
 
 }  // namespace

@@ -39,7 +39,7 @@ const char* kUsage =
     "  --seed N            sampler seed (default 0)\n"
     "  --cfg-weight W --temperature T --min-p M --top-p P --rep-penalty R   (default: the GGUF's)\n"
     "  --kv-type f16|f32   KV cache type (default f16)\n"
-    "  --threads N         (default 2)\n";
+    "  -t, --threads N     (default 2)\n";
 
 std::vector<int32_t> load_ids(const std::string& path) {
   cbx::NpyArray a = cbx::npy_load(path);
@@ -113,7 +113,7 @@ int run(int argc, char** argv) {
       rep = std::atof(next().c_str());
     else if (a == "--kv-type")
       kv = next();
-    else if (a == "--threads")
+    else if (a == "-t" || a == "--threads")
       threads = std::atoi(next().c_str());
     else
       cbx::fail("debug t3-mtl: unknown option '%s'\n%s", a.c_str(), kUsage);

@@ -30,7 +30,7 @@ const char* kUsage =
     "  --dump-dir DIR  write DIR/trim.npy [2], DIR/mel.npy [T, 40], DIR/partials.npy [P, 256]\n"
     "  --repeat N      run N times (timing; the last run's output is written)\n"
     "  --timing        print the wall time of each run, and the medians of wall and process CPU time\n"
-    "  --threads N     (default 2)\n";
+    "  -t, --threads N (default 2)\n";
 
 int run(int argc, char** argv) {
   std::string model, wav_path, out_path, dump_dir;
@@ -48,7 +48,7 @@ int run(int argc, char** argv) {
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--repeat") repeat = std::atoi(next().c_str());
     else if (a == "--timing") timing = true;
-    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
     else cbx::fail("debug ve: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !wav_path.empty(), "debug ve: -m and --wav are required\n%s", kUsage);

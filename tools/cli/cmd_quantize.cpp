@@ -1,4 +1,4 @@
-// chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--quiet]
+// chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [-q]
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -11,14 +11,17 @@ namespace {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--quiet]\n"
-               "Re-encodes an F32 (or F16) chatterbox GGUF with the dtype policy of `convert`.\n");
+               "usage: chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [-q]\n"
+               "Re-encodes an F32 (or F16) chatterbox GGUF with the dtype policy of `convert`.\n"
+               "  -t, --type T    q8_0, q4_0 or f16\n"
+               "  -q, --quiet     no progress line (shown on stderr when it is a terminal; CBX_PROGRESS=1\n"
+               "                  forces it on)\n");
 }
 
 int cmd_quantize(int argc, char** argv) {
   std::vector<std::string> pos;
   std::string type;
-  bool progress = true;
+  bool quiet = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -26,14 +29,15 @@ int cmd_quantize(int argc, char** argv) {
       return 0;
     } else if (a == "--type" || a == "-t") {
       if (i + 1 >= argc) {
+        std::fprintf(stderr, "chatterbox quantize: error: %s needs a value\n", a.c_str());
         usage(stderr);
         return 2;
       }
       type = argv[++i];
     } else if (a == "--quiet" || a == "-q") {
-      progress = false;
+      quiet = true;
     } else if (!a.empty() && a[0] == '-') {
-      std::fprintf(stderr, "chatterbox quantize: unknown option '%s'\n", a.c_str());
+      std::fprintf(stderr, "chatterbox quantize: error: unknown option '%s'\n", a.c_str());
       usage(stderr);
       return 2;
     } else {
@@ -45,7 +49,11 @@ int cmd_quantize(int argc, char** argv) {
     return 2;
   }
   cbx::DType target = cbx::parse_target_type(type);
+  cbx::cli::ProgressLine line("quantize", cbx::cli::progress_wanted(quiet));
+  cbx::ProgressFn progress;
+  if (line.on()) progress = [&](const cbx::ProgressEvent& e) { line.update(e.stage, e.done, e.total, e.item); };
   cbx::QuantizeStats st = cbx::quantize_gguf(pos[0], pos[1], target, progress);
+  line.finish();
   std::printf("quantized %zu tensors: %.1f MB -> %.1f MB in %.1f s -> %s\n", st.n_tensors, st.bytes_in / 1e6,
               st.bytes_out / 1e6, st.seconds, pos[1].c_str());
   for (const auto& [dt, bytes] : st.bytes_per_dtype)

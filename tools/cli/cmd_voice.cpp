@@ -1,9 +1,12 @@
 // chatterbox voice create REF -m MODEL.gguf -o NAME.voice: reference audio -> saved conditionals.
 // chatterbox voice info NAME.voice [-m MODEL.gguf]: what a .voice holds (and whether it fits a model).
+// chatterbox voice list DIR: the .voice files in DIR, one a line.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,22 +27,27 @@ namespace {
 const char* kUsage =
     "usage: chatterbox voice create REF -m MODEL.gguf -o NAME.voice [options]\n"
     "       chatterbox voice info NAME.voice|MODEL.gguf [-m MODEL.gguf]\n"
+    "       chatterbox voice list DIR\n"
     "  create: builds the conditionals (speaker embeddings, prompt tokens, prompt mel) from the reference\n"
     "  recording REF (WAV/FLAC/OGG/MP3..., any rate, mono or stereo) exactly as upstream\n"
     "  prepare_conditionals does for the model's variant, and saves them as a small GGUF. `say --voice\n"
     "  NAME.voice` then gives the same audio as `say --voice REF`. Turbo needs more than 5 s of reference.\n"
     "  -m, --model F          GGUF from `chatterbox convert` (its voice encoder, CAMPPlus, S3 tokenizer)\n"
     "  -o, --output F         the .voice file to write\n"
-    "  --threads N            1 .. 1024 (default: the CPUs this process may use: affinity, cgroup quota)\n"
+    "  -t, --threads N        1 .. 1024 (default: the CPUs this process may use: affinity, cgroup quota)\n"
     "  --exaggeration X       emotion_adv stored in the voice, 0 .. 100 (default: the model's, Turbo 0 /\n"
     "                         MTL 0.5)\n"
     "  --no-norm-loudness     Turbo: skip the -27 LUFS loudness normalisation (upstream norm_loudness=False)\n"
     "  --max-seconds S        decode at most S s of the reference (10 .. 600, default 30)\n"
     "  -v, --verbose          per-stage timings\n"
+    "  -q, --quiet            no progress line (shown on stderr when it is a terminal; CBX_PROGRESS=1\n"
+    "                         forces it on) and no summary line\n"
     "  --dump-dir D           also write the intermediate signals (ref24, ref16, t3_16, s3gen_24, s3gen_16)\n"
     "                         and the voice tensors as .npy files into D (parity tests)\n"
     "  info: prints the voice's variant, source, sizes and loudness (of a model GGUF: its built-in\n"
-    "  voice); with -m also checks that the model can use it (exit 1 if not).\n";
+    "  voice); with -m also checks that the model can use it (exit 1 if not).\n"
+    "  list: one line per .voice file in DIR: name, variant, reference seconds, prompt tokens, size\n"
+    "  and source recording; files that cannot be read are listed with the reason.\n";
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -70,7 +78,7 @@ void print_voice(const cbx::Voice& v) {
 int voice_create(int argc, char** argv) {
   std::string ref, model, out, dump;
   int64_t threads = cbx::available_cpus();
-  bool verbose = false;
+  bool verbose = false, quiet = false;
   cbx::VoiceBuildOptions o;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
@@ -83,7 +91,7 @@ int voice_create(int argc, char** argv) {
       return 0;
     } else if (a == "-m" || a == "--model") model = next();
     else if (a == "-o" || a == "--output") out = next();
-    else if (a == "--threads") {
+    else if (a == "-t" || a == "--threads") {
       threads = cbx::parse_int(a, next());
       cbx::check_param(cbx::param::kThreads, double(threads));
     } else if (a == "--exaggeration") {
@@ -96,6 +104,7 @@ int voice_create(int argc, char** argv) {
       cbx::check_param(cbx::param::kVoiceMaxSeconds, o.max_seconds);
     }
     else if (a == "-v" || a == "--verbose") verbose = true;
+    else if (a == "-q" || a == "--quiet") quiet = true;
     else if (a == "--dump-dir") dump = next();
     else if (a.size() > 1 && a[0] == '-') cbx::fail("voice create: unknown option '%s'\n%s", a.c_str(), kUsage);
     else {
@@ -107,17 +116,21 @@ int voice_create(int argc, char** argv) {
   CBX_CHECK(!model.empty(), "voice create: -m MODEL.gguf is required");
   CBX_CHECK(!out.empty(), "voice create: -o NAME.voice is required");
   if (const auto w = cbx::thread_count_warning(threads))
-    std::fprintf(stderr, "voice create: warning: %s\n", w->c_str());
+    cbx::cli::warn("voice create", "%s", w->c_str());
   CBX_CHECK(!cbx::is_gguf_file(ref), "voice create: '%s' is a GGUF file, not reference audio", ref.c_str());
 
   // Before the work: the output must not be the model or the reference, and must be writable.
   cbx::OutputFile out_file(out, {{"model", model}, {"reference audio", ref}});
+  cbx::cli::ProgressLine line("voice create", cbx::cli::progress_wanted(quiet));
+  line.update("loading " + model);
   const double t0 = now_ms();
   std::unique_ptr<cbx::GgufFile> f = cbx::GgufFile::open(model);
   const cbx::ModelConfig c = cbx::read_config(*f);
   cbx::ThreadPool pool(static_cast<int>(threads));
   cbx::VoiceBuilder builder(*f, c, pool, o);
   const double load_ms = now_ms() - t0;
+  if (line.on())
+    builder.set_progress([&](const cbx::ProgressEvent& e) { line.update(e.stage, e.done, e.total, e.item); });
   if (!dump.empty())
     builder.set_capture([&](const std::string& name, const float* x, int64_t n) {
       cbx::npy_save(dump + "/" + name + ".npy", cbx::DType::F32, {n}, x);
@@ -125,6 +138,7 @@ int voice_create(int argc, char** argv) {
   cbx::VoiceBuildTimings tm;
   std::vector<std::string> warnings;
   cbx::Voice v = builder.build(ref, &tm, &warnings);
+  line.finish();
   if (!dump.empty()) {
     auto f32 = [&](const char* name, const std::vector<float>& x, std::vector<int64_t> shape) {
       cbx::npy_save(dump + "/" + name + ".npy", cbx::DType::F32, shape, x.data());
@@ -138,9 +152,10 @@ int voice_create(int argc, char** argv) {
     f32("prompt_feat", v.prompt_feat, {v.n_prompt_frames(), int64_t(v.mel_dim)});
     f32("embedding", v.embedding, {int64_t(v.embedding.size())});
   }
-  for (const std::string& w : warnings) std::fprintf(stderr, "voice create: warning: %s\n", w.c_str());
+  for (const std::string& w : warnings) cbx::cli::warn("voice create", "%s", w.c_str());
   cbx::save_voice(v, out_file);
-  std::fprintf(stderr, "voice create: %s -> %s (%s voice, %.2f s reference, %zu + %zu prompt tokens)\n", ref.c_str(),
+  if (!quiet)
+    std::fprintf(stderr, "voice create: %s -> %s (%s voice, %.2f s reference, %zu + %zu prompt tokens)\n", ref.c_str(),
                out.c_str(), cbx::variant_name(v.variant), double(v.ref_samples) / 24000.0,
                v.cond_prompt_tokens.size(), v.prompt_token.size());
   if (verbose)
@@ -190,18 +205,73 @@ int voice_info(int argc, char** argv) {
   return 0;
 }
 
+// One line per *.voice file of a directory, sorted by name, under a header. A file that cannot be
+// read is listed with the reason; the exit status is 0 all the same (the listing worked).
+int voice_list(int argc, char** argv) {
+  namespace fs = std::filesystem;
+  std::string dir;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a.size() > 1 && a[0] == '-') {
+      cbx::fail("voice list: unknown option '%s'", a.c_str());
+    } else {
+      CBX_CHECK(dir.empty(), "voice list: give one directory ('%s', '%s')", dir.c_str(), a.c_str());
+      dir = a;
+    }
+  }
+  CBX_CHECK(!dir.empty(), "voice list: no directory\n%s", kUsage);
+  std::error_code ec;
+  CBX_CHECK(fs::is_directory(dir, ec), "voice list: '%s' is not a directory%s%s", dir.c_str(), ec ? ": " : "",
+            ec ? ec.message().c_str() : "");
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".voice") files.push_back(it->path());
+  CBX_CHECK(!ec, "voice list: cannot read '%s': %s", dir.c_str(), ec.message().c_str());
+  if (files.empty()) {
+    std::printf("no .voice files in %s\n", dir.c_str());
+    return 0;
+  }
+  std::sort(files.begin(), files.end());
+  size_t width = 4;
+  for (const fs::path& p : files) width = std::max(width, p.stem().string().size());
+  std::printf("%-*s  %-7s  %8s  %13s  %9s  %s\n", int(width), "NAME", "VARIANT", "REF (s)", "PROMPT TOKENS", "SIZE",
+              "SOURCE");
+  for (const fs::path& p : files) {
+    const std::string name = p.stem().string();
+    try {
+      const cbx::Voice v = cbx::load_voice(p.string());
+      cbx::validate_voice(v, p.string());
+      const uintmax_t bytes = fs::file_size(p, ec);
+      char size[32] = "?";
+      if (!ec) std::snprintf(size, sizeof size, "%.1f kB", double(bytes) / 1e3);
+      const std::string tokens = std::to_string(v.cond_prompt_tokens.size()) + " + " +
+                                 std::to_string(v.prompt_token.size());
+      std::printf("%-*s  %-7s  %8.2f  %13s  %9s  %s\n", int(width), name.c_str(), cbx::variant_name(v.variant),
+                  double(v.ref_samples) / 24000.0, tokens.c_str(), size, v.source.c_str());
+    } catch (const std::exception& e) {
+      std::printf("%-*s  unreadable: %s\n", int(width), name.c_str(), e.what());
+    }
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const std::string sub = argc > 1 ? argv[1] : "";
   if (sub == "create") return voice_create(argc, argv);
   if (sub == "info") return voice_info(argc, argv);
+  if (sub == "list") return voice_list(argc, argv);
   if (sub == "-h" || sub == "--help") {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  CBX_CHECK(!sub.empty(), "voice: give a subcommand, create or info\n%s", kUsage);
-  cbx::fail("voice: unknown subcommand '%s' (create or info)\n%s", sub.c_str(), kUsage);
+  CBX_CHECK(!sub.empty(), "voice: give a subcommand, create, info or list\n%s", kUsage);
+  cbx::fail("voice: unknown subcommand '%s' (create, info or list)\n%s", sub.c_str(), kUsage);
 }
 
-cbx::cli::RegisterCommand reg("voice", "reference audio -> .voice conditionals (voice create / voice info)", run);
+cbx::cli::RegisterCommand reg("voice", "reference audio -> .voice conditionals (voice create / info / list)", run,
+                              true);
 
 }  // namespace

@@ -5,7 +5,7 @@
 namespace cbx::cli {
 
 SayProgress::SayProgress(bool quiet, bool force)
-    : on_(!quiet && (force || ::isatty(2))), t0_(std::chrono::steady_clock::now()), last_(t0_) {}
+    : on_(!quiet && (force || progress_wanted(false))), t0_(std::chrono::steady_clock::now()), last_(t0_) {}
 
 void SayProgress::status(const std::string& what) {
   status_ = what;

@@ -6,22 +6,14 @@
 #include <cstdio>
 #include <string>
 
+#include "command.h"  // warn()
 #include "pipeline/pipeline_common.h"
 
 namespace cbx::cli {
 
-// "chatterbox CMD: warning: MESSAGE" on stderr (printf-style).
-template <typename... Args>
-void warn(const char* cmd, const char* fmt, Args... args) {
-  std::fprintf(stderr, "chatterbox %s: warning: ", cmd);
-  if constexpr (sizeof...(Args) == 0) std::fputs(fmt, stderr);
-  else std::fprintf(stderr, fmt, args...);
-  std::fputc('\n', stderr);
-}
-
 // One line, rewritten in place ("\r"): the chunk being spoken, its speech tokens, the audio
-// seconds done and the speed against real time. On when stderr is a terminal (or forced), off
-// with -q; at most ~10 updates a second.
+// seconds done and the speed against real time. On as progress_wanted (command.h: a terminal,
+// or CBX_PROGRESS=1) or with --progress, off with -q; at most ~10 updates a second.
 class SayProgress {
  public:
   SayProgress(bool quiet, bool force);
