@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/output_file.h"
 #include "mkckpt.h"
 
 namespace mk {
@@ -70,10 +71,9 @@ float Rng::normal() {
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) cbx::fail("cannot write %s: %s", path.c_str(), std::strerror(errno));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) cbx::fail("write error on %s", path.c_str());
+  cbx::OutputFile out(path);
+  out.write(text.data(), text.size());
+  out.commit();
 }
 
 std::string utf8(uint32_t cp) {

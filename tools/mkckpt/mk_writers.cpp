@@ -9,6 +9,7 @@
 
 #include "convert/torch_pt.h"
 #include "core/error.h"
+#include "core/output_file.h"
 #include "mkckpt.h"
 
 namespace mk {
@@ -51,24 +52,12 @@ std::string shape_json(const std::vector<int64_t>& s) {
   return j;
 }
 
+// Through OutputFile (core/output_file.h): written whole or not at all, never over a device.
 struct File {
-  FILE* f = nullptr;
-  std::string path;
-  explicit File(const std::string& p) : path(p) {
-    f = std::fopen(p.c_str(), "wb");
-    if (!f) cbx::fail("cannot write %s: %s", p.c_str(), std::strerror(errno));
-  }
-  void write(const void* d, size_t n) {
-    if (n && std::fwrite(d, 1, n, f) != n) cbx::fail("write error on %s: %s", path.c_str(), std::strerror(errno));
-  }
-  void close() {
-    FILE* g = f;
-    f = nullptr;
-    if (g && std::fclose(g) != 0) cbx::fail("write error on %s", path.c_str());
-  }
-  ~File() {
-    if (f) std::fclose(f);
-  }
+  cbx::OutputFile out;
+  explicit File(const std::string& p) : out(p) {}
+  void write(const void* d, size_t n) { out.write(d, n); }
+  void close() { out.commit(); }
 };
 
 }  // namespace
