@@ -39,8 +39,8 @@ extern "C" {
 
 /* 2: cbx_model_prepare_voice, cbx_timings.chunks_prefix_reused (appended; struct_size keeps
  * older callers working). 3: cbx_model_save_voice_prefix / cbx_model_load_voice_prefix,
- * CBX_ERR_FILE. */
-#define CBX_API_VERSION 3
+ * CBX_ERR_FILE. 4: streaming (cbx_synth_params.stream and its schedule, appended). */
+#define CBX_API_VERSION 4
 
 typedef enum cbx_status {
   CBX_OK = 0,
@@ -87,9 +87,18 @@ typedef struct cbx_synth_params {
   float min_p;              /* [0, 1]; default 0.05 */
   float cfg_weight;         /* T3 classifier-free guidance, >= 0; default 0.5 */
   float exaggeration;       /* emotion exaggeration, >= 0; default 0.5 */
+  /* Streaming (docs/streaming.md; Turbo and Nano): nonzero = on_audio gets each text chunk's
+   * audio in pieces while T3 is still decoding (the concatenation has the non-streamed length;
+   * should_abort is honoured between pieces). The schedule, in speech tokens (25 per second):
+   * 0 = the default, -1 = keep everything (context fields only). */
+  int32_t stream;
+  int32_t stream_first_tokens;   /* tokens before the first piece; default 25 */
+  int32_t stream_chunk_tokens;   /* tokens between later pieces; default 50 */
+  int32_t stream_context_tokens; /* generated tokens of left context S3Gen re-runs keep; default 50 */
+  int32_t stream_prompt_tokens;  /* voice prompt tokens S3Gen re-runs keep; default all */
 } cbx_synth_params;
 
-/* Audio of one finished text chunk (samples valid during the call). Return non-zero to stop
+/* Audio of one finished text chunk, or of one streamed piece (samples valid during the call). Return non-zero to stop
  * (cbx_synthesize then returns CBX_ERR_ABORTED). */
 typedef int (*cbx_audio_callback)(const float* samples, size_t n_samples, int32_t sample_rate, void* user_data);
 /* Polled between decode steps and stages; return non-zero to abort. */

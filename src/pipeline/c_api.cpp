@@ -227,6 +227,18 @@ cbx_model_params cbx_model_default_params(void) {
   return p;
 }
 
+namespace {
+// The C schedule (0 = default, -1 = keep all) as a StreamSchedule.
+cbx::StreamSchedule stream_schedule_from(const cbx_synth_params& p) {
+  cbx::StreamSchedule s;
+  if (p.stream_first_tokens > 0) s.first_tokens = p.stream_first_tokens;
+  if (p.stream_chunk_tokens > 0) s.chunk_tokens = p.stream_chunk_tokens;
+  if (p.stream_context_tokens != 0) s.context_tokens = p.stream_context_tokens < 0 ? 0 : p.stream_context_tokens;
+  if (p.stream_prompt_tokens != 0) s.prompt_tokens = p.stream_prompt_tokens < 0 ? 0 : p.stream_prompt_tokens;
+  return s;
+}
+}  // namespace
+
 cbx_synth_params cbx_synth_default_params(void) {
   cbx_synth_params p;
   std::memset(&p, 0, sizeof p);
@@ -343,6 +355,13 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
                                                    " model speaks English only; language '" + language +
                                                    "' needs a Multilingual model");
   if (const cbx_status vs = usable_voice(model, voice, "cbx_synthesize_voice: voice"); vs != CBX_OK) return vs;
+  if (p.stream && model->mtl)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: streaming is not available for Multilingual models yet");
+  if (p.stream_first_tokens < 0 || p.stream_chunk_tokens < 0 || p.stream_context_tokens < -1 ||
+      p.stream_prompt_tokens < -1)
+    return set_error(CBX_ERR_INVALID_ARGUMENT,
+                     "cbx_synthesize: stream_first_tokens / stream_chunk_tokens must be >= 0, stream_context_tokens / "
+                     "stream_prompt_tokens >= -1");
   return guarded(CBX_ERR_INTERNAL, [&]() {
     std::lock_guard<std::mutex> lock(model->mu);
     VoiceScope voice_scope(*model, voice);
@@ -376,6 +395,8 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
       sp.top_p = p.top_p < 0 ? -1.0 : float_as_decimal(p.top_p);
       sp.repetition_penalty = p.repetition_penalty;
       sp.max_chunk_tokens = p.max_chunk_tokens > 0 ? p.max_chunk_tokens : 0;
+      sp.stream = p.stream != 0;
+      sp.stream_schedule = stream_schedule_from(p);
       wave = model->pipe->synthesize(text, sp, &tm, on_audio, should_abort);
     }
     model->last = tm;
