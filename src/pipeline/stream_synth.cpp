@@ -139,16 +139,16 @@ void S3GenStream::run(const std::vector<int32_t>& tokens, bool finalize, SynthTi
                 size_t(g_end - mel_done_) * 4);
   last_first_ = mel_done_;
   mel_done_ = g_end;
-  vocode(g_end, finalize, sink, keep_samples);
-  const double t3 = pipeline_now_ms();
-  if (tm) {
+  if (tm) {  // before vocode: its sink may read them (time to first audio)
     tm->flow_ms += t1 - t0;
     tm->cfm_ms += t2 - t1;
-    tm->hift_ms += t3 - t2;
   }
+  vocode(g_end, finalize, tm, sink, keep_samples);
 }
 
-void S3GenStream::vocode(int64_t g_end, bool finalize, const StreamSink& sink, int64_t keep_samples) {
+void S3GenStream::vocode(int64_t g_end, bool finalize, SynthTimings* tm, const StreamSink& sink,
+                         int64_t keep_samples) {
+  const double t0 = pipeline_now_ms();
   HiftVocoder& h = s3_.hift();
   const int64_t s = std::max<int64_t>(0, a_done_ - kHiftContext), T = g_end - s;
   // The HiFT noise up to the last sample of this run.
@@ -168,7 +168,10 @@ void S3GenStream::vocode(int64_t g_end, bool finalize, const StreamSink& sink, i
   const Tensor& wave = h.forward(slice(mel_all, 1, s, T), &d);
   const float* w = wave.ptr<float>() + (a_done_ - s) * spf_;
   const int64_t emit_end = finalize ? g_end : g_end - kHiftHold;
-  if (emit_end <= a_done_) return;  // nothing certain yet: the next run starts from the same state
+  if (emit_end <= a_done_) {  // nothing certain yet: the next run starts from the same state
+    if (tm) tm->hift_ms += pipeline_now_ms() - t0;
+    return;
+  }
   const int64_t n_new = (emit_end - a_done_) * spf_;
   out_.assign(w, w + n_new);
   if (have_tail_) {  // raised-cosine cross-fade from the held-back audio into this run's
@@ -184,6 +187,7 @@ void S3GenStream::vocode(int64_t g_end, bool finalize, const StreamSink& sink, i
     h.advance_cycles(h.last_f0().data() + (a_done_ - s), emit_end - a_done_, cycles_.data());
   }
   a_done_ = emit_end;
+  if (tm) tm->hift_ms += pipeline_now_ms() - t0;
   emit(out_.data(), n_new, sink, keep_samples);
 }
 

@@ -86,7 +86,7 @@ class S3GenStream {
  private:
   void run(const std::vector<int32_t>& tokens, bool finalize, SynthTimings* tm, const StreamSink& sink,
            int64_t keep_samples);
-  void vocode(int64_t g_end, bool finalize, const StreamSink& sink, int64_t keep_samples);
+  void vocode(int64_t g_end, bool finalize, SynthTimings* tm, const StreamSink& sink, int64_t keep_samples);
   void emit(float* x, int64_t n, const StreamSink& sink, int64_t keep_samples);
 
   S3GenStage& s3_;
