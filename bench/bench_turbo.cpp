@@ -37,11 +37,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "bench.h"
 #include "bench_e2e.h"
+#include "bench_stream.h"
 #include "stream_read.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -56,11 +58,33 @@ namespace {
 int run_turbo(int argc, char** argv) {
   E2eArgs args;
   args.tokens = 250;
+  StreamBenchArgs sa;
+  bool tokens_given = false;
+  auto extra = [&](const std::string& a, const std::function<const char*()>& next) {
+    auto num = [&]() { return std::stoll(next()); };
+    if (a == "--stream") sa.on = true;
+    else if (a == "--reps") sa.reps = int(num());
+    else if (a == "--first") sa.sched.first_tokens = num();
+    else if (a == "--chunk") sa.sched.chunk_tokens = num();
+    else if (a == "--context") sa.sched.context_tokens = num();
+    else if (a == "--prompt") sa.sched.prompt_tokens = num();
+    else return false;
+    return true;
+  };
+  for (int i = 1; i < argc; ++i) tokens_given = tokens_given || std::string(argv[i]) == "--tokens";
   if (!parse_e2e_args(argc, argv, "turbo",
                       "usage: chatterbox-bench turbo -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] "
-                      "[--seed S] [--mb MB] [--sample-mb MB] [--sample-every N]  (see bench/bench_turbo.cpp)",
-                      args))
+                      "[--seed S] [--mb MB] [--sample-mb MB] [--sample-every N]  (see bench/bench_turbo.cpp)\n"
+                      "       chatterbox-bench turbo --stream -m MODEL.gguf [--tokens N (200)] [--reps R] [--first N] "
+                      "[--chunk N] [--context N] [--prompt N]  (see bench/bench_stream.cpp)",
+                      args, extra))
     return 0;
+  if (sa.on) {
+    if (!tokens_given) args.tokens = 200;
+    CBX_CHECK(sa.reps >= 1 && sa.reps <= 100, "bench turbo: --reps %d must be 1 .. 100", sa.reps);
+    check_stream_schedule(sa.sched);
+    return run_turbo_stream(args, sa);
+  }
   const std::string& model = args.model;
   const std::string& kv = args.kv;
   const int threads = args.threads, tokens = args.tokens, mb = args.mb;

@@ -50,7 +50,8 @@ extern "C" {
  * silently took as "the default" (temperature -1, n_threads 0, max_new_tokens 0,
  * max_chunk_tokens 0, voice max_seconds 0, ...) are now CBX_ERR_INVALID_ARGUMENT; the default
  * n_threads is the CPUs the process may use (affinity, cgroup quota), not the machine's; Turbo
- * takes language "en" in any case; cbx_version. */
+ * takes language "en" in any case; cbx_version; streaming (cbx_synth_params.stream
+ * and its schedule, appended). */
 #define CBX_API_VERSION 4
 
 /* "Leave the field at the model's default" (set by the *_default_params functions). Values no
@@ -108,9 +109,20 @@ typedef struct cbx_synth_params {
   float min_p;              /* [0, 1]; default 0.05 */
   float cfg_weight;         /* T3 classifier-free guidance, [0, 100]; default 0.5 */
   float exaggeration;       /* emotion exaggeration, [0, 100]; default 0.5 */
+  /* Streaming (docs/streaming.md; Turbo and Nano): nonzero = on_audio gets each text chunk's
+   * audio in pieces while T3 is still decoding (the concatenation has the non-streamed length;
+   * should_abort is honoured between pieces). The schedule, in speech tokens (25 per second);
+   * CBX_DEFAULT_INT = the default. */
+  int32_t stream;
+  int32_t stream_first_tokens;   /* tokens before the first piece, 1 .. 10000; default 25 */
+  int32_t stream_chunk_tokens;   /* tokens between later pieces, 1 .. 10000; default 50 */
+  int32_t stream_context_tokens; /* generated tokens of left context S3Gen re-runs keep, 0 .. 10000,
+                                    0 = all; default 50 */
+  int32_t stream_prompt_tokens;  /* voice prompt tokens S3Gen re-runs keep, 0 .. 10000, 0 = all;
+                                    default all */
 } cbx_synth_params;
 
-/* Audio of one finished text chunk (samples valid during the call). Return non-zero to stop
+/* Audio of one finished text chunk, or of one streamed piece (samples valid during the call). Return non-zero to stop
  * (cbx_synthesize then returns CBX_ERR_ABORTED). */
 typedef int (*cbx_audio_callback)(const float* samples, size_t n_samples, int32_t sample_rate, void* user_data);
 /* Polled between decode steps and stages; return non-zero to abort. */

@@ -194,6 +194,73 @@ static int write_test_wav(const char* path, double seconds) {
 /* Voices through the C API on the tiny Turbo model (gguf): create from a file and from memory,
  * save/load, synthesize with a voice (deterministic, lossless through a .voice, different from
  * the built-in voice, which later plain calls still use), and the errors. */
+/* Streaming on the tiny Turbo model (gguf) and the refusal on the Multilingual one (mtl_gguf):
+ * several pieces whose total is the non-streamed length, determinism, bad schedules. */
+static void test_stream(const char* gguf, const char* mtl_gguf) {
+  cbx_model_params mp = cbx_model_default_params();
+  mp.n_threads = 2;
+  mp.max_new_tokens = 60;
+  cbx_model* m = NULL;
+  CHECK(cbx_model_load(gguf, &mp, &m) == CBX_OK);
+  if (!m) return;
+  cbx_synth_params sp = cbx_synth_default_params();
+  CHECK(sp.stream == 0 && sp.stream_first_tokens == CBX_DEFAULT_INT && sp.stream_context_tokens == CBX_DEFAULT_INT);
+  sp.seed = 3;
+  float* a = NULL;
+  size_t na = 0;
+  CHECK(cbx_synthesize(m, "Hello stream.", &sp, &a, &na, NULL) == CBX_OK && na > 0);
+  sp.stream = 1;
+  sp.stream_first_tokens = 10;
+  sp.stream_chunk_tokens = 12;
+  cb_state st;
+  memset(&st, 0, sizeof st);
+  st.abort_after = -1;
+  cbx_callbacks cb;
+  memset(&cb, 0, sizeof cb);
+  cb.struct_size = sizeof cb;
+  cb.on_audio = on_audio;
+  cb.should_abort = should_abort;
+  cb.user_data = &st;
+  float* b = NULL;
+  size_t nb = 0;
+  CHECK(cbx_synthesize(m, "Hello stream.", &sp, &b, &nb, &cb) == CBX_OK);
+  CHECK(nb == na && st.n_samples == nb && st.calls >= 3);
+  /* deterministic per seed */
+  float* c = NULL;
+  size_t nc = 0;
+  CHECK(cbx_synthesize(m, "Hello stream.", &sp, &c, &nc, NULL) == CBX_OK);
+  CHECK(nc == nb && b && c && memcmp(b, c, nb * sizeof(float)) == 0);
+  /* the whole context kept (-1), audio through the callback only */
+  cb_state st2;
+  memset(&st2, 0, sizeof st2);
+  st2.abort_after = -1;
+  cb.user_data = &st2;
+  cb.should_abort = NULL;
+  sp.stream_context_tokens = 0; /* keep all */
+  CHECK(cbx_synthesize(m, "Hello stream.", &sp, NULL, NULL, &cb) == CBX_OK && st2.calls >= 3);
+  sp.stream_context_tokens = -1;
+  CHECK(cbx_synthesize(m, "Hello stream.", &sp, &c, &nc, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(cbx_last_error(), "context_tokens") != NULL);
+  sp.stream_context_tokens = CBX_DEFAULT_INT;
+  sp.stream_first_tokens = 0;
+  CHECK(cbx_synthesize(m, "Hello stream.", &sp, &c, &nc, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(cbx_last_error(), "first_tokens") != NULL);
+  sp.stream_first_tokens = 10;
+  cbx_audio_free(a);
+  cbx_audio_free(b);
+  cbx_audio_free(c);
+  cbx_model_free(m);
+  m = NULL;
+  CHECK(cbx_model_load(mtl_gguf, &mp, &m) == CBX_OK);
+  if (!m) return;
+  sp = cbx_synth_default_params();
+  sp.language = "de";
+  sp.stream = 1;
+  CHECK(cbx_synthesize(m, "Guten Tag.", &sp, &a, &na, NULL) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(cbx_last_error(), "stream") != NULL);
+  cbx_model_free(m);
+}
+
 static void test_voices(const char* dir, const char* gguf, const char* mtl_gguf) {
   char ref[1024], shortref[1024], vpath[1024];
   snprintf(ref, sizeof ref, "%s/ref.wav", dir);
@@ -609,6 +676,7 @@ int main(int argc, char** argv) {
     char turbo[1024];
     snprintf(turbo, sizeof turbo, "%s/m.gguf", dir);
     test_voices(dir, turbo, gguf);
+    test_stream(turbo, gguf);
   }
 
   /* no_repack: a q8_0 model without the planar decode copies gives the same samples */

@@ -61,12 +61,17 @@ class CfmSolver {
   void set_step_capture(CfmStepCapture fn) { step_capture_ = std::move(fn); }
   CfmEstimator& estimator() { return *est_; }
   size_t arena_bytes() const { return arena_.capacity(); }
+  // The last solve's mel (valid until the next solve).
+  const Tensor& last_mel() const { return mel_; }
   // Wall time of each estimator call of the last solve, in ms.
   const std::vector<double>& last_step_ms() const { return step_ms_; }
 
- private:
+  // Draws the noise the next solve without injected noise would draw, into z [80, T], and
+  // advances the generator as that solve would. A frame's noise depends only on the seed, the
+  // call and its position, not on T (streaming draws it once for the longest length).
   void draw_noise(Tensor& z);
 
+ private:
   const CfmConfig& c_;
   ThreadPool& pool_;
   bool cfg_ = false;  // batch of two with classifier-free guidance

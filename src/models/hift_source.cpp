@@ -13,8 +13,6 @@
 namespace cbx {
 namespace {
 
-constexpr int64_t kNoiseBlock = 65536;  // generator stream granularity (thread-count independent)
-
 uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -32,20 +30,29 @@ void HiftVocoder::set_seed(uint64_t seed) {
 // Phases U(-pi, pi) and N(0, 1) noise [H1, n], in blocks of kNoiseBlock samples with one
 // stream each (keyed by seed, call, harmonic, block), so any thread count gives the same values.
 void HiftVocoder::generate_draws(int64_t n) {
+  const uint64_t key = take_draws(gen_phases_.data());
+  fill_noise(key, 0, (n + kNoiseBlock - 1) / kNoiseBlock, gen_noise_.ptr<float>(), n, n);
+}
+
+uint64_t HiftVocoder::take_draws(float* phases) {
   const int64_t H1 = cfg_.nb_harmonics + 1;
   const uint64_t call_key = mix64(seed_ ^ mix64(n_calls_));
   ++n_calls_;
   Rng ph(call_key);
-  for (int64_t h = 0; h < H1; ++h) gen_phases_[size_t(h)] = float(-M_PI + 2.0 * M_PI * ph.uniform());
-  const int64_t nb = (n + kNoiseBlock - 1) / kNoiseBlock;
-  float* out = gen_noise_.ptr<float>();
+  for (int64_t h = 0; h < H1; ++h) phases[h] = float(-M_PI + 2.0 * M_PI * ph.uniform());
+  return call_key;
+}
+
+void HiftVocoder::fill_noise(uint64_t call_key, int64_t blk0, int64_t blk1, float* out, int64_t stride, int64_t n) {
+  const int64_t H1 = cfg_.nb_harmonics + 1, nb = blk1 - blk0;
+  if (nb <= 0) return;
   pool_.run([&](int ith, int nth) {
     int64_t b0, b1;
     ThreadPool::split(H1 * nb, ith, nth, &b0, &b1);
     for (int64_t b = b0; b < b1; ++b) {
-      const int64_t h = b / nb, blk = b % nb;
+      const int64_t h = b / nb, blk = blk0 + b % nb;
       Rng r(mix64(call_key ^ mix64(uint64_t(h) << 32 | uint64_t(blk))));
-      float* o = out + h * n;
+      float* o = out + h * stride;
       const int64_t t0 = blk * kNoiseBlock, t1 = std::min(n, t0 + kNoiseBlock);
       for (int64_t t = t0; t < t1; t += 2) {  // Box-Muller, two normals per pair of uniforms
         const double u1 = 1.0 - r.uniform(), u2 = r.uniform();
@@ -55,6 +62,17 @@ void HiftVocoder::generate_draws(int64_t n) {
       }
     }
   });
+}
+
+void HiftVocoder::advance_cycles(const float* f0, int64_t T, double* cycles) const {
+  const int64_t H1 = cfg_.nb_harmonics + 1;
+  const float sr = float(cfg_.sample_rate);
+  for (int64_t h = 0; h < H1; ++h) {
+    const float mult = float(h + 1);
+    double acc = cycles[h];
+    for (int64_t f = 0; f < T; ++f) acc += double(spf_) * double((f0[f] * mult) / sr);
+    cycles[h] = acc - std::floor(acc);
+  }
 }
 
 // f0 [T] = |classifier(condnet(mel))|.
@@ -84,8 +102,8 @@ void HiftVocoder::f0_predict(const Tensor& mel, Tensor& h0, Tensor& h1, Tensor& 
 }
 
 // source [n] = tanh(l_linear(sine * uv + noise_amp * noise)), spec §9.3-4.
-void HiftVocoder::make_source(const Tensor& f0, const float* phases, const float* noise, int64_t n,
-                              Tensor& src) {
+void HiftVocoder::make_source(const Tensor& f0, const float* phases, const float* noise, int64_t noise_stride,
+                              const double* cycle_start, int64_t cycle_frame, int64_t n, Tensor& src) {
   const int64_t H1 = cfg_.nb_harmonics + 1, T = f0.numel(), spf = spf_;
   const float* f0p = f0.ptr<float>();
   float* cyc = cycles_.ptr<float>();
@@ -97,6 +115,11 @@ void HiftVocoder::make_source(const Tensor& f0, const float* phases, const float
       const float mult = float(h + 1);
       float* c = cyc + h * n;
       double acc = 0.0;
+      if (cycle_start) {  // back from cycle_frame with this call's f0
+        acc = cycle_start[h];
+        for (int64_t f = 0; f < cycle_frame; ++f) acc -= double(spf) * double((f0p[f] * mult) / sr);
+        acc -= std::floor(acc);
+      }
       for (int64_t f = 0; f < T; ++f) {
         const double inc = double((f0p[f] * mult) / sr);
         float* cf = c + f * spf;
@@ -126,7 +149,7 @@ void HiftVocoder::make_source(const Tensor& f0, const float* phases, const float
         float acc = 0.f;
         for (int64_t h = 0; h < H1; ++h) {
           const float sine = amp * std::sin(two_pi * cyc[h * n + t] + phi[h]);
-          const float e = sine * uv + namp * noise[h * n + t];
+          const float e = sine * uv + namp * noise[h * noise_stride + t];
           acc += lw[h] * e;
         }
         s[t] = std::tanh(acc + lb);

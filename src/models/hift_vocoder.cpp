@@ -335,6 +335,7 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
   cycles_ = arena_.alloc(DType::F32, {H1, L.N}, "hift harmonic cycles");
   wave_buf_ = arena_.alloc(DType::F32, {L.N}, "hift wave");
   gen_phases_.assign(size_t(H1), 0.f);
+  last_f0_.reserve(size_t(max_frames_));
   call_mark_ = arena_.mark();
   work_base_ = o.work ? 0 : call_mark_;
 }
@@ -463,20 +464,30 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
   }
   timing_.f0 = ms_since(t0);
   emit("f0", -1, f0);
+  last_f0_.assign(f0.ptr<float>(), f0.ptr<float>() + T);
 
   // 2. source.
   t0 = Clock::now();
   const float* phases;
   const float* noise;
+  int64_t noise_stride = N;
+  const double* cycle_start = nullptr;
+  int64_t cycle_frame = 0;
   if (draws) {
     phases = draws->phases;
     noise = draws->noise;
+    if (draws->noise_stride) noise_stride = draws->noise_stride;
+    CBX_CHECK(noise_stride >= N, "hift: noise row stride %lld < %lld samples", (long long)noise_stride, (long long)N);
+    cycle_start = draws->cycle_start;
+    cycle_frame = draws->cycle_frame;
+    CBX_CHECK(cycle_frame >= 0 && cycle_frame <= T, "hift: cycle_frame %lld outside 0..%lld", (long long)cycle_frame,
+              (long long)T);
   } else {
     generate_draws(N);
     phases = gen_phases_.data();
     noise = gen_noise_.ptr<float>();
   }
-  make_source(f0, phases, noise, N, src);
+  make_source(f0, phases, noise, noise_stride, cycle_start, cycle_frame, N, src);
   timing_.source = ms_since(t0);
   emit("source", -1, src);
 

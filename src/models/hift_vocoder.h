@@ -98,6 +98,13 @@ struct HiftOptions {
 struct HiftDraws {
   const float* phases = nullptr;  // [nb_harmonics + 1], as drawn; element 0 is ignored (upstream zeroes it)
   const float* noise = nullptr;   // [nb_harmonics + 1, samples_per_frame * T], N(0, 1)
+  // Streaming (pipeline/stream_synth.h) continues a waveform in pieces:
+  int64_t noise_stride = 0;           // floats between noise rows; 0 = samples_per_frame * T
+  // [nb_harmonics + 1] frac(cumsum) of each harmonic at the start of frame cycle_frame (the
+  // source runs back from there with this call's f0), so a continuation meets the phase the
+  // previous piece had at a join; null = 0 at the first sample, a waveform's start.
+  const double* cycle_start = nullptr;
+  int64_t cycle_frame = 0;
 };
 
 // Named intermediates, reported during forward when a capture function is set (stage -1 for
@@ -130,6 +137,19 @@ class HiftVocoder {
   // Restarts the generator (the k-th generated call after set_seed(s) is always the same;
   // calls with injected draws do not advance it).
   void set_seed(uint64_t seed);
+  // Streaming: takes the draws of the next generated call without running it (it advances the
+  // generator as that call would): its phases [nb_harmonics + 1] and the key of its noise,
+  // which fill_noise then writes block by block (kNoiseBlock samples per harmonic; a
+  // sample's value depends only on the key, its harmonic and its position, not on the length).
+  static constexpr int64_t kNoiseBlock = 65536;
+  uint64_t take_draws(float* phases);
+  // Blocks [blk0, blk1) of the key's noise into noise (rows of `stride` floats, positions < n).
+  void fill_noise(uint64_t key, int64_t blk0, int64_t blk1, float* noise, int64_t stride, int64_t n);
+  // The f0 [T] the last forward call predicted.
+  const std::vector<float>& last_f0() const { return last_f0_; }
+  // cycles [nb_harmonics + 1] (frac(cumsum) per harmonic) advanced over T frames of f0, as
+  // the source accumulates them; the result seeds HiftDraws::cycle_start of a continuation.
+  void advance_cycles(const float* f0, int64_t T, double* cycles) const;
   int64_t samples_per_frame() const { return spf_; }  // prod(upsample_rates) * hop = 480
   int64_t max_frames() const { return max_frames_; }
   int n_harmonic_channels() const { return cfg_.nb_harmonics + 1; }
@@ -155,7 +175,8 @@ class HiftVocoder {
   void run_resblock(const HiftResBlockWeights& rb, const Tensor& in, Tensor& out, Tensor& t1, Tensor& t2);
   void generate_draws(int64_t n);
   void f0_predict(const Tensor& mel, Tensor& h0, Tensor& h1, Tensor& f0);
-  void make_source(const Tensor& f0, const float* phases, const float* noise, int64_t n, Tensor& src);
+  void make_source(const Tensor& f0, const float* phases, const float* noise, int64_t noise_stride,
+                   const double* cycle_start, int64_t cycle_frame, int64_t n, Tensor& src);
   // source [N] -> s_stft [n_fft + 2, F]: torch.stft(center, reflect, periodic Hann), re | im.
   void source_stft(const float* src, int64_t n, float* s_stft);
   // re, im [bins, F] -> wave [N]: torch.istft (center, default length); frames: [F, n_fft] scratch.
@@ -177,6 +198,7 @@ class HiftVocoder {
   // Persistent buffers (sized for max_frames), then per-call scratch after call_mark_.
   Tensor gen_noise_;   // [H, max N] generator output
   std::vector<float> gen_phases_;
+  std::vector<float> last_f0_;  // reserved for max_frames
   Tensor cycles_;      // [H, max N] frac(cumsum) per harmonic
   Tensor wave_;        // [N] view of the output buffer
   Tensor wave_buf_;    // [max N]

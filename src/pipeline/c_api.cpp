@@ -270,6 +270,20 @@ cbx_model_params cbx_model_default_params(void) {
   return p;
 }
 
+namespace {
+// The C schedule (0 = default, -1 = keep all) as a StreamSchedule.
+// CBX_DEFAULT_INT keeps a field's default; anything else is checked by check_stream_schedule.
+cbx::StreamSchedule stream_schedule_from(const cbx_synth_params& p) {
+  cbx::StreamSchedule s;
+  if (p.stream_first_tokens != CBX_DEFAULT_INT) s.first_tokens = p.stream_first_tokens;
+  if (p.stream_chunk_tokens != CBX_DEFAULT_INT) s.chunk_tokens = p.stream_chunk_tokens;
+  if (p.stream_context_tokens != CBX_DEFAULT_INT) s.context_tokens = p.stream_context_tokens;
+  if (p.stream_prompt_tokens != CBX_DEFAULT_INT) s.prompt_tokens = p.stream_prompt_tokens;
+  cbx::check_stream_schedule(s);
+  return s;
+}
+}  // namespace
+
 cbx_synth_params cbx_synth_default_params(void) {
   cbx_synth_params p;
   std::memset(&p, 0, sizeof p);
@@ -283,6 +297,11 @@ cbx_synth_params cbx_synth_default_params(void) {
   p.language = nullptr;
   p.min_p = CBX_DEFAULT_FLOAT;
   p.cfg_weight = CBX_DEFAULT_FLOAT;
+  p.stream = 0;
+  p.stream_first_tokens = CBX_DEFAULT_INT;
+  p.stream_chunk_tokens = CBX_DEFAULT_INT;
+  p.stream_context_tokens = CBX_DEFAULT_INT;
+  p.stream_prompt_tokens = CBX_DEFAULT_INT;
   p.exaggeration = CBX_DEFAULT_FLOAT;
   return p;
 }
@@ -384,6 +403,15 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
       s != CBX_OK)
     return s;
   if (const cbx_status vs = usable_voice(model, voice, "cbx_synthesize_voice: voice"); vs != CBX_OK) return vs;
+  if (p.stream && model->mtl)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: streaming is not available for Multilingual models yet");
+  cbx::StreamSchedule schedule;
+  if (const cbx_status s = guarded(CBX_ERR_INVALID_ARGUMENT, [&]() {
+        schedule = stream_schedule_from(p);
+        return CBX_OK;
+      });
+      s != CBX_OK)
+    return s;
   return guarded(CBX_ERR_INTERNAL, [&]() {
     std::lock_guard<std::mutex> lock(model->mu);
     VoiceScope voice_scope(*model, voice);
@@ -397,10 +425,13 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
     if (cb.should_abort) should_abort = [&]() { return cb.should_abort(cb.user_data) != 0; };
     cbx::SynthTimings tm;
     std::vector<float> wave;
-    if (model->mtl)
+    if (model->mtl) {
       wave = model->mtl->synthesize(text, mp, &tm, on_audio, should_abort);
-    else
+    } else {
+      sp.stream = p.stream != 0;
+      sp.stream_schedule = schedule;
       wave = model->pipe->synthesize(text, sp, &tm, on_audio, should_abort);
+    }
     model->last = tm;
     model->have_last = true;
     if (audio) {

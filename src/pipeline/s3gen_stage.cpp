@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "models/cfm_solver.h"
 #include "models/hift_vocoder.h"
+#include "pipeline/stream_synth.h"
 #include "pipeline/voice.h"
 
 namespace cbx {
@@ -54,6 +55,11 @@ void S3GenStage::check_fits(const Voice& v, const std::string& what) const {
   CBX_CHECK(c_.flow.token_mel_ratio * max_speech_ + extra <= hift_->max_frames(),
             "%s: the prompt mel has %lld frames for %zu prompt tokens (too few)", what.c_str(),
             (long long)v.n_prompt_frames(), v.prompt_token.size());
+}
+
+S3GenStream& S3GenStage::stream() {
+  if (!stream_) stream_ = std::make_unique<S3GenStream>(*this, c_);
+  return *stream_;
 }
 
 void S3GenStage::reseed(uint64_t seed) {

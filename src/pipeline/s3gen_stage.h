@@ -21,6 +21,7 @@
 namespace cbx {
 
 class CfmSolver;
+class S3GenStream;
 class GgufFile;
 class HiftVocoder;
 struct HiftDraws;
@@ -48,6 +49,11 @@ class S3GenStage {
   int64_t max_prompt_tokens() const { return max_prompt_tokens_; }
   int64_t max_speech() const { return max_speech_; }
   CfmSolver& cfm() { return *cfm_; }
+  FlowEncoder& flow() { return *flow_; }
+  HiftVocoder& hift() { return *hift_; }
+  const ModelConfig& config() const { return c_; }
+  // The streaming front of this stage (pipeline/stream_synth.h), made on first use.
+  S3GenStream& stream();
 
  private:
   const ModelConfig& c_;
@@ -61,6 +67,7 @@ class S3GenStage {
   CfmEstimatorWeights cfm_w_;
   std::unique_ptr<CfmSolver> cfm_;
   std::unique_ptr<HiftVocoder> hift_;
+  std::unique_ptr<S3GenStream> stream_;
 };
 
 }  // namespace cbx

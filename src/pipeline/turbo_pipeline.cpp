@@ -232,6 +232,15 @@ std::vector<float> TurboPipeline::tokens_to_audio(const std::vector<int32_t>& sp
   return m_->s3gen->to_audio(m_->voice, speech, tm);
 }
 
+std::vector<float> TurboPipeline::tokens_to_audio_stream(const std::vector<int32_t>& speech,
+                                                         const StreamSchedule& s, TurboTimings* tm,
+                                                         const StreamSink& on_piece) {
+  const int64_t n_sil = std::min<int64_t>(m_->cfg.pipeline.n_silence_tokens, int64_t(speech.size()));
+  return stream_tokens(m_->s3gen->stream(), m_->voice, s, speech, int64_t(speech.size()) - n_sil, tm, on_piece);
+}
+
+S3GenStream& TurboPipeline::s3gen_stream() { return m_->s3gen->stream(); }
+
 std::vector<float> TurboPipeline::synthesize(const std::string& text, const TurboSynthParams& p, TurboTimings* timings,
                                              const TurboAudioFn& on_audio, const TurboAbortFn& should_abort) {
   Impl& m = *m_;
@@ -271,20 +280,28 @@ std::vector<float> TurboPipeline::synthesize(const std::string& text, const Turb
     check_abort();
     sp.seed = p.seed + uint64_t(k) * 0x9E3779B97F4A7C15ull;
     int64_t steps = 0;
-    auto on_step = [&](int64_t, const float*, const float*, int32_t) {
+    // Streaming: S3Gen runs between decode steps on the schedule (stream_synth.h).
+    StreamRun stream(p.stream ? &m.s3gen->stream() : nullptr, m.voice, p.stream_schedule, &tm, audio, on_audio,
+                     int64_t(k), int64_t(chunks.size()));
+    auto on_step = [&](int64_t, const float*, const float*, int32_t tok) {
       if (p.on_progress) p.on_progress(int64_t(k), int64_t(chunks.size()), ++steps);
       check_abort();
+      stream.on_token(tok, tok >= 0 && tok < m.cfg.t3.start_speech_token);
     };
     T3TurboResult r = m.t3->generate(ids[k].data(), int64_t(ids[k].size()), m.voice.speaker_emb.data(),
                                      int64_t(m.voice.speaker_emb.size()), m.voice.cond_prompt_tokens.data(),
                                      int64_t(m.voice.cond_prompt_tokens.size()), sp, m.max_new, on_step);
     tm.t3_prefill_ms += r.prefill_ms;
-    tm.t3_decode_ms += r.decode_ms;
+    tm.t3_decode_ms += r.decode_ms - stream.ms();
     tm.n_decode_steps += r.n_decode;
     tm.n_speech_tokens += int64_t(r.tokens.size());
     if (!r.stopped_eos && !r.stopped_all_inf && r.n_decode >= m.max_new) ++tm.chunks_at_limit;
     if (r.prefix_reused) ++tm.chunks_prefix_reused;
     check_abort();
+    if (p.stream) {
+      stream.finish(r.speech_tokens);
+      continue;
+    }
     std::vector<float> wave = tokens_to_audio(r.speech_tokens, &tm);
     audio.insert(audio.end(), wave.begin(), wave.end());
     if (on_audio && !on_audio(wave.data(), int64_t(wave.size()), int64_t(k), int64_t(chunks.size())))

@@ -33,6 +33,7 @@
 #include "core/error.h"
 #include "models/model_config.h"
 #include "pipeline/pipeline_common.h"
+#include "pipeline/stream_synth.h"
 
 namespace cbx {
 
@@ -64,6 +65,10 @@ struct TurboSynthParams {
   float repetition_penalty = -1;
   int64_t max_chunk_tokens = 0;  // BPE tokens per text chunk; 0 = 80; else 1 .. the T3 text limit
   SynthProgressFn on_progress;    // optional (pipeline_common.h)
+  // Streaming (docs/streaming.md): on_audio gets each text chunk's audio in pieces while T3
+  // decodes, on this schedule; the concatenation has the non-streamed length.
+  bool stream = false;
+  StreamSchedule stream_schedule;
 };
 
 // Shared with the Multilingual pipeline (pipeline/pipeline_common.h).
@@ -92,6 +97,13 @@ class TurboPipeline {
   // Post-processed speech tokens (< 6561, silence appended) -> audio with the voice in use:
   // flow encoder, CFM, HiFT, start trim/fade. Adds to t's flow/cfm/hift times.
   std::vector<float> tokens_to_audio(const std::vector<int32_t>& speech_tokens, TurboTimings* t = nullptr);
+  // tokens_to_audio streamed as synthesize streams a chunk with these tokens (stream_synth.h):
+  // the tokens before the appended silence arrive one at a time, pieces go to on_piece; the
+  // result is their concatenation (the non-streamed length).
+  std::vector<float> tokens_to_audio_stream(const std::vector<int32_t>& speech_tokens, const StreamSchedule& s,
+                                            TurboTimings* t = nullptr, const StreamSink& on_piece = nullptr);
+  // The streaming S3Gen of the voice in use (benches drive it between their own decode steps).
+  S3GenStream& s3gen_stream();
   // Restart the CFM and HiFT generators (synthesize does this with its seed).
   void reseed_s3gen(uint64_t seed);
 
