@@ -14,6 +14,9 @@ PACKAGES=(
   python3-regex                             # Unicode classes in the MTL tokenizer reference (tests/mtl_tokenizer_reference.py)
   espeak-ng sox                             # test speech and audio checks
 )
+# tests/test_server_openai.sh drives `chatterbox serve` with the openai npm package: node and npm.
+# A Node.js from elsewhere (e.g. NodeSource) brings its own npm, which Debian's npm conflicts with.
+command -v npm > /dev/null 2>&1 || PACKAGES+=(nodejs npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
