@@ -5,7 +5,7 @@ every response_format decoded back, SSE, streaming order, concurrency == sequent
 disconnect, voices, auth, the queue limit, bad requests and graceful shutdown. Every wait is a
 loop bounded in count; nothing asserts on wall-clock time.
 
-usage: server_test.py CHATTERBOX MODEL.gguf REF.wav SHORT.wav TMPDIR
+usage: server_test.py CHATTERBOX MODEL.gguf MTL.gguf REF.wav SHORT.wav TMPDIR
 """
 import base64
 import http.client
@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-CLI, MODEL, REF_WAV, SHORT_WAV, TMP = sys.argv[1:6]
+CLI, MODEL, MTL, REF_WAV, SHORT_WAV, TMP = sys.argv[1:7]
 HOST = "127.0.0.1"
 TEXT = "Hello there. This is a short test."
 # Many sentences: several text chunks, so the first audio goes out while later chunks generate.
@@ -156,14 +156,14 @@ def sse_events(data):
 def main():
     voices = os.path.join(TMP, "voices")
     os.makedirs(voices)
-    srv = Server("main", "--voices", voices, "--max-tokens", "30", "--max-queue", "8", "--max-input-chars", "1000")
+    srv = Server("main", "-m", MTL, "--voices", voices, "--max-tokens", "30", "--max-queue", "8", "--max-input-chars", "1000")
 
     # ---- plain endpoints ----
     st, _, data = srv.request("GET", "/health")
     check(st == 200 and json.loads(data)["status"] == "ok", f"/health: {st} {data!r}")
     st, _, data = srv.request("GET", "/v1/models")
     ids = [m["id"] for m in json.loads(data)["data"]]
-    check(st == 200 and ids == ["chatterbox-turbo"], f"/v1/models: {st} {data!r}")
+    check(st == 200 and ids == ["chatterbox-turbo", "chatterbox-multilingual"], f"/v1/models: {st} {data!r}")
     st, _, data = srv.request("GET", "/v1/models/tts-1")
     check(st == 200 and json.loads(data)["id"] == "chatterbox-turbo", f"/v1/models/tts-1: {st} {data!r}")
     st, _, data = srv.request("GET", "/v1/audio/voices")
@@ -208,6 +208,18 @@ def main():
     # instructions are accepted and ignored; voice "default" and OpenAI voice names are the built-in voice
     st, _, same = srv.speech(dict(base, response_format="pcm", instructions="Speak cheerfully.", voice="echo"))
     check(st == 200 and same == pcm, "instructions / another OpenAI voice changed the audio")
+
+    # the Multilingual model: by id, with a language (default en), decoded back
+    st, _, data = srv.speech({"model": "chatterbox-multilingual", "input": "Bonjour tout le monde.", "language": "FR",
+                              "response_format": "wav"})
+    path = os.path.join(TMP, "mtl.wav")
+    with open(path, "wb") as f:
+        f.write(data)
+    check(st == 200 and decode(path)[:2] == (24000, 1), f"multilingual: {st} {data[:200]!r}")
+    st, _, _ = srv.speech({"model": "chatterbox-multilingual", "input": "Hello.", "response_format": "pcm"})
+    check(st == 200, f"multilingual without a language: {st}")
+    expect_error(srv, {"model": "chatterbox-multilingual", "input": "Hi", "language": "xx"}, 400,
+                 "language (--lang): 'xx' is not supported by this model", "language")
 
     # ---- SSE ----
     st, hdrs, data = srv.speech(dict(base, response_format="pcm", stream_format="sse"))
@@ -280,6 +292,9 @@ def main():
           f"list after upload: {data!r}")
     st, _, cloned = srv.speech(dict(base, response_format="pcm", voice="narrator"))
     check(st == 200 and len(cloned) > 0 and cloned != pcm, f"speech with the uploaded voice: {st}")
+    # a Turbo voice on the Multilingual model: refused before any audio, with a real status
+    st, _, data = srv.speech({"model": "chatterbox-multilingual", "input": TEXT, "voice": "narrator"})
+    check(st == 400 and "voice" in json.loads(data)["error"]["message"], f"turbo voice on mtl: {st} {data!r}")
     st, _, data = upload(srv, "narrator", ref)
     check(st == 409, f"duplicate upload: {st} {data!r}")
     # a saved voice named like an OpenAI voice replaces it
