@@ -10,7 +10,7 @@ set -euo pipefail
 RUNTIME_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   git                                      # the commit in `chatterbox --version` ("unknown" without)
-  nlohmann-json3-dev libicu-dev
+  nlohmann-json3-dev libicu-dev libcpp-httplib-dev   # libcpp-httplib: `chatterbox serve`
   libsndfile1-dev libsoxr-dev libfftw3-dev librubberband-dev
 )
 # Tests, parity references, benchmarks' comparisons and fuzzing only.
@@ -18,12 +18,16 @@ TEST_PACKAGES=(
   libgtest-dev libgmock-dev                # CBX_TESTS=ON (the default)
   clang libclang-rt-14-dev                 # libFuzzer targets and sanitizers
   libbenchmark-dev
-  libcpp-httplib-dev zlib1g-dev            # not needed to build or run today
+  zlib1g-dev                               # not needed to build or run today
   libopenblas-dev                          # only the kernels benchmark compares against it
   python3-torch python3-numpy              # PyTorch references in parity tests (/usr/bin/python3)
   python3-regex                            # Unicode classes in the MTL tokenizer reference (tests/mtl_tokenizer_reference.py)
   espeak-ng sox                            # test speech and audio checks
 )
+
+# tests/test_server_openai.sh drives `chatterbox serve` with the openai npm package: node and npm.
+# A Node.js from elsewhere (e.g. NodeSource) brings its own npm, which Debian's npm conflicts with.
+command -v npm > /dev/null 2>&1 || TEST_PACKAGES+=(nodejs npm)
 
 case "${1:-}" in
   "") PACKAGES=("${RUNTIME_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
