@@ -110,6 +110,13 @@ cmp -s "$T/stdout.pcm" "$T/raw.bin" || fail "-o - differs from --format pcm"
 [ "$(od -An -tx1 -j4 -N4 "$T/stream.wav" | tr -d ' ')" = "ffffffff" ] || fail "streamed WAV size is not 'unknown'"
 [ "$(samples "$T/stream.wav")" -eq "$nref" ] || fail "streamed WAV length"
 
+# ---- --stream: audio while T3 decodes; the same length as without; -v gives the time to first audio ----
+"${SAY[@]}" "Hello world." -o "$T/st.wav" --seed 7 --stream -v 2> "$T/st.err" || { cat "$T/st.err"; fail "--stream"; }
+[ "$(samples "$T/st.wav")" -eq "$nref" ] || fail "--stream changed the length"
+grep -q "ttfa_ms=[0-9.]* (call to first audio, streamed)" "$T/st.err" || { cat "$T/st.err"; fail "no ttfa with -v"; }
+"${SAY[@]}" "Hello world." -o - --seed 7 --stream -q > "$T/st.pcm" || fail "--stream -o -"
+[ $(( $(stat -c %s "$T/st.pcm") / 2 )) -eq "$nref" ] || fail "--stream -o - length"
+
 # ---- -f, --file -, -q, summary, progress ----
 echo "Hello world." > "$T/t.txt"
 "${SAY[@]}" -f "$T/t.txt" -o "$T/f1.wav" --seed 7 -q 2> "$T/q.err" || fail "-f"

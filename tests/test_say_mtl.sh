@@ -118,4 +118,7 @@ cmp -s "$T/t_en.wav" "$T/t_none.wav" || fail "turbo --lang en differs from no --
   fail "turbo --cfg-weight"
 grep -q "ignored by Turbo" "$T/t_cfg.err" || { cat "$T/t_cfg.err"; fail "--cfg-weight on turbo not reported"; }
 
+# Streaming is Turbo's only (for now): a clear error before the work.
+expect_error "--stream is for Turbo / Nano models" -- "${SAY[@]}" --lang fr "Bonjour." -o "$T/x.wav" --stream
+
 echo "test_say_mtl: OK"

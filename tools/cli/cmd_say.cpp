@@ -80,6 +80,7 @@ int run(int argc, char** argv) {
   CBX_CHECK(!mtl || o.prompt_cache.empty(),
             "--prompt-cache is for Turbo models (%s is Multilingual: its T3 prefix depends on the text and language)",
             o.model.c_str());
+  CBX_CHECK(!o.stream || !mtl, "--stream is for Turbo / Nano models (Multilingual streaming is not built yet)");
   if (!o.voice.empty()) cbx::cli::check_voice_early(o.voice, cfg);
 
   const std::vector<cbx::OutputInput> inputs = {
@@ -132,15 +133,19 @@ int run(int argc, char** argv) {
   }
 
   cbx::SynthTimings total;
+  double first_audio_ms = -1;  // time to first audio of the first synthesize call
   auto speak = [&](const std::string& t) {
+    const double t_call = now_ms();
     const cbx::SynthTimings tm = engine.synthesize(
         t, o.synth, language,
-        [&](const float* s, int64_t n, int64_t, int64_t) {
-          out.add(s, size_t(n));
+        [&, last_chunk = int64_t(-1)](const float* s, int64_t n, int64_t chunk, int64_t) mutable {
+          if (first_audio_ms < 0) first_audio_ms = now_ms() - t_call;
+          out.add(s, size_t(n), chunk != last_chunk);  // streamed pieces of a chunk: no pause between
+          last_chunk = chunk;
           progress.audio(out.seconds());
           return true;
         },
-        [&](int64_t chunk, int64_t n_chunks, int64_t tokens) { progress.tokens(chunk, n_chunks, tokens); });
+        [&](int64_t chunk, int64_t n_chunks, int64_t tokens) { progress.tokens(chunk, n_chunks, tokens); }, o.stream);
     cbx::cli::add_timings(total, tm);
   };
   if (o.lines) {
@@ -186,7 +191,11 @@ int run(int argc, char** argv) {
                    "%lld of %lld text chunks reached the %lld speech-token limit without ending; their speech may be "
                    "cut (use a smaller --chunk-tokens)",
                    (long long)total.chunks_at_limit, (long long)total.n_chunks, (long long)engine.max_new_tokens());
-  if (o.verbose) cbx::cli::print_timings(total);
+  if (o.verbose) {
+    cbx::cli::print_timings(total);
+    std::fprintf(stderr, "say: ttfa_ms=%.1f (call to first audio%s)\n", first_audio_ms,
+                 o.stream ? ", streamed" : ": a whole text chunk");
+  }
   if (!o.quiet) cbx::cli::print_summary(out.seconds(), (now_ms() - t_start) / 1000.0, o.out);
   return 0;
 }

@@ -149,11 +149,12 @@ int run_batch(const SayOptions& o, const ModelConfig& cfg, const std::string& la
       if (p.item.seed) so.seed = p.item.seed;
       const SynthTimings tm = engine.synthesize(
           p.item.text, so, p.language,
-          [&](const float* s, int64_t n, int64_t, int64_t) {
-            out.add(s, size_t(n));
+          [&, last_chunk = int64_t(-1)](const float* s, int64_t n, int64_t chunk, int64_t) mutable {
+            out.add(s, size_t(n), chunk != last_chunk);  // streamed pieces of a chunk: no pause between
+            last_chunk = chunk;
             return true;
           },
-          [&](int64_t c, int64_t nc, int64_t t) { progress.tokens(c, nc, t); });
+          [&](int64_t c, int64_t nc, int64_t t) { progress.tokens(c, nc, t); }, o.stream);
       out.finish();
       audio_s += out.seconds();
       ++written;

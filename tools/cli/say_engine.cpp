@@ -55,9 +55,10 @@ void SayEngine::save_prefix_cache(const std::string& path) {
 }
 
 SynthTimings SayEngine::synthesize(const std::string& text, const UserSynthOptions& o, const std::string& language,
-                                   const SynthAudioFn& on_audio, const SynthProgressFn& on_progress) {
+                                   const SynthAudioFn& on_audio, const SynthProgressFn& on_progress, bool stream) {
   SynthTimings tm;
   if (mtl_) {
+    CBX_CHECK(!stream, "--stream is for Turbo / Nano models (Multilingual streaming is not built yet)");
     MtlSynthParams p = to_mtl_params(o);
     p.language = language;
     p.on_progress = on_progress;
@@ -65,6 +66,7 @@ SynthTimings SayEngine::synthesize(const std::string& text, const UserSynthOptio
   } else {
     TurboSynthParams p = to_turbo_params(o);
     p.on_progress = on_progress;
+    p.stream = stream;
     turbo_->synthesize(text, p, &tm, on_audio);
   }
   return tm;

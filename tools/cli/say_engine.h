@@ -35,8 +35,9 @@ class SayEngine {
   void save_prefix_cache(const std::string& path);
 
   // text -> audio chunk by chunk (on_audio: each text chunk's samples, as produced).
+  // stream: Turbo's token-chunked streaming (pipeline/stream_synth.h; Multilingual: an error).
   SynthTimings synthesize(const std::string& text, const UserSynthOptions& o, const std::string& language,
-                          const SynthAudioFn& on_audio, const SynthProgressFn& on_progress);
+                          const SynthAudioFn& on_audio, const SynthProgressFn& on_progress, bool stream = false);
 
   bool multilingual() const { return mtl_ != nullptr; }
   int sample_rate() const;

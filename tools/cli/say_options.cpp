@@ -32,6 +32,9 @@ const char* const kSayUsage =
     "  --lines                  speak each line of stdin (or -f) as soon as it is complete: with -o -\n"
     "                           a line's audio is out before the next line is read; with a file, the\n"
     "                           lines are joined into it at the end of input\n"
+    "  --stream                 Turbo/Nano: audio while T3 is still decoding (docs/streaming.md): the first\n"
+    "                           piece after 25 speech tokens, then every 50; -o - writes each piece as it\n"
+    "                           comes; -v prints the time to first audio. Same length, slightly other audio\n"
     "  --batch F                one text per line of F, or JSON lines {\"text\", \"voice\", \"lang\",\n"
     "                           \"seed\", \"out\"}; -o DIR: one file per line (DIR/0001.wav ... or \"out\",\n"
     "                           relative to DIR); the model is loaded once\n"
@@ -172,6 +175,7 @@ std::optional<SayOptions> parse_say_options(int argc, char** argv) {
     else if (a == "--format") o.format = next();
     else if (a == "--float") o.float_wav = true;
     else if (a == "--lines") o.lines = true;
+    else if (a == "--stream") o.stream = true;
     else if (a == "--batch") o.batch = next();
     else if (a == "--voice") o.voice = next();
     else if (a == "--voices") o.voices_dir = next();

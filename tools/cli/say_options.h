@@ -13,7 +13,7 @@ extern const char* const kSayUsage;
 
 struct SayOptions {
   std::string model, out, text, file, voice, voices_dir, prompt_cache, format, batch;
-  bool have_text = false, float_wav = false, lines = false;
+  bool have_text = false, float_wav = false, lines = false, stream = false;
   bool verbose = false, quiet = false, progress = false;  // progress: force the progress line
   UserSynthOptions synth;
   UserLoadOptions load;

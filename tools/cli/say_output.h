@@ -29,8 +29,10 @@ class AudioOutput {
   // Stdout: `format` streams (pcm, wav with an unknown-length header, ogg, opus, flac, mp3).
   static bool streams(AudioFormat f) { return audio_format_streamable(f); }
 
-  // One text chunk's audio. On stdout it is written (and flushed) before this returns.
-  void add(const float* x, size_t n);
+  // Audio of a text chunk, whole or (streaming) one piece of it: starts_chunk marks a text
+  // chunk's first piece, which --pause-ms separates from the chunk before. On stdout it is
+  // written (and flushed) before this returns.
+  void add(const float* x, size_t n, bool starts_chunk = true);
   // Ends the audio: encodes and commits a file; flushes the stream's end on stdout.
   void finish();
   // Seconds of audio produced so far (after speed and pauses).
