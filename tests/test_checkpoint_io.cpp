@@ -182,6 +182,26 @@ void st_expect_error(const std::string& header, size_t data_bytes,
 }
 }  // namespace
 
+// The fuzzing finding (../shared/data/fuzz/safetensors-empty-name.safetensors): a tensor named ""
+// was read, then refused by the writer. The reader refuses it now, with the file named.
+TEST(Safetensors, EmptyTensorNameRefusedByReaderAndWriter) {
+  st_expect_error(R"({"":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8,
+                  {"bad.safetensors", "a tensor with an empty name"});
+  const char* env = std::getenv("CBX_SOURCE_DIR");
+  const std::string repro = std::string(env && *env ? env : CBX_SOURCE_DIR) +
+                            "/../shared/data/fuzz/safetensors-empty-name.safetensors";
+  ASSERT_TRUE(std::ifstream(repro).good()) << "missing reproducer " << repro;
+  try {
+    SafetensorsFile::open(repro);
+    FAIL() << "the reproducer was accepted";
+  } catch (const cbx::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("empty name"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(cbx::safetensors_name_ok(""));
+  EXPECT_FALSE(cbx::safetensors_name_ok("__metadata__"));
+  EXPECT_TRUE(cbx::safetensors_name_ok("w"));
+}
+
 TEST(Safetensors, MalformedHeadersNameFileAndTensor) {
   const std::string ok = R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   auto good = st_bytes(ok, 8);

@@ -19,6 +19,8 @@
 
 namespace cbx {
 
+bool safetensors_name_ok(const std::string& name) { return !name.empty() && name != "__metadata__"; }
+
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -161,6 +163,8 @@ void SafetensorsFile::parse() {
       continue;
     }
     const char* tn = name.c_str();
+    // One rule for names, reader and writer alike (safetensors_name_ok): what is read can be written.
+    CBX_CHECK(safetensors_name_ok(name), "safetensors: '%s': a tensor with an empty name", file);
     CBX_CHECK(v.is_object(), "safetensors: '%s': tensor '%s' entry is not an object", file, tn);
     auto dt = v.find("dtype");
     auto sh = v.find("shape");
@@ -267,8 +271,7 @@ void write_safetensors(const std::string& path, const std::vector<const CkptTens
   for (const CkptTensor* t : tensors) {
     CBX_CHECK(t, "safetensors: '%s': null tensor", path.c_str());
     const char* tn = t->name.c_str();
-    CBX_CHECK(!t->name.empty() && t->name != "__metadata__",
-              "safetensors: '%s': invalid tensor name '%s'", path.c_str(), tn);
+    CBX_CHECK(safetensors_name_ok(t->name), "safetensors: '%s': invalid tensor name '%s'", path.c_str(), tn);
     CBX_CHECK(!header.contains(t->name), "safetensors: '%s': duplicate tensor '%s'", path.c_str(),
               tn);
     const size_t es = ckpt_elem_size(t->dtype);

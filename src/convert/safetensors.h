@@ -46,6 +46,10 @@ class SafetensorsFile {
 };
 
 // Writes tensors (in the given order) with optional __metadata__.
+// A tensor name both the reader and the writer take: not empty, not "__metadata__" (the header's
+// metadata key).
+bool safetensors_name_ok(const std::string& name);
+
 void write_safetensors(const std::string& path, const std::vector<const CkptTensor*>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
