@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,8 @@ CheckpointFiles detect_checkpoint(const std::string& dir, const std::string& t3_
 struct ConvertOptions {
   std::string dir;
   std::string out;
-  DType type = DType::F32;  // f32 | f16 | q8_0 | q4_0 (see quant_policy.h)
+  DType type = DType::F32;  // f32 | f16 | q8_0 | q4_0: the T3 matrices (see quant_policy.h)
+  std::optional<DType> s3gen_type;  // override of S3Gen's F16 (--s3gen-type; smaller, less precise)
   std::string t3_file;      // optional T3 checkpoint override
   bool progress = true;     // progress lines on stderr
 };

@@ -1,11 +1,12 @@
-// `chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16`: re-encodes an F32/F16
-// chatterbox GGUF under the same dtype policy as `convert` (quant_policy.h). Metadata is
-// copied; general.file_type and chatterbox.convert.type are updated.
+// `chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--s3gen-type T]`: re-encodes an
+// F32/F16 chatterbox GGUF under the same dtype policy as `convert` (quant_policy.h). Metadata
+// is copied; general.file_type, chatterbox.convert.type and .s3gen_type are updated.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <string>
 
+#include "convert/quant_policy.h"
 #include "core/dtype.h"
 
 namespace cbx {
@@ -19,6 +20,7 @@ struct QuantizeStats {
 
 // Throws when a tensor would need re-encoding from a quantized type (Q8_0/Q4_0 sources
 // only pass through unchanged), naming the tensor.
-QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType target, bool progress = true);
+QuantizeStats quantize_gguf(const std::string& in, const std::string& out, const QuantTypes& types,
+                            bool progress = true);
 
 }  // namespace cbx

@@ -1,4 +1,4 @@
-// chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--quiet]
+// chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--s3gen-type T] [--quiet]
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -11,13 +11,15 @@ namespace {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--quiet]\n"
-               "Re-encodes an F32 (or F16) chatterbox GGUF with the dtype policy of `convert`.\n");
+               "usage: chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--s3gen-type T] [--quiet]\n"
+               "Re-encodes an F32 (or F16) chatterbox GGUF with the dtype policy of `convert`.\n"
+               "  --type T        dtype of the T3 matrices; S3Gen stays f16 (see docs/quantization.md)\n"
+               "  --s3gen-type T  dtype of the S3Gen matrices instead (q8_0 / q4_0: smaller, less precise)\n");
 }
 
 int cmd_quantize(int argc, char** argv) {
   std::vector<std::string> pos;
-  std::string type;
+  std::string type, s3gen_type;
   bool progress = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -30,6 +32,12 @@ int cmd_quantize(int argc, char** argv) {
         return 2;
       }
       type = argv[++i];
+    } else if (a == "--s3gen-type") {
+      if (i + 1 >= argc) {
+        usage(stderr);
+        return 2;
+      }
+      s3gen_type = argv[++i];
     } else if (a == "--quiet" || a == "-q") {
       progress = false;
     } else if (!a.empty() && a[0] == '-') {
@@ -44,8 +52,9 @@ int cmd_quantize(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
-  cbx::DType target = cbx::parse_target_type(type);
-  cbx::QuantizeStats st = cbx::quantize_gguf(pos[0], pos[1], target, progress);
+  cbx::QuantTypes types(cbx::parse_target_type(type));
+  if (!s3gen_type.empty()) types.s3gen = cbx::parse_target_type(s3gen_type, "--s3gen-type");
+  cbx::QuantizeStats st = cbx::quantize_gguf(pos[0], pos[1], types, progress);
   std::printf("quantized %zu tensors: %.1f MB -> %.1f MB in %.1f s -> %s\n", st.n_tensors, st.bytes_in / 1e6,
               st.bytes_out / 1e6, st.seconds, pos[1].c_str());
   for (const auto& [dt, bytes] : st.bytes_per_dtype)
