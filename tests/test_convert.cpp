@@ -226,6 +226,32 @@ TEST(ConvertPolicy, DtypeChoices) {
   EXPECT_EQ(policy_dtype("cfm.down_blocks.0.2.weight", {256, 256, 3}, C::Conv, false, DType::F16), DType::F32);
   EXPECT_EQ(policy_dtype("t3.tfmr.ln_f.weight", {1024}, C::Vector, false, DType::F16), DType::F32);
   EXPECT_EQ(policy_dtype("voice.prompt_token", {250}, C::Data, true, DType::Q4_0), DType::I32);
+
+  // By role: S3Gen (flow encoder, CFM estimator, HiFT) stays F16 whatever --type says, unless
+  // --s3gen-type overrides it; T3 follows --type alone.
+  const std::string cfm_q = "cfm.down_blocks.0.1.0.attn1.to_q.weight", ff = "flow.encoder.encoders.0.feed_forward.w_1.weight";
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0}) {
+    EXPECT_EQ(policy_dtype(cfm_q, big, C::Matmul, false, t), DType::F16) << dtype_name(t);
+    EXPECT_EQ(policy_dtype(ff, big, C::Matmul, false, t), DType::F16) << dtype_name(t);
+    EXPECT_EQ(policy_dtype("flow.input_embedding.weight", big, C::Embedding, false, t), DType::F16);
+    EXPECT_EQ(policy_dtype("campplus.xvector.dense.linear.weight", big, C::Matmul, false, t), DType::F32);
+  }
+  EXPECT_EQ(policy_dtype(cfm_q, big, C::Matmul, false, DType::F32), DType::F32);
+  EXPECT_EQ(policy_dtype(cfm_q, big, C::Matmul, false, QuantTypes(DType::Q4_0, DType::Q8_0)), DType::Q8_0);
+  EXPECT_EQ(policy_dtype(ff, big, C::Matmul, false, QuantTypes(DType::F32, DType::Q4_0)), DType::Q4_0);
+  EXPECT_EQ(policy_dtype("flow.encoder_proj.weight", small, C::Matmul, false, QuantTypes(DType::Q4_0, DType::Q4_0)),
+            DType::F32);
+  EXPECT_EQ(policy_dtype("t3.tfmr.h.0.mlp.c_fc.weight", big, C::Matmul, false, QuantTypes(DType::Q4_0, DType::F32)),
+            DType::Q4_0);
+  EXPECT_EQ(policy_dtype("s3tok.encoder.blocks.0.mlp.0.weight", big, C::Matmul, false,
+                         QuantTypes(DType::Q4_0, DType::Q4_0)),
+            DType::F16);
+  EXPECT_EQ(QuantTypes(DType::Q4_0).s3gen_type(), DType::F16);
+  EXPECT_EQ(QuantTypes(DType::F32).s3gen_type(), DType::F32);
+  EXPECT_EQ(quant_part("hift.conv_pre.weight"), QuantPart::S3Gen);
+  EXPECT_EQ(quant_part("t3.speech_head.weight"), QuantPart::T3);
+  std::string msg = error_of([] { parse_target_type("q2", "--s3gen-type"); });
+  EXPECT_NE(msg.find("--s3gen-type 'q2'"), std::string::npos) << msg;
 }
 
 TEST(ConvertConfig, MetadataRoundTrip) {
@@ -338,7 +364,24 @@ TEST_P(ConvertTiny, EveryTensorShapesAndValues) {
       n_quant += ti.dtype == target;
     }
     if (target != DType::F32) {
-      EXPECT_GT(n_quant, 10u);
+      EXPECT_GE(n_quant, 8u);  // tiny Turbo: the 2 x 4 T3 layer matrices
+    }
+    // S3Gen keeps its matrices at F16 for every quantized --type; T3's eligible ones take the type.
+    if (target == DType::Q8_0 || target == DType::Q4_0) {
+      size_t n_s3gen_f16 = 0;
+      for (const auto& ti : f->tensors()) {
+        const TensorSpec& s = specs.at(ti.name);
+        if (quant_part(ti.name) == QuantPart::S3Gen) {
+          EXPECT_FALSE(type_traits(ti.dtype).is_quantized) << ti.name << " is " << dtype_name(ti.dtype);
+          n_s3gen_f16 += ti.dtype == DType::F16 && s.role == TensorClass::Matmul;
+        }
+        if (quant_part(ti.name) == QuantPart::T3 && s.role == TensorClass::Matmul &&
+            policy_matmul_eligible(s.shape)) {
+          EXPECT_EQ(ti.dtype, target) << ti.name;
+        }
+      }
+      EXPECT_GT(n_s3gen_f16, 10u);
+      EXPECT_EQ(f->get(kConvertS3genTypeKey).as_string(), "f16");
     }
 
     // Values: plain, transposed (GPT-2) and weight-normed tensors against the sources.
@@ -394,8 +437,27 @@ TEST_P(ConvertTiny, EveryTensorShapesAndValues) {
     }
   }
 
+  // An S3Gen override (the layout of files converted before the policy went by role) converts,
+  // passes the layout check and is what quantize makes with the same flags.
+  ConvertOptions o;
+  o.dir = dir;
+  o.out = tmp.path + "/m-s3gen-q4.gguf";
+  o.type = DType::Q4_0;
+  o.s3gen_type = DType::Q4_0;
+  convert_checkpoint(o);
+  {
+    auto f = GgufFile::open(o.out);
+    for (const auto& p : check_model_tensors(*f, read_config(*f))) ADD_FAILURE() << p;
+    EXPECT_EQ(f->find_tensor("cfm.down_blocks.0.1.0.attn1.to_q.weight")->dtype, DType::Q4_0);
+    EXPECT_EQ(f->get(kConvertS3genTypeKey).as_string(), "q4_0");
+  }
+
   // quantize(f32 file) gives the same tensor bytes as converting straight to the type.
-  for (DType t : {DType::F16, DType::Q4_0}) {
+  std::vector<std::pair<QuantTypes, std::string>> cases = {
+      {DType::F16, out[DType::F16]}, {DType::Q8_0, out[DType::Q8_0]}, {DType::Q4_0, out[DType::Q4_0]},
+      {QuantTypes(DType::Q4_0, DType::Q4_0), o.out}};
+  for (const auto& [t, ref] : cases) {
+    SCOPED_TRACE(ref);
     std::string q = tmp.path + "/requant.gguf";
     int64_t n_events = 0, last_total = 0;
     QuantizeStats qs = quantize_gguf(out[DType::F32], q, t, [&](const ProgressEvent& e) {
@@ -404,7 +466,7 @@ TEST_P(ConvertTiny, EveryTensorShapesAndValues) {
     });
     EXPECT_EQ(size_t(n_events), qs.n_tensors);
     EXPECT_EQ(last_total, n_events);
-    auto a = GgufFile::open(q), b = GgufFile::open(out[t]);
+    auto a = GgufFile::open(q), b = GgufFile::open(ref);
     ASSERT_EQ(a->tensors().size(), b->tensors().size());
     for (size_t i = 0; i < a->tensors().size(); ++i) {
       const auto& ta = a->tensors()[i];
@@ -414,7 +476,8 @@ TEST_P(ConvertTiny, EveryTensorShapesAndValues) {
       ASSERT_EQ(ta.nbytes, tb->nbytes) << ta.name;
       EXPECT_EQ(std::memcmp(a->tensor(ta).data, b->tensor(*tb).data, ta.nbytes), 0) << ta.name;
     }
-    EXPECT_EQ(a->get("chatterbox.convert.type").as_string(), dtype_name(t) == std::string("f16") ? "f16" : "q4_0");
+    EXPECT_EQ(a->get(kConvertTypeKey).as_string(), dtype_name(t.type));
+    EXPECT_EQ(a->get(kConvertS3genTypeKey).as_string(), b->get(kConvertS3genTypeKey).as_string());
   }
   // A quantized file cannot be requantized to another type.
   std::string msg = error_of([&] { quantize_gguf(out[DType::Q4_0], tmp.path + "/x.gguf", DType::Q8_0); });

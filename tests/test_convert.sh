@@ -25,6 +25,27 @@ for v in turbo mtl; do
 done
 grep -q "tokens 1019\|tokens [0-9]" "$T/info.txt" || fail "tokenizer summary"
 
+# Dtype policy by role: --type q4_0 quantizes the T3 matrices and keeps S3Gen at f16;
+# --s3gen-type overrides S3Gen (the layout of files converted before the policy), and that file loads.
+tensor_dtype() { "$B" info "$1" --tensors | awk -v n="$2" '$1 == n { print $2 }'; }
+[ "$(tensor_dtype "$T/turbo-q4.gguf" t3.tfmr.h.0.mlp.c_fc.weight)" = q4_0 ] || fail "T3 matrix not q4_0"
+[ "$(tensor_dtype "$T/turbo-q4.gguf" cfm.down_blocks.0.1.0.attn1.to_q.weight)" = f16 ] || fail "CFM matrix not f16 at q4_0"
+[ "$(tensor_dtype "$T/turbo-q4.gguf" flow.encoder.encoders.0.feed_forward.w_1.weight)" = f16 ] ||
+  fail "flow encoder matrix not f16 at q4_0"
+"$B" quantize "$T/turbo-f32.gguf" "$T/turbo-q4s.gguf" --type q4_0 --s3gen-type q4_0 --quiet > /dev/null ||
+  fail "quantize --s3gen-type"
+"$B" convert "$T/turbo" -o "$T/turbo-q4s-c.gguf" --type q4_0 --s3gen-type q4_0 --quiet > /dev/null ||
+  fail "convert --s3gen-type"
+cmp -s "$T/turbo-q4s.gguf" "$T/turbo-q4s-c.gguf" || fail "quantize --s3gen-type differs from convert --s3gen-type"
+[ "$(tensor_dtype "$T/turbo-q4s.gguf" cfm.down_blocks.0.1.0.attn1.to_q.weight)" = q4_0 ] || fail "--s3gen-type ignored"
+"$B" info "$T/turbo-q4s.gguf" --check > "$T/info.txt" || { cat "$T/info.txt"; fail "info --check --s3gen-type q4_0"; }
+for m in turbo-q4 turbo-q4s; do
+  "$B" say -m "$T/$m.gguf" --max-tokens 20 --threads 2 "Hello." -o "$T/$m.wav" 2> "$T/say.err" ||
+    { cat "$T/say.err"; fail "say with $m.gguf"; }
+  [ -s "$T/$m.wav" ] || fail "say with $m.gguf wrote no audio"
+done
+expect_error "--s3gen-type 'q3_k'" -- "$B" convert "$T/turbo" -o "$T/bad.gguf" --type q4_0 --s3gen-type q3_k
+
 # NaN / Inf weights: info --check names the tensor and exits 1; quantize refuses to copy it.
 # The file ends with its last tensor's data (voice.embedding, f32 [64]): element 63 becomes NaN.
 cp "$T/turbo-f32.gguf" "$T/nan.gguf"

@@ -155,7 +155,9 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
   auto t_start = std::chrono::steady_clock::now();
   CBX_CHECK(!opt.out.empty(), "convert: no output path (-o model.gguf)");
   const DType target = opt.type;
+  const QuantTypes types(target, opt.s3gen_type);
   parse_target_type(dtype_name(target));  // validates the target
+  parse_target_type(dtype_name(types.s3gen_type()), "--s3gen-type");
   CheckpointFiles files = detect_checkpoint(opt.dir, opt.t3_file);
   // Made before the (long) conversion: an output that is one of the checkpoint's files, or that
   // cannot be written, fails now; a killed run leaves no partial file.
@@ -188,7 +190,8 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
   w.set_u32("general.quantization_version", 2);
   write_config(cfg, w);
   write_tokenizer(files, cfg, w, warn);
-  w.set_string("chatterbox.convert.type", type_traits(target).name);
+  w.set_string(kConvertTypeKey, type_traits(target).name);
+  w.set_string(kConvertS3genTypeKey, type_traits(types.s3gen_type()).name);
   w.set_string("chatterbox.convert.t3_checkpoint", base_name(files.t3));
   std::vector<std::string> sources;
   for (const std::string* s : {&files.t3, &files.s3gen, &files.ve, &files.conds, &files.vocab, &files.merges,
@@ -206,7 +209,7 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
   const std::vector<TensorSpec> specs = model_tensor_specs(cfg);
   std::set<std::string> matched;
   for (const TensorSpec& spec : specs) {
-    const DType dt = policy_dtype(spec.name, spec.shape, spec.role, spec.is_int, target);
+    const DType dt = policy_dtype(spec.name, spec.shape, spec.role, spec.is_int, types);
     const int64_t numel = [&] { int64_t n = 1; for (int64_t d : spec.shape) n *= d; return n; }();
     const size_t bytes = dtype_row_bytes(dt, numel);
     stats.n_tensors++;

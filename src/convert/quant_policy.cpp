@@ -19,15 +19,28 @@ DType at_least(DType t, DType floor) { return precision_rank(t) < precision_rank
 bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
 }  // namespace
 
-DType parse_target_type(const std::string& s) {
+QuantPart quant_part(const std::string& name) {
+  if (starts_with(name, "t3.")) return QuantPart::T3;
+  if (starts_with(name, "flow.") || starts_with(name, "cfm.") || starts_with(name, "hift.")) return QuantPart::S3Gen;
+  if (starts_with(name, "s3tok.")) return QuantPart::S3Tok;
+  if (starts_with(name, "ve.") || starts_with(name, "campplus.")) return QuantPart::Encoder;
+  return QuantPart::Other;
+}
+
+DType QuantTypes::s3gen_type() const {
+  if (s3gen) return *s3gen;
+  return type == DType::F32 ? DType::F32 : DType::F16;
+}
+
+DType parse_target_type(const std::string& s, const char* flag) {
   DType t;
   try {
     t = dtype_from_name(s.c_str());
   } catch (const Error&) {
-    fail("unknown --type '%s' (expected f32, f16, q8_0 or q4_0)", s.c_str());
+    fail("unknown %s '%s' (expected f32, f16, q8_0 or q4_0)", flag, s.c_str());
   }
   CBX_CHECK(t == DType::F32 || t == DType::F16 || t == DType::Q8_0 || t == DType::Q4_0,
-            "--type '%s' is not supported (expected f32, f16, q8_0 or q4_0)", s.c_str());
+            "%s '%s' is not supported (expected f32, f16, q8_0 or q4_0)", flag, s.c_str());
   return t;
 }
 
@@ -36,11 +49,14 @@ bool policy_matmul_eligible(const std::vector<int64_t>& shape) {
 }
 
 DType policy_dtype(const std::string& name, const std::vector<int64_t>& shape, TensorClass role,
-                   bool is_int, DType target) {
+                   bool is_int, const QuantTypes& types) {
   if (is_int) return DType::I32;
-  if (target == DType::F32) return DType::F32;
+  const QuantPart part = quant_part(name);
   // The voice encoder and CAMPPlus are small and run once per reference clip.
-  if (starts_with(name, "ve.") || starts_with(name, "campplus.")) return DType::F32;
+  if (part == QuantPart::Encoder) return DType::F32;
+  // Precision of the part's matrices: T3 takes --type; S3Gen F16 unless overridden.
+  const DType target = part == QuantPart::S3Gen ? types.s3gen_type() : types.type;
+  if (target == DType::F32) return DType::F32;
   switch (role) {
     case TensorClass::Vector:
     case TensorClass::Conv:
@@ -53,7 +69,7 @@ DType policy_dtype(const std::string& name, const std::vector<int64_t>& shape, T
   DType t = target;
   if (role == TensorClass::Head) t = at_least(t, DType::Q8_0);  // logits feed the sampler
   // The S3 tokenizer's FSQ rounds tanh outputs to 3 levels: keep it at >= F16.
-  if (starts_with(name, "s3tok.")) t = at_least(t, DType::F16);
+  if (part == QuantPart::S3Tok) t = at_least(t, DType::F16);
   return t;
 }
 

@@ -13,10 +13,12 @@
 
 namespace cbx {
 
-QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType target,
+QuantizeStats quantize_gguf(const std::string& in, const std::string& out, const QuantTypes& types,
                             const ProgressFn& progress) {
   auto t0 = std::chrono::steady_clock::now();
+  const DType target = types.type;
   parse_target_type(dtype_name(target));
+  parse_target_type(dtype_name(types.s3gen_type()), "--s3gen-type");
   std::unique_ptr<GgufFile> f = GgufFile::open(in);
   // Before the work: refuses OUT when it is IN (any path to it), or when it cannot be written.
   OutputFile out_file(out, {{"input", in}});
@@ -27,10 +29,12 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
   GgufWriter w;
   for (const std::string& k : f->keys()) {
     if (k == "general.alignment") continue;  // the writer emits its own
+    if (k == kConvertS3genTypeKey) continue;  // written after convert.type, as convert does
     if (k == "general.file_type") {
       w.set_u32(k, gguf_file_type(target));
-    } else if (k == "chatterbox.convert.type") {
+    } else if (k == kConvertTypeKey) {
       w.set_string(k, type_traits(target).name);
+      w.set_string(kConvertS3genTypeKey, type_traits(types.s3gen_type()).name);
     } else {
       w.set_value(k, f->get(k));
     }
@@ -44,7 +48,7 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, DType
     auto it = specs.find(ti.name);
     // Tensors outside the table keep their dtype (forward compatibility).
     DType dt = it == specs.end() ? ti.dtype
-                                 : policy_dtype(ti.name, shape, it->second.role, it->second.is_int, target);
+                                 : policy_dtype(ti.name, shape, it->second.role, it->second.is_int, types);
     if (dt != ti.dtype) {
       CBX_CHECK(!type_traits(ti.dtype).is_quantized,
                 "%s: tensor '%s' is %s; requantizing needs an F32/F16 source (convert the checkpoint again)",

@@ -1,4 +1,4 @@
-// chatterbox convert DIR -o model.gguf [--type f32|f16|q8_0|q4_0] [--t3 FILE] [-q]
+// chatterbox convert DIR -o model.gguf [--type f32|f16|q8_0|q4_0] [--s3gen-type T] [--t3 FILE] [-q]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,14 +12,17 @@ namespace {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: chatterbox convert DIR -o MODEL.gguf [--type f32|f16|q8_0|q4_0] [--t3 FILE] [-q]\n"
+               "usage: chatterbox convert DIR -o MODEL.gguf [--type f32|f16|q8_0|q4_0] [--s3gen-type T]\n"
+               "       [--t3 FILE] [-q]\n"
                "Converts an upstream Chatterbox checkpoint directory (Turbo, Nano or Multilingual,\n"
                "as downloaded from Hugging Face) into one self-contained GGUF file.\n"
-               "  -o, --out F     the GGUF to write\n"
-               "  -t, --type T    dtype of the large matmul weights (default f32); see docs/gguf-format.md\n"
-               "  --t3 FILE       T3 checkpoint to use (e.g. t3_mtl23ls_v3.safetensors; default: detected)\n"
-               "  -q, --quiet     no progress line (shown on stderr when it is a terminal; CBX_PROGRESS=1\n"
-               "                  forces it on)\n");
+               "  -o, --out F       the GGUF to write\n"
+               "  -t, --type T      dtype of the T3 matrices (default f32); S3Gen stays f16 (f32 with\n"
+               "                    --type f32); see docs/quantization.md\n"
+               "  --s3gen-type T    dtype of the S3Gen matrices instead (q8_0 / q4_0: smaller, less precise)\n"
+               "  --t3 FILE         T3 checkpoint to use (e.g. t3_mtl23ls_v3.safetensors; default: detected)\n"
+               "  -q, --quiet       no progress line (shown on stderr when it is a terminal; CBX_PROGRESS=1\n"
+               "                    forces it on)\n");
 }
 
 int cmd_convert(int argc, char** argv) {
@@ -42,6 +45,8 @@ int cmd_convert(int argc, char** argv) {
       opt.out = value();
     } else if (a == "--type" || a == "-t") {
       opt.type = cbx::parse_target_type(value());
+    } else if (a == "--s3gen-type") {
+      opt.s3gen_type = cbx::parse_target_type(value(), "--s3gen-type");
     } else if (a == "--t3") {
       opt.t3_file = value();
     } else if (a == "--quiet" || a == "-q") {
