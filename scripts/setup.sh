@@ -13,6 +13,7 @@ PACKAGES=(
   python3-torch python3-numpy               # PyTorch references in parity tests (/usr/bin/python3)
   python3-regex                             # Unicode classes in the MTL tokenizer reference (tests/mtl_tokenizer_reference.py)
   espeak-ng sox                             # test speech and audio checks
+  libkakasi2-dev kakasi-dic kakasi          # Japanese kanji readings (loaded at run time); kakasi: the tests' reference
 )
 
 missing=()

@@ -48,6 +48,28 @@ else
   echo "note: /usr/bin/python3 with regex missing; reference comparison skipped"
 fi
 
+# Japanese: kanji read by KAKASI (the `kakasi -JH` command is the reference), upstream's space before
+# readings starting with は; without the dictionary, kanji pass through with one warning.
+if "$CLI" system-info | grep -q "^ja_frontend=KAKASI (" && command -v kakasi > /dev/null; then
+  nfc() { /usr/bin/python3 -c 'import sys, unicodedata; print(unicodedata.normalize("NFC", sys.argv[1]))' "$1"; }
+  for t in "今日は良い天気です。" "日本語を勉強しています。"; do
+    got=$(nfc "$(tok --lang ja --prepared "$t" | head -1)")
+    want="[ja]$(echo "$t" | kakasi -i utf8 -o utf8 -JH)"
+    [ "$got" = "$want" ] || fail "ja --prepared '$t': $got != $want"
+  done
+  got=$(nfc "$(tok --lang ja --prepared "私は花が好き" | head -1)")
+  [ "$got" = "[ja]わたしは[SPACE]はながすき." ] || fail "ja space before は reading: $got"
+  "$CLI" languages -m "$TMP/m.gguf" | grep -qx "ja  Japanese (kanji readings: KAKASI)" || fail "languages: ja front-end"
+else
+  echo "note: KAKASI (libkakasi2, kakasi-dic, kakasi) missing; Japanese reading checks skipped"
+fi
+KANWADICTPATH="$TMP/no-such-dict" tok --lang ja --prepared "今日は" > "$TMP/out" 2> "$TMP/err" || fail "ja without dictionary failed"
+[ "$(head -1 "$TMP/out")" = "[ja]今日は." ] || fail "ja pass-through: $(cat "$TMP/out")"
+[ "$(grep -c "warning: ja: KAKASI unavailable" "$TMP/err")" = 1 ] || fail "ja fallback warning: $(cat "$TMP/err")"
+grep -q "no-such-dict" "$TMP/err" || fail "ja fallback warning names the dictionary: $(cat "$TMP/err")"
+KANWADICTPATH="$TMP/no-such-dict" "$CLI" system-info | grep -q "^ja_frontend=pass-through (KAKASI unavailable" \
+  || fail "system-info without the dictionary"
+
 # Bad usage.
 if tok "no language" 2> "$TMP/err"; then fail "missing --lang accepted"; fi
 grep -q "supported languages: ar, da, de" "$TMP/err" || fail "missing --lang message: $(cat "$TMP/err")"
