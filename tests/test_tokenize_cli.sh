@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # chatterbox tokenize on a tiny synthetic Multilingual GGUF: ids equal the independent Python
 # reference (tests/mtl_tokenizer_reference.py) on the checkpoint's tokenizer files, --prepared
-# prints the pre-BPE string, --raw skips punc_norm, and bad usage gives clear errors.
+# prints the pre-BPE string, --raw skips punc_norm, Japanese kanji are read by KAKASI, and bad
+# usage gives clear errors. Turbo / Nano GGUFs with the real GPT-2 files give the golden ids.
 # Usage: test_tokenize_cli.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: test_tokenize_cli.sh BUILD_DIR}
@@ -69,6 +70,40 @@ KANWADICTPATH="$TMP/no-such-dict" tok --lang ja --prepared "今日は" > "$TMP/o
 grep -q "no-such-dict" "$TMP/err" || fail "ja fallback warning names the dictionary: $(cat "$TMP/err")"
 KANWADICTPATH="$TMP/no-such-dict" "$CLI" system-info | grep -q "^ja_frontend=pass-through (KAKASI unavailable" \
   || fail "system-info without the dictionary"
+
+# Turbo and Nano: upstream's layout with the real GPT-2 files (../shared/data/gpt2) in place of the
+# synthetic tokenizer; --raw ids equal the golden tokenizations (slow HF GPT2Tokenizer), the 19 tags
+# are single ids, and the default applies Turbo's punc_norm first.
+GPT2=$SRC/../shared/data/gpt2
+if [ -s "$GPT2/golden.jsonl" ] && [ -x /usr/bin/python3 ]; then
+  for v in turbo nano; do
+    "$MK" --variant $v --size tiny --seed 3 --threads 1 "$TMP/$v" > /dev/null 2>&1 || fail "mkckpt $v"
+    cp "$GPT2/vocab.json" "$GPT2/merges.txt" "$GPT2/added_tokens.json" "$TMP/$v/"
+    "$CLI" convert "$TMP/$v" -o "$TMP/$v.gguf" --type f32 --quiet > /dev/null 2>&1 || fail "convert $v"
+    gt() { "$CLI" tokenize -m "$TMP/$v.gguf" "$@"; }
+    n=0
+    while IFS=$'\t' read -r text want; do
+      got=$(gt --raw -- "$text") || fail "$v: tokenize --raw '$text'"
+      [ "$got" = "$want" ] || fail "$v --raw '$text': $got != $want"
+      n=$((n + 1))
+    done < <(/usr/bin/python3 -c '
+import json, sys
+for line in open(sys.argv[1], encoding="utf-8"):
+    c = json.loads(line)
+    if "\t" not in c["text"] and "\n" not in c["text"]:
+        print(c["text"] + "\t" + " ".join(map(str, c["ids"])))' "$GPT2/golden.jsonl")
+    [ $n -ge 40 ] || fail "$v: only $n golden cases read"
+    [ "$(gt "Hello [laugh] world.")" = "15496 220 50275 995 13" ] || fail "$v: [laugh] is not one id"
+    out=$(gt --prepared "hello   [laugh] world")
+    [ "$(echo "$out" | head -1)" = "Hello [laugh] world." ] || fail "$v --prepared: $out"
+    [ "$(echo "$out" | tail -1)" = "15496 220 50275 995 13" ] || fail "$v punc_norm ids: $out"
+    [ "$(gt --lang EN "Hi.")" = "$(gt "Hi.")" ] || fail "$v --lang EN"
+    if gt --lang fr "Salut." 2> "$TMP/err"; then fail "$v: --lang fr accepted"; fi
+    grep -q "English only" "$TMP/err" || fail "$v --lang fr message: $(cat "$TMP/err")"
+  done
+else
+  echo "note: ../shared/data/gpt2 or /usr/bin/python3 missing; Turbo / Nano tokenize checks skipped"
+fi
 
 # Bad usage.
 if tok "no language" 2> "$TMP/err"; then fail "missing --lang accepted"; fi
