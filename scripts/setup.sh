@@ -12,6 +12,7 @@ RUNTIME_PACKAGES=(
   git                                      # the commit in `chatterbox --version` ("unknown" without)
   nlohmann-json3-dev libicu-dev libcpp-httplib-dev   # libcpp-httplib: `chatterbox serve`
   libsndfile1-dev libsoxr-dev libfftw3-dev librubberband-dev
+  libkakasi2-dev kakasi-dic                # Japanese kanji readings (loaded at run time; without: pass-through)
 )
 # Tests, parity references, benchmarks' comparisons and fuzzing only.
 TEST_PACKAGES=(
@@ -23,6 +24,7 @@ TEST_PACKAGES=(
   python3-torch python3-numpy              # PyTorch references in parity tests (/usr/bin/python3)
   python3-regex                            # Unicode classes in the MTL tokenizer reference (tests/mtl_tokenizer_reference.py)
   espeak-ng sox                            # test speech and audio checks
+  kakasi                                   # the Japanese tests' reference (kakasi -JH)
 )
 
 # tests/test_server_openai.sh drives `chatterbox serve` with the openai npm package: node and npm.

@@ -307,6 +307,22 @@ def korean(text):
     return "".join(out).strip()
 
 
+def hiragana_normalize(t, segments):
+    """Upstream's join of pykakasi segments, given the C++ side's KAKASI segments
+    ([orig, reading, converted] over the NFC text); no segments: pass-through (no pykakasi)."""
+    if segments is None:
+        return unicodedata.normalize("NFKD", t)
+    if "".join(s[0] for s in segments) != unicodedata.normalize("NFC", t):
+        raise SystemExit("reference: ja segments %r do not spell the text %r" % (segments, t))
+    out = []
+    for orig, hira, converted in segments:
+        if converted and hira and any(0x4E00 <= ord(c) <= 0x9FFF for c in orig):
+            out.append((" " if hira[0] in ("は", "へ") else "") + hira)
+        else:
+            out.append(orig)
+    return unicodedata.normalize("NFKD", "".join(out))
+
+
 def prepare(case, cj):
     lang = case["lang"].lower()
     t = unicodedata.normalize("NFKD", case["text"].lower())
@@ -316,7 +332,7 @@ def prepare(case, cj):
             raise SystemExit("reference: C++ segmentation %r is not the text %r with spaces" % (seg, t))
         t = cangjie(seg, *cj)
     elif lang == "ja":
-        t = unicodedata.normalize("NFKD", t)  # pykakasi readings are not reproducible (no dictionary)
+        t = hiragana_normalize(t, case.get("ja_segments"))
     elif lang == "ko":
         t = korean(t)
     # he (dicta) and ru (stresser): upstream skips them when the packages are absent

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""PyTorch reference of T3 Turbo (GPT-2-medium style backbone, t3.py inference_turbo) built
-from torch primitives on the upstream-format t3_turbo_v1.safetensors, for tests/test_t3_parity.sh.
+"""PyTorch reference of T3 Turbo / Nano (GPT-2 medium / small backbone, t3.py inference_turbo)
+built from torch primitives on the upstream-format t3_turbo_v1.safetensors or
+t3_nano_v1.safetensors (whichever CKPT_DIR holds), for tests/test_t3_parity.sh.
 
   t3_reference.py inputs CKPT_DIR OUT_DIR --seed N --n-text L --n-prompt P
       random text ids, speaker embedding and prompt tokens (.npy) sized for the checkpoint
@@ -50,11 +51,20 @@ def load_safetensors(path):
     return out
 
 
+def t3_file(ckpt_dir):
+    """The checkpoint's T3 file: Turbo's or Nano's (same pipeline, GPT-2 medium vs small)."""
+    found = [n for n in ("t3_turbo_v1.safetensors", "t3_nano_v1.safetensors")
+             if os.path.exists(os.path.join(ckpt_dir, n))]
+    if len(found) != 1:
+        raise SystemExit("t3_reference: %s holds %s, expected exactly one Turbo or Nano T3 file" % (ckpt_dir, found))
+    return os.path.join(ckpt_dir, found[0])
+
+
 class T3Turbo:
     """GPT2Model(inputs_embeds) + speech_head, HF semantics: Conv1D weights are [in, out]."""
 
     def __init__(self, ckpt_dir):
-        self.w = load_safetensors(os.path.join(ckpt_dir, "t3_turbo_v1.safetensors"))
+        self.w = load_safetensors(t3_file(ckpt_dir))
         w = self.w
         self.n_layer = len([k for k in w if k.startswith("tfmr.h.") and k.endswith(".ln_1.weight")])
         self.d = w["tfmr.wpe.weight"].shape[1]
@@ -172,7 +182,7 @@ def rel_err(a, b):
 
 
 def cmd_inputs(a):
-    hdr_path = os.path.join(a.ckpt, "t3_turbo_v1.safetensors")
+    hdr_path = t3_file(a.ckpt)
     with open(hdr_path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         hdr = json.loads(f.read(n))

@@ -261,7 +261,8 @@ static void test_stream(const char* gguf, const char* mtl_gguf) {
   cbx_model_free(m);
 }
 
-static void test_voices(const char* dir, const char* gguf, const char* mtl_gguf) {
+/* gguf: a tiny Turbo or Nano model (variant: "turbo" / "nano"); mtl_gguf: a Multilingual one. */
+static void test_voices(const char* dir, const char* gguf, const char* variant, const char* mtl_gguf) {
   char ref[1024], shortref[1024], vpath[1024];
   snprintf(ref, sizeof ref, "%s/ref.wav", dir);
   snprintf(shortref, sizeof shortref, "%s/short.wav", dir);
@@ -304,7 +305,7 @@ static void test_voices(const char* dir, const char* gguf, const char* mtl_gguf)
     cbx_model_free(m);
     return;
   }
-  CHECK(strcmp(cbx_voice_variant(a), "turbo") == 0);
+  CHECK(strcmp(cbx_voice_variant(a), variant) == 0);
   CHECK(cbx_voice_warning(a, -1) == NULL && cbx_voice_warning(a, cbx_voice_warning_count(a)) == NULL);
   cbx_synth_params sp = cbx_synth_default_params();
   sp.seed = 9;
@@ -675,8 +676,42 @@ int main(int argc, char** argv) {
   {
     char turbo[1024];
     snprintf(turbo, sizeof turbo, "%s/m.gguf", dir);
-    test_voices(dir, turbo, gguf);
+    test_voices(dir, turbo, "turbo", gguf);
     test_stream(turbo, gguf);
+  }
+
+  /* Nano (Turbo's pipeline, GPT-2 small T3): loads, says Nano, synthesizes deterministically, and
+     runs the voice, cloning and prompt-cache checks above */
+  {
+    char nano[1024];
+    snprintf(nano, sizeof nano, "%s/nano.gguf", dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s/bin/chatterbox-mkckpt' --variant nano --size tiny --seed 1 '%s/nano' > /dev/null 2>&1 && "
+             "'%s/bin/chatterbox' convert '%s/nano' -o '%s' --type f32 --quiet > /dev/null 2>&1",
+             argv[1], dir, argv[1], dir, nano);
+    CHECK(system(cmd) == 0);
+    cbx_model_params np = cbx_model_default_params();
+    np.n_threads = 2;
+    np.max_new_tokens = 24;
+    cbx_model* nm = NULL;
+    CHECK(cbx_model_load(nano, &np, &nm) == CBX_OK);
+    if (nm) {
+      CHECK(strcmp(cbx_model_variant(nm), "nano") == 0);
+      CHECK(cbx_model_language_count(nm) == 1 && strcmp(cbx_model_language(nm, 0), "en") == 0);
+      cbx_synth_params ns = cbx_synth_default_params();
+      ns.seed = 3;
+      float* x[2] = {NULL, NULL};
+      size_t nx[2] = {0, 0};
+      for (int i = 0; i < 2; ++i) CHECK(cbx_synthesize(nm, "Hello [laugh] world.", &ns, &x[i], &nx[i], NULL) == CBX_OK);
+      CHECK(x[0] && x[1] && nx[0] > 0 && nx[0] == nx[1] && memcmp(x[0], x[1], nx[0] * sizeof(float)) == 0);
+      cbx_audio_free(x[0]);
+      cbx_audio_free(x[1]);
+      cbx_model_free(nm);
+    }
+    char vdir[1024]; /* its own directory: test_voices expects no prompt cache file there yet */
+    snprintf(vdir, sizeof vdir, "%s/nano-voices", dir);
+    CHECK(mkdir(vdir, 0700) == 0);
+    test_voices(vdir, nano, "nano", gguf);
   }
 
   /* no_repack: a q8_0 model without the planar decode copies gives the same samples */

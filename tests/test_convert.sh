@@ -8,7 +8,7 @@ BUILD=${1:?usage: test_convert.sh BUILD_DIR}
 . "$(dirname "$0")/cli_test_lib.bash"
 cli_test_init "$BUILD" test-convert-sh
 
-for v in turbo mtl; do
+for v in turbo nano mtl; do
   "$MK" --variant $v --size tiny --seed 5 --threads 1 "$T/$v" > /dev/null 2>&1 || fail "mkckpt $v"
   "$B" convert "$T/$v" -o "$T/$v.gguf" --type q8_0 --quiet > "$T/out.txt" || fail "convert $v"
   grep -q "converted Chatterbox $v" "$T/out.txt" || fail "convert $v summary"
@@ -24,6 +24,11 @@ for v in turbo mtl; do
   grep -q '"q4_0"' "$T/info.txt" || fail "convert.type not updated by quantize"
 done
 grep -q "tokens 1019\|tokens [0-9]" "$T/info.txt" || fail "tokenizer summary"
+# Nano: Turbo's files with t3_nano_v1 (tiny: 3 layers x 192, 3 heads; Turbo tiny: 2 x 128).
+"$B" info "$T/nano.gguf" > "$T/info.txt" || fail "info nano"
+grep -q 'model:.*"Chatterbox Nano", variant nano' "$T/info.txt" || { cat "$T/info.txt"; fail "info nano model line"; }
+grep -qE "t3.n_layer +3$" "$T/info.txt" && grep -qE "t3.n_embd +192$" "$T/info.txt" && grep -qE "t3.n_head +3$" "$T/info.txt" ||
+  { cat "$T/info.txt"; fail "info nano T3 shape"; }
 
 # Dtype policy by role: --type q4_0 quantizes the T3 matrices and keeps S3Gen at f16;
 # --s3gen-type overrides S3Gen (the layout of files converted before the policy), and that file loads.

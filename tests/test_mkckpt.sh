@@ -32,6 +32,8 @@ gen() {  # variant seed dir [extra...]
 gen turbo 1 "$TMP/t1"
 gen turbo 1 "$TMP/t1b" --threads 1   # thread count must not change the bytes
 gen turbo 2 "$TMP/t2"
+gen nano 1 "$TMP/n1"
+gen nano 1 "$TMP/n1b"
 gen mtl 1 "$TMP/m1"
 gen mtl 1 "$TMP/m1b"
 gen mtl 2 "$TMP/m2"
@@ -43,6 +45,13 @@ MTL_FILES="t3_mtl23ls_v2.safetensors s3gen.pt ve.pt conds.pt grapheme_mtl_merged
  Cangjie5_TC.json"
 for f in $TURBO_FILES; do [ -s "$TMP/t1/$f" ] || fail "turbo: missing $f"; done
 for f in $MTL_FILES; do [ -s "$TMP/m1/$f" ] || fail "mtl: missing $f"; done
+# Nano: Turbo's files with t3_nano_v1 in place of t3_turbo_v1; the shared files are Turbo's bytes.
+for f in ${TURBO_FILES/t3_turbo_v1/t3_nano_v1}; do [ -s "$TMP/n1/$f" ] || fail "nano: missing $f"; done
+[ ! -e "$TMP/n1/t3_turbo_v1.safetensors" ] || fail "nano also wrote t3_turbo_v1.safetensors"
+[ "$(ls "$TMP/n1" | wc -l)" = "$(ls "$TMP/t1" | wc -l)" ] || fail "nano and turbo hold different file counts"
+for f in s3gen_meanflow.safetensors ve.safetensors vocab.json merges.txt added_tokens.json; do
+  cmp -s "$TMP/n1/$f" "$TMP/t1/$f" || fail "nano $f differs from turbo's"
+done
 [ -s "$TMP/m3/t3_mtl23ls_v3.safetensors" ] || fail "mtl v3: missing t3_mtl23ls_v3.safetensors"
 [ ! -e "$TMP/m3/t3_mtl23ls_v2.safetensors" ] || fail "mtl v3 also wrote the v2 file"
 
@@ -50,6 +59,8 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 for f in $TURBO_FILES; do
   [ "$(sha "$TMP/t1/$f")" = "$(sha "$TMP/t1b/$f")" ] || fail "turbo $f differs for the same seed"
 done
+[ "$(sha "$TMP/n1/t3_nano_v1.safetensors")" = "$(sha "$TMP/n1b/t3_nano_v1.safetensors")" ] ||
+  fail "nano t3 differs for the same seed"
 for f in $MTL_FILES; do
   [ "$(sha "$TMP/m1/$f")" = "$(sha "$TMP/m1b/$f")" ] || fail "mtl $f differs for the same seed"
 done
@@ -69,11 +80,11 @@ if ! [ -x "$PY" ] || ! "$PY" -c "import torch" 2>/dev/null; then
   echo "note: /usr/bin/python3 without torch; structural checks skipped"
   exit 0
 fi
-"$PY" - "$TMP/t1" "$TMP/m1" <<'PYEOF'
+"$PY" - "$TMP/t1" "$TMP/m1" "$TMP/n1" <<'PYEOF'
 import json, math, struct, sys
 import torch
 
-turbo, mtl = sys.argv[1], sys.argv[2]
+turbo, mtl, nano = sys.argv[1], sys.argv[2], sys.argv[3]
 errors = []
 def check(cond, msg):
     if not cond:
@@ -207,6 +218,19 @@ shapes(t3, {
     "speech_head.weight": [6563, 128], "speech_head.bias": [6563],
     "cond_enc.spkr_enc.weight": [128, 64], "cond_enc.spkr_enc.bias": [128],
 }, "t3_turbo")
+# ---------------- Nano: GPT-2 small layout, tiny: 3 layers x 192 ----------------
+t3n, meta = read_safetensors(f"{nano}/t3_nano_v1.safetensors")
+check(meta == {"format": "pt"}, "nano t3 metadata")
+finite(t3n, "t3_nano")
+check(len(t3n) == 3 * 12 + 4 + 7, f"t3_nano: {len(t3n)} tensors, expected {3 * 12 + 11}")
+check(set(k for k in t3n if not k.startswith("tfmr.h.")) == set(k for k in t3 if not k.startswith("tfmr.h.")),
+      "t3_nano: non-layer tensor names differ from Turbo's")
+shapes(t3n, {
+    "tfmr.wte.weight": [V, 192], "tfmr.wpe.weight": [8196, 192],
+    "tfmr.h.2.attn.c_attn.weight": [192, 576], "tfmr.h.0.mlp.c_fc.weight": [192, 768],
+    "tfmr.h.2.mlp.c_proj.weight": [768, 192], "speech_head.weight": [6563, 192],
+    "cond_enc.spkr_enc.weight": [192, 64],
+}, "t3_nano")
 s3t, meta = read_safetensors(f"{turbo}/s3gen_meanflow.safetensors")
 finite(s3t, "s3gen_meanflow")
 common_s3gen(s3t, "s3gen_meanflow")

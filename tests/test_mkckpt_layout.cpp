@@ -33,6 +33,9 @@ TEST(UpstreamLayout, FullSizeCountsAndUniqueNames) {
   struct Case { CkptFile f; CkptVariant v; size_t n; } cases[] = {
       {CkptFile::T3, CkptVariant::Turbo, 299},  // matches a third-party header dump
       {CkptFile::T3, CkptVariant::Mtl, 292},
+      {CkptFile::T3, CkptVariant::Nano, 155},  // GPT-2 small: 12 layers x 12 + 11
+      {CkptFile::VE, CkptVariant::Nano, 16},
+      {CkptFile::S3Gen, CkptVariant::Nano, 2491},
       {CkptFile::VE, CkptVariant::Turbo, 16},
       {CkptFile::VE, CkptVariant::Mtl, 16},
       {CkptFile::S3Gen, CkptVariant::Turbo, 2491},
@@ -80,6 +83,16 @@ TEST(UpstreamLayout, FullSizeShapesConfirmedUpstream) {
   EXPECT_EQ(t3m.at("text_emb.weight"), (std::vector<int64_t>{2454, 1024}));
   EXPECT_EQ(t3m.at("speech_pos_emb.emb.weight"), (std::vector<int64_t>{4100, 1024}));
   EXPECT_EQ(upstream_file_name(CkptFile::T3, CkptVariant::Mtl, 3), "t3_mtl23ls_v3.safetensors");
+  // Nano: GPT2_small (12 layers, 768 wide, 12 heads); every other file is Turbo's.
+  const auto t3n = shapes(table(CkptFile::T3, CkptVariant::Nano, false));
+  EXPECT_EQ(t3n.at("tfmr.h.11.attn.c_attn.weight"), (std::vector<int64_t>{768, 2304}));
+  EXPECT_EQ(t3n.at("tfmr.h.11.mlp.c_fc.weight"), (std::vector<int64_t>{768, 3072}));
+  EXPECT_EQ(t3n.count("tfmr.h.12.ln_1.weight"), 0u);
+  EXPECT_EQ(t3n.at("text_emb.weight"), (std::vector<int64_t>{50276, 768}));
+  EXPECT_EQ(t3n.at("speech_head.weight"), (std::vector<int64_t>{6563, 768}));
+  EXPECT_EQ(upstream_file_name(CkptFile::T3, CkptVariant::Nano), "t3_nano_v1.safetensors");
+  EXPECT_EQ(upstream_file_name(CkptFile::S3Gen, CkptVariant::Nano), "s3gen_meanflow.safetensors");
+  EXPECT_EQ(shapes(table(CkptFile::S3Gen, CkptVariant::Nano, false)), s3);
 }
 
 // Generates tiny checkpoints and checks every file against the table with the library readers.
@@ -88,8 +101,8 @@ TEST(MkckptFiles, TinyFilesMatchTable) {
   if (access(bin.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << bin;
   const auto dir = std::filesystem::temp_directory_path() /
                    ("cbx_mkckpt_layout_" + std::to_string(getpid()));
-  for (CkptVariant v : {CkptVariant::Turbo, CkptVariant::Mtl}) {
-    const std::string vname = v == CkptVariant::Turbo ? "turbo" : "mtl";
+  for (CkptVariant v : {CkptVariant::Turbo, CkptVariant::Nano, CkptVariant::Mtl}) {
+    const std::string vname = v == CkptVariant::Turbo ? "turbo" : v == CkptVariant::Nano ? "nano" : "mtl";
     const std::string out = (dir / vname).string();
     const std::string cmd = bin + " --variant " + vname + " --size tiny --seed 3 " + out + " 2>/dev/null";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -112,7 +125,7 @@ TEST(MkckptFiles, TinyFilesMatchTable) {
         EXPECT_EQ(it->second.second, t.shape) << t.name;
       }
     }
-    if (v == CkptVariant::Turbo) {  // the tokenizer files load and round-trip
+    if (v != CkptVariant::Mtl) {  // the tokenizer files load and round-trip
       const Gpt2Tokenizer tok = Gpt2Tokenizer::from_dir(out);
       EXPECT_EQ(tok.size(), size_t(upstream_dims(v, true).text_vocab));
       EXPECT_EQ(tok.token_to_id("[laugh]"), int32_t(tok.size()) - 1);

@@ -18,9 +18,10 @@ SAY=("$B" say -m "$T/m.gguf" --max-tokens 20 --threads 2)
 # languages: 23 lines "code  Name", sorted, code first.
 "$B" languages -m "$T/m.gguf" > "$T/langs.txt" || fail "languages"
 [ "$(wc -l < "$T/langs.txt")" -eq 23 ] || { cat "$T/langs.txt"; fail "expected 23 languages"; }
-for l in "ar  Arabic" "fr  French" "zh  Chinese" "ja  Japanese" "ko  Korean" "en  English" "he  Hebrew"; do
+for l in "ar  Arabic" "fr  French" "zh  Chinese" "ko  Korean" "en  English" "he  Hebrew"; do
   grep -qxF "$l" "$T/langs.txt" || { cat "$T/langs.txt"; fail "languages lacks '$l'"; }
 done
+grep -qx "ja  Japanese (kanji readings: \(KAKASI\|pass-through\))" "$T/langs.txt" || { cat "$T/langs.txt"; fail "languages: ja line"; }
 sort -c "$T/langs.txt" || fail "languages output is not sorted"
 "$B" languages --help | grep -q "say --lang" || fail "languages --help"
 "$B" say --help | grep -q -- "--lang" || fail "say --help does not document --lang"

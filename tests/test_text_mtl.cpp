@@ -178,6 +178,12 @@ void compare_all_languages(const std::string& json_file, const std::string& cang
     json c = {{"lang", lang}, {"text", text}};
     if (lang == "zh")
       c["segmented"] = cbx::zh_segment(cbx::unicode_normalize(cbx::py_lower(text), cbx::UnicodeForm::NFKD));
+    if (lang == "ja" && cbx::kakasi_available()) {  // KAKASI's segments; the reference applies upstream's rule
+      c["ja_segments"] = json::array();
+      const std::string nfkd = cbx::unicode_normalize(cbx::py_lower(text), cbx::UnicodeForm::NFKD);
+      for (const cbx::JaSegment& s : cbx::kakasi_segments(cbx::unicode_normalize(nfkd, cbx::UnicodeForm::NFC)))
+        c["ja_segments"].push_back(json::array({s.orig, s.reading, s.converted}));
+    }
     req["cases"].push_back(c);
   }
   json out;

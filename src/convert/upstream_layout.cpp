@@ -346,10 +346,11 @@ UpstreamDims upstream_dims(CkptVariant v, bool tiny) {
   d.n_harmonics = 8;
   d.tok_mels = 128;
   d.tok_fsmn_kernel = 31;
+  const bool nano = v == CkptVariant::Nano;
   if (!tiny) {
-    d.t3_layers = mtl ? 30 : 24;
-    d.t3_dim = 1024;
-    d.t3_ffn = 4096;
+    d.t3_layers = mtl ? 30 : nano ? 12 : 24;  // Llama_520M, GPT2_small, GPT2_medium
+    d.t3_dim = nano ? 768 : 1024;
+    d.t3_ffn = 4 * d.t3_dim;
     d.text_vocab = mtl ? 2454 : 50276;
     d.speaker_dim = 256;
     d.ve_hidden = 256;
@@ -374,9 +375,9 @@ UpstreamDims upstream_dims(CkptVariant v, bool tiny) {
     d.tok_state = 1280;
     d.tok_layers = 6;
   } else {
-    d.t3_layers = 2;
-    d.t3_dim = 128;                 // 2 heads of 64
-    d.t3_ffn = mtl ? 384 : 512;     // GPT-2 keeps n_inner = 4 d; Llama uses a non-4x ratio
+    d.t3_layers = nano ? 3 : 2;
+    d.t3_dim = nano ? 192 : 128;    // 3 / 2 heads of 64 (Nano differs from Turbo in shape, as at full size)
+    d.t3_ffn = mtl ? 384 : 4 * d.t3_dim;  // GPT-2 keeps n_inner = 4 d; Llama uses a non-4x ratio
     d.text_vocab = mtl ? 512 : 1019;  // must match the tiny tokenizer files
     d.speaker_dim = 64;
     d.ve_hidden = 64;
@@ -408,6 +409,7 @@ std::string upstream_file_name(CkptFile f, CkptVariant v, int t3_version) {
   const bool mtl = v == CkptVariant::Mtl;
   switch (f) {
     case CkptFile::T3:
+      if (v == CkptVariant::Nano) return "t3_nano_v1.safetensors";
       if (!mtl) return "t3_turbo_v1.safetensors";
       CBX_CHECK(t3_version == 2 || t3_version == 3, "upstream_file_name: t3 version %d (2 or 3)",
                 t3_version);
@@ -426,7 +428,7 @@ void for_each_upstream_tensor(CkptFile f, CkptVariant v, const UpstreamDims& d, 
   Emit e{fn};
   switch (f) {
     case CkptFile::T3:
-      if (v == CkptVariant::Turbo) t3_gpt2(e, d);
+      if (v != CkptVariant::Mtl) t3_gpt2(e, d);
       else t3_llama(e, d);
       return;
     case CkptFile::S3Gen: s3gen(e, d); return;

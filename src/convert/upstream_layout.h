@@ -18,7 +18,8 @@
 
 namespace cbx {
 
-enum class CkptVariant { Turbo, Mtl };
+// Nano: Turbo's files and pipeline with a GPT-2 small T3 (t3_nano_v1.safetensors).
+enum class CkptVariant { Turbo, Mtl, Nano };
 enum class CkptFile { T3, S3Gen, VE };
 
 // What a tensor is; tools/mkckpt draws realistic values from it, a reader may ignore it.

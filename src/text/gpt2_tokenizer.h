@@ -19,6 +19,8 @@
 
 namespace cbx {
 
+class GgufFile;
+
 struct Gpt2AddedToken {
   std::string content;  // raw UTF-8 text, e.g. "[sigh]" (not byte-level form)
   int32_t id;
@@ -48,6 +50,8 @@ class Gpt2Tokenizer {
   // Same, from a directory holding vocab.json + merges.txt and optionally added_tokens.json,
   // tokenizer_config.json.
   static Gpt2Tokenizer from_dir(const std::string& dir);
+  // From a Turbo / Nano GGUF's metadata (tokenizer.ggml.*, chatterbox.tokenizer.*; docs/gguf-format.md).
+  static Gpt2Tokenizer from_gguf(const GgufFile& f);
 
   // Throws cbx::Error("text: invalid UTF-8 at byte N") on malformed input. With truncate,
   // keeps the first model_max_length() ids (HF truncation_side="right").

@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "text/kakasi.h"
+
 namespace cbx {
 
 // Cangjie5_TC.json: "char\tcode[\t...]" entries in file order. A char that is the k-th (k > 0)
@@ -31,10 +33,13 @@ std::string zh_segment(const std::string& text);
 // zh (b): every general-category-Lo char found in the table -> "[cj_c]..." + "[cj_.]".
 std::string zh_cangjie(const std::string& text, const CangjieTable& table);
 
-// ja: upstream hiragana_normalize. Kanji readings need pykakasi's dictionary, which we do not
-// have: kanji pass through (upstream's behaviour without pykakasi); kana and everything else are
-// kept as upstream keeps them; the final NFKD is applied.
+// ja: upstream hiragana_normalize. KAKASI (text/kakasi.h) segments the NFC text and reads its
+// kanji; a segment with kanji (U+4E00..U+9FFF) becomes its hiragana reading, with a space before
+// a reading that starts with は or へ; everything else is kept; the result is NFKD'd. Without
+// KAKASI the text passes through (upstream's behaviour without pykakasi), with a warning once.
 std::string ja_normalize(const std::string& text);
+// Upstream's join of pykakasi segments, on KAKASI's segments (exposed for tests).
+std::string ja_join_segments(const std::vector<JaSegment>& segments);
 // ko: Hangul syllables U+AC00..U+D7AF -> conjoining jamo (L, V, optional T), then str.strip().
 std::string ko_normalize(const std::string& text);
 // he: upstream adds niqqud with dicta_onnx, an optional dependency absent by default: unchanged.

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "models/model_config.h"
+#include "text/kakasi.h"
 #include "text/mtl_tokenizer.h"
 
 namespace {
@@ -42,7 +43,8 @@ int run(int argc, char** argv) {
   std::sort(codes.begin(), codes.end());
   for (const std::string& c : codes) {
     const char* name = cbx::language_name(c);
-    std::printf("%s  %s\n", c.c_str(), name ? name : "(unknown)");
+    std::printf("%s  %s%s\n", c.c_str(), name ? name : "(unknown)",
+                c == "ja" ? (std::string(" (kanji readings: ") + cbx::ja_frontend_name() + ")").c_str() : "");
   }
   return 0;
 }

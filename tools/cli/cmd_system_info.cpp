@@ -7,6 +7,7 @@
 #include "core/cpu.h"
 #include "core/version.h"
 #include "ops/matmul.h"
+#include "text/kakasi.h"
 
 namespace {
 int cmd_system_info(int argc, char** argv) {
@@ -20,6 +21,7 @@ int cmd_system_info(int argc, char** argv) {
               cbx::cpu_has_avx512_vnni(), cbx::cpu_has_avx512_bf16(), cbx::gemm_bf16_kind(),
               std::thread::hardware_concurrency(), cbx::available_cpus(),
               cbx::stream_prefetch_level() == cbx::PrefetchLevel::L1 ? "l1" : "l2");
+  std::printf("ja_frontend=%s\n", cbx::ja_frontend_description().c_str());
   return 0;
 }
 cbx::cli::RegisterCommand reg("system-info", "print CPU features and the kernel ISA in use",

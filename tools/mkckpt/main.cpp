@@ -17,7 +17,7 @@
 namespace {
 
 const char* kUsage =
-    "usage: chatterbox-mkckpt --variant turbo|mtl --size full|tiny --seed N [--t3-version v2|v3]\n"
+    "usage: chatterbox-mkckpt --variant turbo|nano|mtl --size full|tiny --seed N [--t3-version v2|v3]\n"
     "                         [--threads N] DIR\n"
     "\n"
     "Writes a synthetic Chatterbox checkpoint with random weights into DIR, in exactly the\n"
@@ -27,6 +27,7 @@ const char* kUsage =
     "  --variant turbo   t3_turbo_v1.safetensors, s3gen_meanflow.safetensors, ve.safetensors,\n"
     "                    conds.pt, vocab.json, merges.txt, added_tokens.json,\n"
     "                    special_tokens_map.json, tokenizer_config.json\n"
+    "  --variant nano    Turbo's files with t3_nano_v1.safetensors (GPT-2 small T3: 12 layers x 768)\n"
     "  --variant mtl     t3_mtl23ls_v2.safetensors (v3 with --t3-version v3), s3gen.pt, ve.pt,\n"
     "                    conds.pt, grapheme_mtl_merged_expanded_v1.json, Cangjie5_TC.json\n"
     "  --size full       exact upstream shapes (several GB)\n"
@@ -99,13 +100,14 @@ int main(int argc, char** argv) {
     }
   }
   if (variant == "turbo") o.variant = cbx::CkptVariant::Turbo;
+  else if (variant == "nano") o.variant = cbx::CkptVariant::Nano;
   else if (variant == "mtl") o.variant = cbx::CkptVariant::Mtl;
-  else usage_error(variant.empty() ? "--variant is required" : "unknown variant '" + variant + "' (turbo or mtl)");
+  else usage_error(variant.empty() ? "--variant is required" : "unknown variant '" + variant + "' (turbo, nano or mtl)");
   if (size == "tiny") o.tiny = true;
   else if (size != "full") usage_error(size.empty() ? "--size is required" : "unknown size '" + size + "' (full or tiny)");
   if (!have_seed) usage_error("--seed is required");
   if (dir.empty()) usage_error("DIR is required");
-  if (o.variant == cbx::CkptVariant::Turbo && o.t3_version != 2)
+  if (o.variant != cbx::CkptVariant::Mtl && o.t3_version != 2)
     usage_error("--t3-version applies to --variant mtl only");
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   o.dir = dir;
@@ -115,7 +117,7 @@ int main(int argc, char** argv) {
     ensure_dir(o.dir);
     std::fprintf(stderr, "chatterbox-mkckpt: %s %s seed %llu -> %s\n", variant.c_str(), size.c_str(),
                  (unsigned long long)o.seed, o.dir.c_str());
-    if (o.variant == cbx::CkptVariant::Turbo) mk::write_gpt2_tokenizer(o);
+    if (o.variant != cbx::CkptVariant::Mtl) mk::write_gpt2_tokenizer(o);
     else mk::write_mtl_tokenizer(o);
     mk::write_conds(o);
     mk::write_weight_file(o, cbx::CkptFile::VE);
