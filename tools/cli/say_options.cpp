@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -94,7 +95,7 @@ double parse_volume(const std::string& v) {
   bool db = false;
   if (s.size() > 2) {
     std::string tail = s.substr(s.size() - 2);
-    std::transform(tail.begin(), tail.end(), tail.begin(), ::tolower);
+    for (char& c : tail) c = char(std::tolower(static_cast<unsigned char>(c)));
     if (tail == "db") {
       db = true;
       s.resize(s.size() - 2);
