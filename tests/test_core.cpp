@@ -209,19 +209,24 @@ TEST(WorkSplit, EveryUnitOnceWithStealing) {
           std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
           std::vector<int64_t> by_thread(size_t(nth), 0);
           std::atomic<bool> misaligned{false};
+          std::atomic<int> others_done{0};
           pool.run([&](int ith, int) {
-            if (stall && ith == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            // Stalled: thread 0 starts only when every other thread has finished its run, so the
+            // others must have taken its whole block (an order of events, not a sleep).
+            if (stall && ith == 0)
+              while (others_done.load() < nth - 1) std::this_thread::yield();
             ws.run(ith, align * (1 + rep / 2), align * (1 + rep % 3), [&](int64_t u0, int64_t u1) {
               if (u0 % align != 0 || u0 >= u1 || u1 > n) misaligned = true;
               for (int64_t u = u0; u < u1; ++u) hits[size_t(u)].fetch_add(1);
               by_thread[size_t(ith)] += u1 - u0;
             });
+            if (ith != 0) others_done.fetch_add(1);
           });
           EXPECT_FALSE(misaligned.load()) << "nth " << nth << " n " << n << " align " << align;
           for (int64_t u = 0; u < n; ++u)
             ASSERT_EQ(hits[size_t(u)].load(), 1) << "unit " << u << " of " << n << ", " << nth << " threads";
-          // The held-back thread's own block (the first per-thread share) went, at least in part, to others.
-          if (stall && n >= 1024) EXPECT_LT(by_thread[0], (n + nth - 1) / nth) << nth << " threads, n " << n;
+          // The held-back thread's own block went wholly to the others: stealing took it all.
+          if (stall) EXPECT_EQ(by_thread[0], 0) << nth << " threads, n " << n;
         }
       }
   }
