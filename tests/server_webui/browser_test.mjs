@@ -49,7 +49,7 @@ function check(ok, what) {
 
 const page = await browser.newPage();
 page.setDefaultTimeout(TIMEOUT);
-await page.setViewport({ width: 1180, height: 1000 });
+await page.setViewport({ width: 1100, height: 900 });
 const external = [], pageErrors = [];
 page.on("request", (r) => {
   const u = r.url();
@@ -98,6 +98,12 @@ try {
   check((await optionValues("#model")).includes("chatterbox-turbo"), "the model picker lacks chatterbox-turbo");
   const voices = await optionValues("#voice");
   check(voices.includes("default") && voices.includes("nova"), `voice picker: ${voices}`);
+
+  // Turbo: the Multilingual-only parameters are hidden, Turbo's top_k is shown; no language picker.
+  const shownParams = await page.$$eval(".param", (ps) => ps.filter((p) => p.offsetParent !== null).map((p) => p.dataset.name));
+  check(!shownParams.includes("exaggeration") && !shownParams.includes("cfg_weight") && shownParams.includes("top_k"),
+        `parameters shown for Turbo: ${shownParams}`);
+  check(await page.$eval("#language-box", (e) => e.offsetParent === null), "a language picker for an English-only model");
 
   // Every visible control has a label (its <label>, or aria-label).
   const unlabelled = await page.$$eval("input, select, textarea, button", (els) => els
