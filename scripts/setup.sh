@@ -25,6 +25,7 @@ TEST_PACKAGES=(
   python3-regex                            # Unicode classes in the MTL tokenizer reference (tests/mtl_tokenizer_reference.py)
   espeak-ng sox                            # test speech and audio checks
   kakasi                                   # the Japanese tests' reference (kakasi -JH)
+  chromium                                 # tests/test_server_webui.sh: the server's web page, headless
 )
 
 # tests/test_server_openai.sh drives `chatterbox serve` with the openai npm package: node and npm.

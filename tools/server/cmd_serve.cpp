@@ -22,7 +22,8 @@ namespace {
 const char* kUsage =
     "usage: chatterbox serve -m MODEL.gguf [-m MTL.gguf] [options]\n"
     "  An OpenAI-compatible speech server: POST /v1/audio/speech, GET/POST/DELETE /v1/audio/voices,\n"
-    "  GET /v1/models, GET /health, GET /metrics (docs/server.md).\n\n"
+    "  GET /v1/models, GET /v1/limits, GET /health, GET /metrics, and a web page at GET /\n"
+    "  (docs/server.md).\n\n"
     "  -m, --model F           GGUF from `chatterbox convert`; repeat for one Turbo/Nano and one\n"
     "                          Multilingual model (the first is what tts-1 / tts-1-hd / gpt-4o-mini-tts mean)\n"
     "  --host H                address to listen on (default 127.0.0.1: this machine only)\n"
@@ -40,6 +41,7 @@ const char* kUsage =
     "                          are cancelled (default 10)\n"
     "  --max-tokens N          speech tokens per generation (default: the model's, 1000 ~ 40 s)\n"
     "  --cors ORIGIN           send Access-Control-Allow-Origin: ORIGIN (and answer preflights)\n"
+    "  --no-ui                 do not serve the web page at GET /\n"
     "  -v, --verbose           log every request and its stages\n";
 
 int64_t int_flag(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
@@ -113,6 +115,8 @@ int serve_main(int argc, char** argv) {
       o.max_tokens = int32_t(int_flag(a, next(), 1, 100000));
     } else if (a == "--cors") {
       o.cors = next();
+    } else if (a == "--no-ui") {
+      o.ui = false;
     } else if (a == "-v" || a == "--verbose") {
       o.verbose = true;
     } else {
@@ -154,6 +158,7 @@ int serve_main(int argc, char** argv) {
     try {
       const int port = server.start();
       log_line("listening on http://" + o.host + ":" + std::to_string(port) + " (loading)");
+      if (o.ui) log_line("web page: http://" + o.host + ":" + std::to_string(port) + "/");
       server.load();
       log_line("ready");
       std::unique_lock<std::mutex> lock(g_mu);

@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "server_ui.h"
 #include "server_util.h"
 
 namespace cbx::server {
@@ -23,7 +24,8 @@ void send_error(httplib::Response& res, const ApiError& e) {
 // The metrics label of a path: the route it matched ("other" for the rest, so that scanners
 // cannot grow the label set).
 std::string endpoint_label(const std::string& method, const std::string& path) {
-  static const char* known[] = {"/v1/audio/speech", "/v1/audio/voices", "/v1/models", "/health", "/metrics"};
+  static const char* known[] = {"/v1/audio/speech", "/v1/audio/voices", "/v1/models", "/v1/limits", "/health",
+                                 "/metrics", "/"};
   for (const char* k : known)
     if (path == k) return k;
   if (path.rfind("/v1/audio/voices/", 0) == 0) return "/v1/audio/voices/{name}";
@@ -170,6 +172,15 @@ void SpeechServer::routes() {
                       {"languages", e->model().languages}});
     res.set_content(nlohmann::json{{"object", "list"}, {"data", data}}.dump() + "\n", kJson);
   });
+  // The server's limits, for clients that check input before sending it (the web page shows them).
+  s.Get("/v1/limits", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(nlohmann::json{{"object", "limits"},
+                                   {"max_input_chars", opt_.max_input_chars},
+                                   {"max_body_bytes", opt_.max_body_bytes},
+                                   {"max_upload_bytes", opt_.max_upload_bytes},
+                                   {"voice_uploads", voices_.enabled()}}.dump() + "\n", kJson);
+  });
+  if (opt_.ui) add_ui_routes(s);
   s.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
     Engine* e = engine_for(req.matches[1]);
     if (!e) return send_error(res, ApiError(404, "model '" + std::string(req.matches[1]) + "' does not exist; available: " + model_names(), "model", "model_not_found"));

@@ -36,6 +36,7 @@ struct ServeOptions {
   size_t max_body_bytes = 1 << 20;    // JSON bodies
   size_t max_upload_bytes = 50 << 20;  // voice uploads
   std::string cors;  // Access-Control-Allow-Origin value; "" = no CORS headers
+  bool ui = true;    // GET /: the web page (server_ui.h); --no-ui turns it off
   bool verbose = false;
 };
 
