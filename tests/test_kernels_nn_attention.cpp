@@ -197,3 +197,57 @@ TEST(NnAttention, ValidationErrors) {
   Tensor vh = make_tensor(DType::F16, {2, 5, 8}, h.data(), h.size() * 2);
   EXPECT_THROW(attention(pool(), q.t, k2.t, vh, Tensor{}, o.t, AttentionParams{}), Error);
 }
+
+// attention_part_split (a shared voice prefix + a sequence's own keys in two buffers) gives
+// the bits of attention_part over one cache holding both, for split points inside and at the
+// edges of a 64-key tile, f32 and f16, head dims 64 (the unrolled kernel) and 40, GQA.
+TEST(NnAttention, SplitSegmentsMatchOneCacheBitwise) {
+  for (DType kv : {DType::F32, DType::F16})
+    for (int64_t D : {64, 40})
+      for (int64_t split : {1, 37, 64, 100, 130}) {
+        const int64_t H = 4, Hkv = 2, Tk = 150, own = Tk - split, es = kv == DType::F16 ? 2 : 4;
+        Buf qb({H, 1, D}, uint32_t(split + D), -1.5f, 1.5f);
+        Buf kf({Hkv, Tk, D}, uint32_t(split + 1)), vf({Hkv, Tk, D}, uint32_t(split + 2));
+        // One cache [Hkv, Tk, D]; the same keys as a prefix [Hkv, split, D] and an own buffer
+        // [Hkv, own + 5, D] (capacity above its rows, as a KV slot).
+        std::vector<uint8_t> one(size_t(Hkv * Tk * D * es)), pre(size_t(Hkv * split * D * es)),
+            mine(size_t(Hkv * (own + 5) * D * es), 0);
+        auto fill = [&](const Buf& src, std::vector<uint8_t>& o, std::vector<uint8_t>& p, std::vector<uint8_t>& m) {
+          for (int64_t h = 0; h < Hkv; ++h)
+            for (int64_t j = 0; j < Tk; ++j)
+              for (int64_t c = 0; c < D; ++c) {
+                const float x = src.v[size_t((h * Tk + j) * D + c)];
+                uint8_t* dst[3] = {o.data() + ((h * Tk + j) * D + c) * es,
+                                   j < split ? p.data() + ((h * split + j) * D + c) * es : nullptr,
+                                   j >= split ? m.data() + ((h * (own + 5) + j - split) * D + c) * es : nullptr};
+                for (uint8_t* d : dst) {
+                  if (!d) continue;
+                  if (kv == DType::F16) {
+                    const uint16_t b = f32_to_f16(x);
+                    std::memcpy(d, &b, 2);
+                  } else {
+                    std::memcpy(d, &x, 4);
+                  }
+                }
+              }
+        };
+        std::vector<uint8_t> onev(one.size()), prev(pre.size()), minev(mine.size(), 0);
+        fill(kf, one, pre, mine);
+        fill(vf, onev, prev, minev);
+        const Tensor k1 = make_tensor(kv, {Hkv, Tk, D}, one.data(), one.size());
+        const Tensor v1 = make_tensor(kv, {Hkv, Tk, D}, onev.data(), onev.size());
+        const Tensor k0 = make_tensor(kv, {Hkv, split, D}, pre.data(), pre.size());
+        const Tensor v0 = make_tensor(kv, {Hkv, split, D}, prev.data(), prev.size());
+        const Tensor kslot = make_tensor(kv, {Hkv, own + 5, D}, mine.data(), mine.size());
+        const Tensor vslot = make_tensor(kv, {Hkv, own + 5, D}, minev.data(), minev.size());
+        const Tensor km = slice(kslot, 1, 0, own), vm = slice(vslot, 1, 0, own);
+        Buf oa({H, 1, D}), ob({H, 1, D});
+        AttentionParams p;
+        p.causal = true;
+        p.q_offset = Tk - 1;
+        attention_part(0, 1, qb.t, k1, v1, Tensor{}, oa.t, p);
+        attention_part_split(0, 1, qb.t, k0, v0, km, vm, ob.t, p);
+        for (size_t i = 0; i < oa.size(); ++i)
+          ASSERT_EQ(oa.v[i], ob.v[i]) << dtype_name(kv) << " D " << D << " split " << split << " at " << i;
+      }
+}

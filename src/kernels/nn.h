@@ -74,6 +74,15 @@ struct AttnHead {
   // broadcast-FMAs instead of horizontal sums); the generic kernel ignores it.
   const float* kt = nullptr;
   int64_t kt_rs = 0;
+  // Optional second key/value segment (one query only, no kt): keys j < split are rows j of
+  // k / v, keys j >= split rows j - split of k2 / v2 (row strides k2_rs / v2_rs). A batched
+  // decode keeps a shared voice prefix in one buffer and each sequence's own keys in another;
+  // the result has the bits of one segment holding both (same tiles, same order).
+  const void* k2 = nullptr;
+  int64_t k2_rs = 0;
+  const void* v2 = nullptr;
+  int64_t v2_rs = 0;
+  int64_t split = 0;
 };
 constexpr int64_t kAttnKeyTile = 64;
 constexpr int64_t kAttnQueryBlock = 4;

@@ -138,7 +138,12 @@ void attn_generic(const AttnHead& h, int64_t q0, int64_t q1, float* scratch) {
     for (int64_t c = 0; c < h.d; ++c) acc[c] = 0.f;
     for (int64_t j = 0; j < kend; ++j) {
       float s = 0.f;
-      for (int64_t c = 0; c < h.d; ++c) s += q[c] * kv_at(h.k, h.kv_dtype, j * h.k_rs + c);
+      const bool second = h.k2 && j >= h.split;  // AttnHead's second segment
+      const void* kb = second ? h.k2 : h.k;
+      const void* vb = second ? h.v2 : h.v;
+      const int64_t kat = second ? (j - h.split) * h.k2_rs : j * h.k_rs;
+      const int64_t vat = second ? (j - h.split) * h.v2_rs : j * h.v_rs;
+      for (int64_t c = 0; c < h.d; ++c) s += q[c] * kv_at(kb, h.kv_dtype, kat + c);
       s *= h.scale;
       if (h.mask) s += h.mask[i * h.mask_rs + j];
       if (s == ninf) continue;
@@ -147,7 +152,7 @@ void attn_generic(const AttnHead& h, int64_t q0, int64_t q1, float* scratch) {
       float p = std::exp(s - mn);
       l = l * alpha + p;
       for (int64_t c = 0; c < h.d; ++c)
-        acc[c] = acc[c] * alpha + p * kv_at(h.v, h.kv_dtype, j * h.v_rs + c);
+        acc[c] = acc[c] * alpha + p * kv_at(vb, h.kv_dtype, vat + c);
       m = mn;
     }
     float* o = h.o + i * h.o_rs;

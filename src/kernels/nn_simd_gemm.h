@@ -265,6 +265,30 @@ inline void prefetch_ahead(const void* base, int64_t row, int64_t kend, int64_t 
   if (r < kend) prefetch_kv_row(base, kF16 ? DType::F16 : DType::F32, r * rs, d);
 }
 
+// Where key / value row `row` of a head lives: (base, element offset). kSplit: rows before
+// h.split in k / v, the rest in k2 / v2 (AttnHead).
+template <bool kSplit>
+inline const void* kv_base(const AttnHead& h, bool is_v, int64_t row, int64_t* at) {
+  if (kSplit && row >= h.split) {
+    *at = (row - h.split) * (is_v ? h.v2_rs : h.k2_rs);
+    return is_v ? h.v2 : h.k2;
+  }
+  *at = row * (is_v ? h.v_rs : h.k_rs);
+  return is_v ? h.v : h.k;
+}
+template <bool kF16, bool kSplit>
+inline void prefetch_ahead2(const AttnHead& h, bool is_v, int64_t row, int64_t kend, int64_t d) {
+  if constexpr (!kSplit) {
+    prefetch_ahead<kF16>(is_v ? h.v : h.k, row, kend, is_v ? h.v_rs : h.k_rs, d);
+  } else {
+    const int64_t r = row + kAttnPrefetchRows;
+    if (r >= kend) return;
+    int64_t at;
+    const void* b = kv_base<true>(h, is_v, r, &at);
+    prefetch_kv_row(b, kF16 ? DType::F16 : DType::F32, at, d);
+  }
+}
+
 // One query against its keys, tiles of kAttnKeyTile keys with online softmax. Scores
 // W keys at a time: each key leaves a W-lane vector of partial products (d / W FMAs,
 // the scale folded into q), and V::sum_lanes_t turns W such vectors into W scores at
@@ -275,7 +299,7 @@ inline void prefetch_ahead(const void* base, int64_t row, int64_t kend, int64_t 
 // in the same order, so the same bits. T3's decode attention (16 heads x 600 F16 keys x
 // d = 64, 24 layers, 2 threads, Zen 5): cache-resident 68 -> 94 GB/s, from DRAM 50 -> 61;
 // the run-time-d loop was one dependent FMA chain per key plus loop overhead.
-template <class V, bool kF16, int kD>
+template <class V, bool kF16, int kD, bool kSplit = false>
 void attn_one(const AttnHead& h, int64_t i, float* scratch) {
   using R = typename V::R;
   constexpr int W = V::W;
@@ -298,8 +322,11 @@ void attn_one(const AttnHead& h, int64_t i, float* scratch) {
   // up front (a decode step starts 16 x 24 such heads cold). T3 Turbo decode, Zen 4, steps
   // alternating with / without in one run, both parities: 0.7-2.7% faster in 7 of 7 pairs.
   for (int64_t r = 0, warm = imin(kend, kAttnPrefetchRows); r < warm; ++r) {
-    prefetch_kv_row(h.k, kF16 ? DType::F16 : DType::F32, r * h.k_rs, d);
-    prefetch_kv_row(h.v, kF16 ? DType::F16 : DType::F32, r * h.v_rs, d);
+    int64_t ka, va;
+    const void* kb = kv_base<kSplit>(h, false, r, &ka);
+    const void* vb = kv_base<kSplit>(h, true, r, &va);
+    prefetch_kv_row(kb, kF16 ? DType::F16 : DType::F32, ka, d);
+    prefetch_kv_row(vb, kF16 ? DType::F16 : DType::F32, va, d);
   }
   constexpr int kQv = kD ? kD / W : 1;
   R qv[kQv];
@@ -317,14 +344,15 @@ void attn_one(const AttnHead& h, int64_t i, float* scratch) {
           continue;
         }
         const int64_t row = j0 + g + j;
-        prefetch_ahead<kF16>(h.k, row, kend, h.k_rs, d);
-        const int64_t at = row * h.k_rs;
+        prefetch_ahead2<kF16, kSplit>(h, false, row, kend, d);
+        int64_t at;
+        const void* kb = kv_base<kSplit>(h, false, row, &at);
         R a = V::zero();
         if constexpr (kD != 0) {
-          for (int c = 0; c < kQv; ++c) a = V::fma(qv[c], kv_row_load<V, kF16>(h.k, at + c * W), a);
+          for (int c = 0; c < kQv; ++c) a = V::fma(qv[c], kv_row_load<V, kF16>(kb, at + c * W), a);
         } else {
-          for (int64_t c = 0; c < dv; c += W) a = V::fma(V::load(qs + c), kv_row_load<V, kF16>(h.k, at + c), a);
-          if (dt) a = V::fma(V::load_n(qs + dv, dt), kv_row_load_n<V, kF16>(h.k, at + dv, dt), a);
+          for (int64_t c = 0; c < dv; c += W) a = V::fma(V::load(qs + c), kv_row_load<V, kF16>(kb, at + c), a);
+          if (dt) a = V::fma(V::load_n(qs + dv, dt), kv_row_load_n<V, kF16>(kb, at + dv, dt), a);
         }
         part[j] = a;
       }
@@ -365,14 +393,16 @@ void attn_one(const AttnHead& h, int64_t i, float* scratch) {
       auto keys = [&](auto full) {  // full: NVD whole vectors (the common case, d % (NVD W) == 0)
         auto key = [&](int64_t jj, R* a) {
           const int64_t row = j0 + jj;
-          if (c0 == 0) prefetch_ahead<kF16>(h.v, row, kend, h.v_rs, d);
+          if (c0 == 0) prefetch_ahead2<kF16, kSplit>(h, true, row, kend, d);
           const R p = V::set1(S[jj]);
-          const int64_t at = row * h.v_rs + c0;
+          int64_t at;
+          const void* vb = kv_base<kSplit>(h, true, row, &at);
+          at += c0;
           if constexpr (decltype(full)::value) {
-            for (int v = 0; v < NVD; ++v) a[v] = V::fma(p, kv_row_load<V, kF16>(h.v, at + v * W), a[v]);
+            for (int v = 0; v < NVD; ++v) a[v] = V::fma(p, kv_row_load<V, kF16>(vb, at + v * W), a[v]);
           } else {
             for (int v = 0; v < nv; ++v)
-              a[v] = V::fma(p, kv_row_load_n<V, kF16>(h.v, at + v * W, v + 1 < nv ? W : last), a[v]);
+              a[v] = V::fma(p, kv_row_load_n<V, kF16>(vb, at + v * W, v + 1 < nv ? W : last), a[v]);
           }
         };
         int64_t jj = 0;
@@ -398,6 +428,12 @@ void attn_one(const AttnHead& h, int64_t i, float* scratch) {
 template <class V>
 void attn(const AttnHead& h, int64_t q0, int64_t q1, float* scratch) {
   static_assert(kAttnQueryBlock == 4);
+  if (q1 - q0 == 1 && !h.kt && h.k2) {
+    const bool f16 = h.kv_dtype == DType::F16;
+    if (h.d == 64) f16 ? attn_one<V, true, 64, true>(h, q0, scratch) : attn_one<V, false, 64, true>(h, q0, scratch);
+    else f16 ? attn_one<V, true, 0, true>(h, q0, scratch) : attn_one<V, false, 0, true>(h, q0, scratch);
+    return;
+  }
   if (q1 - q0 == 1 && !h.kt) {
     const bool f16 = h.kv_dtype == DType::F16;
     if (h.d == 64) f16 ? attn_one<V, true, 64>(h, q0, scratch) : attn_one<V, false, 64>(h, q0, scratch);

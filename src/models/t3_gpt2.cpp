@@ -271,6 +271,12 @@ size_t T3Gpt2::packed_weight_bytes() const {
   return n;
 }
 
+const RowLinear& T3Gpt2::layer_rows(int l, int which) const {
+  CBX_CHECK(l >= 0 && l < c_.n_layer && which >= 0 && which < 4, "t3: no row kernels %d of layer %d", which, l);
+  const LayerRows& r = rows_[size_t(l)];
+  return which == 0 ? r.qkv : which == 1 ? r.attn_proj : which == 2 ? r.fc : r.proj;
+}
+
 void T3Gpt2::decode_fused(Tensor& x, Tensor& qkv, Tensor& att, Tensor& f1) {
   const int64_t d = c_.n_embd, H = c_.n_head, D = c_.head_dim;
   const int64_t pos = n_past_, Tk = n_past_ + 1;

@@ -155,6 +155,16 @@ class T3Gpt2 {
   // Bytes of re-laid-out weight copies held for the fused decode (T3Gpt2Options::pack_planar).
   size_t packed_weight_bytes() const;
 
+  // For a batched decode over the same weights (models/t3_batch.h): the fused decode's row
+  // kernels of layer l (which: 0 c_attn, 1 attn.c_proj, 2 mlp.c_fc, 3 mlp.c_proj), the speech
+  // head's, the bytes a converted activation row takes, and layer l's cache ([H, max_ctx, D]).
+  const RowLinear& layer_rows(int l, int which) const;
+  const RowLinear& head_rows() const { return head_; }
+  size_t act_stride() const { return act_stride_; }
+  DType kv_type() const { return kv_type_; }
+  const Tensor& k_cache(int l) const { return k_cache_[size_t(l)]; }
+  const Tensor& v_cache(int l) const { return v_cache_[size_t(l)]; }
+
  private:
   void emit(const char* name, int layer, const Tensor& t) const {
     if (capture_) capture_(name, layer, t);

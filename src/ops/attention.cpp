@@ -39,6 +39,10 @@ struct Setup {
   bool causal = false;
   int64_t q_offset = 0;
   int64_t qb = 1, nqb = 1, tasks = 0;  // queries per task, query blocks per head, H * nqb
+  // attention_part_split: the first segment (k, v above are the second), split = its rows.
+  const uint8_t* k0 = nullptr;
+  const uint8_t* v0 = nullptr;
+  int64_t k0_hs = 0, k0_rs = 0, v0_hs = 0, v0_rs = 0, split = 0;
 };
 
 Setup setup(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
@@ -126,6 +130,17 @@ void run_task(const Setup& s, int64_t task, const float* kt, int64_t kt_rs, floa
     a.kt = kt + hk * s.D * kt_rs;
     a.kt_rs = kt_rs;
   }
+  if (s.k0) {  // two segments: the first from k0 / v0, then k / v
+    a.k2 = a.k;
+    a.k2_rs = a.k_rs;
+    a.v2 = a.v;
+    a.v2_rs = a.v_rs;
+    a.k = s.k0 + size_t(hk * s.k0_hs) * s.kv_es;
+    a.k_rs = s.k0_rs;
+    a.v = s.v0 + size_t(hk * s.v0_hs) * s.kv_es;
+    a.v_rs = s.v0_rs;
+    a.split = s.split;
+  }
   s.kern->attn(a, q0, q1, scratch);
 }
 
@@ -192,6 +207,32 @@ void attention_part(int ith, int nth, const Tensor& q, const Tensor& k, const Te
             (long long)h0, (long long)h1, (long long)s.H);
   alignas(64) float scratch[attn_scratch_floats(kMaxHeadDim)];
   // One query block per head (Tq < 16): task = head.
+  for (int64_t h = h0 + ith; h < h1; h += nth) run_task(s, h, nullptr, 0, scratch);
+}
+
+void attention_part_split(int ith, int nth, const Tensor& q, const Tensor& k0, const Tensor& v0, const Tensor& k,
+                          const Tensor& v, Tensor& out, const AttentionParams& p, int64_t h0, int64_t h1, Isa isa) {
+  const char* op = "attention_part_split";
+  Setup s = setup(op, q, k, v, Tensor{}, out, p, isa);
+  CBX_CHECK(s.Tq == 1, "%s: %lld queries (q %s); one only", op, (long long)s.Tq, q.shape_str().c_str());
+  CBX_CHECK(k0.data && v0.data && k0.ndim == 3 && same_shape(k0, v0) && k0.dtype == k.dtype && v0.dtype == k.dtype &&
+                k0.shape[0] == s.Hkv && k0.shape[2] == s.D && nn_detail::inner_contiguous(k0) &&
+                nn_detail::inner_contiguous(v0),
+            "%s: first segment k %s / v %s must be %s [%lld, T0, %lld] like k %s, contiguous in D", op,
+            k0.shape_str().c_str(), v0.shape_str().c_str(), dtype_name(k.dtype), (long long)s.Hkv, (long long)s.D,
+            k.shape_str().c_str());
+  CBX_CHECK(nth >= 1 && ith >= 0 && ith < nth, "%s: thread %d of %d", op, ith, nth);
+  if (h1 < 0) h1 = s.H;
+  CBX_CHECK(h0 >= 0 && h0 <= h1 && h1 <= s.H, "%s: heads [%lld, %lld) outside [0, %lld)", op, (long long)h0,
+            (long long)h1, (long long)s.H);
+  s.k0 = static_cast<const uint8_t*>(k0.data);
+  s.v0 = static_cast<const uint8_t*>(v0.data);
+  s.k0_hs = elem_stride(op, "k0", k0, 0), s.k0_rs = elem_stride(op, "k0", k0, 1);
+  s.v0_hs = elem_stride(op, "v0", v0, 0), s.v0_rs = elem_stride(op, "v0", v0, 1);
+  s.split = k0.shape[1];
+  s.Tk += s.split;
+  if (s.split == 0) s.k0 = nullptr;  // one segment after all
+  alignas(64) float scratch[attn_scratch_floats(kMaxHeadDim)];
   for (int64_t h = h0 + ith; h < h1; h += nth) run_task(s, h, nullptr, 0, scratch);
 }
 

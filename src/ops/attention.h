@@ -46,4 +46,12 @@ void attention_part(int ith, int nth, const Tensor& q, const Tensor& k, const Te
                     const Tensor& mask, Tensor& out, const AttentionParams& p, int64_t h0 = 0,
                     int64_t h1 = -1, Isa isa = active_isa());
 
+// attention_part for one query (Tq = 1) whose keys are in two segments: the first k0 / v0
+// ([H_kv, T0, D], e.g. a voice prefix shared by several sequences), then k / v ([H_kv, T1, D],
+// the sequence's own keys); causal positions count over both (key j of k is position T0 + j).
+// The result has the bits attention_part gives for one cache holding both segments in order.
+void attention_part_split(int ith, int nth, const Tensor& q, const Tensor& k0, const Tensor& v0,
+                          const Tensor& k, const Tensor& v, Tensor& out, const AttentionParams& p,
+                          int64_t h0 = 0, int64_t h1 = -1, Isa isa = active_isa());
+
 }  // namespace cbx

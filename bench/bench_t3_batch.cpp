@@ -1,0 +1,133 @@
+// chatterbox-bench t3-batch -m MODEL.gguf [--threads N] [--steps S] [--prompt P] [--text L]
+//                           [--batch 1,2,4,8] [--rounds R] [--seed N]
+//
+// The batched T3 Turbo decode (models/t3_batch.h): for each batch size N, N rows of the same
+// voice (1 + P random prompt tokens, default 375; L random text tokens, default 30) and
+// different seeds join, then up to S steps (default 100) advance them together. Prefills are
+// not timed. Rounds alternate the order of the batch sizes (R rounds, default 3: forward,
+// backward, ...) so that machine load drifts hit every size alike. Prints one line per size:
+//   t3_tok_s_total  speech tokens per second summed over the rows (median over the rounds)
+//   t3_tok_s_row    the same per row
+//   speedup         t3_tok_s_total / the N = 1 median (when 1 is among the sizes)
+//   runs            every round's t3_tok_s_total
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "core/error.h"
+#include "core/gguf.h"
+#include "core/thread_pool.h"
+#include "models/t3_batch.h"
+#include "models/t3_turbo.h"
+
+namespace cbx::bench {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int run_t3_batch(int argc, char** argv) {
+  std::string model, sizes = "1,2,4,8";
+  int threads = 2, steps = 100, prompt = 375, text = 30, rounds = 3;
+  uint64_t seed = 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      CBX_CHECK(i + 1 < argc, "bench t3-batch: %s needs a value", a.c_str());
+      return argv[++i];
+    };
+    if (a == "-m" || a == "--model") model = next();
+    else if (a == "--threads") threads = std::atoi(next());
+    else if (a == "--steps") steps = std::atoi(next());
+    else if (a == "--prompt") prompt = std::atoi(next());
+    else if (a == "--text") text = std::atoi(next());
+    else if (a == "--batch") sizes = next();
+    else if (a == "--rounds") rounds = std::atoi(next());
+    else if (a == "--seed") seed = std::strtoull(next(), nullptr, 10);
+    else fail("bench t3-batch: unknown option '%s' (see bench/bench_t3_batch.cpp)", a.c_str());
+  }
+  CBX_CHECK(!model.empty(), "usage: chatterbox-bench t3-batch -m MODEL.gguf [--batch 1,2,4,8] [--steps S]");
+  std::vector<int> ns;
+  std::stringstream ss(sizes);
+  for (std::string t; std::getline(ss, t, ',');) ns.push_back(std::atoi(t.c_str()));
+  int max_n = 0;
+  for (int n : ns) {
+    CBX_CHECK(n >= 1 && n <= 64, "bench t3-batch: batch size %d outside 1 .. 64", n);
+    max_n = std::max(max_n, n);
+  }
+  CBX_CHECK(threads > 0 && steps > 0 && prompt >= 0 && text >= 0 && rounds > 0 && !ns.empty(),
+            "bench t3-batch: bad arguments");
+
+  auto f = GgufFile::open(model);
+  ThreadPool pool(threads);
+  T3TurboOptions o;
+  o.max_text = std::max(text, 1);
+  o.max_prompt = std::max(prompt, 1);
+  o.max_new = steps;
+  T3Turbo t3(*f, pool, o);
+  const T3Config& c = t3.config().t3;
+  T3Batch batch(t3, pool, max_n);
+
+  std::mt19937 rng{uint32_t(seed)};
+  std::vector<int32_t> text_ids(static_cast<size_t>(text)), prompt_ids(static_cast<size_t>(prompt));
+  for (int32_t& v : text_ids) v = int32_t(rng() % uint32_t(c.text_vocab));
+  for (int32_t& v : prompt_ids) v = int32_t(rng() % uint32_t(c.start_speech_token));
+  std::vector<float> spk(size_t(c.speaker_embed_size));
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (float& v : spk) v = nd(rng);
+
+  std::vector<std::vector<double>> runs(ns.size());
+  for (int r = 0; r < rounds; ++r)
+    for (size_t k = 0; k < ns.size(); ++k) {
+      const size_t which = r % 2 ? ns.size() - 1 - k : k;
+      const int n = ns[which];
+      for (int b = 0; b < n; ++b) {
+        SamplerParams sp = t3.default_sampler();
+        sp.seed = seed + uint64_t(r * 64 + b);
+        batch.start(text_ids.data(), text, spk.data(), int64_t(spk.size()), prompt_ids.data(), prompt, sp, steps);
+      }
+      int64_t tokens = 0;
+      const double t0 = now_s();
+      for (int s = 0; s < steps; ++s) {
+        const int adv = batch.step();
+        if (adv == 0) break;
+        tokens += adv;
+      }
+      const double dt = now_s() - t0;
+      for (int b = 0; b < max_n; ++b)
+        if (batch.active(b)) batch.release(b);
+      runs[which].push_back(double(tokens) / dt);
+    }
+  double base = 0;
+  for (size_t k = 0; k < ns.size(); ++k)
+    if (ns[k] == 1) base = median(runs[k]);
+  for (size_t k = 0; k < ns.size(); ++k) {
+    const double m = median(runs[k]);
+    std::string all;
+    for (double v : runs[k]) all += (all.empty() ? "" : ",") + std::to_string(v).substr(0, 6);
+    std::printf("bench t3-batch model=%s threads=%d prompt=%d text=%d steps=%d batch=%d t3_tok_s_total=%.2f "
+                "t3_tok_s_row=%.2f speedup=%.2f runs=%s\n",
+                model.c_str(), threads, prompt, text, steps, ns[k], m, m / ns[k], base > 0 ? m / base : 0.0,
+                all.c_str());
+  }
+  return 0;
+}
+
+RegisterBench reg("t3-batch", "batched T3 Turbo decode: tokens/s summed over N rows (models/t3_batch.h)",
+                  run_t3_batch);
+
+}  // namespace
+}  // namespace cbx::bench
