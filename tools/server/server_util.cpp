@@ -21,7 +21,9 @@ std::string error_body(int status, const std::string& message, const std::string
                       {"type", type.empty() ? error_type_for(status) : type},
                       {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
                       {"code", code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code)}};
-  return nlohmann::json{{"error", e}}.dump() + "\n";
+  // Messages quote what the client sent (a voice name, a form field), which need not be UTF-8:
+  // such bytes become U+FFFD instead of failing the dump (a 500 for a 4xx).
+  return nlohmann::json{{"error", e}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 namespace {
