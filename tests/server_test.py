@@ -324,6 +324,7 @@ def main():
     check(st == 400 and json.loads(data)["error"]["param"] == "name", f"name not UTF-8: {st} {data!r}")
     st, _, data = srv.request("DELETE", "/v1/audio/voices/bad%FF")
     check(st == 400 and json.loads(data)["error"]["code"] == "invalid_name", f"delete, name not UTF-8: {st} {data!r}")
+    check("bad\\xff" in srv.text(), "the log does not escape a path that is not UTF-8")
     st, _, data = srv.request("DELETE", "/v1/audio/voices/..%2Fmain.log")
     check(st in (400, 404), f"delete ../: {st} {data!r}")
     check(os.path.isfile(srv.log_path), "a path outside the voices directory was deleted")

@@ -140,7 +140,7 @@ void SpeechServer::routes() {
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     if (req.method == "OPTIONS") return;
     metrics_.count_request(endpoint_label(req.method, req.path), res.status);
-    log_verbose(req.method + " " + req.path + " " + std::to_string(res.status));
+    log_verbose(req.method + " " + printable(req.path) + " " + std::to_string(res.status));
   });
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
