@@ -318,12 +318,21 @@ def main():
     for bad in ["../evil", "a/b", ".hidden", "x" * 65]:
         st, _, data = upload(srv, bad, ref)
         check(st == 400 and json.loads(data)["error"]["param"] == "name", f"name {bad!r}: {st} {data!r}")
+    # a name that is not UTF-8 is quoted in the message: 400 with a JSON body, not a 500 (issue 32)
+    body, ctype = multipart([("name", b"bad\xff\xfe", None), ("file", ref, "ref.wav")])
+    st, _, data = srv.request("POST", "/v1/audio/voices", body, {"Content-Type": ctype})
+    check(st == 400 and json.loads(data)["error"]["param"] == "name", f"name not UTF-8: {st} {data!r}")
+    st, _, data = srv.request("DELETE", "/v1/audio/voices/bad%FF")
+    check(st == 400 and json.loads(data)["error"]["code"] == "invalid_name", f"delete, name not UTF-8: {st} {data!r}")
+    check("bad\\xff" in srv.text(), "the log does not escape a path that is not UTF-8")
     st, _, data = srv.request("DELETE", "/v1/audio/voices/..%2Fmain.log")
     check(st in (400, 404), f"delete ../: {st} {data!r}")
     check(os.path.isfile(srv.log_path), "a path outside the voices directory was deleted")
     check(sorted(os.listdir(voices)) == [], f"voices dir not empty: {os.listdir(voices)}")
 
     # ---- bad requests ----
+    # a number beyond a double is bad JSON (400), not an internal error (issue 32, fuzz_request_speech)
+    expect_error(srv, None, 400, "number overflow", raw='{"input":"x","speed":1e309}')
     expect_error(srv, None, 400, "not valid JSON", raw=b'{"input": "Hi"')
     expect_error(srv, None, 400, "must be a JSON object", raw=b'["Hi"]')
     expect_error(srv, None, 400, "not valid UTF-8", "input", raw=b'{"input": "caf\xe9"}')

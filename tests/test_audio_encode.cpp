@@ -365,3 +365,26 @@ TEST(AudioStream, FlacTotalSamples) {
   EXPECT_TRUE(s2.push(x.data(), 500).empty());
   EXPECT_EQ(total(s2.finish()), 500u);
 }
+
+// What the WAV writer writes, the reader reads (issue 32, fuzz_audio_roundtrip): a rate above
+// kMaxSampleRate used to be written and then refused on reading; it is now refused on writing,
+// by encode_audio and by the stream encoder alike, with the rate in the message.
+TEST(AudioEncode, WavSampleRateLimitMatchesReader) {
+  const std::vector<float> x = {0.5f, -0.25f, 0.f, 1.f};
+  for (AudioFormat f : {AudioFormat::Wav, AudioFormat::Pcm16}) {
+    if (f == AudioFormat::Wav) {
+      try {
+        encode_audio(x.data(), x.size(), 2710976, f);
+        FAIL() << "a 2710976 Hz WAV was written";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("2710976"), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_THROW(AudioStreamEncoder(AudioFormat::Wav, kMaxSampleRate + 1), Error);
+  }
+  const std::vector<uint8_t> wav = encode_audio(x.data(), x.size(), kMaxSampleRate, AudioFormat::Wav);
+  const AudioData a = read_audio_memory(wav.data(), wav.size(), "max.wav");
+  EXPECT_EQ(a.sample_rate, kMaxSampleRate);
+  ASSERT_EQ(a.samples.size(), x.size());
+  EXPECT_EQ(a.samples[0], float(std::lround(0.5f * 32767.f)) / 32768.f);
+}

@@ -351,7 +351,8 @@ AudioStreamEncoder::AudioStreamEncoder(AudioFormat f, int sample_rate)
             "%s cannot be streamed (its header needs the final length; use wav, pcm, flac, ogg, "
             "opus or mp3)",
             audio_format_name(f));
-  CBX_CHECK(sample_rate > 0, "%s stream: bad sample rate %d", audio_format_name(f), sample_rate);
+  CBX_CHECK(sample_rate > 0 && sample_rate <= kMaxSampleRate, "%s stream: bad sample rate %d Hz (1 to %d)",
+            audio_format_name(f), sample_rate, kMaxSampleRate);
   impl_->sample_rate = sample_rate;
   if (f != AudioFormat::Wav && f != AudioFormat::Pcm16)
     impl_->sf = std::make_unique<SfWriter>(f, sample_rate, true);

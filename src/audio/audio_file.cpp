@@ -28,8 +28,8 @@ constexpr sf_count_t kChunkFrames = 16384;
 AudioData decode(SNDFILE* sf, const SF_INFO& info, const std::string& name, double max_seconds) {
   CBX_CHECK(info.channels > 0 && info.channels <= 256, "audio '%s': bad channel count %d",
             name.c_str(), info.channels);
-  CBX_CHECK(info.samplerate > 0 && info.samplerate <= 1536000, "audio '%s': bad sample rate %d",
-            name.c_str(), info.samplerate);
+  CBX_CHECK(info.samplerate > 0 && info.samplerate <= kMaxSampleRate, "audio '%s': bad sample rate %d Hz (1 to %d)",
+            name.c_str(), info.samplerate, kMaxSampleRate);
   AudioData out;
   out.sample_rate = info.samplerate;
   out.file_channels = info.channels;
@@ -158,7 +158,8 @@ void float_to_pcm16(const float* x, size_t n, int16_t* out) {
 }
 
 std::vector<uint8_t> wav_header_pcm16(int sample_rate, int64_t num_samples) {
-  CBX_CHECK(sample_rate > 0, "wav: bad sample rate %d", sample_rate);
+  CBX_CHECK(sample_rate > 0 && sample_rate <= kMaxSampleRate, "wav: bad sample rate %d Hz (1 to %d)", sample_rate,
+            kMaxSampleRate);
   uint32_t data_bytes = 0xFFFFFFFFu, riff_bytes = 0xFFFFFFFFu;
   if (num_samples >= 0) {
     CBX_CHECK(num_samples <= (int64_t(0xFFFFFFFFu) - 36) / 2,

@@ -12,6 +12,10 @@
 
 namespace cbx {
 
+// The highest sample rate read or written (1.536 MHz, 32x 48 kHz): the WAV writer refuses what
+// the reader would refuse, so every file we write reads back.
+constexpr int kMaxSampleRate = 1536000;
+
 struct AudioData {
   std::vector<float> samples;  // mono, float32
   int sample_rate = 0;

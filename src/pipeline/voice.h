@@ -139,6 +139,39 @@ using VoiceCapture = std::function<void(const std::string& name, const float* da
 
 constexpr int kVoiceBuildSteps = 7;
 
+// The model-free first half of a build, VoiceBuilder's and the upload fuzz target's
+// (fuzz/fuzz_audio_upload.cpp): what one variant's recipe needs of the model config.
+struct VoiceRecipe {
+  Variant variant = Variant::Turbo;
+  int sr24 = 24000, sr16 = 16000;
+  double max_seconds = 30.0;   // VoiceBuildOptions::max_seconds
+  double min_seconds = 0;      // the variant's minimum reference length
+  int64_t enc_cond_16k = 0;    // T3 prompt tokenizer input (samples at 16 kHz)
+  int64_t dec_cond_24k = 0;    // S3Gen reference (samples at 24 kHz)
+  bool norm_loudness = false;  // the variant normalises and the options ask for it
+  float loudness_target = -27;
+};
+// Checks the rates and o.max_seconds against c; throws cbx::Error naming `what` (the model file).
+VoiceRecipe voice_recipe(const ModelConfig& c, const VoiceBuildOptions& o, const std::string& what);
+// How much of a reference file a build decodes: max_seconds plus a margin, so that a longer file
+// can be told apart and the soxr filter tail at the cut comes from real samples.
+double voice_decode_seconds(const VoiceRecipe& r);
+
+// The signals the cloning networks take, before any network runs.
+struct VoiceSignals {
+  std::vector<float> full;   // the reference at 24 kHz, cut to max_seconds, loudness gain applied
+  std::vector<float> ref16;  // its soxr 16 kHz copy: the voice encoder's input, whole
+  int64_t t3_samples = 0;    // ref16's first t3_samples feed the T3 prompt tokenizer
+  int64_t s3gen_samples = 0; // full's first s3gen_samples feed S3Gen.embed_ref
+  double lufs = 0;           // integrated loudness of full before the gain
+  float gain = 1;
+};
+// Decoded audio -> VoiceSignals: non-finite samples, too short (the variant's minimum) and silent
+// references throw cbx::Error naming `name`; clipping, the max_seconds cut and a skipped loudness
+// step append warnings. tm, when given, gets the resample and loudness times.
+VoiceSignals voice_signals(const AudioData& a, const VoiceRecipe& r, const std::string& name,
+                           std::vector<std::string>* warnings = nullptr, VoiceBuildTimings* tm = nullptr);
+
 // Builds voices from reference audio with one model's networks (VoiceEncoder, CampPlus,
 // S3Tokenizer bound zero-copy from f, scratch reserved once for max_seconds of audio). f, c and
 // pool must outlive the builder. One build at a time.

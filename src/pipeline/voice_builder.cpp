@@ -41,16 +41,122 @@ constexpr double kDecodeMargin = 0.05;
 
 }  // namespace
 
+VoiceRecipe voice_recipe(const ModelConfig& c, const VoiceBuildOptions& o, const std::string& what) {
+  VoiceRecipe r;
+  r.variant = c.variant;
+  r.sr24 = c.pipeline.sample_rate;
+  r.sr16 = c.pipeline.s3_sample_rate;
+  CBX_CHECK(r.sr24 == S3GenMel::kSampleRate && r.sr16 == S3TokenizerMel::kSampleRate,
+            "%s: voice cloning needs 24 kHz / 16 kHz rates, the model says %d / %d", what.c_str(), r.sr24, r.sr16);
+  CBX_CHECK(c.flow.mel_dim == S3GenMel::kMels, "%s: flow.mel_dim %d, the S3Gen mel front-end has %d bins",
+            what.c_str(), c.flow.mel_dim, S3GenMel::kMels);
+  CBX_CHECK(std::isfinite(o.max_seconds) && o.max_seconds >= c.pipeline.dec_cond_seconds && o.max_seconds <= 600,
+            "voice builder: max_seconds %g must be in [%g, 600]", o.max_seconds, double(c.pipeline.dec_cond_seconds));
+  r.max_seconds = o.max_seconds;
+  r.enc_cond_16k = int64_t(std::lround(double(c.pipeline.enc_cond_seconds) * r.sr16));
+  r.dec_cond_24k = int64_t(std::lround(double(c.pipeline.dec_cond_seconds) * r.sr24));
+  r.min_seconds = c.variant == Variant::Mtl ? kMinReferenceSecondsMtl : kMinReferenceSecondsTurbo;
+  r.norm_loudness = c.pipeline.norm_loudness && o.norm_loudness;
+  r.loudness_target = c.pipeline.loudness_target;
+  return r;
+}
+
+double voice_decode_seconds(const VoiceRecipe& r) { return r.max_seconds + kDecodeMargin; }
+
+VoiceSignals voice_signals(const AudioData& a, const VoiceRecipe& r, const std::string& name,
+                           std::vector<std::string>* warnings, VoiceBuildTimings* tm) {
+  const char* src = name.c_str();
+  auto warn = [&](const std::string& s) {
+    if (warnings) warnings->push_back(s);
+  };
+  VoiceBuildTimings local;
+  if (!tm) tm = &local;
+  CBX_CHECK(a.sample_rate > 0 && !a.samples.empty(), "%s: no audio samples", src);
+
+  // Clipping and silence are judged on the decoded file signal (mono mix).
+  float peak = 0;
+  size_t n_full = 0;
+  for (float x : a.samples) {
+    const float ax = std::fabs(x);
+    CBX_CHECK(std::isfinite(x), "%s: the audio holds non-finite samples", src);
+    peak = std::max(peak, ax);
+    n_full += ax >= kClipLevel;
+  }
+
+  // librosa.load(path, sr=24000): soxr HQ to 24 kHz; cut to max_seconds when longer.
+  VoiceSignals sig;
+  double t0 = now_ms();
+  sig.full = a.sample_rate == r.sr24 ? a.samples : resample_soxr(a.samples.data(), a.samples.size(), a.sample_rate, r.sr24);
+  std::vector<float>& full = sig.full;
+  const size_t max_24k = size_t(std::llround(r.max_seconds * r.sr24));
+  if (full.size() > max_24k) {
+    full.resize(max_24k);
+    char b[256];
+    std::snprintf(b, sizeof b,
+                  "%s: only the first %g s are used (upstream feeds the whole file to the loudness meter and the "
+                  "voice encoder)",
+                  src, r.max_seconds);
+    warn(b);
+  }
+  tm->resample_24k_ms = now_ms() - t0;
+
+  const double seconds = double(full.size()) / r.sr24;
+  if (r.variant == Variant::Mtl) {
+    CBX_CHECK(seconds >= r.min_seconds, "%s: the reference is %.2f s long; at least %.1f s is required", src, seconds,
+              r.min_seconds);
+  } else {
+    CBX_CHECK(seconds > r.min_seconds,
+              "%s: the reference is %.2f s long; Chatterbox %s needs more than %.1f s (upstream asserts it)", src,
+              seconds, variant_name(r.variant), r.min_seconds);
+  }
+
+  // Silence: a flat-zero file or one whose every 400 ms block is under the -70 LUFS gate gives
+  // no voice to clone (upstream: infinite loudness gain, skipped; then an empty trimmed signal).
+  t0 = now_ms();
+  CBX_CHECK(peak > kSilencePeak, "%s: the reference is silent (peak %.1f dBFS): there is no voice to clone", src,
+            peak > 0 ? 20.0 * std::log10(double(peak)) : -INFINITY);
+  sig.lufs = integrated_loudness(full.data(), full.size(), r.sr24);
+  CBX_CHECK(std::isfinite(sig.lufs),
+            "%s: the reference is silent (every 400 ms block is below the -70 LUFS gate): there is no voice to "
+            "clone",
+            src);
+  const double clip_share = double(n_full) / double(a.samples.size());
+  if (clip_share > kClipShareWarn) {
+    char b[256];
+    std::snprintf(b, sizeof b,
+                  "%s: %.2f%% of the samples are at full scale (clipped); the cloned voice may sound distorted", src,
+                  100.0 * clip_share);
+    warn(b);
+  }
+  if (r.norm_loudness) {
+    // tts_turbo.py norm_loudness: full * 10^((target - L) / 20); numpy keeps a float32 array
+    // times a Python float in float32 (the gain rounded to float first), as normalize_loudness.
+    const double g = loudness_gain(sig.lufs, r.loudness_target);
+    if (std::isfinite(g) && g > 0.0) {
+      sig.gain = float(g);
+      for (float& x : full) x *= sig.gain;
+    } else {
+      warn(std::string(src) + ": loudness normalisation skipped (gain not finite)");
+    }
+  }
+  tm->loudness_ms = now_ms() - t0;
+
+  // ref_16k_wav = librosa.resample(full, 24000 -> 16000): the whole reference.
+  t0 = now_ms();
+  sig.ref16 = resample_soxr(full.data(), full.size(), r.sr24, r.sr16);
+  tm->resample_16k_ms = now_ms() - t0;
+  sig.t3_samples = std::min<int64_t>(int64_t(sig.ref16.size()), r.enc_cond_16k);
+  sig.s3gen_samples = int64_t(std::min(full.size(), size_t(r.dec_cond_24k)));
+  return sig;
+}
+
 struct VoiceBuilder::Impl {
   const GgufFile* f = nullptr;
   ModelConfig c;
   ThreadPool* pool = nullptr;
   VoiceBuildOptions o;
+  VoiceRecipe r;
   std::string model_name;
-  int sr24 = 24000, sr16 = 16000;
-  int64_t enc_cond_16k = 0;  // T3 prompt tokenizer input (samples at 16 kHz)
-  int64_t dec_cond_24k = 0;  // S3Gen reference (samples at 24 kHz)
-  double min_seconds = 0;
   std::unique_ptr<VoiceEncoder> ve;
   std::unique_ptr<CampPlus> campplus;
   std::unique_ptr<S3Tokenizer> s3tok;
@@ -80,31 +186,21 @@ VoiceBuilder::VoiceBuilder(const GgufFile& f, const ModelConfig& c, ThreadPool& 
   m.pool = &pool;
   m.o = o;
   m.model_name = base_name_of(f.path());
-  m.sr24 = c.pipeline.sample_rate;
-  m.sr16 = c.pipeline.s3_sample_rate;
-  CBX_CHECK(m.sr24 == S3GenMel::kSampleRate && m.sr16 == S3TokenizerMel::kSampleRate,
-            "%s: voice cloning needs 24 kHz / 16 kHz rates, the model says %d / %d", f.path().c_str(), m.sr24, m.sr16);
-  CBX_CHECK(c.flow.mel_dim == S3GenMel::kMels, "%s: flow.mel_dim %d, the S3Gen mel front-end has %d bins",
-            f.path().c_str(), c.flow.mel_dim, S3GenMel::kMels);
-  CBX_CHECK(std::isfinite(o.max_seconds) && o.max_seconds >= c.pipeline.dec_cond_seconds && o.max_seconds <= 600,
-            "voice builder: max_seconds %g must be in [%g, 600]", o.max_seconds, double(c.pipeline.dec_cond_seconds));
-  m.enc_cond_16k = int64_t(std::lround(double(c.pipeline.enc_cond_seconds) * m.sr16));
-  m.dec_cond_24k = int64_t(std::lround(double(c.pipeline.dec_cond_seconds) * m.sr24));
-  m.min_seconds = c.variant == Variant::Mtl ? kMinReferenceSecondsMtl : kMinReferenceSecondsTurbo;
+  m.r = voice_recipe(c, o, f.path());
   // The whole (bounded) reference at 16 kHz goes to the voice encoder; the tokenizer sees at most
   // max(enc_cond, 10 s at 16 kHz); CAMPPlus the 10 s copy.
-  const int64_t max_16k = int64_t(std::ceil(o.max_seconds * m.sr16)) + 1;
-  const int64_t dec_16k = int64_t(std::ceil(double(m.dec_cond_24k) * m.sr16 / m.sr24));
+  const int64_t max_16k = int64_t(std::ceil(o.max_seconds * m.r.sr16)) + 1;
+  const int64_t dec_16k = int64_t(std::ceil(double(m.r.dec_cond_24k) * m.r.sr16 / m.r.sr24));
   m.ve = std::make_unique<VoiceEncoder>(f, c, max_16k);
   m.campplus = std::make_unique<CampPlus>(f, c, dec_16k);
-  m.s3tok = std::make_unique<S3Tokenizer>(f, c, std::max(m.enc_cond_16k, dec_16k));
-  m.sinc = std::make_unique<SincResampler>(m.sr24, m.sr16);
+  m.s3tok = std::make_unique<S3Tokenizer>(f, c, std::max(m.r.enc_cond_16k, dec_16k));
+  m.sinc = std::make_unique<SincResampler>(m.r.sr24, m.r.sr16);
 }
 
 VoiceBuilder::~VoiceBuilder() = default;
 
 const VoiceBuildOptions& VoiceBuilder::options() const { return m_->o; }
-double VoiceBuilder::min_seconds() const { return m_->min_seconds; }
+double VoiceBuilder::min_seconds() const { return m_->r.min_seconds; }
 void VoiceBuilder::set_capture(VoiceCapture fn) { m_->capture = std::move(fn); }
 void VoiceBuilder::set_progress(ProgressFn fn) { m_->progress = std::move(fn); }
 
@@ -112,7 +208,7 @@ Voice VoiceBuilder::build(const std::string& path, VoiceBuildTimings* t, std::ve
   const double t0 = now_ms();
   m_->step(1, "decoding audio");
   // Decode a little more than max_seconds so that a file longer than it can be told apart.
-  AudioData a = read_audio(path, m_->o.max_seconds + kDecodeMargin);
+  AudioData a = read_audio(path, voice_decode_seconds(m_->r));
   const double t1 = now_ms();
   VoiceBuildTimings tm;
   Voice v = build_from_audio(a, base_name_of(path), &tm, warnings);
@@ -126,7 +222,7 @@ Voice VoiceBuilder::build_from_memory(const void* data, size_t size, const std::
                                       std::vector<std::string>* warnings) {
   const double t0 = now_ms();
   m_->step(1, "decoding audio");
-  AudioData a = read_audio_memory(data, size, name, m_->o.max_seconds + kDecodeMargin);
+  AudioData a = read_audio_memory(data, size, name, voice_decode_seconds(m_->r));
   const double t1 = now_ms();
   VoiceBuildTimings tm;
   Voice v = build_from_audio(a, name, &tm, warnings);
@@ -141,82 +237,12 @@ Voice VoiceBuilder::build_from_audio(const AudioData& a, const std::string& name
   Impl& m = *m_;
   const ModelConfig& c = m.c;
   const char* src = name.c_str();
-  auto warn = [&](const std::string& s) {
-    if (warnings) warnings->push_back(s);
-  };
   VoiceBuildTimings tm;
   const double t_start = now_ms();
-  CBX_CHECK(a.sample_rate > 0 && !a.samples.empty(), "%s: no audio samples", src);
   m.step(2, "resampling and loudness");
-
-  // Clipping and silence are judged on the decoded file signal (mono mix).
-  float peak = 0;
-  size_t n_full = 0;
-  for (float x : a.samples) {
-    const float ax = std::fabs(x);
-    CBX_CHECK(std::isfinite(x), "%s: the audio holds non-finite samples", src);
-    peak = std::max(peak, ax);
-    n_full += ax >= kClipLevel;
-  }
-
-  // librosa.load(path, sr=24000): soxr HQ to 24 kHz; cut to max_seconds when longer.
-  double t0 = now_ms();
-  std::vector<float> full = a.sample_rate == m.sr24
-                                ? a.samples
-                                : resample_soxr(a.samples.data(), a.samples.size(), a.sample_rate, m.sr24);
-  const size_t max_24k = size_t(std::llround(m.o.max_seconds * m.sr24));
-  if (full.size() > max_24k) {
-    full.resize(max_24k);
-    char b[256];
-    std::snprintf(b, sizeof b,
-                  "%s: only the first %g s are used (upstream feeds the whole file to the loudness meter and the "
-                  "voice encoder)",
-                  src, m.o.max_seconds);
-    warn(b);
-  }
-  tm.resample_24k_ms = now_ms() - t0;
-
-  const double seconds = double(full.size()) / m.sr24;
-  if (c.variant == Variant::Mtl) {
-    CBX_CHECK(seconds >= m.min_seconds, "%s: the reference is %.2f s long; at least %.1f s is required", src, seconds,
-              m.min_seconds);
-  } else {
-    CBX_CHECK(seconds > m.min_seconds,
-              "%s: the reference is %.2f s long; Chatterbox %s needs more than %.1f s (upstream asserts it)", src,
-              seconds, variant_name(c.variant), m.min_seconds);
-  }
-
-  // Silence: a flat-zero file or one whose every 400 ms block is under the -70 LUFS gate gives
-  // no voice to clone (upstream: infinite loudness gain, skipped; then an empty trimmed signal).
-  t0 = now_ms();
-  CBX_CHECK(peak > kSilencePeak, "%s: the reference is silent (peak %.1f dBFS): there is no voice to clone", src,
-            peak > 0 ? 20.0 * std::log10(double(peak)) : -INFINITY);
-  const double lufs = integrated_loudness(full.data(), full.size(), m.sr24);
-  CBX_CHECK(std::isfinite(lufs),
-            "%s: the reference is silent (every 400 ms block is below the -70 LUFS gate): there is no voice to "
-            "clone",
-            src);
-  const double clip_share = double(n_full) / double(a.samples.size());
-  if (clip_share > kClipShareWarn) {
-    char b[256];
-    std::snprintf(b, sizeof b,
-                  "%s: %.2f%% of the samples are at full scale (clipped); the cloned voice may sound distorted", src,
-                  100.0 * clip_share);
-    warn(b);
-  }
-  float gain = 1.0f;
-  if (c.pipeline.norm_loudness && m.o.norm_loudness) {
-    // tts_turbo.py norm_loudness: full * 10^((target - L) / 20); numpy keeps a float32 array
-    // times a Python float in float32 (the gain rounded to float first), as normalize_loudness.
-    const double g = loudness_gain(lufs, c.pipeline.loudness_target);
-    if (std::isfinite(g) && g > 0.0) {
-      gain = float(g);
-      for (float& x : full) x *= gain;
-    } else {
-      warn(std::string(src) + ": loudness normalisation skipped (gain not finite)");
-    }
-  }
-  tm.loudness_ms = now_ms() - t0;
+  const VoiceSignals sig = voice_signals(a, m.r, name, warnings, &tm);
+  const std::vector<float>& full = sig.full;
+  const std::vector<float>& ref16 = sig.ref16;
 
   Voice v;
   v.variant = c.variant;
@@ -227,21 +253,16 @@ Voice VoiceBuilder::build_from_audio(const AudioData& a, const std::string& name
   v.source_channels = a.file_channels;
   v.source_samples = int64_t(a.samples.size());
   v.ref_samples = int64_t(full.size());
-  v.loudness_lufs = float(lufs);
-  v.loudness_gain = gain;
+  v.loudness_lufs = float(sig.lufs);
+  v.loudness_gain = sig.gain;
   v.emotion_adv = m.o.exaggeration >= 0 ? m.o.exaggeration : c.pipeline.exaggeration;
-
-  // ref_16k_wav = librosa.resample(full, 24000 -> 16000): the whole reference.
-  t0 = now_ms();
-  std::vector<float> ref16 = resample_soxr(full.data(), full.size(), m.sr24, m.sr16);
-  tm.resample_16k_ms = now_ms() - t0;
   m.cap("ref24", full.data(), full.size());
   m.cap("ref16", ref16.data(), ref16.size());
 
   // T3 prompt tokens: the first enc_cond seconds, at most cond_prompt_len tokens.
   m.step(3, "S3 tokenizer (T3 prompt)");
-  t0 = now_ms();
-  const int64_t n_t3 = std::min<int64_t>(int64_t(ref16.size()), m.enc_cond_16k);
+  double t0 = now_ms();
+  const int64_t n_t3 = sig.t3_samples;
   v.cond_prompt_tokens = m.s3tok->tokenize(*m.pool, ref16.data(), n_t3, c.t3.cond_prompt_len);
   v.t3_samples = n_t3;
   m.cap("t3_16", ref16.data(), size_t(n_t3));
@@ -254,8 +275,8 @@ Voice VoiceBuilder::build_from_audio(const AudioData& a, const std::string& name
   tm.ve_ms = now_ms() - t0;
 
   // S3Gen.embed_ref on the first 10 s at 24 kHz.
-  const size_t n24 = std::min(full.size(), size_t(m.dec_cond_24k));
-  v.s3gen_samples = int64_t(n24);
+  const size_t n24 = size_t(sig.s3gen_samples);
+  v.s3gen_samples = sig.s3gen_samples;
   m.step(5, "S3Gen mel");
   t0 = now_ms();
   int64_t tm_frames = 0;

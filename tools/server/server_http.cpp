@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "server_request.h"
 #include "server_ui.h"
 #include "server_util.h"
 
@@ -48,6 +49,9 @@ bool same_secret(const std::string& a, const std::string& b) {
 }  // namespace
 
 SpeechServer::SpeechServer(ServeOptions o) : opt_(std::move(o)), voices_(opt_.voices_dir) {
+  ctx_.voices = &voices_;
+  ctx_.max_body_bytes = opt_.max_body_bytes;
+  ctx_.max_input_chars = opt_.max_input_chars;
   started_unix_ = (long long)std::time(nullptr);
   http_ = std::make_unique<httplib::Server>();
   // One connection thread per queued or running request, plus a few for the quick endpoints:
@@ -63,18 +67,11 @@ SpeechServer::SpeechServer(ServeOptions o) : opt_(std::move(o)), voices_(opt_.vo
 
 SpeechServer::~SpeechServer() { shutdown(); }
 
-std::string SpeechServer::model_names() const {
-  std::string s;
-  for (const auto& e : engines_) s += (s.empty() ? "" : ", ") + e->model().id;
-  return s + " (tts-1, tts-1-hd and gpt-4o-mini-tts mean " + (engines_.empty() ? "" : engines_[0]->model().id) + ")";
-}
+std::string SpeechServer::model_names() const { return server::model_names(ctx_.models); }
 
 Engine* SpeechServer::engine_for(const std::string& name) {
-  if (engines_.empty()) return nullptr;
-  if (name == "tts-1" || name == "tts-1-hd" || name == "gpt-4o-mini-tts") return engines_[0].get();
-  for (auto& e : engines_)
-    if (e->model().id == name) return e.get();
-  return nullptr;
+  const int i = model_index(ctx_.models, name);
+  return i < 0 ? nullptr : engines_[size_t(i)].get();
 }
 
 bool SpeechServer::authorized(const httplib::Request& req, httplib::Response& res) {
@@ -145,7 +142,7 @@ void SpeechServer::routes() {
   s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     if (req.method == "OPTIONS") return;
     metrics_.count_request(endpoint_label(req.method, req.path), res.status);
-    log_verbose(req.method + " " + req.path + " " + std::to_string(res.status));
+    log_verbose(req.method + " " + printable(req.path) + " " + std::to_string(res.status));
   });
 
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -229,6 +226,7 @@ void SpeechServer::load() {
       fail("serve: %s: preparing the built-in voice: %s", path.c_str(), cbx_last_error());
     log_line("loaded " + path + " as " + lm.id);
     engines_.push_back(std::make_unique<Engine>(std::move(lm), size_t(opt_.max_queue), metrics_));
+    ctx_.models.push_back(&engines_.back()->model());
   }
   ready_ = true;
 }
@@ -242,6 +240,7 @@ void SpeechServer::shutdown() {
   const auto grace = std::chrono::milliseconds((long long)(opt_.grace_s * 1000));
   for (auto& e : engines_) e->stop(grace);
   if (listen_thread_.joinable()) listen_thread_.join();
+  ctx_.models.clear();
   engines_.clear();
   for (cbx_model* m : models_) cbx_model_free(m);
   models_.clear();
@@ -261,32 +260,16 @@ void SpeechServer::voices_list(const httplib::Request&, httplib::Response& res) 
 
 void SpeechServer::voices_create(const httplib::Request& req, httplib::Response& res) {
   try {
-    if (!voices_.enabled())
-      throw ApiError(400, "voice uploads need a voices directory: start the server with --voices DIR", "", "no_voices_dir");
-    if (!req.is_multipart_form_data())
-      throw ApiError(400, "upload a voice as multipart/form-data with the fields 'name' and 'file' (the reference audio)");
-    if (!req.has_file("name")) throw ApiError(400, "missing field 'name'", "name");
-    const std::string name = req.get_file_value("name").content;
-    if (const std::string p = VoiceStore::name_problem(name); !p.empty())
-      throw ApiError(400, "invalid voice name '" + name + "': " + p, "name", "invalid_name");
-    const char* file_field = req.has_file("file") ? "file" : req.has_file("audio_sample") ? "audio_sample" : nullptr;
-    if (!file_field) throw ApiError(400, "missing field 'file' (the reference audio)", "file");
-    const httplib::MultipartFormData& f = req.get_file_value(file_field);
-    if (f.content.empty()) throw ApiError(400, "the uploaded file is empty", "file");
-    Engine* engine = engines_[0].get();
-    if (req.has_file("model")) {
-      engine = engine_for(req.get_file_value("model").content);
-      if (!engine)
-        throw ApiError(400, "model '" + req.get_file_value("model").content + "' does not exist; available: " + model_names(),
-                       "model", "model_not_found");
-    }
+    const VoiceUpload u = parse_voice_upload(req, ctx_);
+    const std::string& name = u.name;
+    Engine* engine = engines_[size_t(u.model)].get();
     if (!voices_.reserve(name))
       throw ApiError(409, "voice '" + name + "' exists (or is being uploaded); DELETE /v1/audio/voices/" + name + " first",
                      "name", "voice_exists");
     auto job = std::make_shared<VoiceJob>();
     job->id = next_id_++;
-    job->audio = f.content;
-    job->filename = f.filename.empty() ? "upload" : f.filename;
+    job->audio = u.file->content;
+    job->filename = u.filename;
     job->path = voices_.path(name);
     if (!engine->submit(job)) {
       voices_.release(name);

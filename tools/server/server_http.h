@@ -10,6 +10,7 @@
 
 #include "server_engine.h"
 #include "server_metrics.h"
+#include "server_request.h"
 #include "server_voices.h"
 
 namespace httplib {
@@ -70,6 +71,7 @@ class SpeechServer {
   Metrics metrics_;
   VoiceStore voices_;
   std::vector<std::unique_ptr<Engine>> engines_;
+  RequestContext ctx_;  // what request validation sees: the engines' models, the voices, the limits
   std::vector<cbx_model*> models_;
   std::atomic<bool> ready_{false}, stopping_{false};
   std::atomic<uint64_t> next_id_{1};

@@ -7,9 +7,8 @@
 #include "audio/audio_encode.h"
 #include "audio/time_stretch.h"
 #include "core/error.h"
-#include "models/model_config.h"
-#include "pipeline/synth_options.h"
 #include "server_http.h"
+#include "server_request.h"
 #include "server_socket.h"
 #include "server_util.h"
 
@@ -18,55 +17,6 @@ namespace cbx::server {
 namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(20);  // how often a waiting connection checks its client
-
-struct FormatName {
-  const char* name;
-  AudioFormat format;
-};
-constexpr FormatName kFormats[] = {{"wav", AudioFormat::Wav},
-                                   {"pcm", AudioFormat::Pcm16},
-                                   {"flac", AudioFormat::Flac},
-                                   {"mp3", AudioFormat::Mp3},
-                                   {"opus", AudioFormat::Opus}};
-
-AudioFormat parse_format(const std::optional<std::string>& name) {
-  const std::string n = name.value_or("mp3");  // OpenAI's default
-  std::string supported;
-  for (const auto& f : kFormats) {
-    if (!audio_format_available(f.format)) continue;
-    if (n == f.name) return f.format;
-    supported += std::string(supported.empty() ? "" : ", ") + f.name;
-  }
-  if (n == "aac")
-    throw ApiError(400, "response_format 'aac' is not supported: this server has no AAC encoder; use one of " + supported,
-                   "response_format", "unsupported_format");
-  throw ApiError(400, "response_format '" + n + "' is not supported; use one of " + supported, "response_format",
-                 "unsupported_format");
-}
-
-// A float sampling parameter: checked with the CLI's and the C API's range and message.
-float sampling_param(const nlohmann::json& body, const ParamSpec& spec) {
-  const std::optional<double> v = number_field(body, spec.name);
-  if (!v) return CBX_DEFAULT_FLOAT;
-  try {
-    check_param(spec, *v);
-  } catch (const std::exception& e) {
-    throw ApiError(400, e.what(), spec.name, "invalid_value");
-  }
-  return float(*v);
-}
-
-// What a validated request asks for.
-struct SpeechRequest {
-  Engine* engine = nullptr;
-  std::string text;
-  std::shared_ptr<cbx_voice> voice;
-  AudioFormat format = AudioFormat::Mp3;
-  bool sse = false;
-  double speed = 1;
-  cbx_synth_params params{};
-  std::string language;
-};
 
 // State of one streamed response, shared by httplib's content provider calls.
 struct Stream {
@@ -184,104 +134,14 @@ void SpeechServer::speech(const httplib::Request& req, httplib::Response& res) {
   const Clock::time_point received = Clock::now();
   SpeechRequest r;
   try {
-    if (req.body.size() > opt_.max_body_bytes)
-      throw ApiError(413, "the request body is " + std::to_string(req.body.size()) + " bytes; the limit is " +
-                              std::to_string(opt_.max_body_bytes), "", "body_too_large");
-    nlohmann::json body;
-    try {
-      body = nlohmann::json::parse(req.body);
-    } catch (const nlohmann::json::parse_error& e) {
-      if (const auto at = invalid_utf8_at(req.body))
-        throw ApiError(400, "the request body is not valid UTF-8 (byte " + std::to_string(*at) + ")", "input",
-                       "invalid_utf8");
-      throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
-    }
-    if (!body.is_object()) throw ApiError(400, std::string("the request body must be a JSON object, got ") + body.type_name());
-
-    const std::optional<std::string> model = string_field(body, "model");
-    r.engine = model ? engine_for(*model) : engines_[0].get();
-    if (!r.engine)
-      throw ApiError(400, "model '" + *model + "' does not exist; available: " + model_names(), "model", "model_not_found");
-    const LoadedModel& lm = r.engine->model();
-
-    const std::optional<std::string> input = string_field(body, "input");
-    if (!input) throw ApiError(400, "missing 'input': the text to speak", "input", "missing_input");
-    if (const auto at = invalid_utf8_at(*input))
-      throw ApiError(400, "'input' is not valid UTF-8 (byte " + std::to_string(*at) + ")", "input", "invalid_utf8");
-    if (is_blank(*input)) throw ApiError(400, "'input' is empty (or only white space)", "input", "empty_input");
-    if (utf8_length(*input) > size_t(opt_.max_input_chars))
-      throw ApiError(400, "'input' has " + std::to_string(utf8_length(*input)) + " characters; the limit is " +
-                              std::to_string(opt_.max_input_chars) + " (--max-input-chars)",
-                     "input", "input_too_long");
-    r.text = *input;
-
-    std::string voice_name;
-    if (body.contains("voice") && body["voice"].is_object()) {  // OpenAI's newer {"id": NAME}
-      const std::optional<std::string> id = string_field(body["voice"], "id");
-      if (!id) throw ApiError(400, "'voice' as an object needs a string 'id'", "voice", "invalid_type");
-      voice_name = *id;
-    } else {
-      voice_name = string_field(body, "voice").value_or("");
-    }
-    if (!voice_name.empty() && voice_name != "default") {
-      const bool builtin_name = std::find(openai_voice_names().begin(), openai_voice_names().end(), voice_name) !=
-                                openai_voice_names().end();
-      if (voices_.exists(voice_name)) {
-        std::string error;
-        r.voice = voices_.get(voice_name, error);
-        if (!r.voice) throw ApiError(500, error, "voice");
-      } else if (!builtin_name) {
-        std::string names = "default";
-        for (const VoiceInfo& v : voices_.list()) names += ", " + v.name;
-        for (const std::string& n : openai_voice_names()) names += ", " + n;
-        throw ApiError(400, "voice '" + voice_name + "' does not exist; voices: " + names, "voice", "voice_not_found");
-      }
-    }
-
-    r.format = parse_format(string_field(body, "response_format"));
-    const std::string stream_format = string_field(body, "stream_format").value_or("audio");
-    if (stream_format != "audio" && stream_format != "sse")
-      throw ApiError(400, "stream_format '" + stream_format + "' is not supported; use audio or sse", "stream_format",
-                     "invalid_value");
-    r.sse = stream_format == "sse";
-    (void)string_field(body, "instructions");  // accepted (type-checked) and ignored: Chatterbox has no instructions
-    if (const std::optional<double> sp = number_field(body, "speed")) {
-      if (!(*sp >= kMinStretchSpeed && *sp <= kMaxStretchSpeed))
-        throw ApiError(400, "speed must be in [0.25, 4], got " + nlohmann::json(*sp).dump(), "speed", "invalid_value");
-      r.speed = *sp;
-    }
-
-    // Sampling extensions, checked with the CLI's and the C API's ranges and messages.
-    r.params = cbx_synth_default_params();
-    if (const std::optional<uint64_t> seed = unsigned_field(body, "seed")) r.params.seed = *seed;
-    r.params.temperature = sampling_param(body, param::kTemperature);
-    r.params.top_p = sampling_param(body, param::kTopP);
-    r.params.min_p = sampling_param(body, param::kMinP);
-    r.params.repetition_penalty = sampling_param(body, param::kRepetitionPenalty);
-    r.params.exaggeration = sampling_param(body, param::kExaggeration);
-    r.params.cfg_weight = sampling_param(body, param::kCfgWeight);
-    if (const std::optional<int64_t> k = integer_field(body, "top_k")) {
-      try {
-        check_param(param::kTopK, double(*k));
-      } catch (const std::exception& e) {
-        throw ApiError(400, e.what(), "top_k", "invalid_value");
-      }
-      r.params.top_k = int32_t(*k);
-    }
-    // Multilingual without a language speaks English: OpenAI clients send none.
-    std::optional<std::string> language = string_field(body, "language");
-    if (!language && lm.variant == "mtl") language = "en";
-    try {
-      r.language = resolve_language(variant_from_name(lm.variant), lm.languages, language);
-    } catch (const std::exception& e) {
-      throw ApiError(400, e.what(), "language", "unsupported_language");
-    }
+    r = parse_speech_request(req.body, ctx_);
   } catch (const ApiError& e) {
     res.status = e.status;
     res.set_content(error_body(e.status, e.what(), e.param, e.code, e.type), "application/json");
     return;
   }
 
+  Engine* engine = engines_[size_t(r.model)].get();
   auto job = std::make_shared<SpeechJob>();
   job->id = next_id_++;
   job->text = r.text;
@@ -290,11 +150,11 @@ void SpeechServer::speech(const httplib::Request& req, httplib::Response& res) {
   job->voice = r.voice;
   job->received = received;
   job->metrics = &metrics_;
-  job->sample_rate = r.engine->model().sample_rate;
+  job->sample_rate = engine->model().sample_rate;
   if (opt_.timeout_s > 0)
     job->deadline = received + std::chrono::microseconds((long long)(opt_.timeout_s * 1e6));
-  if (!r.engine->submit(job)) {
-    const int wait = std::max(1, int(std::ceil(r.engine->estimated_wait_s())));
+  if (!engine->submit(job)) {
+    const int wait = std::max(1, int(std::ceil(engine->estimated_wait_s())));
     res.set_header("Retry-After", std::to_string(wait));
     const ApiError e = stopping_ ? ApiError(503, "the server is shutting down", "", "shutting_down")
                                  : ApiError(429, "the server is busy: its queue is full (--max-queue " +
@@ -306,7 +166,7 @@ void SpeechServer::speech(const httplib::Request& req, httplib::Response& res) {
     return;
   }
   log_verbose("request " + std::to_string(job->id) + ": queued (" + std::to_string(utf8_length(r.text)) +
-              " characters, " + r.engine->model().id + ")");
+              " characters, " + engine->model().id + ")");
 
   auto st = std::make_shared<Stream>();
   st->job = job;

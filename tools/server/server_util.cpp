@@ -21,7 +21,9 @@ std::string error_body(int status, const std::string& message, const std::string
                       {"type", type.empty() ? error_type_for(status) : type},
                       {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
                       {"code", code.empty() ? nlohmann::json(nullptr) : nlohmann::json(code)}};
-  return nlohmann::json{{"error", e}}.dump() + "\n";
+  // Messages quote what the client sent (a voice name, a form field), which need not be UTF-8:
+  // such bytes become U+FFFD instead of failing the dump (a 500 for a 4xx).
+  return nlohmann::json{{"error", e}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 namespace {
@@ -154,6 +156,21 @@ std::string base64_encode(const uint8_t* data, size_t n) {
   } else if (i + 2 == n) {
     const uint32_t v = (uint32_t(data[i]) << 16) | (uint32_t(data[i + 1]) << 8);
     out += t[v >> 18], out += t[(v >> 12) & 63], out += t[(v >> 6) & 63], out += '=';
+  }
+  return out;
+}
+
+std::string printable(const std::string& s) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += char(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
   }
   return out;
 }

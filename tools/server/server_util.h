@@ -37,6 +37,10 @@ size_t utf8_length(const std::string& s);
 // True when s holds only Unicode white space (ASCII and the common Unicode spaces) or nothing.
 bool is_blank(const std::string& s);
 
+// s for a log line: bytes outside printable ASCII (control characters, newlines, non-UTF-8 bytes
+// from a decoded URL) as \xNN, so that a client cannot forge or break log lines.
+std::string printable(const std::string& s);
+
 std::string base64_encode(const uint8_t* data, size_t n);
 
 }  // namespace cbx::server
