@@ -58,6 +58,14 @@ class CfmSolver {
   bool uses_cfg() const { return cfg_; }
   int n_steps() const { return c_.n_timesteps; }
   void set_seed(uint64_t seed);
+  // The generator's state (seed, solves drawn since set_seed), to interleave several requests'
+  // solves: set_generator(seed, calls) continues exactly where that state left off.
+  uint64_t generator_seed() const { return seed_; }
+  uint64_t generator_calls() const { return n_calls_; }
+  void set_generator(uint64_t seed, uint64_t calls) {
+    seed_ = seed;
+    n_calls_ = calls;
+  }
   void set_step_capture(CfmStepCapture fn) { step_capture_ = std::move(fn); }
   CfmEstimator& estimator() { return *est_; }
   size_t arena_bytes() const { return arena_.capacity(); }

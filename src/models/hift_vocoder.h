@@ -137,6 +137,13 @@ class HiftVocoder {
   // Restarts the generator (the k-th generated call after set_seed(s) is always the same;
   // calls with injected draws do not advance it).
   void set_seed(uint64_t seed);
+  // The generator's state (seed, generated calls since set_seed), as CfmSolver's.
+  uint64_t generator_seed() const { return seed_; }
+  uint64_t generator_calls() const { return n_calls_; }
+  void set_generator(uint64_t seed, uint64_t calls) {
+    seed_ = seed;
+    n_calls_ = calls;
+  }
   // Streaming: takes the draws of the next generated call without running it (it advances the
   // generator as that call would): its phases [nb_harmonics + 1] and the key of its noise,
   // which fill_noise then writes block by block (kNoiseBlock samples per harmonic; a

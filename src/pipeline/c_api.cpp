@@ -15,6 +15,7 @@
 #include "core/gguf.h"
 #include "core/version.h"
 #include "pipeline/mtl_pipeline.h"
+#include "pipeline/c_api_internal.h"
 #include "pipeline/synth_options.h"
 #include "pipeline/turbo_pipeline.h"
 #include "pipeline/voice.h"
@@ -576,3 +577,18 @@ cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* timings) 
 const char* cbx_version(void) { return cbx::version_line(); }
 
 }  // extern "C"
+
+namespace cbx {
+
+TurboPipeline* model_turbo_pipeline(cbx_model* model) { return model ? model->pipe.get() : nullptr; }
+std::mutex& model_mutex(cbx_model* model) { return model->mu; }
+const Voice* voice_of_handle(const cbx_voice* voice) { return voice ? &voice->v : nullptr; }
+
+TurboSynthParams turbo_params_of(const cbx_model* model, const cbx_synth_params& p) {
+  CBX_CHECK(model && model->pipe, "turbo_params_of: not a Turbo / Nano model");
+  UserSynthOptions o = synth_options(p);
+  o.language = resolve_language(model->variant, model->languages, o.language);
+  return to_turbo_params(o);
+}
+
+}  // namespace cbx

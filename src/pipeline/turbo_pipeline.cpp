@@ -10,6 +10,8 @@
 #include "core/cpu.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
+#include "models/cfm_solver.h"
+#include "models/hift_vocoder.h"
 #include "models/sampler.h"
 #include "models/t3_turbo.h"
 #include "pipeline/prefix_cache.h"
@@ -192,6 +194,16 @@ std::vector<std::string> TurboPipeline::split_text(const std::string& text, int6
 
 void TurboPipeline::reseed_s3gen(uint64_t seed) { m_->s3gen->reseed(seed); }
 
+S3GenRngState TurboPipeline::s3gen_rng_state() const {
+  S3GenStage& s = *m_->s3gen;
+  return {s.cfm().generator_seed(), s.cfm().generator_calls(), s.hift().generator_seed(), s.hift().generator_calls()};
+}
+
+void TurboPipeline::set_s3gen_rng_state(const S3GenRngState& st) {
+  m_->s3gen->cfm().set_generator(st.cfm_seed, st.cfm_calls);
+  m_->s3gen->hift().set_generator(st.hift_seed, st.hift_calls);
+}
+
 std::vector<float> TurboPipeline::tokens_to_audio(const std::vector<int32_t>& speech, TurboTimings* tm) {
   return m_->s3gen->to_audio(m_->voice, speech, tm);
 }
@@ -205,18 +217,9 @@ std::vector<float> TurboPipeline::tokens_to_audio_stream(const std::vector<int32
 
 S3GenStream& TurboPipeline::s3gen_stream() { return m_->s3gen->stream(); }
 
-std::vector<float> TurboPipeline::synthesize(const std::string& text, const TurboSynthParams& p, TurboTimings* timings,
-                                             const TurboAudioFn& on_audio, const TurboAbortFn& should_abort) {
-  Impl& m = *m_;
-  TurboTimings tm;
-  tm.sample_rate = sample_rate();
-  const double t_start = pipeline_now_ms();
-  auto check_abort = [&]() {
-    if (should_abort && should_abort()) throw AbortedError("synthesis aborted by the caller");
-  };
-
+SamplerParams TurboPipeline::sampler_params(const TurboSynthParams& p) const {
   // A negative value keeps the GGUF's default; anything else (NaN included) must be valid.
-  SamplerParams sp = m.t3->default_sampler();
+  SamplerParams sp = m_->t3->default_sampler();
   auto given = [](const ParamSpec& spec, double v) {
     if (v < 0) return false;
     check_param(spec, v);
@@ -228,6 +231,20 @@ std::vector<float> TurboPipeline::synthesize(const std::string& text, const Turb
   if (given(param::kRepetitionPenalty, p.repetition_penalty)) sp.repetition_penalty = p.repetition_penalty;
   CBX_CHECK(sp.top_p > 0 && sp.top_p <= 1, "synthesize: top_p %g must be in (0, 1]", sp.top_p);
   CBX_CHECK(sp.repetition_penalty > 0, "synthesize: repetition_penalty %g must be > 0", double(sp.repetition_penalty));
+  return sp;
+}
+
+std::vector<float> TurboPipeline::synthesize(const std::string& text, const TurboSynthParams& p, TurboTimings* timings,
+                                             const TurboAudioFn& on_audio, const TurboAbortFn& should_abort) {
+  Impl& m = *m_;
+  TurboTimings tm;
+  tm.sample_rate = sample_rate();
+  const double t_start = pipeline_now_ms();
+  auto check_abort = [&]() {
+    if (should_abort && should_abort()) throw AbortedError("synthesis aborted by the caller");
+  };
+
+  SamplerParams sp = sampler_params(p);
 
   std::vector<std::string> chunks = split_text(text, p.max_chunk_tokens);
   std::vector<std::vector<int32_t>> ids;

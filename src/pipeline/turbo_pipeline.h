@@ -32,6 +32,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "models/model_config.h"
+#include "models/sampler.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/stream_synth.h"
 
@@ -76,6 +77,13 @@ using TurboTimings = SynthTimings;
 using TurboAudioFn = SynthAudioFn;
 using TurboAbortFn = SynthAbortFn;
 
+// The CFM noise and HiFT source generators' state: a request's chunks draw from them one after
+// the other, so a caller that interleaves several requests' S3Gen runs (pipeline/batch_synth.h)
+// keeps one per request and sets it before each of its chunks.
+struct S3GenRngState {
+  uint64_t cfm_seed = 0, cfm_calls = 0, hift_seed = 0, hift_calls = 0;
+};
+
 class TurboPipeline {
  public:
   // Throws cbx::Error naming the file on any problem, UnsupportedModelError for a non-Turbo model.
@@ -106,6 +114,11 @@ class TurboPipeline {
   S3GenStream& s3gen_stream();
   // Restart the CFM and HiFT generators (synthesize does this with its seed).
   void reseed_s3gen(uint64_t seed);
+  S3GenRngState s3gen_rng_state() const;
+  void set_s3gen_rng_state(const S3GenRngState& s);
+  // The sampler synthesize uses for p (the GGUF's defaults where p leaves a value negative;
+  // seed not set). Throws InvalidArgumentError for a value out of range.
+  SamplerParams sampler_params(const TurboSynthParams& p) const;
 
   const ModelConfig& config() const;
   int sample_rate() const;

@@ -32,8 +32,8 @@ const char* kUsage =
     "  --voices DIR            saved voices: DIR/NAME.voice (uploads are written there)\n"
     "  --api-key KEY           require 'Authorization: Bearer KEY' on /v1/* (not /health, /metrics)\n"
     "  --api-key-file F        the same, the key read from the first line of F\n"
-    "  --max-batch N           requests decoded together per model; accepted, but every model runs\n"
-    "                          one request at a time until cross-request batching lands (default 1)\n"
+    "  --max-batch N           Turbo/Nano requests decoded together as one batch (default 4; 1: one\n"
+    "                          request at a time). Multilingual runs one request at a time\n"
     "  --max-queue N           requests waiting per model before 429 (default 64)\n"
     "  --max-input-chars N     longest 'input', in characters (default 4096, as OpenAI)\n"
     "  --timeout S             per request, queue wait included; 0 = none (default 600)\n"
@@ -127,9 +127,6 @@ int serve_main(int argc, char** argv) {
   CBX_CHECK(o.models.size() <= 2, "at most two models (one Turbo or Nano, one Multilingual), got %zu",
             o.models.size());
   set_verbose(o.verbose);
-  if (o.max_batch > 1)
-    log_line("note: --max-batch " + std::to_string(o.max_batch) +
-             " accepted; requests still run one at a time per model (cross-request batching is not built yet)");
 
   // Signals: a dedicated thread takes SIGINT / SIGTERM; a client that goes away must not kill us.
   ::signal(SIGPIPE, SIG_IGN);

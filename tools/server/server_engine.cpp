@@ -1,6 +1,10 @@
 #include "server_engine.h"
 
 #include <cstdio>
+#include <new>
+
+#include "pipeline/c_api_internal.h"
+#include "pipeline/pipeline_common.h"
 
 namespace cbx::server {
 
@@ -122,11 +126,109 @@ void SpeechJob::run(cbx_model* model, const std::atomic<bool>& stop_all) {
   push(std::move(e));
 }
 
+// ---- SpeechJob, batched ----
+
+void SpeechJob::push_cancelled(bool timed_out, bool stopping) {
+  SpeechEvent e = SpeechEvent::failed(CBX_ERR_ABORTED, "cancelled: the client closed the connection", 499);
+  if (timed_out) {
+    e.http_status = 504;
+    e.message = "the request timed out while generating (--timeout)";
+  } else if (stopping) {
+    e.http_status = 503;
+    e.message = "the server is shutting down";
+  }
+  if (metrics) metrics->count_cancelled();
+  log_verbose("request " + std::to_string(id) + ": generation cancelled (" + e.message + ")");
+  push(std::move(e));
+}
+
+bool SpeechJob::batch_submit(cbx::BatchSynth& bs, cbx_model* model) {
+  batch_over_ = true;
+  if (cancel) {
+    push(SpeechEvent::failed(CBX_ERR_ABORTED, "cancelled: the client closed the connection", 499));
+    return false;
+  }
+  if (deadline && Clock::now() > *deadline) {
+    push(SpeechEvent::failed(CBX_ERR_ABORTED, "the request timed out while queued (--timeout)", 504));
+    return false;
+  }
+  cbx::BatchSynthRequest r;
+  r.text = text;
+  // The audio callback runs on the engine thread: copy each chunk out at once.
+  r.on_audio = [this](const float* s, int64_t n, int64_t, int64_t) {
+    if (cancel) return false;
+    if (n > 0) push(SpeechEvent::audio(std::vector<float>(s, s + n)));
+    return true;
+  };
+  r.on_done = [this](const cbx::BatchSynthStats& st) {
+    batch_over_ = true;
+    speech_tokens_ = st.n_speech_tokens;
+    text_tokens_ = st.n_text_tokens;
+    if (metrics) {
+      metrics->add_speech_tokens(st.n_speech_tokens);
+      metrics->add_audio_seconds(double(st.n_samples) / sample_rate);
+    }
+    log_verbose("request " + std::to_string(id) + ": generation finished, " + std::to_string(st.n_speech_tokens) +
+                " speech tokens");
+    push(SpeechEvent::done());
+  };
+  r.on_error = [this](std::exception_ptr e) {
+    batch_over_ = true;
+    try {
+      std::rethrow_exception(e);
+    } catch (const cbx::AbortedError&) {
+      push_cancelled(false, false);
+    } catch (const std::exception& x) {
+      push(SpeechEvent::failed(CBX_ERR_INTERNAL, x.what(), 500));
+    } catch (...) {
+      push(SpeechEvent::failed(CBX_ERR_INTERNAL, "unknown error", 500));
+    }
+  };
+  try {
+    params.language = language.empty() ? nullptr : language.c_str();
+    r.params = cbx::turbo_params_of(model, params);
+    if (const cbx::Voice* v = cbx::voice_of_handle(voice.get())) r.voice = std::make_shared<cbx::Voice>(*v);
+    batch_id_ = bs.submit(std::move(r));
+  } catch (const cbx::TextError& x) {
+    push(SpeechEvent::failed(CBX_ERR_TEXT, x.what(), 400));
+    return false;
+  } catch (const cbx::InvalidArgumentError& x) {
+    push(SpeechEvent::failed(CBX_ERR_INVALID_ARGUMENT, x.what(), 400));
+    return false;
+  } catch (const cbx::Error& x) {  // a voice the model cannot use, a sampler value out of range
+    push(SpeechEvent::failed(CBX_ERR_VOICE, x.what(), 400));
+    return false;
+  } catch (const std::bad_alloc&) {
+    push(SpeechEvent::failed(CBX_ERR_OUT_OF_MEMORY, "out of memory", 500));
+    return false;
+  } catch (const std::exception& x) {
+    push(SpeechEvent::failed(CBX_ERR_INTERNAL, x.what(), 500));
+    return false;
+  }
+  batch_over_ = false;
+  log_verbose("request " + std::to_string(id) + ": generation started (batched)");
+  return true;
+}
+
+bool SpeechJob::batch_check(cbx::BatchSynth& bs, const std::atomic<bool>& stop_all) {
+  if (batch_over_) return false;
+  const bool timed_out = deadline && Clock::now() > *deadline;
+  if (!cancel && !stop_all && !timed_out) return false;
+  bs.cancel(batch_id_);
+  batch_over_ = true;
+  push_cancelled(timed_out, stop_all);
+  return true;
+}
+
 // ---- Engine ----
 
-Engine::Engine(LoadedModel model, size_t max_queue, Metrics& metrics)
-    : model_(std::move(model)), max_queue_(max_queue), metrics_(metrics) {
-  thread_ = std::thread([this] { loop(); });
+Engine::Engine(LoadedModel model, size_t max_queue, Metrics& metrics, int max_batch)
+    : model_(std::move(model)), max_queue_(max_queue), max_batch_(max_batch), metrics_(metrics) {
+  cbx::TurboPipeline* pipe = max_batch_ > 1 ? cbx::model_turbo_pipeline(model_.model) : nullptr;
+  if (pipe)
+    thread_ = std::thread([this, pipe] { loop_batched(*pipe); });
+  else
+    thread_ = std::thread([this] { loop(); });
 }
 
 Engine::~Engine() { stop(std::chrono::milliseconds(0)); }
@@ -172,7 +274,93 @@ void Engine::loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_task_ = false;
-      mean_task_s_ = 0.8 * mean_task_s_ + 0.2 * dt;
+    }
+    task_done(dt);
+  }
+}
+
+void Engine::task_done(double dt) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mean_task_s_ = 0.8 * mean_task_s_ + 0.2 * dt;
+  }
+  idle_cv_.notify_all();
+}
+
+// The batching loop: between decode steps it admits queued speech requests into free rows and
+// runs other tasks (voice uploads), ends the requests whose client left / deadline passed / the
+// server stops, then advances every active request by one step (BatchSynth::step: one T3 token
+// for all rows, then S3Gen for each chunk that finished, so its audio goes out at once).
+void Engine::loop_batched(cbx::TurboPipeline& pipe) {
+  std::unique_ptr<cbx::BatchSynth> bs;
+  {
+    std::lock_guard<std::mutex> model_lock(cbx::model_mutex(model_.model));
+    bs = std::make_unique<cbx::BatchSynth>(pipe, max_batch_);
+  }
+  struct Active {
+    std::shared_ptr<SpeechJob> job;
+    Clock::time_point t0;
+  };
+  std::vector<Active> active;
+  for (;;) {
+    std::vector<std::shared_ptr<Task>> taken;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active.empty(); });
+      if (queue_.empty() && active.empty()) return;  // stopping, nothing left
+      size_t rows = active.size();
+      while (!queue_.empty()) {
+        const bool speech = dynamic_cast<SpeechJob*>(queue_.front().get()) != nullptr;
+        if (speech && rows >= size_t(max_batch_)) break;
+        rows += speech ? 1 : 0;
+        taken.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      running_task_ = true;
+    }
+    for (auto& t : taken) {
+      metrics_.add_queue_depth(-1);
+      metrics_.add_active(1);
+      const Clock::time_point t0 = Clock::now();
+      if (auto job = std::dynamic_pointer_cast<SpeechJob>(t)) {
+        bool joined = false;
+        {
+          std::lock_guard<std::mutex> model_lock(cbx::model_mutex(model_.model));
+          joined = job->batch_submit(*bs, model_.model);
+        }
+        if (joined) {
+          active.push_back({job, t0});
+          continue;
+        }
+      } else {
+        t->run(model_.model, stop_all_);  // takes the model's lock itself, through the C API
+      }
+      metrics_.add_active(-1);
+      task_done(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    {
+      std::lock_guard<std::mutex> model_lock(cbx::model_mutex(model_.model));
+      for (const Active& a : active) a.job->batch_check(*bs, stop_all_);
+      if (bs->n_requests() > 0) {
+        try {
+          bs->step();
+        } catch (...) {
+          bs->fail_all(std::current_exception());
+        }
+      }
+    }
+    for (auto it = active.begin(); it != active.end();) {
+      if (!it->job->batch_over()) {
+        ++it;
+        continue;
+      }
+      metrics_.add_active(-1);
+      task_done(std::chrono::duration<double>(Clock::now() - it->t0).count());
+      it = active.erase(it);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_task_ = !active.empty();
     }
     idle_cv_.notify_all();
   }

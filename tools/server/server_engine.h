@@ -2,10 +2,10 @@
 // (speech synthesis, voice cloning) one task at a time, in arrival order, from a bounded queue.
 // Connection threads only parse, validate, queue and stream: they never call into the model.
 //
-// Where cross-request batching goes: Engine::loop pops one task and runs it to the end. A batching
-// engine keeps up to --max-batch SpeechJobs active and advances them together one decode step at
-// a time; SpeechJob's interface to the connection thread (push_audio / finish / wait_event,
-// cancel) stays as it is, so the HTTP layer does not change.
+// Cross-request batching (Turbo / Nano with --max-batch > 1): the engine keeps up to max_batch
+// SpeechJobs active in a cbx::BatchSynth (src/pipeline/batch_synth.h) and advances them together
+// one decode step at a time; other tasks (voice uploads) run between steps. SpeechJob's interface
+// to the connection thread (wait_event, cancel) is the same either way.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "chatterbox.h"
+#include "pipeline/batch_synth.h"
 #include "server_metrics.h"
 
 namespace cbx::server {
@@ -84,8 +85,19 @@ class SpeechJob : public Task {
   int64_t speech_tokens() const { return speech_tokens_; }
   int64_t text_tokens() const { return text_tokens_; }
 
+  // Batched path (engine thread, model lock held): joins bs; false when the request ended at
+  // once (its failure event pushed). batch_over() turns true when it has left the batch.
+  bool batch_submit(cbx::BatchSynth& bs, cbx_model* model);
+  // Ends the request in bs when its client left, its deadline passed or the server stops;
+  // true when it did (the failure event pushed).
+  bool batch_check(cbx::BatchSynth& bs, const std::atomic<bool>& stop_all);
+  bool batch_over() const { return batch_over_; }
+
  private:
   void push(SpeechEvent e);
+  void push_cancelled(bool timed_out, bool stopping);
+  int64_t batch_id_ = 0;
+  bool batch_over_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<SpeechEvent> events_;
@@ -95,7 +107,9 @@ class SpeechJob : public Task {
 // Runs the tasks of one model.
 class Engine {
  public:
-  Engine(LoadedModel model, size_t max_queue, Metrics& metrics);
+  // max_batch > 1 batches the speech requests of a Turbo / Nano model; 1 (and Multilingual): one
+  // request at a time through the C API.
+  Engine(LoadedModel model, size_t max_queue, Metrics& metrics, int max_batch = 1);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -112,9 +126,12 @@ class Engine {
 
  private:
   void loop();
+  void loop_batched(cbx::TurboPipeline& pipe);
+  void task_done(double seconds);
 
   LoadedModel model_;
   size_t max_queue_;
+  int max_batch_ = 1;
   Metrics& metrics_;
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;

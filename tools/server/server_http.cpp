@@ -7,6 +7,7 @@
 #include <ctime>
 
 #include "core/error.h"
+#include "pipeline/c_api_internal.h"
 #include "server_request.h"
 #include "server_ui.h"
 #include "server_util.h"
@@ -225,8 +226,11 @@ void SpeechServer::load() {
     if (cbx_model_prepare_voice(m, nullptr) != CBX_OK)
       fail("serve: %s: preparing the built-in voice: %s", path.c_str(), cbx_last_error());
     log_line("loaded " + path + " as " + lm.id);
-    engines_.push_back(std::make_unique<Engine>(std::move(lm), size_t(opt_.max_queue), metrics_));
+    engines_.push_back(std::make_unique<Engine>(std::move(lm), size_t(opt_.max_queue), metrics_, opt_.max_batch));
     ctx_.models.push_back(&engines_.back()->model());
+    if (opt_.max_batch > 1 && cbx::model_turbo_pipeline(m))
+      log_line(engines_.back()->model().id + ": up to " + std::to_string(opt_.max_batch) +
+               " requests decoded together (--max-batch)");
   }
   ready_ = true;
 }

@@ -29,7 +29,7 @@ struct ServeOptions {
   int32_t max_tokens = CBX_DEFAULT_INT;  // speech tokens per generation (load parameter)
   std::string voices_dir;
   std::string api_key;
-  int max_batch = 1;  // rows decoded together; only 1 until cross-request batching lands
+  int max_batch = 4;  // Turbo / Nano requests decoded together (1: one at a time)
   int max_queue = 64;
   int max_input_chars = 4096;
   double timeout_s = 600;  // per request, queue wait included; 0 = none

@@ -1,0 +1,109 @@
+// Request-level continuous batching over a Turbo / Nano pipeline (a server's engine drives it).
+//
+// Up to max_batch requests are active at once, each in one T3Batch row (models/t3_batch.h):
+// a request's text is split and tokenized as TurboPipeline::synthesize does, its chunks are
+// decoded one after the other in its row, and the rows of all active requests advance together
+// one token per step(). When a row's chunk has finished decoding, that chunk's S3Gen/HiFT runs
+// at once (between steps, on the pipeline's pool) and its audio goes to the request's on_audio;
+// then the request's next chunk starts in the freed row, or the request is done.
+//
+// Every request's audio is identical, sample for sample, to TurboPipeline::synthesize of the
+// same text, voice and parameters alone:
+//  - chunk k's sampler seed is seed + k * 0x9E3779B97F4A7C15 and its token limit the pipeline's,
+//    as in synthesize; T3Batch gives a row generate's tokens;
+//  - synthesize reseeds the CFM / HiFT generators once per request and draws from them chunk
+//    after chunk; here each request keeps its own generator state (S3GenRngState), set before
+//    each of its S3Gen runs and saved after it, so other requests' chunks in between change
+//    nothing; the request's voice is set for its S3Gen run and the built-in one restored after.
+// Requests join (submit) and leave (done, cancel, failure) between steps. Streaming inside a
+// chunk (TurboSynthParams::stream) is not batched: submit refuses it.
+// Not thread-safe: one caller drives it, and nothing else may use the pipeline meanwhile.
+#pragma once
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/sampler.h"
+#include "models/t3_batch.h"
+#include "pipeline/turbo_pipeline.h"
+#include "pipeline/voice.h"
+
+namespace cbx {
+
+// What a finished request produced (SynthTimings' counters of synthesize).
+struct BatchSynthStats {
+  int64_t n_chunks = 0, n_text_tokens = 0, n_speech_tokens = 0, n_samples = 0, chunks_at_limit = 0;
+};
+
+struct BatchSynthRequest {
+  std::string text;
+  TurboSynthParams params;             // seed, sampler values, max_chunk_tokens; stream must be false
+  std::shared_ptr<const Voice> voice;  // null: the pipeline's built-in voice
+  // Each chunk's audio, in order (synthesize's on_audio). false: stop; the request then ends
+  // through on_error with an AbortedError.
+  SynthAudioFn on_audio;
+  std::function<void(const BatchSynthStats&)> on_done;
+  // The request failed after submit (its S3Gen, a callback that threw, on_audio said stop); it
+  // has left the batch. Not called for cancel().
+  std::function<void(std::exception_ptr)> on_error;
+};
+
+class BatchSynth {
+ public:
+  // pipe must outlive this object; max_batch >= 1 rows (T3Batch slots are reserved now).
+  BatchSynth(TurboPipeline& pipe, int max_batch);
+  BatchSynth(const BatchSynth&) = delete;
+  BatchSynth& operator=(const BatchSynth&) = delete;
+
+  // Checks the request (text, parameters, voice: the errors synthesize gives), splits and
+  // tokenizes its text and starts its first chunk in a free row; returns its id (> 0). Throws
+  // TextError / InvalidArgumentError / cbx::Error for a bad request, cbx::Error when no row is
+  // free (see can_admit). A request whose first token ends its chunk is handled by the next step().
+  int64_t submit(BatchSynthRequest r);
+  bool can_admit() const { return int(reqs_.size()) < batch_.max_batch(); }
+
+  // Runs S3Gen for every chunk that has finished decoding (handing out its audio, starting the
+  // request's next chunk or finishing the request), then one decode step of all active rows,
+  // then S3Gen again for the chunks that step finished. Returns the rows the decode step advanced.
+  // A failure of the decode step itself throws (the batch is then unusable: fail_all).
+  int step();
+
+  // Ends a request between steps: frees its row; no callback is called. false: no such request.
+  bool cancel(int64_t id);
+  // Ends every request with on_error(e) (e.g. after step() threw, or at shutdown).
+  void fail_all(std::exception_ptr e);
+
+  bool has(int64_t id) const;
+  int n_requests() const { return int(reqs_.size()); }
+  int max_batch() const { return batch_.max_batch(); }
+  T3Batch& t3_batch() { return batch_; }
+
+ private:
+  struct Req {
+    int64_t id = 0;
+    BatchSynthRequest in;
+    SamplerParams sp;
+    std::vector<std::vector<int32_t>> ids;  // token ids per text chunk
+    size_t chunk = 0;                       // the chunk being decoded
+    int row = -1;
+    S3GenRngState rng;
+    BatchSynthStats stats;
+  };
+  const Voice& voice_of(const Req& q) const { return q.in.voice ? *q.in.voice : pipe_.builtin_voice(); }
+  void start_chunk(Req& q);
+  // S3Gen of every finished row's chunk; a request that ends leaves reqs_.
+  void finish_rows();
+  // The chunk of q that just finished decoding: audio out, next chunk started. true: q is over.
+  bool finish_chunk(Req& q);
+
+  TurboPipeline& pipe_;
+  T3Batch batch_;
+  std::list<Req> reqs_;
+  int64_t next_id_ = 1;
+};
+
+}  // namespace cbx

@@ -1,0 +1,243 @@
+// BatchSynth (pipeline/batch_synth.h): requests of different lengths, chunk counts, seeds and
+// voices, submitted at different steps and decoded together, each get exactly the audio
+// TurboPipeline::synthesize gives them alone (chunk by chunk, byte for byte); a request
+// cancelled mid-batch frees its row and the others go on unchanged. Tiny synthetic Turbo model
+// (chatterbox-mkckpt + convert).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "pipeline/batch_synth.h"
+#include "pipeline/pipeline_common.h"
+#include "pipeline/turbo_pipeline.h"
+#include "pipeline/voice.h"
+
+namespace cbx {
+namespace {
+
+std::string g_dir;
+
+class BatchSynthTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string bin = std::string(CBX_BINARY_DIR) + "/bin/";
+    if (access((bin + "chatterbox").c_str(), X_OK) != 0 || access((bin + "chatterbox-mkckpt").c_str(), X_OK) != 0)
+      return;
+    char tmpl[] = "/tmp/cbx_batchsynth_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    g_dir = tmpl;
+    const std::string cmd = "'" + bin + "chatterbox-mkckpt' --variant turbo --size tiny --seed 5 '" + g_dir +
+                            "/ckpt' > /dev/null 2>&1 && '" + bin + "chatterbox' convert '" + g_dir +
+                            "/ckpt' --type q4_0 -o '" + g_dir + "/m.gguf' > /dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  static void TearDownTestSuite() {
+    if (!g_dir.empty()) (void)std::system(("rm -rf '" + g_dir + "'").c_str());
+  }
+  void SetUp() override {
+    if (g_dir.empty()) GTEST_SKIP() << "chatterbox / chatterbox-mkckpt not built";
+  }
+};
+
+struct Case {
+  std::string text;
+  uint64_t seed = 0;
+  int64_t chunk_tokens = 0;  // max_chunk_tokens: small values give several chunks
+  bool other_voice = false;
+  int join_step = 0;
+};
+
+struct Got {
+  std::vector<std::vector<float>> chunks;
+  int64_t n_chunks = -1;
+  bool done = false, failed = false;
+  BatchSynthStats stats;
+};
+
+std::shared_ptr<const Voice> make_other_voice(const TurboPipeline& pipe) {
+  auto v = std::make_shared<Voice>(pipe.builtin_voice());
+  for (float& x : v->speaker_emb) x = -0.5f * x + 0.01f;
+  v->cond_prompt_tokens.resize(v->cond_prompt_tokens.size() / 2 + 1);
+  for (size_t i = 0; i < v->cond_prompt_tokens.size(); ++i) v->cond_prompt_tokens[i] = int32_t((i * 37 + 11) % 6561);
+  for (float& x : v->embedding) x = 0.7f * x - 0.02f;
+  return v;
+}
+
+TurboSynthParams params_of(const Case& c) {
+  TurboSynthParams p;
+  p.seed = c.seed;
+  p.max_chunk_tokens = c.chunk_tokens;
+  return p;
+}
+
+// What synthesize gives the case alone: its audio chunk by chunk.
+std::vector<std::vector<float>> alone(TurboPipeline& pipe, const Case& c, const std::shared_ptr<const Voice>& other) {
+  if (c.other_voice) pipe.set_voice(*other);
+  std::vector<std::vector<float>> out;
+  pipe.synthesize(c.text, params_of(c), nullptr, [&](const float* s, int64_t n, int64_t, int64_t) {
+    out.emplace_back(s, s + n);
+    return true;
+  });
+  pipe.reset_voice();
+  return out;
+}
+
+BatchSynthRequest request_of(const Case& c, const std::shared_ptr<const Voice>& other, Got& g) {
+  BatchSynthRequest r;
+  r.text = c.text;
+  r.params = params_of(c);
+  if (c.other_voice) r.voice = other;
+  r.on_audio = [&g](const float* s, int64_t n, int64_t k, int64_t n_chunks) {
+    EXPECT_EQ(k, int64_t(g.chunks.size()));
+    g.n_chunks = n_chunks;
+    g.chunks.emplace_back(s, s + n);
+    return true;
+  };
+  r.on_done = [&g](const BatchSynthStats& st) {
+    g.done = true;
+    g.stats = st;
+  };
+  r.on_error = [&g](std::exception_ptr) { g.failed = true; };
+  return r;
+}
+
+void expect_same(const std::vector<std::vector<float>>& want, const Got& g, size_t i) {
+  ASSERT_EQ(g.chunks.size(), want.size()) << "request " << i;
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(g.chunks[k].size(), want[k].size()) << "request " << i << " chunk " << k;
+    EXPECT_EQ(std::memcmp(g.chunks[k].data(), want[k].data(), want[k].size() * sizeof(float)), 0)
+        << "request " << i << " chunk " << k << ": audio differs from synthesize alone";
+  }
+}
+
+const std::vector<Case> kCases = {
+    {"Hello there.", 1, 0, false, 0},
+    {"A somewhat longer sentence, with a clause. And then a second one follows it here.", 7, 6, false, 0},
+    {"Short one. Two. Three words here.", 42, 4, true, 2},
+    {"Numbers and words go here, one by one, until the end.", 9, 8, false, 3},
+    {"The quick brown fox jumps over the lazy dog. Again!", 12345, 5, true, 5},
+    {"Yes!", 3, 0, false, 9},
+};
+
+TEST_F(BatchSynthTest, EachRequestEqualsSynthesizeAlone) {
+  TurboLoadParams lp;
+  lp.n_threads = 2;
+  lp.max_new_tokens = 40;
+  TurboPipeline pipe(g_dir + "/m.gguf", lp);
+  const auto other = make_other_voice(pipe);
+  std::vector<std::vector<std::vector<float>>> want;
+  for (const Case& c : kCases) want.push_back(alone(pipe, c, other));
+  int multi = 0;
+  for (const auto& w : want) multi += w.size() > 1;
+  ASSERT_GE(multi, 3) << "the cases should have several chunks";
+
+  BatchSynth bs(pipe, 3);
+  std::vector<Got> got(kCases.size());
+  size_t next = 0;
+  int most = 0;
+  for (int step = 0; step < 5000; ++step) {
+    while (next < kCases.size() && kCases[next].join_step <= step && bs.can_admit()) {
+      bs.submit(request_of(kCases[next], other, got[next]));
+      ++next;
+    }
+    most = std::max(most, bs.n_requests());
+    bs.step();
+    if (next == kCases.size() && bs.n_requests() == 0) break;
+  }
+  EXPECT_EQ(most, 3);  // more cases than rows: some waited for a free one
+  for (size_t i = 0; i < kCases.size(); ++i) {
+    EXPECT_TRUE(got[i].done) << "request " << i;
+    EXPECT_FALSE(got[i].failed) << "request " << i;
+    EXPECT_EQ(got[i].n_chunks, int64_t(want[i].size()));
+    EXPECT_EQ(got[i].stats.n_chunks, int64_t(want[i].size()));
+    expect_same(want[i], got[i], i);
+  }
+  // The pipeline itself is left as it was: synthesize alone still gives the same audio.
+  expect_same(alone(pipe, kCases[2], other), got[2], 2);
+}
+
+TEST_F(BatchSynthTest, CancelMidBatchFreesTheRow) {
+  TurboLoadParams lp;
+  lp.n_threads = 2;
+  lp.max_new_tokens = 40;
+  TurboPipeline pipe(g_dir + "/m.gguf", lp);
+  const auto other = make_other_voice(pipe);
+  const Case a = kCases[1], b = kCases[3], c = kCases[4], d = kCases[2];
+  const auto want_a = alone(pipe, a, other), want_c = alone(pipe, c, other), want_d = alone(pipe, d, other);
+
+  BatchSynth bs(pipe, 3);
+  Got ga, gb, gc, gd;
+  bs.submit(request_of(a, other, ga));
+  const int64_t idb = bs.submit(request_of(b, other, gb));
+  bs.submit(request_of(c, other, gc));
+  EXPECT_FALSE(bs.can_admit());
+  EXPECT_THROW(bs.submit(request_of(d, other, gd)), Error);
+  for (int i = 0; i < 3; ++i) bs.step();
+  EXPECT_TRUE(bs.cancel(idb));
+  EXPECT_FALSE(bs.has(idb));
+  EXPECT_FALSE(bs.cancel(idb));
+  const size_t b_chunks = gb.chunks.size();
+  ASSERT_TRUE(bs.can_admit());
+  bs.submit(request_of(d, other, gd));  // takes the cancelled request's row
+  for (int step = 0; step < 5000 && bs.n_requests() > 0; ++step) bs.step();
+  EXPECT_EQ(bs.n_requests(), 0);
+  EXPECT_EQ(gb.chunks.size(), b_chunks);  // nothing after the cancel
+  EXPECT_FALSE(gb.done);
+  EXPECT_FALSE(gb.failed);
+  EXPECT_TRUE(ga.done && gc.done && gd.done);
+  expect_same(want_a, ga, 0);
+  expect_same(want_c, gc, 2);
+  expect_same(want_d, gd, 3);
+  EXPECT_EQ(bs.t3_batch().n_active(), 0);
+}
+
+TEST_F(BatchSynthTest, BadRequestsAndStoppedAudio) {
+  TurboLoadParams lp;
+  lp.n_threads = 1;
+  lp.max_new_tokens = 16;
+  TurboPipeline pipe(g_dir + "/m.gguf", lp);
+  BatchSynth bs(pipe, 2);
+  Got g;
+  Case c = kCases[0];
+  c.text = "   ";
+  EXPECT_THROW(bs.submit(request_of(c, nullptr, g)), TextError);
+  c.text = "Hi.";
+  BatchSynthRequest r = request_of(c, nullptr, g);
+  r.params.temperature = 100;
+  EXPECT_THROW(bs.submit(r), Error);
+  r = request_of(c, nullptr, g);
+  r.params.stream = true;
+  EXPECT_THROW(bs.submit(r), Error);
+  auto bad_voice = std::make_shared<Voice>(pipe.builtin_voice());
+  bad_voice->speaker_emb.resize(3);
+  r = request_of(c, nullptr, g);
+  r.voice = bad_voice;
+  EXPECT_THROW(bs.submit(r), Error);
+  EXPECT_EQ(bs.n_requests(), 0);
+  // on_audio saying stop ends the request through on_error with AbortedError.
+  r = request_of(c, nullptr, g);
+  bool aborted = false;
+  r.on_audio = [](const float*, int64_t, int64_t, int64_t) { return false; };
+  r.on_error = [&](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const AbortedError&) {
+      aborted = true;
+    } catch (...) {
+    }
+  };
+  bs.submit(r);
+  for (int step = 0; step < 100 && bs.n_requests() > 0; ++step) bs.step();
+  EXPECT_TRUE(aborted);
+  EXPECT_EQ(bs.t3_batch().n_active(), 0);
+  EXPECT_THROW(BatchSynth(pipe, 0), Error);
+}
+
+}  // namespace
+}  // namespace cbx
