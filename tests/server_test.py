@@ -377,10 +377,12 @@ def main():
     check("stopped" in srv.text(), "no 'stopped' line after SIGINT")
 
     # ---- auth, queue full, graceful shutdown: a server with a key and a queue of 1 ----
+    # --max-batch 1: one request runs, one waits, the third is refused -- an order of events that
+    # does not depend on when the batching engine admits a queued request into a free row.
     key_file = os.path.join(TMP, "key")
     with open(key_file, "w") as f:
         f.write("s3cret\n")
-    srv2 = Server("auth", "--api-key-file", key_file, "--max-queue", "1", "--grace", "1")
+    srv2 = Server("auth", "--api-key-file", key_file, "--max-queue", "1", "--grace", "1", "--max-batch", "1")
     good = {"Authorization": "Bearer s3cret"}
     st, _, _ = srv2.request("GET", "/health")
     check(st == 200, "/health needs no key")
