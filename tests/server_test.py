@@ -363,6 +363,10 @@ def main():
     check(srv.request("GET", "/health")[0] == 200, "unhealthy after the bad requests")
 
     # ---- metrics ----
+    # A response can end before the engine thread has counted its request out: wait for that
+    # (bounded), then read the whole page.
+    srv.wait_metric("chatterbox_active_requests", 0)
+    srv.wait_metric("chatterbox_queue_depth", 0)
     _, hdrs, data = srv.request("GET", "/metrics")
     text = data.decode()
     check(hdrs.get("Content-Type", "").startswith("text/plain"), f"metrics type {hdrs}")
