@@ -151,7 +151,6 @@ class T3Gpt2 {
   void set_fused_decode(bool on) { fused_ = on; }
   size_t arena_bytes() const { return arena_.capacity(); }
   size_t arena_high_water() const { return arena_.high_water(); }
-  size_t kv_cache_bytes() const { return kv_bytes_; }
   // Bytes of re-laid-out weight copies held for the fused decode (T3Gpt2Options::pack_planar).
   size_t packed_weight_bytes() const;
 
