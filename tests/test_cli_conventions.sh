@@ -133,4 +133,10 @@ grep -q notes "$T/list.txt" && fail "voice list listed a .txt file"
 mkdir "$T/empty"
 [ "$("$B" voice list "$T/empty")" = "no .voice files in $T/empty" ] || fail "voice list: empty directory"
 one_prefix "chatterbox voice list: error: '$T/none' is not a directory" -- "$B" voice list "$T/none"
+# The debug stages parse numbers strictly, as say does: no silent 0 from "abc" or a huge value.
+expect_error "--threads" "abc" -- "$B" debug ve -m x.gguf --threads abc
+expect_error "--threads must be 1 .. 1024, got 0" -- "$B" debug cfm -m x.gguf --threads 0
+expect_error "--seed" "-5" -- "$B" debug hift -m x.gguf --seed -5
+expect_error "--temperature" "nan" -- "$B" debug t3-mtl -m x.gguf --temperature nan
+expect_error "--steps" "99999999999" -- "$B" debug t3-mtl -m x.gguf --steps 99999999999
 echo "test_cli_conventions: ok"

@@ -66,15 +66,15 @@ int run(int argc, char** argv) {
     else if (a == "--out")
       out = next();
     else if (a == "--n-fft")
-      n_fft = std::atoi(next().c_str());
+      n_fft = int(cbx::cli::int_flag("--n-fft", next(), 1, 1048576));
     else if (a == "--hop")
-      hop = std::atoi(next().c_str());
+      hop = int(cbx::cli::int_flag("--hop", next(), 1, 1048576));
     else if (a == "--sr-in")
-      sr_in = std::atoi(next().c_str());
+      sr_in = int(cbx::cli::int_flag("--sr-in", next(), 1, 1000000));
     else if (a == "--sr-out")
-      sr_out = std::atoi(next().c_str());
+      sr_out = int(cbx::cli::int_flag("--sr-out", next(), 1, 1000000));
     else if (a == "--max-seconds")
-      max_seconds = std::atof(next().c_str());
+      max_seconds = cbx::parse_number("--max-seconds", next());
     else if (a == "--no-mean-norm")
       mean_norm = false;
     else

@@ -71,14 +71,14 @@ int run(int argc, char** argv) {
     else if (a == "--spks") spks_path = next();
     else if (a == "--noise") noise_path = next();
     else if (a == "--out-mel") out_path = next();
-    else if (a == "--prompt-frames") prompt = std::atoll(next().c_str());
-    else if (a == "--valid-frames") valid = std::atoll(next().c_str());
+    else if (a == "--prompt-frames") prompt = cbx::cli::int_flag("--prompt-frames", next(), 0, 1073741824);
+    else if (a == "--valid-frames") valid = cbx::cli::int_flag("--valid-frames", next(), 0, 1073741824);
     else if (a == "--steps-out") steps_out = next();
     else if (a == "--dump-dir") dump_dir = next();
-    else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--repeat") repeat = std::atoi(next().c_str());
+    else if (a == "--seed") seed = cbx::parse_u64("--seed", next());
+    else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
     else if (a == "--timing") timing = true;
-    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
     else cbx::fail("debug cfm: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !mu_path.empty() && !cond_path.empty() && !spks_path.empty(),

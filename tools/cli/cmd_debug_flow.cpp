@@ -86,8 +86,8 @@ int run(int argc, char** argv) {
     else if (a == "--out-cond") out_cond = next();
     else if (a == "--out-spks") out_spks = next();
     else if (a == "--dump-dir") dump_dir = next();
-    else if (a == "--repeat") repeat = std::atoi(next().c_str());
-    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
+    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
     else if (a == "--timings") timings = true;
     else cbx::fail("debug flow: unknown option '%s'\n%s", a.c_str(), kUsage);
   }

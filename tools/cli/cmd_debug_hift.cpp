@@ -55,12 +55,12 @@ int run(int argc, char** argv) {
     else if (a == "--out") out_path = next();
     else if (a == "--phases") ph_path = next();
     else if (a == "--noise") noise_path = next();
-    else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
+    else if (a == "--seed") seed = cbx::parse_u64("--seed", next());
     else if (a == "--trim-fade") trim = true;
     else if (a == "--dump-dir") dump_dir = next();
-    else if (a == "--repeat") repeat = std::atoi(next().c_str());
+    else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
     else if (a == "--timing") timing = true;
-    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
     else cbx::fail("debug hift: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !mel_path.empty(), "debug hift: -m and --mel are required\n%s", kUsage);

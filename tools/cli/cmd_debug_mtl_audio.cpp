@@ -45,8 +45,8 @@ int run(int argc, char** argv) {
     else if (a == "--cfm-noise") noise_path = next();
     else if (a == "--phases") phases_path = next();
     else if (a == "--hift-noise") hnoise_path = next();
-    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
-    else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
+    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
+    else if (a == "--seed") seed = cbx::parse_u64("--seed", next());
     else cbx::fail("%s: unknown option '%s'\n%s", kCmd, a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !tokens_path.empty() && !out_path.empty(), "%s", kUsage);

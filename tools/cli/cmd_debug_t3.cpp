@@ -95,20 +95,20 @@ int run(int argc, char** argv) {
     else if (a == "--text-ids") text_path = next();
     else if (a == "--speaker-emb") spk_path = next();
     else if (a == "--prompt-tokens") prompt_path = next();
-    else if (a == "--steps") steps = std::atoll(next().c_str());
+    else if (a == "--steps") steps = cbx::cli::int_flag("--steps", next(), 0, 1073741824);
     else if (a == "--out-logits") out_logits = next();
     else if (a == "--out-tokens") out_tokens = next();
     else if (a == "--out-speech-tokens") out_speech = next();
     else if (a == "--out-processed") out_processed = next();
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--greedy") greedy = true;
-    else if (a == "--seed") seed = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--temperature") temperature = std::atof(next().c_str());
-    else if (a == "--top-k") top_k = std::atoi(next().c_str());
-    else if (a == "--top-p") top_p = std::atof(next().c_str());
-    else if (a == "--rep-penalty") rep = std::atof(next().c_str());
+    else if (a == "--seed") seed = cbx::parse_u64("--seed", next());
+    else if (a == "--temperature") temperature = cbx::parse_number("--temperature", next());
+    else if (a == "--top-k") top_k = int(cbx::cli::int_flag("--top-k", next(), 0, 1073741824));
+    else if (a == "--top-p") top_p = cbx::parse_number("--top-p", next());
+    else if (a == "--rep-penalty") rep = cbx::parse_number("--rep-penalty", next());
     else if (a == "--kv-type") kv = next();
-    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
     else cbx::fail("debug t3: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !text_path.empty(), "debug t3: -m and --text-ids are required\n%s", kUsage);

@@ -82,9 +82,9 @@ int run(int argc, char** argv) {
     else if (a == "--prompt-tokens")
       prompt_path = next();
     else if (a == "--exaggeration")
-      exaggeration = std::atof(next().c_str());
+      exaggeration = cbx::parse_number("--exaggeration", next());
     else if (a == "--steps")
-      steps = std::atoll(next().c_str());
+      steps = cbx::cli::int_flag("--steps", next(), 0, 1073741824);
     else if (a == "--force")
       force = true;
     else if (a == "--out-cond")
@@ -100,21 +100,21 @@ int run(int argc, char** argv) {
     else if (a == "--greedy")
       greedy = true;
     else if (a == "--seed")
-      seed = std::strtoull(next().c_str(), nullptr, 10);
+      seed = cbx::parse_u64("--seed", next());
     else if (a == "--cfg-weight")
-      cfg_w = std::atof(next().c_str());
+      cfg_w = cbx::parse_number("--cfg-weight", next());
     else if (a == "--temperature")
-      temperature = std::atof(next().c_str());
+      temperature = cbx::parse_number("--temperature", next());
     else if (a == "--min-p")
-      min_p = std::atof(next().c_str());
+      min_p = cbx::parse_number("--min-p", next());
     else if (a == "--top-p")
-      top_p = std::atof(next().c_str());
+      top_p = cbx::parse_number("--top-p", next());
     else if (a == "--rep-penalty")
-      rep = std::atof(next().c_str());
+      rep = cbx::parse_number("--rep-penalty", next());
     else if (a == "--kv-type")
       kv = next();
     else if (a == "-t" || a == "--threads")
-      threads = std::atoi(next().c_str());
+      threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
     else
       cbx::fail("debug t3-mtl: unknown option '%s'\n%s", a.c_str(), kUsage);
   }

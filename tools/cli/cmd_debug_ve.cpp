@@ -46,9 +46,9 @@ int run(int argc, char** argv) {
     else if (a == "--wav") wav_path = next();
     else if (a == "-o" || a == "--out") out_path = next();
     else if (a == "--dump-dir") dump_dir = next();
-    else if (a == "--repeat") repeat = std::atoi(next().c_str());
+    else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
     else if (a == "--timing") timing = true;
-    else if (a == "-t" || a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
     else cbx::fail("debug ve: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !wav_path.empty(), "debug ve: -m and --wav are required\n%s", kUsage);

@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "pipeline/synth_options.h"
+
 namespace cbx::cli {
 
 using CommandFn = int (*)(int argc, char** argv);  // argv[0] is the command name
@@ -94,5 +97,15 @@ class ProgressLine {
   bool on_;
   size_t width_ = 0;  // length of the text on the line now; 0: no line open
 };
+
+// A strict integer flag value in [lo, hi]; InvalidArgumentError naming the flag otherwise
+// ("--threads must be 1 .. 1024, got 0"). Text that is not an integer fails in parse_int.
+inline int64_t int_flag(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
+  const int64_t v = cbx::parse_int(flag, text);
+  if (v < lo || v > hi)
+    throw cbx::InvalidArgumentError(flag + " must be " + std::to_string(lo) + " .. " + std::to_string(hi) + ", got " +
+                                    text);
+  return v;
+}
 
 }  // namespace cbx::cli
