@@ -85,6 +85,10 @@ const std::vector<int32_t>& T3MtlBatch::tokens(int req) const {
   check_req(req);
   return reqs_[size_t(req)].out;
 }
+bool T3MtlBatch::all_inf(int req) const {
+  check_req(req);
+  return reqs_[size_t(req)].all_inf;
+}
 int T3MtlBatch::n_active() const {
   int n = 0;
   for (const Req& r : reqs_) n += r.active;
@@ -152,7 +156,7 @@ int T3MtlBatch::start(const T3MtlCond& cond, const std::vector<int32_t>& text_to
   r.st.n_rows = B;
   r.st.prompt_len = T;
   r.st.weight_bytes_per_step = double(t3_llama_decode_weight_bytes(llama_.weights()));
-  r.finished = false;
+  r.finished = r.all_inf = false;
   if (tok == c_.stop_speech_token && !ignore_eos) r.finished = true;
   if (max_new == 1) {
     r.finished = true;
@@ -215,7 +219,7 @@ int T3MtlBatch::step() {
     const int32_t tok = any ? r.sampler->pick() : -1;
     if (tok < 0) {
       // generate throws here; a batch cannot, so the request ends with what it has.
-      r.finished = true;
+      r.finished = r.all_inf = true;
       continue;
     }
     r.out.push_back(tok);

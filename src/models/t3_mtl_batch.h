@@ -57,6 +57,9 @@ class T3MtlBatch {
   bool finished(int req) const;  // active and done decoding
   // The tokens so far (generate's return value once finished: EOS kept); valid until release.
   const std::vector<int32_t>& tokens(int req) const;
+  // Whether the request stopped because every processed logit was -inf (generate throws then;
+  // a batch step cannot, so the request ends and the caller reports it).
+  bool all_inf(int req) const;
   // generate's stats for the request (decode_ms: the whole steps it took part in).
   T3MtlStats stats(int req) const;
   // Frees the request's slots (finished or not: cancellation).
@@ -73,7 +76,7 @@ class T3MtlBatch {
 
  private:
   struct Req {
-    bool active = false, finished = false, ignore_eos = false;
+    bool active = false, finished = false, ignore_eos = false, all_inf = false;
     int64_t n_rows = 0;      // 1 or 2
     std::unique_ptr<MtlSampler> sampler;
     std::vector<int32_t> history;  // BOS + tokens
