@@ -23,7 +23,7 @@ size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 
 T3MtlBatch::T3MtlBatch(T3Mtl& t3, ThreadPool& pool, int max_batch)
     : t3_(t3), llama_(t3.backbone()), c_(t3.config().t3), pool_(pool), max_batch_(max_batch) {
-  CBX_CHECK(max_batch >= 1 && max_batch <= 32, "t3 mtl batch: max_batch %d outside 1 .. 32", max_batch);
+  CBX_CHECK(max_batch >= 1 && max_batch <= 64, "t3 mtl batch: max_batch %d outside 1 .. 64", max_batch);
   const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff,
                 V = c_.speech_vocab;
   n_layer_ = c_.n_layer;
@@ -283,7 +283,7 @@ void T3MtlBatch::decode(int nr) {
   struct View {
     Tensor q, o;
   };
-  View views[64];
+  View views[128];  // 2 * max_batch rows
   const int64_t hsd[3] = {H, 1, D}, hst[3] = {D * 4, H * D * 4, 4};
   const Tensor slots = make_tensor(kvt, {int64_t(slot_bytes_ / es)}, slots_.get(), slot_bytes_);
   const int64_t kv_st[3] = {int64_t(head_bytes_), int64_t(rb), int64_t(es)};
