@@ -1,7 +1,9 @@
-// chatterbox-bench t3-batch -m MODEL.gguf [--threads N] [--steps S] [--prompt P] [--text L]
+// chatterbox-bench t3-batch -m MODEL.gguf [--mtl] [--threads N] [--steps S] [--prompt P] [--text L]
 //                           [--batch 1,2,4,8] [--rounds R] [--seed N]
 //
-// The batched T3 Turbo decode (models/t3_batch.h): for each batch size N, N rows of the same
+// The batched T3 Turbo decode (models/t3_batch.h), or with --mtl the Multilingual one
+// (models/t3_mtl_batch.h: each request a CFG pair of rows, EOS ignored; --prompt at most the
+// model's cond_prompt_len, default 150 there): for each batch size N, N rows of the same
 // voice (1 + P random prompt tokens, default 375; L random text tokens, default 30) and
 // different seeds join, then up to S steps (default 100) advance them together. Prefills are
 // not timed. Rounds alternate the order of the batch sizes (R rounds, default 3: forward,
@@ -12,6 +14,7 @@
 //   runs            every round's t3_tok_s_total
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -23,7 +26,10 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
+#include "models/model_config.h"
 #include "models/t3_batch.h"
+#include "models/t3_mtl.h"
+#include "models/t3_mtl_batch.h"
 #include "models/t3_turbo.h"
 
 namespace cbx::bench {
@@ -41,8 +47,9 @@ double median(std::vector<double> v) {
 
 int run_t3_batch(int argc, char** argv) {
   std::string model, sizes = "1,2,4,8";
-  int threads = 2, steps = 100, prompt = 375, text = 30, rounds = 3;
+  int threads = 2, steps = 100, prompt = -1, text = 30, rounds = 3;
   uint64_t seed = 1;
+  bool mtl = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -57,6 +64,7 @@ int run_t3_batch(int argc, char** argv) {
     else if (a == "--batch") sizes = next();
     else if (a == "--rounds") rounds = std::atoi(next());
     else if (a == "--seed") seed = std::strtoull(next(), nullptr, 10);
+    else if (a == "--mtl") mtl = true;
     else fail("bench t3-batch: unknown option '%s' (see bench/bench_t3_batch.cpp)", a.c_str());
   }
   CBX_CHECK(!model.empty(), "usage: chatterbox-bench t3-batch -m MODEL.gguf [--batch 1,2,4,8] [--steps S]");
@@ -68,18 +76,34 @@ int run_t3_batch(int argc, char** argv) {
     CBX_CHECK(n >= 1 && n <= 64, "bench t3-batch: batch size %d outside 1 .. 64", n);
     max_n = std::max(max_n, n);
   }
+  if (prompt < 0) prompt = mtl ? 150 : 375;
   CBX_CHECK(threads > 0 && steps > 0 && prompt >= 0 && text >= 0 && rounds > 0 && !ns.empty(),
             "bench t3-batch: bad arguments");
 
   auto f = GgufFile::open(model);
   ThreadPool pool(threads);
-  T3TurboOptions o;
-  o.max_text = std::max(text, 1);
-  o.max_prompt = std::max(prompt, 1);
-  o.max_new = steps;
-  T3Turbo t3(*f, pool, o);
-  const T3Config& c = t3.config().t3;
-  T3Batch batch(t3, pool, max_n);
+  // One of the two: a Turbo T3 and its batch, or a Multilingual one and its batch.
+  std::unique_ptr<T3Turbo> t3;
+  std::unique_ptr<T3Batch> batch;
+  ModelConfig mc;
+  std::unique_ptr<T3Mtl> t3m;
+  std::unique_ptr<T3MtlBatch> mbatch;
+  if (mtl) {
+    mc = read_config(*f);
+    T3MtlLoadParams lp;
+    lp.max_new_tokens = steps + 1;  // the prefill's token, then one a step
+    lp.max_text_tokens = std::max(text, 1);
+    t3m = std::make_unique<T3Mtl>(*f, mc, pool, lp);
+    mbatch = std::make_unique<T3MtlBatch>(*t3m, pool, max_n);
+  } else {
+    T3TurboOptions o;
+    o.max_text = std::max(text, 1);
+    o.max_prompt = std::max(prompt, 1);
+    o.max_new = steps;
+    t3 = std::make_unique<T3Turbo>(*f, pool, o);
+    batch = std::make_unique<T3Batch>(*t3, pool, max_n);
+  }
+  const T3Config& c = mtl ? mc.t3 : t3->config().t3;
 
   std::mt19937 rng{uint32_t(seed)};
   std::vector<int32_t> text_ids(static_cast<size_t>(text)), prompt_ids(static_cast<size_t>(prompt));
@@ -95,20 +119,31 @@ int run_t3_batch(int argc, char** argv) {
       const size_t which = r % 2 ? ns.size() - 1 - k : k;
       const int n = ns[which];
       for (int b = 0; b < n; ++b) {
-        SamplerParams sp = t3.default_sampler();
+        if (mtl) {
+          T3MtlCond cond;
+          cond.speaker_emb = spk;
+          cond.cond_prompt_tokens = prompt_ids;
+          T3MtlSampling sm = t3m->default_sampling();
+          sm.seed = seed + uint64_t(r * 64 + b);
+          mbatch->start(cond, text_ids, sm, steps + 1, /*ignore_eos=*/true);
+          continue;
+        }
+        SamplerParams sp = t3->default_sampler();
         sp.seed = seed + uint64_t(r * 64 + b);
-        batch.start(text_ids.data(), text, spk.data(), int64_t(spk.size()), prompt_ids.data(), prompt, sp, steps);
+        batch->start(text_ids.data(), text, spk.data(), int64_t(spk.size()), prompt_ids.data(), prompt, sp, steps);
       }
       int64_t tokens = 0;
       const double t0 = now_s();
       for (int s = 0; s < steps; ++s) {
-        const int adv = batch.step();
+        const int adv = mtl ? mbatch->step() : batch->step();
         if (adv == 0) break;
         tokens += adv;
       }
       const double dt = now_s() - t0;
-      for (int b = 0; b < max_n; ++b)
-        if (batch.active(b)) batch.release(b);
+      for (int b = 0; b < max_n; ++b) {
+        if (mtl && mbatch->active(b)) mbatch->release(b);
+        if (!mtl && batch->active(b)) batch->release(b);
+      }
       runs[which].push_back(double(tokens) / dt);
     }
   double base = 0;
@@ -118,15 +153,16 @@ int run_t3_batch(int argc, char** argv) {
     const double m = median(runs[k]);
     std::string all;
     for (double v : runs[k]) all += (all.empty() ? "" : ",") + std::to_string(v).substr(0, 6);
-    std::printf("bench t3-batch model=%s threads=%d prompt=%d text=%d steps=%d batch=%d t3_tok_s_total=%.2f "
+    std::printf("bench t3-batch%s model=%s threads=%d prompt=%d text=%d steps=%d batch=%d t3_tok_s_total=%.2f "
                 "t3_tok_s_row=%.2f speedup=%.2f runs=%s\n",
-                model.c_str(), threads, prompt, text, steps, ns[k], m, m / ns[k], base > 0 ? m / base : 0.0,
+                mtl ? " mtl" : "", model.c_str(), threads, prompt, text, steps, ns[k], m, m / ns[k], base > 0 ? m / base : 0.0,
                 all.c_str());
   }
   return 0;
 }
 
-RegisterBench reg("t3-batch", "batched T3 Turbo decode: tokens/s summed over N rows (models/t3_batch.h)",
+RegisterBench reg("t3-batch",
+                  "batched T3 decode (Turbo; --mtl: Multilingual CFG pairs): tokens/s summed over N requests",
                   run_t3_batch);
 
 }  // namespace

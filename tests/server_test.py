@@ -260,6 +260,32 @@ def main():
         check(together[i][2] == alone[i][2], f"concurrent request {i} differs from the same request alone")
     check(len(set(a[2] for a in alone)) == 8, "different seeds gave the same audio")
 
+    # ---- the same for the Multilingual model (batched as CFG pairs; cfg_weight 0: one row) ----
+    langs = ["en", "fr", "de", "en", "es"]
+    mbodies = [{"model": "chatterbox-multilingual", "input": f"Request {i} says hello. It has two sentences.",
+                "language": langs[i], "response_format": "pcm", "seed": 200 + i,
+                "cfg_weight": [0.5, 0.0, 1.0, 0.3, 0.0][i], "exaggeration": [0.5, 0.3, 0.9, 0.5, 0.7][i]}
+               for i in range(5)]
+    batched0 = srv.text().count("generation started (batched)")
+    malone = [srv.speech(b) for b in mbodies]
+    check(all(a[0] == 200 for a in malone), f"sequential multilingual requests failed: {[a[0] for a in malone]}")
+    mtogether = [None] * 5
+
+    def mrun(i):
+        mtogether[i] = srv.speech(mbodies[i])
+
+    threads = [threading.Thread(target=mrun, args=(i,)) for i in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    for i in range(5):
+        check(mtogether[i] is not None and mtogether[i][0] == 200,
+              f"concurrent multilingual request {i}: {mtogether[i] and mtogether[i][0]}")
+        check(mtogether[i][2] == malone[i][2], f"concurrent multilingual request {i} differs from the same request alone")
+    check(len(set(a[2] for a in malone)) == 5, "different multilingual seeds gave the same audio")
+    check(srv.text().count("generation started (batched)") - batched0 == 10, "the multilingual requests were not batched")
+
     # ---- a client that disconnects mid-stream cancels its request; the next one is served ----
     cancelled0 = srv.metric("chatterbox_cancelled_total")
     s = socket.create_connection((HOST, srv.port), timeout=120)

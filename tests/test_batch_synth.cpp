@@ -2,7 +2,8 @@
 // voices, submitted at different steps and decoded together, each get exactly the audio
 // TurboPipeline::synthesize gives them alone (chunk by chunk, byte for byte); a request
 // cancelled mid-batch frees its row and the others go on unchanged. Tiny synthetic Turbo model
-// (chatterbox-mkckpt + convert).
+// (chatterbox-mkckpt + convert). The same for a tiny Multilingual model: CFG pairs and
+// cfg_weight 0 requests, several languages and exaggerations, against MtlPipeline::synthesize.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 #include "core/error.h"
 #include "pipeline/batch_synth.h"
+#include "pipeline/mtl_pipeline.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/turbo_pipeline.h"
 #include "pipeline/voice.h"
@@ -34,7 +36,10 @@ class BatchSynthTest : public ::testing::Test {
     g_dir = tmpl;
     const std::string cmd = "'" + bin + "chatterbox-mkckpt' --variant turbo --size tiny --seed 5 '" + g_dir +
                             "/ckpt' > /dev/null 2>&1 && '" + bin + "chatterbox' convert '" + g_dir +
-                            "/ckpt' --type q4_0 -o '" + g_dir + "/m.gguf' > /dev/null 2>&1";
+                            "/ckpt' --type q4_0 -o '" + g_dir + "/m.gguf' > /dev/null 2>&1 && '" + bin +
+                            "chatterbox-mkckpt' --variant mtl --size tiny --seed 5 --threads 1 '" + g_dir +
+                            "/mck' > /dev/null 2>&1 && '" + bin + "chatterbox' convert '" + g_dir +
+                            "/mck' --type q4_0 -o '" + g_dir + "/mtl.gguf' > /dev/null 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
   static void TearDownTestSuite() {
@@ -60,7 +65,8 @@ struct Got {
   BatchSynthStats stats;
 };
 
-std::shared_ptr<const Voice> make_other_voice(const TurboPipeline& pipe) {
+template <class Pipe>
+std::shared_ptr<const Voice> make_other_voice(const Pipe& pipe) {
   auto v = std::make_shared<Voice>(pipe.builtin_voice());
   for (float& x : v->speaker_emb) x = -0.5f * x + 0.01f;
   v->cond_prompt_tokens.resize(v->cond_prompt_tokens.size() / 2 + 1);
@@ -194,7 +200,7 @@ TEST_F(BatchSynthTest, CancelMidBatchFreesTheRow) {
   expect_same(want_a, ga, 0);
   expect_same(want_c, gc, 2);
   expect_same(want_d, gd, 3);
-  EXPECT_EQ(bs.t3_batch().n_active(), 0);
+  EXPECT_EQ(bs.n_t3_active(), 0);
 }
 
 TEST_F(BatchSynthTest, BadRequestsAndStoppedAudio) {
@@ -235,8 +241,101 @@ TEST_F(BatchSynthTest, BadRequestsAndStoppedAudio) {
   bs.submit(r);
   for (int step = 0; step < 100 && bs.n_requests() > 0; ++step) bs.step();
   EXPECT_TRUE(aborted);
-  EXPECT_EQ(bs.t3_batch().n_active(), 0);
+  EXPECT_EQ(bs.n_t3_active(), 0);
   EXPECT_THROW(BatchSynth(pipe, 0), Error);
+}
+
+// ---- Multilingual ----
+
+struct MtlCase {
+  std::string text, language;
+  uint64_t seed = 0;
+  int64_t chunk_tokens = 0;
+  float cfg_weight = -1, exaggeration = -1;
+  bool other_voice = false;
+  int join_step = 0;
+};
+
+MtlSynthParams mtl_params_of(const MtlCase& c) {
+  MtlSynthParams p;
+  p.language = c.language;
+  p.seed = c.seed;
+  p.max_chunk_tokens = c.chunk_tokens;
+  p.cfg_weight = c.cfg_weight;
+  p.exaggeration = c.exaggeration;
+  return p;
+}
+
+std::vector<std::vector<float>> mtl_alone(MtlPipeline& pipe, const MtlCase& c,
+                                          const std::shared_ptr<const Voice>& other) {
+  if (c.other_voice) pipe.set_voice(*other);
+  std::vector<std::vector<float>> out;
+  pipe.synthesize(c.text, mtl_params_of(c), nullptr, [&](const float* s, int64_t n, int64_t, int64_t) {
+    out.emplace_back(s, s + n);
+    return true;
+  });
+  pipe.reset_voice();
+  return out;
+}
+
+TEST_F(BatchSynthTest, MultilingualRequestsEqualSynthesizeAlone) {
+  MtlLoadParams lp;
+  lp.n_threads = 2;
+  lp.max_new_tokens = 16;
+  MtlPipeline pipe(g_dir + "/mtl.gguf", lp);
+  const auto other = make_other_voice(pipe);
+  const std::vector<MtlCase> cases = {
+      {"Hello there.", "en", 1, 0, -1, -1, false, 0},
+      {"Une phrase, avec une virgule. Et une autre.", "fr", 7, 8, 0.f, -1, false, 0},
+      {"Short one. Two. Three words here.", "en", 42, 5, 1.0f, 0.9f, true, 2},
+      {"Hallo, wie geht es dir heute?", "de", 9, 0, -1, 0.2f, false, 4},
+      {"Yes! No. Maybe.", "en", 3, 3, 0.f, -1, true, 7},
+  };
+  std::vector<std::vector<std::vector<float>>> want;
+  for (const MtlCase& c : cases) want.push_back(mtl_alone(pipe, c, other));
+  int multi = 0;
+  for (const auto& w : want) multi += w.size() > 1;
+  ASSERT_GE(multi, 2) << "the cases should have several chunks";
+
+  BatchSynth bs(pipe, 3);
+  std::vector<Got> got(cases.size());
+  size_t next = 0;
+  int most = 0;
+  for (int step = 0; step < 5000; ++step) {
+    while (next < cases.size() && cases[next].join_step <= step && bs.can_admit()) {
+      Case tc;  // request_of's callbacks; the Multilingual parameters below
+      tc.text = cases[next].text;
+      BatchSynthRequest r = request_of(tc, other, got[next]);
+      r.mtl_params = mtl_params_of(cases[next]);
+      if (cases[next].other_voice) r.voice = other;
+      bs.submit(std::move(r));
+      ++next;
+    }
+    most = std::max(most, bs.n_requests());
+    bs.step();
+    if (next == cases.size() && bs.n_requests() == 0) break;
+  }
+  EXPECT_EQ(most, 3);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_TRUE(got[i].done) << "request " << i;
+    EXPECT_FALSE(got[i].failed) << "request " << i;
+    EXPECT_EQ(got[i].stats.n_chunks, int64_t(want[i].size()));
+    expect_same(want[i], got[i], i);
+  }
+  expect_same(mtl_alone(pipe, cases[2], other), got[2], 2);
+  EXPECT_EQ(bs.n_t3_active(), 0);
+
+  // Bad Multilingual requests are refused at submit with synthesize's errors.
+  Got g;
+  Case tc;
+  tc.text = "Hi.";
+  BatchSynthRequest r = request_of(tc, other, g);
+  r.mtl_params.language = "xx";
+  EXPECT_THROW(bs.submit(r), InvalidArgumentError);
+  r.mtl_params.language = "en";
+  r.mtl_params.cfg_weight = 200;
+  EXPECT_THROW(bs.submit(r), InvalidArgumentError);
+  EXPECT_EQ(bs.n_requests(), 0);
 }
 
 }  // namespace

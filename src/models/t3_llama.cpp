@@ -194,6 +194,12 @@ size_t T3Llama::packed_weight_bytes() const {
   return n;
 }
 
+const RowLinear& T3Llama::layer_rows(int l, int k) const {
+  const LayerRows& r = rows_[size_t(l)];
+  const RowLinear* all[7] = {&r.q, &r.k, &r.v, &r.o, &r.gate, &r.up, &r.down};
+  return *all[k];
+}
+
 size_t T3Llama::kv_step_bytes(int64_t B) const {
   const size_t es = type_traits(kv_type_).block_bytes;
   return size_t(2 * c_.n_layer) * size_t(B) * size_t(c_.n_kv_head) * size_t(n_past_) *

@@ -104,6 +104,19 @@ class T3Llama {
   // Bytes of re-laid-out weight copies held for the fused decode (T3LlamaOptions::pack_planar).
   size_t packed_weight_bytes() const;
 
+  // The fused decode's parts, for a decoder that batches sequences at different positions
+  // (models/t3_mtl_batch.h): layer l's projection k (0 q, 1 k, 2 v, 3 o, 4 gate, 5 up, 6 down),
+  // the head, the per-thread activation row stride, the RoPE inverse frequencies [D/2], the
+  // caches [n_rows * H_kv, max_ctx, D] and the weights.
+  const RowLinear& layer_rows(int l, int k) const;
+  const RowLinear& head_rows() const { return head_; }
+  size_t act_stride() const { return act_stride_; }
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
+  DType kv_type() const { return kv_type_; }
+  const Tensor& k_cache(int l) const { return k_cache_[size_t(l)]; }
+  const Tensor& v_cache(int l) const { return v_cache_[size_t(l)]; }
+  const T3LlamaWeights& weights() const { return w_; }
+
  private:
   void emit(const char* name, int layer, const Tensor& t) const {
     if (capture_) capture_(name, layer, t);

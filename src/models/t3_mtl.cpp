@@ -55,6 +55,9 @@ struct T3Mtl::Impl {
   int64_t encode_cond(const T3MtlCond& cond, Tensor dst_rows);
   void embed_rows(const Tensor& table, const int32_t* id, int64_t n, const Tensor& pos_table,
                   int64_t pos0, Tensor dst, bool zero_tokens);
+  // Checks the inputs, then runs generate's prefill of B rows (1 or 2); returns the logits.
+  Tensor prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, int64_t B,
+                 int64_t* prompt_len);
 };
 
 T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const T3MtlLoadParams& lp)
@@ -160,6 +163,52 @@ int64_t T3Mtl::Impl::encode_cond(const T3MtlCond& cond, Tensor dst_rows) {
   return n;
 }
 
+Tensor T3Mtl::Impl::prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens,
+                            int64_t B, int64_t* prompt_len) {
+  Impl& m = *this;
+  const T3Config& t = m.cfg.t3;
+  CBX_CHECK(int64_t(cond.speaker_emb.size()) == t.speaker_embed_size,
+            "t3 mtl: speaker embedding has %zu values, expected %d", cond.speaker_emb.size(),
+            t.speaker_embed_size);
+  const int64_t Lt = int64_t(text_tokens.size());
+  CBX_CHECK(Lt <= m.max_text, "t3 mtl: %lld text tokens (at most %lld)", (long long)Lt,
+            (long long)m.max_text);
+  for (int64_t i = 0; i < Lt; ++i) {
+    const int32_t v = text_tokens[size_t(i)];
+    CBX_CHECK(v >= 0 && v < t.text_vocab, "t3 mtl: text token %d at %lld outside 0..%d", v,
+              (long long)i, t.text_vocab - 1);
+  }
+  // Sequence 0 = cond, 1 = uncond. They share the conditioning prefix, which is
+  // run once (sequence 0) and copied to sequence 1's cache. Rows of m.prompt: [0, n_cond) the
+  // prefix, then sequence 0's L2 = Lt + 4 remaining tokens, then sequence 1's (sequence-major,
+  // as the second forward call takes them).
+  const int64_t n_cond = m.encode_cond(cond, m.prompt);
+  const int64_t L2 = Lt + 2 + 2, T = n_cond + L2;
+  *prompt_len = T;
+  {
+    std::vector<int32_t>& txt = m.txt;  // SOT text EOT
+    txt.clear();
+    txt.push_back(t.start_text_token);
+    txt.insert(txt.end(), text_tokens.begin(), text_tokens.end());
+    txt.push_back(t.stop_text_token);
+    for (int64_t b = 0; b < B; ++b) {
+      Tensor tail = slice(m.prompt, 0, n_cond + b * L2, L2);
+      // The uncond sequence's text token embeddings are zero (positions kept), t3.py:113-119.
+      m.embed_rows(m.text_emb, txt.data(), Lt + 2, m.text_pos, 0, slice(tail, 0, 0, Lt + 2),
+                   b == 1);
+      const int32_t bos = t.start_speech_token;
+      Tensor b0 = slice(tail, 0, Lt + 2, 1), b1 = slice(tail, 0, Lt + 3, 1);
+      m.embed_rows(m.speech_emb, &bos, 1, m.speech_pos, 0, b0, false);
+      copy_tensor(m.pool, b0, b1);  // the doubled BOS (t3.py:306-313)
+    }
+  }
+  m.llama->reset();
+  if (B == 1) return m.llama->forward(slice(m.prompt, 0, 0, T), 1);
+  m.llama->forward(slice(m.prompt, 0, 0, n_cond), 1);
+  m.llama->copy_sequence(0, 1);
+  return m.llama->forward(slice(m.prompt, 0, n_cond, 2 * L2), 2);
+}
+
 T3Mtl::T3Mtl(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const T3MtlLoadParams& p)
     : impl_(std::make_unique<Impl>(f, c, pool, p)) {}
 
@@ -170,6 +219,18 @@ void T3Mtl::set_fused_decode(bool on) { impl_->llama->set_fused_decode(on); }
 size_t T3Mtl::packed_weight_bytes() const { return impl_->llama->packed_weight_bytes(); }
 int64_t T3Mtl::max_new_tokens() const { return impl_->max_new; }
 const ModelConfig& T3Mtl::config() const { return impl_->cfg; }
+
+Tensor T3Mtl::prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, float cfg_weight,
+                      int64_t* prompt_len) {
+  int64_t T = 0;
+  Tensor lg = impl_->prefill(cond, text_tokens, cfg_weight > 0.f ? 2 : 1, &T);
+  if (prompt_len) *prompt_len = T;
+  return lg;
+}
+T3Llama& T3Mtl::backbone() { return *impl_->llama; }
+const Tensor& T3Mtl::speech_emb_table() const { return impl_->speech_emb; }
+const Tensor& T3Mtl::speech_pos_table() const { return impl_->speech_pos; }
+int64_t T3Mtl::max_prefill_tokens() const { return impl_->llama->max_tokens(); }
 
 T3MtlSampling T3Mtl::default_sampling() const {
   const PipelineConfig& p = impl_->cfg.pipeline;
@@ -201,17 +262,6 @@ std::vector<int32_t> T3Mtl::generate(const T3MtlCond& cond, const std::vector<in
   Impl& m = *impl_;
   const T3Config& t = m.cfg.t3;
   const int64_t d = t.n_embd, V = t.speech_vocab;
-  CBX_CHECK(int64_t(cond.speaker_emb.size()) == t.speaker_embed_size,
-            "t3 mtl: speaker embedding has %zu values, expected %d", cond.speaker_emb.size(),
-            t.speaker_embed_size);
-  const int64_t Lt = int64_t(text_tokens.size());
-  CBX_CHECK(Lt <= m.max_text, "t3 mtl: %lld text tokens (at most %lld)", (long long)Lt,
-            (long long)m.max_text);
-  for (int64_t i = 0; i < Lt; ++i) {
-    const int32_t v = text_tokens[size_t(i)];
-    CBX_CHECK(v >= 0 && v < t.text_vocab, "t3 mtl: text token %d at %lld outside 0..%d", v,
-              (long long)i, t.text_vocab - 1);
-  }
   CBX_CHECK(force_n_tokens <= m.max_new, "t3 mtl: %lld forced tokens exceed max_new_tokens %lld",
             (long long)force_n_tokens, (long long)m.max_new);
   const int64_t limit = force_n_tokens > 0 ? force_n_tokens : m.max_new;
@@ -232,39 +282,7 @@ std::vector<int32_t> T3Mtl::generate(const T3MtlCond& cond, const std::vector<in
   st.weight_bytes_per_step = double(t3_llama_decode_weight_bytes(m.lw));
 
   double t0 = now_ms();
-  // ---- prefill: sequence 0 = cond, 1 = uncond. They share the conditioning prefix, which is
-  // run once (sequence 0) and copied to sequence 1's cache. Rows of m.prompt: [0, n_cond) the
-  // prefix, then sequence 0's L2 = Lt + 4 remaining tokens, then sequence 1's (sequence-major,
-  // as the second forward call takes them).
-  const int64_t n_cond = m.encode_cond(cond, m.prompt);
-  const int64_t L2 = Lt + 2 + 2, T = n_cond + L2;
-  st.prompt_len = T;
-  {
-    std::vector<int32_t>& txt = m.txt;  // SOT text EOT
-    txt.clear();
-    txt.push_back(t.start_text_token);
-    txt.insert(txt.end(), text_tokens.begin(), text_tokens.end());
-    txt.push_back(t.stop_text_token);
-    for (int64_t b = 0; b < B; ++b) {
-      Tensor tail = slice(m.prompt, 0, n_cond + b * L2, L2);
-      // The uncond sequence's text token embeddings are zero (positions kept), t3.py:113-119.
-      m.embed_rows(m.text_emb, txt.data(), Lt + 2, m.text_pos, 0, slice(tail, 0, 0, Lt + 2),
-                   b == 1);
-      const int32_t bos = t.start_speech_token;
-      Tensor b0 = slice(tail, 0, Lt + 2, 1), b1 = slice(tail, 0, Lt + 3, 1);
-      m.embed_rows(m.speech_emb, &bos, 1, m.speech_pos, 0, b0, false);
-      copy_tensor(m.pool, b0, b1);  // the doubled BOS (t3.py:306-313)
-    }
-  }
-  m.llama->reset();
-  Tensor logits;
-  if (B == 1) {
-    logits = m.llama->forward(slice(m.prompt, 0, 0, T), 1);
-  } else {
-    m.llama->forward(slice(m.prompt, 0, 0, n_cond), 1);
-    m.llama->copy_sequence(0, 1);
-    logits = m.llama->forward(slice(m.prompt, 0, n_cond, 2 * L2), 2);
-  }
+  Tensor logits = m.prefill(cond, text_tokens, B, &st.prompt_len);
   m.history.assign(1, t.start_speech_token);
   m.out.clear();
   st.prefill_ms = now_ms() - t0;

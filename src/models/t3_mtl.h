@@ -21,11 +21,13 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace cbx {
 
 class GgufFile;
 class ThreadPool;
+class T3Llama;
 struct ModelConfig;
 
 struct T3MtlLoadParams {
@@ -106,6 +108,20 @@ class T3Mtl {
   T3MtlSampling default_sampling() const;
   int64_t max_new_tokens() const;
   const ModelConfig& config() const;
+
+  // ---- batching (models/t3_mtl_batch.h) ----
+  // generate's prefill alone (the same checks and errors): the cond row, and the uncond row
+  // when cfg_weight > 0, on the backbone. Returns their logits [1 or 2, speech_vocab] (valid
+  // until the backbone's next call); their keys/values are left in backbone() sequences 0
+  // (cond) and 1 (uncond), positions [0, *prompt_len).
+  Tensor prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, float cfg_weight,
+                 int64_t* prompt_len);
+  T3Llama& backbone();
+  // speech_emb and speech_pos_emb tables: a fed-back token k is speech_emb[tok] +
+  // speech_pos_emb[k + 1] (get_rows, then add).
+  const Tensor& speech_emb_table() const;
+  const Tensor& speech_pos_table() const;
+  int64_t max_prefill_tokens() const;  // positions a prefill can take (conditioning, text, BOS)
 
  private:
   struct Impl;

@@ -4,34 +4,99 @@
 
 #include "core/error.h"
 #include "pipeline/pipeline_common.h"
+#include "pipeline/synth_options.h"
 
 namespace cbx {
 
 namespace {
-constexpr uint64_t kChunkSeedStep = 0x9E3779B97F4A7C15ull;  // TurboPipeline::synthesize's
+constexpr uint64_t kChunkSeedStep = 0x9E3779B97F4A7C15ull;  // the pipelines' synthesize's
+
+// MtlPipeline::synthesize's sampling values and exaggeration for p (its checks, its messages).
+T3MtlSampling mtl_sampling(MtlPipeline& pipe, const MtlSynthParams& p, float* exaggeration) {
+  T3MtlSampling s = pipe.t3().default_sampling();
+  auto given = [](const ParamSpec& spec, double v) {
+    if (v < 0) return false;
+    check_param(spec, v);
+    return true;
+  };
+  if (given(param::kTemperature, p.temperature)) s.temperature = p.temperature;
+  if (given(param::kMinP, p.min_p)) s.min_p = p.min_p;
+  if (given(param::kTopP, p.top_p)) s.top_p = p.top_p;
+  if (given(param::kRepetitionPenalty, p.repetition_penalty)) s.repetition_penalty = p.repetition_penalty;
+  if (given(param::kCfgWeight, p.cfg_weight)) s.cfg_weight = p.cfg_weight;
+  const float ex = given(param::kExaggeration, p.exaggeration) ? p.exaggeration : pipe.config().pipeline.exaggeration;
+  auto bad = [](const char* what, double v, const char* range) {
+    throw InvalidArgumentError(std::string("synthesize: ") + what + " " + std::to_string(v) + " must be " + range);
+  };
+  if (!(s.temperature > 0)) bad("temperature", s.temperature, "> 0");
+  if (!(s.top_p > 0 && s.top_p <= 1)) bad("top_p", s.top_p, "in (0, 1]");
+  if (!(s.min_p >= 0 && s.min_p <= 1)) bad("min_p", s.min_p, "in [0, 1]");
+  if (!(s.repetition_penalty > 0)) bad("repetition_penalty", s.repetition_penalty, "> 0");
+  if (!(s.cfg_weight >= 0 && s.cfg_weight <= 100)) bad("cfg_weight", s.cfg_weight, "in [0, 100]");
+  if (!(ex >= 0 && ex <= 100)) bad("exaggeration", ex, "in [0, 100]");
+  *exaggeration = ex;
+  return s;
+}
 }  // namespace
 
-BatchSynth::BatchSynth(TurboPipeline& pipe, int max_batch) : pipe_(pipe), batch_(pipe.t3(), pipe.pool(), max_batch) {}
+BatchSynth::BatchSynth(TurboPipeline& pipe, int max_batch)
+    : turbo_(&pipe), batch_(std::make_unique<T3Batch>(pipe.t3(), pipe.pool(), max_batch)) {}
+BatchSynth::BatchSynth(MtlPipeline& pipe, int max_batch)
+    : mtl_(&pipe), mtl_batch_(std::make_unique<T3MtlBatch>(pipe.t3(), pipe.pool(), max_batch)) {}
+
+int BatchSynth::max_batch() const { return batch_ ? batch_->max_batch() : mtl_batch_->max_batch(); }
+int BatchSynth::n_t3_active() const { return batch_ ? batch_->n_active() : mtl_batch_->n_active(); }
+bool BatchSynth::row_finished(int row) const { return batch_ ? batch_->finished(row) : mtl_batch_->finished(row); }
+bool BatchSynth::row_active(int row) const { return batch_ ? batch_->active(row) : mtl_batch_->active(row); }
+void BatchSynth::row_release(int row) {
+  if (batch_)
+    batch_->release(row);
+  else
+    mtl_batch_->release(row);
+}
+const Voice& BatchSynth::voice_of(const Req& q) const {
+  return q.in.voice ? *q.in.voice : with_pipe([](auto& p) -> const Voice& { return p.builtin_voice(); });
+}
 
 int64_t BatchSynth::submit(BatchSynthRequest r) {
-  CBX_CHECK(can_admit(), "BatchSynth::submit: all %d rows are in use", batch_.max_batch());
-  CBX_CHECK(!r.params.stream, "BatchSynth::submit: streaming inside a chunk is not batched (params.stream)");
+  CBX_CHECK(can_admit(), "BatchSynth::submit: all %d rows are in use", max_batch());
   Req q;
-  q.sp = pipe_.sampler_params(r.params);
-  if (r.voice) {  // the checks synthesize's set_voice makes; the built-in voice stays in use
-    pipe_.set_voice(*r.voice, "voice");
-    pipe_.reset_voice();
+  uint64_t seed = 0;
+  if (turbo_) {
+    CBX_CHECK(!r.params.stream, "BatchSynth::submit: streaming inside a chunk is not batched (params.stream)");
+    q.sp = turbo_->sampler_params(r.params);
+    seed = r.params.seed;
+  } else {
+    q.ms = mtl_sampling(*mtl_, r.mtl_params, &q.cond.exaggeration);
+    seed = r.mtl_params.seed;
   }
-  for (const std::string& c : pipe_.split_text(r.text, r.params.max_chunk_tokens)) {
-    q.ids.push_back(pipe_.tokenize(c));
-    q.stats.n_text_tokens += int64_t(q.ids.back().size());
+  if (r.voice) {  // the checks synthesize's set_voice makes; the built-in voice stays in use
+    with_pipe([&](auto& p) {
+      p.set_voice(*r.voice, "voice");
+      p.reset_voice();
+    });
+  }
+  if (turbo_) {
+    for (const std::string& c : turbo_->split_text(r.text, r.params.max_chunk_tokens)) {
+      q.ids.push_back(turbo_->tokenize(c));
+      q.stats.n_text_tokens += int64_t(q.ids.back().size());
+    }
+  } else {
+    const MtlSynthParams& p = r.mtl_params;
+    const std::string lang = mtl_->check_language(p.language);
+    for (const std::string& c : mtl_->split_text(r.text, lang, p.max_chunk_tokens)) {
+      q.ids.push_back(mtl_->tokenize(c, lang));
+      q.stats.n_text_tokens += int64_t(q.ids.back().size());
+    }
   }
   q.stats.n_chunks = int64_t(q.ids.size());
   // synthesize's reseed_s3gen(seed): the generators as they are right after it.
-  const S3GenRngState saved = pipe_.s3gen_rng_state();
-  pipe_.reseed_s3gen(r.params.seed);
-  q.rng = pipe_.s3gen_rng_state();
-  pipe_.set_s3gen_rng_state(saved);
+  with_pipe([&](auto& p) {
+    const S3GenRngState saved = p.s3gen_rng_state();
+    p.reseed_s3gen(seed);
+    q.rng = p.s3gen_rng_state();
+    p.set_s3gen_rng_state(saved);
+  });
   q.in = std::move(r);
   q.id = next_id_++;
   start_chunk(q);
@@ -42,31 +107,54 @@ int64_t BatchSynth::submit(BatchSynthRequest r) {
 void BatchSynth::start_chunk(Req& q) {
   const std::vector<int32_t>& ids = q.ids[q.chunk];
   const Voice& v = voice_of(q);
+  if (mtl_) {
+    q.ms.seed = q.in.mtl_params.seed + uint64_t(q.chunk) * kChunkSeedStep;
+    if (q.cond.speaker_emb.empty()) {
+      q.cond.speaker_emb = v.speaker_emb;
+      q.cond.cond_prompt_tokens = v.cond_prompt_tokens;
+    }
+    q.row = mtl_batch_->start(q.cond, ids, q.ms, mtl_->max_new_tokens());
+    return;
+  }
   q.sp.seed = q.in.params.seed + uint64_t(q.chunk) * kChunkSeedStep;
-  q.row = batch_.start(ids.data(), int64_t(ids.size()), v.speaker_emb.data(), int64_t(v.speaker_emb.size()),
-                       v.cond_prompt_tokens.data(), int64_t(v.cond_prompt_tokens.size()), q.sp,
-                       pipe_.max_new_tokens());
+  q.row = batch_->start(ids.data(), int64_t(ids.size()), v.speaker_emb.data(), int64_t(v.speaker_emb.size()),
+                        v.cond_prompt_tokens.data(), int64_t(v.cond_prompt_tokens.size()), q.sp,
+                        turbo_->max_new_tokens());
 }
 
 bool BatchSynth::finish_chunk(Req& q) {
-  const T3TurboResult r = batch_.result(q.row);
-  batch_.release(q.row);
-  q.row = -1;
-  q.stats.n_speech_tokens += int64_t(r.tokens.size());
-  if (!r.stopped_eos && !r.stopped_all_inf && r.n_decode >= pipe_.max_new_tokens()) ++q.stats.chunks_at_limit;
+  std::vector<int32_t> speech;
+  if (mtl_) {
+    const T3MtlStats st = mtl_batch_->stats(q.row);
+    const bool all_inf = mtl_batch_->all_inf(q.row);
+    speech = MtlPipeline::postprocess(mtl_batch_->tokens(q.row), mtl_->config().t3);
+    mtl_batch_->release(q.row);
+    q.row = -1;
+    CBX_CHECK(!all_inf, "t3 mtl: every processed logit is -inf at step %lld (non-finite logits?)",
+              (long long)st.n_steps);
+    if (st.hit_limit) ++q.stats.chunks_at_limit;
+    q.stats.n_speech_tokens += int64_t(speech.size());
+  } else {
+    const T3TurboResult r = batch_->result(q.row);
+    batch_->release(q.row);
+    q.row = -1;
+    q.stats.n_speech_tokens += int64_t(r.tokens.size());
+    if (!r.stopped_eos && !r.stopped_all_inf && r.n_decode >= turbo_->max_new_tokens()) ++q.stats.chunks_at_limit;
+    speech = r.speech_tokens;
+  }
   std::vector<float> wave;
-  {
+  with_pipe([&](auto& p) {
     // The request's voice and generator state for its S3Gen run; the built-in voice after it.
     struct Restore {
-      TurboPipeline& p;
-      ~Restore() { p.reset_voice(); }
-    } restore{pipe_};
-    if (q.in.voice) pipe_.set_voice(*q.in.voice, "voice");
-    else pipe_.reset_voice();
-    pipe_.set_s3gen_rng_state(q.rng);
-    wave = pipe_.tokens_to_audio(r.speech_tokens);
-    q.rng = pipe_.s3gen_rng_state();
-  }
+      decltype(p)& pp;
+      ~Restore() { pp.reset_voice(); }
+    } restore{p};
+    if (q.in.voice) p.set_voice(*q.in.voice, "voice");
+    else p.reset_voice();
+    p.set_s3gen_rng_state(q.rng);
+    wave = p.tokens_to_audio(speech);
+    q.rng = p.s3gen_rng_state();
+  });
   q.stats.n_samples += int64_t(wave.size());
   const int64_t k = int64_t(q.chunk);
   if (q.in.on_audio && !q.in.on_audio(wave.data(), int64_t(wave.size()), k, q.stats.n_chunks))
@@ -84,9 +172,9 @@ void BatchSynth::finish_rows() {
   for (auto it = reqs_.begin(); it != reqs_.end();) {
     bool over = false;
     try {
-      while (!over && it->row >= 0 && batch_.finished(it->row)) over = finish_chunk(*it);
+      while (!over && it->row >= 0 && row_finished(it->row)) over = finish_chunk(*it);
     } catch (...) {
-      if (it->row >= 0) batch_.release(it->row);
+      if (it->row >= 0) row_release(it->row);
       it->row = -1;
       over = true;
       if (it->in.on_error) it->in.on_error(std::current_exception());
@@ -97,7 +185,11 @@ void BatchSynth::finish_rows() {
 
 int BatchSynth::step() {
   finish_rows();
-  const int n = batch_.n_decoding() > 0 ? batch_.step() : 0;
+  int n = 0;
+  if (batch_)
+    n = batch_->n_decoding() > 0 ? batch_->step() : 0;
+  else
+    n = mtl_batch_->n_decoding() > 0 ? mtl_batch_->step() : 0;
   finish_rows();
   return n;
 }
@@ -105,7 +197,7 @@ int BatchSynth::step() {
 bool BatchSynth::cancel(int64_t id) {
   for (auto it = reqs_.begin(); it != reqs_.end(); ++it) {
     if (it->id != id) continue;
-    if (it->row >= 0) batch_.release(it->row);
+    if (it->row >= 0) row_release(it->row);
     reqs_.erase(it);
     return true;
   }
@@ -116,7 +208,7 @@ void BatchSynth::fail_all(std::exception_ptr e) {
   std::list<Req> gone;
   gone.swap(reqs_);
   for (Req& q : gone) {
-    if (q.row >= 0 && batch_.active(q.row)) batch_.release(q.row);
+    if (q.row >= 0 && row_active(q.row)) row_release(q.row);
     if (q.in.on_error) q.in.on_error(e);
   }
 }

@@ -1,16 +1,21 @@
-// Request-level continuous batching over a Turbo / Nano pipeline (a server's engine drives it).
+// Request-level continuous batching over a Turbo / Nano or a Multilingual pipeline (a server's
+// engine drives it).
 //
-// Up to max_batch requests are active at once, each in one T3Batch row (models/t3_batch.h):
-// a request's text is split and tokenized as TurboPipeline::synthesize does, its chunks are
-// decoded one after the other in its row, and the rows of all active requests advance together
-// one token per step(). When a row's chunk has finished decoding, that chunk's S3Gen/HiFT runs
-// at once (between steps, on the pipeline's pool) and its audio goes to the request's on_audio;
-// then the request's next chunk starts in the freed row, or the request is done.
+// Up to max_batch requests are active at once, each in one row of a T3Batch (Turbo / Nano,
+// models/t3_batch.h) or one request slot of a T3MtlBatch (Multilingual, models/t3_mtl_batch.h:
+// a CFG pair of rows): a request's text is split and tokenized as the pipeline's synthesize does,
+// its chunks are decoded one after the other in its row, and the rows of all active requests
+// advance together one token per step(). When a row's chunk has finished decoding, that chunk's
+// S3Gen/HiFT runs at once (between steps, on the pipeline's pool) and its audio goes to the
+// request's on_audio; then the request's next chunk starts in the freed row, or the request is
+// done.
 //
-// Every request's audio is identical, sample for sample, to TurboPipeline::synthesize of the
-// same text, voice and parameters alone:
+// Every request's audio is identical, sample for sample, to synthesize of the same text, voice
+// and parameters alone (TurboPipeline's or MtlPipeline's):
 //  - chunk k's sampler seed is seed + k * 0x9E3779B97F4A7C15 and its token limit the pipeline's,
-//    as in synthesize; T3Batch gives a row generate's tokens;
+//    as in synthesize; T3Batch / T3MtlBatch give a row generate's tokens; Multilingual chunks
+//    are post-processed and tail-trimmed as synthesize does (MtlPipeline::postprocess,
+//    tokens_to_audio), in the request's language, with its exaggeration;
 //  - synthesize reseeds the CFM / HiFT generators once per request and draws from them chunk
 //    after chunk; here each request keeps its own generator state (S3GenRngState), set before
 //    each of its S3Gen runs and saved after it, so other requests' chunks in between change
@@ -29,6 +34,8 @@
 
 #include "models/sampler.h"
 #include "models/t3_batch.h"
+#include "models/t3_mtl_batch.h"
+#include "pipeline/mtl_pipeline.h"
 #include "pipeline/turbo_pipeline.h"
 #include "pipeline/voice.h"
 
@@ -41,7 +48,8 @@ struct BatchSynthStats {
 
 struct BatchSynthRequest {
   std::string text;
-  TurboSynthParams params;             // seed, sampler values, max_chunk_tokens; stream must be false
+  TurboSynthParams params;             // Turbo / Nano: seed, sampler values, max_chunk_tokens; stream false
+  MtlSynthParams mtl_params;           // Multilingual: language, seed, sampler values (on_progress unused)
   std::shared_ptr<const Voice> voice;  // null: the pipeline's built-in voice
   // Each chunk's audio, in order (synthesize's on_audio). false: stop; the request then ends
   // through on_error with an AbortedError.
@@ -54,8 +62,9 @@ struct BatchSynthRequest {
 
 class BatchSynth {
  public:
-  // pipe must outlive this object; max_batch >= 1 rows (T3Batch slots are reserved now).
+  // pipe must outlive this object; max_batch >= 1 requests (the T3 batch's slots are reserved now).
   BatchSynth(TurboPipeline& pipe, int max_batch);
+  BatchSynth(MtlPipeline& pipe, int max_batch);
   BatchSynth(const BatchSynth&) = delete;
   BatchSynth& operator=(const BatchSynth&) = delete;
 
@@ -64,7 +73,7 @@ class BatchSynth {
   // TextError / InvalidArgumentError / cbx::Error for a bad request, cbx::Error when no row is
   // free (see can_admit). A request whose first token ends its chunk is handled by the next step().
   int64_t submit(BatchSynthRequest r);
-  bool can_admit() const { return int(reqs_.size()) < batch_.max_batch(); }
+  bool can_admit() const { return int(reqs_.size()) < max_batch(); }
 
   // Runs S3Gen for every chunk that has finished decoding (handing out its audio, starting the
   // request's next chunk or finishing the request), then one decode step of all active rows,
@@ -79,29 +88,42 @@ class BatchSynth {
 
   bool has(int64_t id) const;
   int n_requests() const { return int(reqs_.size()); }
-  int max_batch() const { return batch_.max_batch(); }
-  T3Batch& t3_batch() { return batch_; }
+  int max_batch() const;
+  int n_t3_active() const;  // requests holding a T3 batch slot
 
  private:
   struct Req {
     int64_t id = 0;
     BatchSynthRequest in;
-    SamplerParams sp;
+    SamplerParams sp;    // Turbo / Nano
+    T3MtlSampling ms;    // Multilingual, with its conditioning
+    T3MtlCond cond;
     std::vector<std::vector<int32_t>> ids;  // token ids per text chunk
     size_t chunk = 0;                       // the chunk being decoded
     int row = -1;
     S3GenRngState rng;
     BatchSynthStats stats;
   };
-  const Voice& voice_of(const Req& q) const { return q.in.voice ? *q.in.voice : pipe_.builtin_voice(); }
+  const Voice& voice_of(const Req& q) const;
   void start_chunk(Req& q);
+  // The T3 batch's rows / request slots, whichever variant.
+  bool row_finished(int row) const;
+  bool row_active(int row) const;
+  void row_release(int row);
+  // fn(pipeline) with the TurboPipeline or MtlPipeline (the methods both have).
+  template <class F>
+  decltype(auto) with_pipe(F&& fn) const {
+    return turbo_ ? fn(*turbo_) : fn(*mtl_);
+  }
   // S3Gen of every finished row's chunk; a request that ends leaves reqs_.
   void finish_rows();
   // The chunk of q that just finished decoding: audio out, next chunk started. true: q is over.
   bool finish_chunk(Req& q);
 
-  TurboPipeline& pipe_;
-  T3Batch batch_;
+  TurboPipeline* turbo_ = nullptr;  // exactly one of the two pipelines
+  MtlPipeline* mtl_ = nullptr;
+  std::unique_ptr<T3Batch> batch_;        // Turbo / Nano
+  std::unique_ptr<T3MtlBatch> mtl_batch_;  // Multilingual
   std::list<Req> reqs_;
   int64_t next_id_ = 1;
 };

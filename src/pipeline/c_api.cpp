@@ -581,6 +581,7 @@ const char* cbx_version(void) { return cbx::version_line(); }
 namespace cbx {
 
 TurboPipeline* model_turbo_pipeline(cbx_model* model) { return model ? model->pipe.get() : nullptr; }
+MtlPipeline* model_mtl_pipeline(cbx_model* model) { return model ? model->mtl.get() : nullptr; }
 std::mutex& model_mutex(cbx_model* model) { return model->mu; }
 const Voice* voice_of_handle(const cbx_voice* voice) { return voice ? &voice->v : nullptr; }
 
@@ -589,6 +590,13 @@ TurboSynthParams turbo_params_of(const cbx_model* model, const cbx_synth_params&
   UserSynthOptions o = synth_options(p);
   o.language = resolve_language(model->variant, model->languages, o.language);
   return to_turbo_params(o);
+}
+
+MtlSynthParams mtl_params_of(const cbx_model* model, const cbx_synth_params& p) {
+  CBX_CHECK(model && model->mtl, "mtl_params_of: not a Multilingual model");
+  UserSynthOptions o = synth_options(p);
+  o.language = resolve_language(model->variant, model->languages, o.language);
+  return to_mtl_params(o);
 }
 
 }  // namespace cbx

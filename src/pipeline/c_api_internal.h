@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "chatterbox.h"
+#include "pipeline/mtl_pipeline.h"
 #include "pipeline/turbo_pipeline.h"
 #include "pipeline/voice.h"
 
@@ -13,11 +14,15 @@ namespace cbx {
 
 // The Turbo / Nano pipeline of a model; null for a Multilingual model.
 TurboPipeline* model_turbo_pipeline(cbx_model* model);
+// The Multilingual pipeline of a model; null for a Turbo / Nano model.
+MtlPipeline* model_mtl_pipeline(cbx_model* model);
 std::mutex& model_mutex(cbx_model* model);
 // The voice a handle holds (null for null: the built-in voice).
 const Voice* voice_of_handle(const cbx_voice* voice);
 // cbx_synth_params -> the Turbo pipeline's parameters, checked as cbx_synthesize_voice checks
 // them (the same messages). Throws InvalidArgumentError. p.stream is not carried over.
 TurboSynthParams turbo_params_of(const cbx_model* model, const cbx_synth_params& p);
+// The same for a Multilingual model (the language resolved and checked as cbx_synthesize_voice does).
+MtlSynthParams mtl_params_of(const cbx_model* model, const cbx_synth_params& p);
 
 }  // namespace cbx

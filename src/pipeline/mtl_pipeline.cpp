@@ -162,6 +162,8 @@ std::vector<int32_t> MtlPipeline::postprocess(const std::vector<int32_t>& genera
 const std::vector<double>& MtlPipeline::cfm_step_ms() const { return m_->s3gen->cfm().last_step_ms(); }
 
 void MtlPipeline::reseed_s3gen(uint64_t seed) { m_->s3gen->reseed(seed); }
+S3GenRngState MtlPipeline::s3gen_rng_state() const { return m_->s3gen->rng_state(); }
+void MtlPipeline::set_s3gen_rng_state(const S3GenRngState& st) { m_->s3gen->set_rng_state(st); }
 
 std::vector<float> MtlPipeline::tokens_to_audio(const std::vector<int32_t>& speech, SynthTimings* tm,
                                                 const Tensor& cfm_noise, const HiftDraws* hift_draws) {

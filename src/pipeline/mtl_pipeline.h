@@ -105,6 +105,10 @@ class MtlPipeline {
                                      const Tensor& cfm_noise = Tensor{}, const HiftDraws* hift_draws = nullptr);
   // Restart the CFM and HiFT generators (synthesize does this with its seed).
   void reseed_s3gen(uint64_t seed);
+  // The generators' state (pipeline_common.h S3GenRngState; pipeline/batch_synth.h keeps one
+  // per request).
+  S3GenRngState s3gen_rng_state() const;
+  void set_s3gen_rng_state(const S3GenRngState& s);
   // Wall time of each CFM estimator call (a batch of two) of the last tokens_to_audio, in ms.
   const std::vector<double>& cfm_step_ms() const;
 

@@ -75,4 +75,11 @@ std::vector<std::string> split_into_chunks(const std::string& norm, int64_t budg
                                            const std::function<int64_t(const std::string&)>& count_tokens,
                                            const ChunkRules& rules);
 
+// The CFM noise and HiFT source generators' state: a request's chunks draw from them one after
+// the other, so a caller that interleaves several requests' S3Gen runs (pipeline/batch_synth.h)
+// keeps one per request and sets it before each of its chunks.
+struct S3GenRngState {
+  uint64_t cfm_seed = 0, cfm_calls = 0, hift_seed = 0, hift_calls = 0;
+};
+
 }  // namespace cbx

@@ -62,6 +62,15 @@ S3GenStream& S3GenStage::stream() {
   return *stream_;
 }
 
+S3GenRngState S3GenStage::rng_state() const {
+  return {cfm_->generator_seed(), cfm_->generator_calls(), hift_->generator_seed(), hift_->generator_calls()};
+}
+
+void S3GenStage::set_rng_state(const S3GenRngState& st) {
+  cfm_->set_generator(st.cfm_seed, st.cfm_calls);
+  hift_->set_generator(st.hift_seed, st.hift_calls);
+}
+
 void S3GenStage::reseed(uint64_t seed) {
   cfm_->set_seed(seed);
   hift_->set_seed(seed ^ 0x5851F42D4C957F2Dull);

@@ -45,6 +45,9 @@ class S3GenStage {
   void check_fits(const Voice& v, const std::string& what) const;
   // Restarts the CFM noise and HiFT source generators.
   void reseed(uint64_t seed);
+  // The CFM / HiFT generators' state, read and restored (pipeline_common.h S3GenRngState).
+  S3GenRngState rng_state() const;
+  void set_rng_state(const S3GenRngState& s);
 
   int64_t max_prompt_tokens() const { return max_prompt_tokens_; }
   int64_t max_speech() const { return max_speech_; }

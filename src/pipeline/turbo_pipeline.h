@@ -77,13 +77,6 @@ using TurboTimings = SynthTimings;
 using TurboAudioFn = SynthAudioFn;
 using TurboAbortFn = SynthAbortFn;
 
-// The CFM noise and HiFT source generators' state: a request's chunks draw from them one after
-// the other, so a caller that interleaves several requests' S3Gen runs (pipeline/batch_synth.h)
-// keeps one per request and sets it before each of its chunks.
-struct S3GenRngState {
-  uint64_t cfm_seed = 0, cfm_calls = 0, hift_seed = 0, hift_calls = 0;
-};
-
 class TurboPipeline {
  public:
   // Throws cbx::Error naming the file on any problem, UnsupportedModelError for a non-Turbo model.

@@ -32,8 +32,8 @@ const char* kUsage =
     "  --voices DIR            saved voices: DIR/NAME.voice (uploads are written there)\n"
     "  --api-key KEY           require 'Authorization: Bearer KEY' on /v1/* (not /health, /metrics)\n"
     "  --api-key-file F        the same, the key read from the first line of F\n"
-    "  --max-batch N           Turbo/Nano requests decoded together as one batch (default 4; 1: one\n"
-    "                          request at a time). Multilingual runs one request at a time\n"
+    "  --max-batch N           requests decoded together as one batch, per model (default 4, at most\n"
+    "                          64; 1: one request at a time; Multilingual: each a CFG pair of rows)\n"
     "  --max-queue N           requests waiting per model before 429 (default 64)\n"
     "  --max-input-chars N     longest 'input', in characters (default 4096, as OpenAI)\n"
     "  --timeout S             per request, queue wait included; 0 = none (default 600)\n"
@@ -102,7 +102,7 @@ int serve_main(int argc, char** argv) {
     } else if (a == "--api-key-file") {
       o.api_key = read_key_file(next());
     } else if (a == "--max-batch") {
-      o.max_batch = int(int_flag(a, next(), 1, 256));
+      o.max_batch = int(int_flag(a, next(), 1, 64));
     } else if (a == "--max-queue") {
       o.max_queue = int(int_flag(a, next(), 1, 100000));
     } else if (a == "--max-input-chars") {

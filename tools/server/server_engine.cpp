@@ -186,7 +186,10 @@ bool SpeechJob::batch_submit(cbx::BatchSynth& bs, cbx_model* model) {
   };
   try {
     params.language = language.empty() ? nullptr : language.c_str();
-    r.params = cbx::turbo_params_of(model, params);
+    if (cbx::model_mtl_pipeline(model))
+      r.mtl_params = cbx::mtl_params_of(model, params);
+    else
+      r.params = cbx::turbo_params_of(model, params);
     if (const cbx::Voice* v = cbx::voice_of_handle(voice.get())) r.voice = std::make_shared<cbx::Voice>(*v);
     batch_id_ = bs.submit(std::move(r));
   } catch (const cbx::TextError& x) {
@@ -224,9 +227,10 @@ bool SpeechJob::batch_check(cbx::BatchSynth& bs, const std::atomic<bool>& stop_a
 
 Engine::Engine(LoadedModel model, size_t max_queue, Metrics& metrics, int max_batch)
     : model_(std::move(model)), max_queue_(max_queue), max_batch_(max_batch), metrics_(metrics) {
-  cbx::TurboPipeline* pipe = max_batch_ > 1 ? cbx::model_turbo_pipeline(model_.model) : nullptr;
-  if (pipe)
-    thread_ = std::thread([this, pipe] { loop_batched(*pipe); });
+  cbx::TurboPipeline* turbo = max_batch_ > 1 ? cbx::model_turbo_pipeline(model_.model) : nullptr;
+  cbx::MtlPipeline* mtl = max_batch_ > 1 ? cbx::model_mtl_pipeline(model_.model) : nullptr;
+  if (turbo || mtl)
+    thread_ = std::thread([this, turbo, mtl] { loop_batched(turbo, mtl); });
   else
     thread_ = std::thread([this] { loop(); });
 }
@@ -291,11 +295,11 @@ void Engine::task_done(double dt) {
 // runs other tasks (voice uploads), ends the requests whose client left / deadline passed / the
 // server stops, then advances every active request by one step (BatchSynth::step: one T3 token
 // for all rows, then S3Gen for each chunk that finished, so its audio goes out at once).
-void Engine::loop_batched(cbx::TurboPipeline& pipe) {
+void Engine::loop_batched(cbx::TurboPipeline* turbo, cbx::MtlPipeline* mtl) {
   std::unique_ptr<cbx::BatchSynth> bs;
   {
     std::lock_guard<std::mutex> model_lock(cbx::model_mutex(model_.model));
-    bs = std::make_unique<cbx::BatchSynth>(pipe, max_batch_);
+    bs = turbo ? std::make_unique<cbx::BatchSynth>(*turbo, max_batch_) : std::make_unique<cbx::BatchSynth>(*mtl, max_batch_);
   }
   struct Active {
     std::shared_ptr<SpeechJob> job;

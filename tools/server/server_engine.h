@@ -2,7 +2,7 @@
 // (speech synthesis, voice cloning) one task at a time, in arrival order, from a bounded queue.
 // Connection threads only parse, validate, queue and stream: they never call into the model.
 //
-// Cross-request batching (Turbo / Nano with --max-batch > 1): the engine keeps up to max_batch
+// Cross-request batching (--max-batch > 1; Turbo / Nano and Multilingual): the engine keeps up to max_batch
 // SpeechJobs active in a cbx::BatchSynth (src/pipeline/batch_synth.h) and advances them together
 // one decode step at a time; other tasks (voice uploads) run between steps. SpeechJob's interface
 // to the connection thread (wait_event, cancel) is the same either way.
@@ -107,8 +107,8 @@ class SpeechJob : public Task {
 // Runs the tasks of one model.
 class Engine {
  public:
-  // max_batch > 1 batches the speech requests of a Turbo / Nano model; 1 (and Multilingual): one
-  // request at a time through the C API.
+  // max_batch > 1 batches the speech requests (Turbo / Nano / Multilingual); 1: one request at a
+  // time through the C API.
   Engine(LoadedModel model, size_t max_queue, Metrics& metrics, int max_batch = 1);
   ~Engine();
   Engine(const Engine&) = delete;
@@ -126,7 +126,7 @@ class Engine {
 
  private:
   void loop();
-  void loop_batched(cbx::TurboPipeline& pipe);
+  void loop_batched(cbx::TurboPipeline* turbo, cbx::MtlPipeline* mtl);  // exactly one set
   void task_done(double seconds);
 
   LoadedModel model_;
