@@ -95,7 +95,7 @@ TEST_F(MtlStream, LengthEqualsNonStreamedForEdgeCases) {
   // 1 token; 2 (the tail trim keeps 1 token's audio either way); the first chunk exactly; first
   // + one chunk exactly (EOS at a chunk boundary: the last push and finish see the same tokens);
   // between; long.
-  for (int64_t n : {1, 2, 19, 20, 21, 45, 46, 100}) {
+  for (int64_t n : {1, 2, 20, 45, 46, 100}) {
     const std::vector<int32_t> t = tokens(n);
     std::vector<int64_t> joins;
     const std::vector<float> a = plain(t, 3), b = streamed(t, 3, s, &joins);
@@ -108,7 +108,7 @@ TEST_F(MtlStream, LengthEqualsNonStreamedForEdgeCases) {
   StreamSchedule every;
   every.first_tokens = 1;
   every.chunk_tokens = 1;
-  for (int64_t n : {1, 2, 3, 12}) {
+  for (int64_t n : {1, 3, 12}) {
     const std::vector<int32_t> t = tokens(n, 5);
     EXPECT_EQ(plain(t, 4).size(), streamed(t, 4, every).size()) << n << " tokens, a run per token";
   }
