@@ -1,5 +1,6 @@
 // chatterbox-bench mtl -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] [--mb MB]
 //                      [--sample-mb MB] [--sample-every N] [--lang L] [--cfg-weight W] [--ab R]
+// chatterbox-bench mtl --stream ...: streamed against non-streamed (bench/bench_stream.cpp)
 //
 // The whole Multilingual pipeline with generation forced to N speech tokens (EOS ignored;
 // default 200, ~8 s of audio): T3 prefill (34 conditioning tokens + a fixed sentence, CFG batch
@@ -48,6 +49,7 @@
 
 #include "bench.h"
 #include "bench_e2e.h"
+#include "bench_stream.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "models/cfm_solver.h"
@@ -67,15 +69,23 @@ int run_mtl(int argc, char** argv) {
   int ab_rounds = 0;
   const char* usage =
       "usage: chatterbox-bench mtl -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] "
-      "[--mb MB] [--sample-mb MB] [--sample-every N] [--lang L] [--cfg-weight W] [--ab R]  (see bench/bench_mtl.cpp)";
+      "[--mb MB] [--sample-mb MB] [--sample-every N] [--lang L] [--cfg-weight W] [--ab R]  (see bench/bench_mtl.cpp)\n"
+      "       chatterbox-bench mtl --stream -m MODEL.gguf [--tokens N (200)] [--lang L] [--reps R] [--first N] "
+      "[--chunk N] [--context N] [--prompt N]  (see bench/bench_stream.cpp)";
+  StreamBenchArgs sa;
   auto extra = [&](const std::string& a, const std::function<const char*()>& next) {
     if (a == "--lang") lang = next();
     else if (a == "--cfg-weight") cfg_weight = float(std::atof(next()));
     else if (a == "--ab") ab_rounds = std::atoi(next());
-    else return false;
+    else return parse_stream_arg(a, next, sa);
     return true;
   };
   if (!parse_e2e_args(argc, argv, "mtl", usage, args, extra)) return 0;
+  if (sa.on) {
+    CBX_CHECK(ab_rounds == 0 && cfg_weight < 0, "bench mtl: --ab and --cfg-weight are not taken with --stream");
+    check_stream_args(sa, "mtl");
+    return run_mtl_stream(args, sa, lang);
+  }
 
   MtlLoadParams lp;
   lp.n_threads = args.threads;

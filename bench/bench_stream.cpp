@@ -1,11 +1,15 @@
 // chatterbox-bench turbo --stream -m MODEL.gguf [--tokens N] [--threads T] [--seed S] [--reps R]
 //                       [--first N] [--chunk N] [--context N] [--prompt N]
+// chatterbox-bench mtl --stream -m MODEL.gguf [--lang L] (the same options)
 //
-// Streaming against non-streamed synthesis in the same run (docs/streaming.md), under the turbo
-// bench's conditions: the built-in voice with its T3 prefix warmed, generation forced to N speech
-// tokens (EOS ignored; default 200), the same seed (so the same tokens) for both. Each of R
-// repetitions (default 3) times one non-streamed request (prefill, decode, S3Gen, HiFT) and one
-// streamed request (S3Gen runs between decode steps on the schedule). One line:
+// Streaming against non-streamed synthesis in the same run (docs/streaming.md), under the
+// variant's bench conditions: the built-in voice (Turbo: its T3 prefix warmed; Multilingual
+// keeps no prefix, its prefill runs the whole conditioning with CFG), generation forced to N
+// speech tokens (EOS ignored; default 200), the same seed (so the same tokens) for both.
+// Multilingual folds ids >= 6561 to id mod 6561 as `bench mtl` does, so S3Gen gets N tokens,
+// and both its requests end with the tail trim. Each of R repetitions (default 3) times one
+// non-streamed request (prefill, decode, S3Gen, HiFT) and one streamed request (S3Gen runs
+// between decode steps on the schedule). One line:
 //   ttfa_ms        call -> first streamed audio, median (ttfa_all: every repetition)
 //   ttfa_prefill_ms / ttfa_decode_ms / ttfa_flow_ms / ttfa_cfm_ms / ttfa_hift_ms
 //                  where the first audio's time went (median repetition)
@@ -25,11 +29,13 @@
 #include "bench_stream.h"
 #include "core/error.h"
 #include "models/sampler.h"
+#include "models/t3_mtl.h"
 #include "models/t3_turbo.h"
 #include "ops/elementwise.h"
 #include "pipeline/stream_synth.h"
-#include "pipeline/voice.h"
+#include "pipeline/mtl_pipeline.h"
 #include "pipeline/turbo_pipeline.h"
+#include "pipeline/voice.h"
 
 namespace cbx::bench {
 namespace {
@@ -39,10 +45,27 @@ struct Decoded {
   double prefill_ms = 0;
 };
 
+// What the shared bench needs of a pipeline.
+struct StreamTarget {
+  const char* name;  // "turbo-stream"
+  int n_threads = 0, sample_rate = 0;
+  S3GenStream* stream = nullptr;
+  const Voice* voice = nullptr;
+  int64_t token_mel_ratio = 2;
+  // Prefill + forced decode with the seed; each token goes to run (when given) as it comes.
+  std::function<Decoded(StreamRun* run)> decode;
+  std::function<std::vector<int32_t>(const Decoded&)> speech;  // the tokens S3Gen takes
+  std::function<void()> reseed;                                 // the S3Gen generators
+  std::function<std::vector<float>(const std::vector<int32_t>&)> to_audio;  // non-streamed S3Gen + HiFT
+  std::function<int64_t(const std::vector<int32_t>&)> keep_samples;         // finish's cap (-1: none)
+  std::function<std::vector<float>(const std::vector<int32_t>&, const StreamSchedule&, const StreamSink&)>
+      stream_audio;  // the tokens streamed one at a time (pipeline's tokens_to_audio_stream)
+};
+
 // Prefill + tokens - 1 decode steps ignoring EOS (as the turbo bench); after each token, when
 // stream is given, the token goes to it (S3Gen runs when due).
-Decoded decode(TurboPipeline& pipe, const std::vector<int32_t>& text_ids, uint64_t seed, int tokens,
-               StreamRun* stream) {
+Decoded decode_turbo(TurboPipeline& pipe, const std::vector<int32_t>& text_ids, uint64_t seed, int tokens,
+                     StreamRun* stream) {
   T3Turbo& t3 = pipe.t3();
   const T3Config& c = t3.config().t3;
   const std::vector<float>& spk = pipe.speaker_emb();
@@ -87,18 +110,8 @@ std::vector<int64_t> joins_of(const std::vector<int64_t>& pieces) {
   return j;
 }
 
-}  // namespace
-
-int run_turbo_stream(const E2eArgs& args, const StreamBenchArgs& sa) {
-  TurboLoadParams lp;
-  lp.n_threads = args.threads;
-  lp.kv_type = args.kv == "f16" ? DType::F16 : DType::F32;
-  lp.max_new_tokens = args.tokens - 1;
-  TurboPipeline pipe(args.model, lp);
-  const std::vector<int32_t> text_ids = pipe.tokenize(pipe.split_text(kE2eText, 1000).at(0));
-  pipe.prepare_voice();
-  const uint64_t seed = args.seed;
-
+// Streamed against non-streamed on target t (the header comment), one line.
+int run_stream_bench(const StreamTarget& t, const E2eArgs& args, const StreamBenchArgs& sa) {
   std::vector<double> ttfa, rtf_s, rtf_ns, b_prefill, b_decode, b_flow, b_cfm, b_hift;
   std::vector<float> ref, got;
   std::vector<int32_t> speech;
@@ -108,11 +121,11 @@ int run_turbo_stream(const E2eArgs& args, const StreamBenchArgs& sa) {
   for (int rep = 0; rep < sa.reps; ++rep) {
     // Non-streamed.
     double t0 = now_ms();
-    Decoded d = decode(pipe, text_ids, seed, args.tokens, nullptr);
-    speech = pipe.t3().postprocess(d.history);
-    pipe.reseed_s3gen(seed);
-    ref = pipe.tokens_to_audio(speech);
-    audio_s = double(ref.size()) / pipe.sample_rate();
+    Decoded d = t.decode(nullptr);
+    speech = t.speech(d);
+    t.reseed();
+    ref = t.to_audio(speech);
+    audio_s = double(ref.size()) / t.sample_rate;
     rtf_ns.push_back((now_ms() - t0) / 1e3 / audio_s);
 
     // Streamed.
@@ -131,14 +144,14 @@ int run_turbo_stream(const E2eArgs& args, const StreamBenchArgs& sa) {
       return true;
     };
     t0 = now_ms();
-    pipe.reseed_s3gen(seed);
+    t.reseed();
     {
-      StreamRun run(&pipe.s3gen_stream(), pipe.voice(), sa.sched, &tm, got, on_audio, 0, 1);
-      Decoded ds = decode(pipe, text_ids, seed, args.tokens, &run);
-      CBX_CHECK(ds.history == d.history, "bench turbo --stream: the two requests sampled different tokens");
-      run.finish(speech);
+      StreamRun run(t.stream, *t.voice, sa.sched, &tm, got, on_audio, 0, 1);
+      Decoded ds = t.decode(&run);
+      CBX_CHECK(ds.history == d.history, "bench %s: the two requests sampled different tokens", t.name);
+      run.finish(speech, t.keep_samples(speech));
       rtf_s.push_back((now_ms() - t0) / 1e3 / audio_s);
-      CBX_CHECK(got.size() == ref.size(), "bench turbo --stream: %zu streamed samples, %zu non-streamed", got.size(),
+      CBX_CHECK(got.size() == ref.size(), "bench %s: %zu streamed samples, %zu non-streamed", t.name, got.size(),
                 ref.size());
       ttfa.push_back(first);
       b_prefill.push_back(ds.prefill_ms);
@@ -147,19 +160,17 @@ int run_turbo_stream(const E2eArgs& args, const StreamBenchArgs& sa) {
       b_cfm.push_back(first_cfm);
       b_hift.push_back(first_hift);
     }
-    runs = pipe.s3gen_stream().runs();
-    cfm_frames = pipe.s3gen_stream().cfm_frames();
+    runs = t.stream->runs();
+    cfm_frames = t.stream->cfm_frames();
   }
   const int64_t cfm_ns =
-      pipe.config().flow.token_mel_ratio * int64_t(pipe.voice().prompt_token.size() + speech.size());
+      t.token_mel_ratio * int64_t(t.voice->prompt_token.size() + speech.size());
 
   const StreamDistance dd = stream_logmel_distance(ref.data(), got.data(), int64_t(ref.size()), joins_of(pieces));
   auto distance_for = [&](const StreamSchedule& s) {
     std::vector<int64_t> p;
-    pipe.reseed_s3gen(seed);
-    std::vector<float> a = pipe.tokens_to_audio_stream(speech, s, nullptr, [&](const float*, int64_t n) {
-      p.push_back(n);
-    });
+    t.reseed();
+    std::vector<float> a = t.stream_audio(speech, s, [&](const float*, int64_t n) { p.push_back(n); });
     return stream_logmel_distance(ref.data(), a.data(), int64_t(ref.size()), joins_of(p));
   };
   StreamSchedule all = sa.sched;
@@ -175,18 +186,108 @@ int run_turbo_stream(const E2eArgs& args, const StreamBenchArgs& sa) {
   for (double v : ttfa) all_ttfa += (all_ttfa.empty() ? "" : ",") + std::to_string(int64_t(v + 0.5));
   const size_t mid = size_t(std::distance(ttfa.begin(), std::find(ttfa.begin(), ttfa.end(), median(ttfa))));
   const size_t m = mid < ttfa.size() ? mid : 0;  // the median repetition's breakdown (odd reps)
-  std::printf("bench turbo-stream model=%s threads=%d reps=%d first=%lld chunk=%lld context=%lld prompt=%lld "
+  std::printf("bench %s model=%s threads=%d reps=%d first=%lld chunk=%lld context=%lld prompt=%lld "
               "tokens=%d audio_s=%.2f ttfa_ms=%.0f ttfa_all=%s ttfa_prefill_ms=%.0f ttfa_decode_ms=%.0f "
               "ttfa_flow_ms=%.0f ttfa_cfm_ms=%.0f ttfa_hift_ms=%.0f rtf=%.3f rtf_nonstream=%.3f rtf_ratio=%.3f "
               "runs=%lld pieces=%zu cfm_frames=%lld cfm_frames_nonstream=%lld dist_join=%.4f dist_else=%.4f "
               "dist_all_join=%.4f dist_all_else=%.4f dist_alt_join=%.4f dist_alt_else=%.4f\n",
-              args.model.c_str(), pipe.n_threads(), sa.reps, (long long)sa.sched.first_tokens,
+              t.name, args.model.c_str(), t.n_threads, sa.reps, (long long)sa.sched.first_tokens,
               (long long)sa.sched.chunk_tokens, (long long)sa.sched.context_tokens, (long long)sa.sched.prompt_tokens,
               args.tokens, audio_s, median(ttfa), all_ttfa.c_str(), b_prefill[m], b_decode[m], b_flow[m], b_cfm[m],
               b_hift[m], median(rtf_s), median(rtf_ns), median(rtf_s) / median(rtf_ns), (long long)runs,
               pieces.size(), (long long)cfm_frames, (long long)cfm_ns, dd.near_joins, dd.elsewhere, da.near_joins,
               da.elsewhere, dl.near_joins, dl.elsewhere);
   return 0;
+}
+
+}  // namespace
+
+bool parse_stream_arg(const std::string& a, const std::function<const char*()>& next, StreamBenchArgs& sa) {
+  auto num = [&]() { return std::stoll(next()); };
+  if (a == "--stream") sa.on = true;
+  else if (a == "--reps") sa.reps = int(num());
+  else if (a == "--first") sa.sched.first_tokens = num();
+  else if (a == "--chunk") sa.sched.chunk_tokens = num();
+  else if (a == "--context") sa.sched.context_tokens = num();
+  else if (a == "--prompt") sa.sched.prompt_tokens = num();
+  else return false;
+  return true;
+}
+
+void check_stream_args(const StreamBenchArgs& sa, const char* bench) {
+  CBX_CHECK(sa.reps >= 1 && sa.reps <= 100, "bench %s: --reps %d must be 1 .. 100", bench, sa.reps);
+  check_stream_schedule(sa.sched);
+}
+
+int run_turbo_stream(const E2eArgs& args, const StreamBenchArgs& sa) {
+  TurboLoadParams lp;
+  lp.n_threads = args.threads;
+  lp.kv_type = args.kv == "f16" ? DType::F16 : DType::F32;
+  lp.max_new_tokens = args.tokens - 1;
+  TurboPipeline pipe(args.model, lp);
+  const std::vector<int32_t> text_ids = pipe.tokenize(pipe.split_text(kE2eText, 1000).at(0));
+  pipe.prepare_voice();
+  StreamTarget t;
+  t.name = "turbo-stream";
+  t.n_threads = pipe.n_threads();
+  t.sample_rate = pipe.sample_rate();
+  t.stream = &pipe.s3gen_stream();
+  t.voice = &pipe.voice();
+  t.token_mel_ratio = pipe.config().flow.token_mel_ratio;
+  t.decode = [&](StreamRun* run) { return decode_turbo(pipe, text_ids, args.seed, args.tokens, run); };
+  t.speech = [&](const Decoded& d) { return pipe.t3().postprocess(d.history); };
+  t.reseed = [&]() { pipe.reseed_s3gen(args.seed); };
+  t.to_audio = [&](const std::vector<int32_t>& s) { return pipe.tokens_to_audio(s); };
+  t.keep_samples = [](const std::vector<int32_t>&) { return int64_t(-1); };
+  t.stream_audio = [&](const std::vector<int32_t>& s, const StreamSchedule& sc, const StreamSink& sink) {
+    return pipe.tokens_to_audio_stream(s, sc, nullptr, sink);
+  };
+  return run_stream_bench(t, args, sa);
+}
+
+int run_mtl_stream(const E2eArgs& args, const StreamBenchArgs& sa, const std::string& lang) {
+  CBX_CHECK(args.tokens >= 2, "bench mtl --stream: --tokens %d must be >= 2", args.tokens);
+  MtlLoadParams lp;
+  lp.n_threads = args.threads;
+  lp.kv_type = args.kv == "f16" ? DType::F16 : DType::F32;
+  lp.max_new_tokens = args.tokens;
+  MtlPipeline pipe(args.model, lp);
+  const ModelConfig& c = pipe.config();
+  const std::vector<int32_t> text_ids = pipe.tokenize(pipe.split_text(kE2eText, lang, 1000).at(0), lang);
+  const Voice& v = pipe.voice();
+  T3MtlCond cond;
+  cond.speaker_emb = v.speaker_emb;
+  cond.cond_prompt_tokens = v.cond_prompt_tokens;
+  cond.exaggeration = c.pipeline.exaggeration;
+  T3MtlSampling s = pipe.t3().default_sampling();
+  s.seed = args.seed;
+  StreamTarget t;
+  t.name = "mtl-stream";
+  t.n_threads = pipe.n_threads();
+  t.sample_rate = pipe.sample_rate();
+  t.stream = &pipe.s3gen_stream();
+  t.voice = &v;
+  t.token_mel_ratio = c.flow.token_mel_ratio;
+  // history: the folded tokens (all of them speech), in the order T3 sampled them.
+  t.decode = [&](StreamRun* run) {
+    Decoded d;
+    T3MtlStats st;
+    (void)pipe.t3().generate(cond, text_ids, s, &st, nullptr, args.tokens, [&](int32_t tok) {
+      if (tok >= c.flow.vocab) tok %= c.flow.vocab;
+      d.history.push_back(tok);
+      if (run) run->on_token(tok, true);
+    });
+    d.prefill_ms = st.prefill_ms;
+    return d;
+  };
+  t.speech = [](const Decoded& d) { return d.history; };
+  t.reseed = [&]() { pipe.reseed_s3gen(args.seed); };
+  t.to_audio = [&](const std::vector<int32_t>& sp) { return pipe.tokens_to_audio(sp); };
+  t.keep_samples = [&](const std::vector<int32_t>& sp) { return pipe.tail_keep_samples(int64_t(sp.size())); };
+  t.stream_audio = [&](const std::vector<int32_t>& sp, const StreamSchedule& sc, const StreamSink& sink) {
+    return pipe.tokens_to_audio_stream(sp, sc, nullptr, sink);
+  };
+  return run_stream_bench(t, args, sa);
 }
 
 }  // namespace cbx::bench

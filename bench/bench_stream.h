@@ -1,5 +1,9 @@
-// chatterbox-bench turbo --stream (bench/bench_stream.cpp): streamed against non-streamed.
+// chatterbox-bench turbo --stream / mtl --stream (bench/bench_stream.cpp): streamed against
+// non-streamed synthesis in the same run.
 #pragma once
+#include <functional>
+#include <string>
+
 #include "bench_e2e.h"
 #include "pipeline/stream_synth.h"
 
@@ -11,6 +15,13 @@ struct StreamBenchArgs {
   StreamSchedule sched;
 };
 
+// The stream options both benches take (--stream, --reps, --first, --chunk, --context,
+// --prompt): consumes `a` and returns true, or returns false for another option.
+bool parse_stream_arg(const std::string& a, const std::function<const char*()>& next, StreamBenchArgs& sa);
+// Checks --reps and the schedule (throws cbx::Error naming bench).
+void check_stream_args(const StreamBenchArgs& sa, const char* bench);
+
 int run_turbo_stream(const E2eArgs& args, const StreamBenchArgs& sa);
+int run_mtl_stream(const E2eArgs& args, const StreamBenchArgs& sa, const std::string& lang);
 
 }  // namespace cbx::bench

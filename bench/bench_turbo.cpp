@@ -61,15 +61,7 @@ int run_turbo(int argc, char** argv) {
   StreamBenchArgs sa;
   bool tokens_given = false;
   auto extra = [&](const std::string& a, const std::function<const char*()>& next) {
-    auto num = [&]() { return std::stoll(next()); };
-    if (a == "--stream") sa.on = true;
-    else if (a == "--reps") sa.reps = int(num());
-    else if (a == "--first") sa.sched.first_tokens = num();
-    else if (a == "--chunk") sa.sched.chunk_tokens = num();
-    else if (a == "--context") sa.sched.context_tokens = num();
-    else if (a == "--prompt") sa.sched.prompt_tokens = num();
-    else return false;
-    return true;
+    return parse_stream_arg(a, next, sa);
   };
   for (int i = 1; i < argc; ++i) tokens_given = tokens_given || std::string(argv[i]) == "--tokens";
   if (!parse_e2e_args(argc, argv, "turbo",
@@ -81,8 +73,7 @@ int run_turbo(int argc, char** argv) {
     return 0;
   if (sa.on) {
     if (!tokens_given) args.tokens = 200;
-    CBX_CHECK(sa.reps >= 1 && sa.reps <= 100, "bench turbo: --reps %d must be 1 .. 100", sa.reps);
-    check_stream_schedule(sa.sched);
+    check_stream_args(sa, "turbo");
     return run_turbo_stream(args, sa);
   }
   const std::string& model = args.model;

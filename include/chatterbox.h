@@ -109,17 +109,17 @@ typedef struct cbx_synth_params {
   float min_p;              /* [0, 1]; default 0.05 */
   float cfg_weight;         /* T3 classifier-free guidance, [0, 100]; default 0.5 */
   float exaggeration;       /* emotion exaggeration, [0, 100]; default 0.5 */
-  /* Streaming (docs/streaming.md; Turbo and Nano): nonzero = on_audio gets each text chunk's
+  /* Streaming (docs/streaming.md; every model): nonzero = on_audio gets each text chunk's
    * audio in pieces while T3 is still decoding (the concatenation has the non-streamed length;
    * should_abort is honoured between pieces). The schedule, in speech tokens (25 per second);
    * CBX_DEFAULT_INT = the default. */
   int32_t stream;
   int32_t stream_first_tokens;   /* tokens before the first piece, 1 .. 10000; default 25 */
-  int32_t stream_chunk_tokens;   /* tokens between later pieces, 1 .. 10000; default 50 */
+  int32_t stream_chunk_tokens;   /* tokens between later pieces, 1 .. 10000; default 60 */
   int32_t stream_context_tokens; /* generated tokens of left context S3Gen re-runs keep, 0 .. 10000,
-                                    0 = all; default 50 */
-  int32_t stream_prompt_tokens;  /* voice prompt tokens S3Gen re-runs keep, 0 .. 10000, 0 = all;
-                                    default all */
+                                    0 = all; default 40 */
+  int32_t stream_prompt_tokens;  /* voice prompt tokens (from the prompt's end) S3Gen re-runs keep,
+                                    0 .. 10000, 0 = all; default 100 */
 } cbx_synth_params;
 
 /* Audio of one finished text chunk, or of one streamed piece (samples valid during the call). Return non-zero to stop

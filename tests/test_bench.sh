@@ -55,6 +55,20 @@ for f in t3_tok_s stream_gbps decode_bw_ratio cfm_ms hift_ms rtf cpu_rtf peak_rs
   positive "$f" "$line"
 done
 
+# --stream (turbo and mtl share the code): streamed against non-streamed in one run; the same
+# length is checked inside (the bench fails otherwise); the fields docs/streaming.md quotes.
+for v in turbo mtl; do
+  out=$("$BENCH" "$v" --stream -m "$T/$v.gguf" --tokens 30 --threads 2 --reps 1 --first 10 --chunk 8 2>&1) ||
+    { echo "$out"; fail "bench $v --stream"; }
+  line=$(printf '%s\n' "$out" | grep "^bench $v-stream ") || { echo "$out"; fail "no bench $v-stream line"; }
+  for f in ttfa_ms ttfa_cfm_ms rtf rtf_nonstream rtf_ratio runs cfm_frames cfm_frames_nonstream dist_else; do
+    positive "$f" "$line"
+  done
+  [ "$(field runs "$line")" -ge 3 ] || fail "bench $v --stream: fewer than 3 S3Gen runs: $line"
+done
+expect_error "bench mtl" "--reps" -- "$BENCH" mtl --stream -m "$T/mtl.gguf" --reps 0
+expect_error "first_tokens" -- "$BENCH" mtl --stream -m "$T/mtl.gguf" --first 0
+
 out=$("$BENCH" t3 -m "$T/turbo.gguf" --steps 25 --prompt 4 --text 3 --mb 4 2>&1) || { echo "$out"; fail "bench t3"; }
 line=$(printf '%s\n' "$out" | grep '^bench t3 ') || { echo "$out"; fail "no bench t3 line"; }
 for f in t3_tok_s decode_gbps stream_gbps decode_bw_ratio cpu_ms_per_tok clock_ghz fma_per_cycle; do positive "$f" "$line"; done

@@ -194,8 +194,9 @@ static int write_test_wav(const char* path, double seconds) {
 /* Voices through the C API on the tiny Turbo model (gguf): create from a file and from memory,
  * save/load, synthesize with a voice (deterministic, lossless through a .voice, different from
  * the built-in voice, which later plain calls still use), and the errors. */
-/* Streaming on the tiny Turbo model (gguf) and the refusal on the Multilingual one (mtl_gguf):
- * several pieces whose total is the non-streamed length, determinism, bad schedules. */
+/* Streaming on the tiny Turbo model (gguf) and the Multilingual one (mtl_gguf): several pieces
+ * whose total is the non-streamed length (Multilingual: tail trim included), determinism, bad
+ * schedules, a stop between pieces. */
 static void test_stream(const char* gguf, const char* mtl_gguf) {
   cbx_model_params mp = cbx_model_default_params();
   mp.n_threads = 2;
@@ -257,9 +258,30 @@ static void test_stream(const char* gguf, const char* mtl_gguf) {
   if (!m) return;
   sp = cbx_synth_default_params();
   sp.language = "de";
+  sp.seed = 5;
+  a = b = c = NULL;
+  CHECK(cbx_synthesize(m, "Guten Tag.", &sp, &a, &na, NULL) == CBX_OK && na > 0);
   sp.stream = 1;
-  CHECK(cbx_synthesize(m, "Guten Tag.", &sp, &a, &na, NULL) == CBX_ERR_INVALID_ARGUMENT);
-  CHECK(strstr(cbx_last_error(), "stream") != NULL);
+  sp.stream_first_tokens = 10;
+  sp.stream_chunk_tokens = 12;
+  memset(&st, 0, sizeof st);
+  st.abort_after = -1;
+  cb.user_data = &st;
+  cb.should_abort = should_abort;
+  CHECK(cbx_synthesize(m, "Guten Tag.", &sp, &b, &nb, &cb) == CBX_OK);
+  CHECK(nb == na && st.n_samples == nb && st.calls >= 2);
+  CHECK(cbx_synthesize(m, "Guten Tag.", &sp, &c, &nc, NULL) == CBX_OK);
+  CHECK(nc == nb && b && c && memcmp(b, c, nb * sizeof(float)) == 0);
+  /* should_abort is polled once a decode step: stopped after a few steps, before the first piece */
+  memset(&st, 0, sizeof st);
+  st.abort_after = 3;
+  CHECK(cbx_synthesize(m, "Guten Tag.", &sp, NULL, NULL, &cb) == CBX_ERR_ABORTED && st.calls == 0);
+  sp.stream_prompt_tokens = -1;
+  CHECK(cbx_synthesize(m, "Guten Tag.", &sp, NULL, NULL, &cb) == CBX_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(cbx_last_error(), "prompt_tokens") != NULL);
+  cbx_audio_free(a);
+  cbx_audio_free(b);
+  cbx_audio_free(c);
   cbx_model_free(m);
 }
 

@@ -119,7 +119,18 @@ cmp -s "$T/t_en.wav" "$T/t_none.wav" || fail "turbo --lang en differs from no --
   fail "turbo --cfg-weight"
 grep -q "ignored by Turbo" "$T/t_cfg.err" || { cat "$T/t_cfg.err"; fail "--cfg-weight on turbo not reported"; }
 
-# Streaming is Turbo's only (for now): a clear error before the work.
-expect_error "--stream is for Turbo / Nano models" -- "${SAY[@]}" --lang fr "Bonjour." -o "$T/x.wav" --stream
+# --stream: audio while T3 decodes; the same length (tail trim included) and, per seed, the same
+# file every time; -v gives the time to first audio; -o - writes the same samples.
+"${SAY[@]}" --max-tokens 60 --lang fr "Bonjour tout le monde." -o "$T/fr_ns.wav" --seed 3 -q || fail "fr (no stream)"
+"${SAY[@]}" --max-tokens 60 --lang fr "Bonjour tout le monde." -o "$T/fr_st.wav" --seed 3 --stream -v \
+  2> "$T/fr_st.err" || { cat "$T/fr_st.err"; fail "--stream with a Multilingual model"; }
+[ "$(wav_samples "$T/fr_st.wav")" -eq "$(wav_samples "$T/fr_ns.wav")" ] || fail "--stream changed the length"
+grep -q "ttfa_ms=[0-9.]* (call to first audio, streamed)" "$T/fr_st.err" || { cat "$T/fr_st.err"; fail "no ttfa"; }
+"${SAY[@]}" --max-tokens 60 --lang fr "Bonjour tout le monde." -o "$T/fr_st2.wav" --seed 3 --stream -q ||
+  fail "--stream again"
+cmp -s "$T/fr_st.wav" "$T/fr_st2.wav" || fail "--stream is not deterministic per seed"
+"${SAY[@]}" --max-tokens 60 --lang fr "Bonjour tout le monde." -o - --seed 3 --stream -q > "$T/fr_st.pcm" ||
+  fail "--stream -o -"
+[ $(( $(stat -c %s "$T/fr_st.pcm") / 2 )) -eq "$(wav_samples "$T/fr_ns.wav")" ] || fail "--stream -o - length"
 
 echo "test_say_mtl: OK"

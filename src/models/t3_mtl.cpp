@@ -258,7 +258,7 @@ std::vector<float> T3Mtl::cond_embeddings(const T3MtlCond& cond) {
 std::vector<int32_t> T3Mtl::generate(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens,
                                      const T3MtlSampling& s, T3MtlStats* stats,
                                      const std::function<bool()>& should_abort,
-                                     int64_t force_n_tokens) {
+                                     int64_t force_n_tokens, const std::function<void(int32_t)>& on_token) {
   Impl& m = *impl_;
   const T3Config& t = m.cfg.t3;
   const int64_t d = t.n_embd, V = t.speech_vocab;
@@ -308,6 +308,7 @@ std::vector<int32_t> T3Mtl::generate(const T3MtlCond& cond, const std::vector<in
               (long long)i);
     m.out.push_back(tok);
     m.history.push_back(tok);
+    if (on_token) on_token(tok);
     if (tok == t.stop_speech_token && force_n_tokens <= 0) break;
     if (i + 1 == limit) {
       st.hit_limit = force_n_tokens <= 0;

@@ -88,11 +88,13 @@ class T3Mtl {
   // text_tokens: MtlTokenizer output (language tag included, no SOT/EOT: T3 adds them as upstream
   // does). Returns the generated speech tokens as upstream's generate returns them BEFORE pipeline
   // post-processing (the pipeline does drop_invalid_tokens / tail trim). should_abort polled
-  // between steps (may be null).
+  // between steps (may be null). on_token (may be null) gets every sampled token as soon as it is
+  // sampled, EOS included (streaming); an exception it throws leaves generate.
   std::vector<int32_t> generate(
       const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, const T3MtlSampling& s,
       T3MtlStats* stats = nullptr, const std::function<bool()>& should_abort = nullptr,
-      int64_t force_n_tokens = -1 /* bench: ignore EOS, exactly N tokens */);
+      int64_t force_n_tokens = -1 /* bench: ignore EOS, exactly N tokens */,
+      const std::function<void(int32_t)>& on_token = nullptr);
 
   // ---- additions (debug, pipeline defaults) ----
   // The conditioning tokens [n, d] row-major (n = 34 with a prompt, 2 without).

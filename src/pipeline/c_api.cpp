@@ -404,8 +404,6 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
       s != CBX_OK)
     return s;
   if (const cbx_status vs = usable_voice(model, voice, "cbx_synthesize_voice: voice"); vs != CBX_OK) return vs;
-  if (p.stream && model->mtl)
-    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: streaming is not available for Multilingual models yet");
   cbx::StreamSchedule schedule;
   if (const cbx_status s = guarded(CBX_ERR_INVALID_ARGUMENT, [&]() {
         schedule = stream_schedule_from(p);
@@ -427,6 +425,8 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
     cbx::SynthTimings tm;
     std::vector<float> wave;
     if (model->mtl) {
+      mp.stream = p.stream != 0;
+      mp.stream_schedule = schedule;
       wave = model->mtl->synthesize(text, mp, &tm, on_audio, should_abort);
     } else {
       sp.stream = p.stream != 0;

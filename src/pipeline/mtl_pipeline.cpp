@@ -170,11 +170,24 @@ std::vector<float> MtlPipeline::tokens_to_audio(const std::vector<int32_t>& spee
   Impl& m = *m_;
   if (speech.empty()) return {};
   std::vector<float> out = m.s3gen->to_audio(m.voice, speech, tm, cfm_noise, hift_draws);
-  // Tail trim (mtl_tts.py): the last token decodes to ~40 ms of noise.
-  const int64_t keep = std::max<int64_t>(1, int64_t(speech.size()) - 1) * m.cfg.pipeline.samples_per_token;
+  const int64_t keep = tail_keep_samples(int64_t(speech.size()));
   if (int64_t(out.size()) > keep) out.resize(size_t(keep));
   return out;
 }
+
+int64_t MtlPipeline::tail_keep_samples(int64_t n_speech) const {
+  // Tail trim (mtl_tts.py): the last token decodes to ~40 ms of noise.
+  return std::max<int64_t>(1, n_speech - 1) * m_->cfg.pipeline.samples_per_token;
+}
+
+std::vector<float> MtlPipeline::tokens_to_audio_stream(const std::vector<int32_t>& speech, const StreamSchedule& s,
+                                                       SynthTimings* tm, const StreamSink& on_piece) {
+  if (speech.empty()) return {};
+  return stream_tokens(m_->s3gen->stream(), m_->voice, s, speech, int64_t(speech.size()), tm, on_piece,
+                       tail_keep_samples(int64_t(speech.size())));
+}
+
+S3GenStream& MtlPipeline::s3gen_stream() { return m_->s3gen->stream(); }
 
 std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSynthParams& p, SynthTimings* timings,
                                            const SynthAudioFn& on_audio, const SynthAbortFn& should_abort) {
@@ -242,12 +255,36 @@ std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSyn
       if (p.on_progress) p.on_progress(int64_t(k), int64_t(chunks.size()), ++steps);
       return should_abort && should_abort();
     };
-    std::vector<int32_t> gen = m.t3->generate(cond, ids[k], s, &st, poll_step);
+    // Streaming: S3Gen runs between decode steps on the schedule (stream_synth.h), over the
+    // tokens postprocess would keep, decided as they come (see the header).
+    StreamRun stream(p.stream ? &m.s3gen->stream() : nullptr, voice, p.stream_schedule, &tm, audio, on_audio,
+                     int64_t(k), int64_t(chunks.size()));
+    bool seen_sos = false, ended = false;
+    const T3Config& tc = m.cfg.t3;
+    auto on_token = [&](int32_t tok) {
+      if (ended) return;
+      if (tok == tc.stop_speech_token) {
+        ended = true;
+      } else if (tok == tc.start_speech_token) {
+        if (!seen_sos) (void)stream.restart();
+        seen_sos = true;
+      } else {
+        stream.on_token(tok, tok >= 0 && tok < tc.start_speech_token);
+      }
+    };
+    std::vector<int32_t> gen =
+        m.t3->generate(cond, ids[k], s, &st, poll_step, -1, p.stream ? on_token : std::function<void(int32_t)>());
     check_abort();
     tm.t3_prefill_ms += st.prefill_ms;
-    tm.t3_decode_ms += st.decode_ms;
+    tm.t3_decode_ms += st.decode_ms - stream.ms();
     tm.n_decode_steps += st.n_decode;
     if (st.hit_limit) ++tm.chunks_at_limit;
+    if (p.stream) {
+      const std::vector<int32_t> speech = stream.tokens();
+      tm.n_speech_tokens += int64_t(speech.size());
+      stream.finish(speech, tail_keep_samples(int64_t(speech.size())));
+      continue;
+    }
     const std::vector<int32_t> speech = postprocess(gen, m.cfg.t3);
     tm.n_speech_tokens += int64_t(speech.size());
     std::vector<float> wave = tokens_to_audio(speech, &tm);

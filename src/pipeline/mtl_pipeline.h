@@ -12,6 +12,12 @@
 //   audio  = S3Gen(tokens)[: max(1, N - 1) * 960]   (the last token's audio is dropped)
 //   N = 0 gives no audio for that chunk (upstream would give the same empty tail-trimmed wave).
 //
+// Streaming (MtlSynthParams::stream, docs/streaming.md): the same post-processing decides, token
+// by token, which sampled tokens the stream gets (after the first SOS, before the first EOS,
+// ids < 6561); the last run caps the audio at the tail trim's length. One exception: a SOS
+// sampled after audio of earlier tokens was already passed on cannot take it back; those
+// tokens are kept (the SOS is dropped as an invalid id), where the non-streamed result drops them.
+//
 // Parameters: every sampler value defaults to the GGUF's sampler.* metadata (upstream generate:
 // temperature 0.8, cfg_weight 0.5, min_p 0.05, top_p 1.0, repetition_penalty 1.2, exaggeration
 // 0.5). As upstream, the exaggeration parameter always sets emotion_adv, whatever the voice
@@ -41,6 +47,7 @@
 #include "core/tensor.h"
 #include "models/model_config.h"
 #include "pipeline/pipeline_common.h"
+#include "pipeline/stream_synth.h"
 
 namespace cbx {
 
@@ -67,6 +74,11 @@ struct MtlSynthParams {
   float temperature = -1, min_p = -1, top_p = -1, repetition_penalty = -1, cfg_weight = -1, exaggeration = -1;
   int64_t max_chunk_tokens = 0;  // text tokens per chunk; 0 = 150; else 1 .. the T3 text limit
   SynthProgressFn on_progress;    // optional (pipeline_common.h)
+  // Streaming (docs/streaming.md): on_audio gets each text chunk's audio in pieces while T3
+  // decodes, on this schedule; the concatenation has the non-streamed length (tail trim
+  // included) for the same speech tokens.
+  bool stream = false;
+  StreamSchedule stream_schedule;
 };
 
 // `language` lower-cased when it is one of `supported` (case-insensitive); otherwise throws
@@ -103,6 +115,15 @@ class MtlPipeline {
   // inject the random draws (S3GenStage::to_audio).
   std::vector<float> tokens_to_audio(const std::vector<int32_t>& speech, SynthTimings* t = nullptr,
                                      const Tensor& cfm_noise = Tensor{}, const HiftDraws* hift_draws = nullptr);
+  // tokens_to_audio streamed as synthesize streams a chunk with these speech tokens
+  // (stream_synth.h), tail trim included: on_piece (may be null) gets each piece as it comes;
+  // the result is their concatenation (tokens_to_audio's length).
+  std::vector<float> tokens_to_audio_stream(const std::vector<int32_t>& speech, const StreamSchedule& s,
+                                            SynthTimings* t = nullptr, const StreamSink& on_piece = nullptr);
+  // The streaming S3Gen of the voice in use (benches drive it between their own decode steps).
+  S3GenStream& s3gen_stream();
+  // The samples the tail trim keeps of n_speech speech tokens' audio: max(1, n - 1) tokens'.
+  int64_t tail_keep_samples(int64_t n_speech) const;
   // Restart the CFM and HiFT generators (synthesize does this with its seed).
   void reseed_s3gen(uint64_t seed);
   // The generators' state (pipeline_common.h S3GenRngState; pipeline/batch_synth.h keeps one

@@ -76,6 +76,16 @@ void S3GenStream::begin(const Voice& v, const StreamSchedule& s) {
   hift_key_ = s3_.hift().take_draws(hift_phases_.data());
 }
 
+bool S3GenStream::restart() {
+  CBX_CHECK(v_, "stream: restart before begin");
+  if (emitted_ > 0) return false;
+  next_at_ = sched_.first_tokens;
+  mel_done_ = a_done_ = 0;
+  have_tail_ = false;
+  std::fill(cycles_.begin(), cycles_.end(), 0.0);
+  return true;
+}
+
 void S3GenStream::push(const std::vector<int32_t>& tokens, SynthTimings* tm, const StreamSink& sink) {
   CBX_CHECK(v_, "stream: push before begin");
   run(tokens, false, tm, sink, -1);
@@ -249,9 +259,9 @@ std::vector<float> stream_tokens(S3GenStream& s, const Voice& v, const StreamSch
 
 StreamRun::StreamRun(S3GenStream* s, const Voice& v, const StreamSchedule& sched, SynthTimings* tm,
                      std::vector<float>& audio, const SynthAudioFn& on_audio, int64_t chunk, int64_t n_chunks)
-    : s_(s), tm_(tm), audio_(audio), on_audio_(on_audio), chunk_(chunk), n_chunks_(n_chunks) {
+    : s_(s), v_(v), sched_(sched), tm_(tm), audio_(audio), on_audio_(on_audio), chunk_(chunk), n_chunks_(n_chunks) {
   if (!s_) return;
-  s_->begin(v, sched);
+  check_stream_schedule(sched_);
   sink_ = [this](const float* x, int64_t n) {
     audio_.insert(audio_.end(), x, x + n);
     ++pieces_;
@@ -259,8 +269,15 @@ StreamRun::StreamRun(S3GenStream* s, const Voice& v, const StreamSchedule& sched
   };
 }
 
+void StreamRun::begin() {
+  if (begun_) return;
+  s_->begin(v_, sched_);
+  begun_ = true;
+}
+
 void StreamRun::on_token(int32_t token, bool speech) {
   if (!s_ || !speech) return;
+  begin();
   tokens_.push_back(token);
   if (!s_->due(int64_t(tokens_.size()))) return;
   const double t0 = pipeline_now_ms();
@@ -268,8 +285,19 @@ void StreamRun::on_token(int32_t token, bool speech) {
   ms_ += pipeline_now_ms() - t0;
 }
 
+bool StreamRun::restart() {
+  if (!s_ || !begun_) {
+    tokens_.clear();
+    return true;
+  }
+  if (!s_->restart()) return false;
+  tokens_.clear();
+  return true;
+}
+
 void StreamRun::finish(const std::vector<int32_t>& speech_tokens, int64_t keep_samples) {
-  if (!s_) return;
+  if (!s_ || speech_tokens.empty()) return;
+  begin();
   s_->finish(speech_tokens, tm_, sink_, keep_samples);
 }
 

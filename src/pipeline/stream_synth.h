@@ -38,9 +38,9 @@ struct Voice;
 // When S3Gen runs during a generation (speech tokens after post-processing).
 struct StreamSchedule {
   int64_t first_tokens = 25;    // tokens before the first run (the first audio)
-  int64_t chunk_tokens = 50;    // new tokens between later runs
-  int64_t context_tokens = 50;  // generated tokens of left context a run keeps; 0 = all
-  int64_t prompt_tokens = 0;    // prompt tokens (from its end) a run keeps; 0 = all
+  int64_t chunk_tokens = 60;    // new tokens between later runs
+  int64_t context_tokens = 40;  // generated tokens of left context a run keeps; 0 = all
+  int64_t prompt_tokens = 100;  // prompt tokens (from its end) a run keeps; 0 = all
 };
 
 // Throws InvalidArgumentError naming the field: first_tokens / chunk_tokens must be 1 .. 10000,
@@ -62,6 +62,10 @@ class S3GenStream {
 
   // Starts a generation with voice v (it must stay alive until finish) and draws its noise.
   void begin(const Voice& v, const StreamSchedule& s);
+  // Forgets the tokens of the generation so far (Multilingual: T3 sampled a start-of-speech
+  // token, which drops the tokens before it), keeping its noise. Only before any audio was
+  // emitted: returns false (and changes nothing) after.
+  bool restart();
   // Whether the schedule runs S3Gen once n_tokens speech tokens exist.
   bool due(int64_t n_tokens) const { return n_tokens >= next_at_; }
   // A finalize=False run over tokens [n] (the post-processed tokens so far, n <= max_speech):
@@ -127,20 +131,34 @@ std::vector<float> stream_tokens(S3GenStream& s, const Voice& v, const StreamSch
 
 // One text chunk's stream inside a pipeline's synthesize: collects the speech tokens as T3
 // samples them, runs the stream when the schedule says so, appends every piece to audio and
-// passes it to on_audio (false -> AbortedError). With a null stream it does nothing.
+// passes it to on_audio (false -> AbortedError). With a null stream it does nothing. The
+// generation begins (draws its noise) at the first speech token, or in finish: a chunk without
+// speech tokens draws nothing, as the non-streamed path (Multilingual) does not.
 class StreamRun {
  public:
+  // Throws InvalidArgumentError for a bad schedule (check_stream_schedule).
   StreamRun(S3GenStream* s, const Voice& v, const StreamSchedule& sched, SynthTimings* tm, std::vector<float>& audio,
             const SynthAudioFn& on_audio, int64_t chunk, int64_t n_chunks);
   // A sampled token; speech: it is kept by the post-processing (a speech token, not BOS/EOS).
   void on_token(int32_t token, bool speech);
-  // The last run over the post-processed tokens (silence included); keep_samples as finish.
+  // Drops the speech tokens collected so far (S3GenStream::restart); false when audio of them
+  // was already emitted (then they stay).
+  bool restart();
+  // The speech tokens collected so far.
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  // The last run over the post-processed tokens (silence included; none: no audio);
+  // keep_samples as S3GenStream::finish.
   void finish(const std::vector<int32_t>& speech_tokens, int64_t keep_samples = -1);
   double ms() const { return ms_; }  // wall time of the runs made during decoding
   int64_t pieces() const { return pieces_; }
 
  private:
+  void begin();
+
   S3GenStream* s_;
+  const Voice& v_;
+  StreamSchedule sched_;
+  bool begun_ = false;
   SynthTimings* tm_;
   std::vector<float>& audio_;
   const SynthAudioFn& on_audio_;

@@ -80,7 +80,6 @@ int run(int argc, char** argv) {
   CBX_CHECK(!mtl || o.prompt_cache.empty(),
             "--prompt-cache is for Turbo models (%s is Multilingual: its T3 prefix depends on the text and language)",
             o.model.c_str());
-  CBX_CHECK(!o.stream || !mtl, "--stream is for Turbo / Nano models (Multilingual streaming is not built yet)");
   if (!o.voice.empty()) cbx::cli::check_voice_early(o.voice, cfg);
 
   const std::vector<cbx::OutputInput> inputs = {

@@ -58,10 +58,10 @@ SynthTimings SayEngine::synthesize(const std::string& text, const UserSynthOptio
                                    const SynthAudioFn& on_audio, const SynthProgressFn& on_progress, bool stream) {
   SynthTimings tm;
   if (mtl_) {
-    CBX_CHECK(!stream, "--stream is for Turbo / Nano models (Multilingual streaming is not built yet)");
     MtlSynthParams p = to_mtl_params(o);
     p.language = language;
     p.on_progress = on_progress;
+    p.stream = stream;
     mtl_->synthesize(text, p, &tm, on_audio);
   } else {
     TurboSynthParams p = to_turbo_params(o);
