@@ -69,8 +69,9 @@ extern "C" {
  * max_chunk_tokens 0, voice max_seconds 0, ...) are now CBX_ERR_INVALID_ARGUMENT; the default
  * n_threads is the CPUs the process may use (affinity, cgroup quota), not the machine's; Turbo
  * takes language "en" in any case; cbx_version; streaming (cbx_synth_params.stream
- * and its schedule, appended). */
-#define CBX_API_VERSION 4
+ * and its schedule, appended). 5: cbx_log_set (the library writes nothing to stderr on its
+ * own any more). */
+#define CBX_API_VERSION 5
 
 /* "Leave the field at the model's default" (set by the *_default_params functions). Values no
  * parameter can take: INT32_MIN for int32_t fields, -FLT_MAX for float fields. */
@@ -255,6 +256,22 @@ CBX_API cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* vo
 CBX_API cbx_status cbx_model_save_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path);
 CBX_API cbx_status cbx_model_load_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path,
                                                int32_t* loaded);
+
+/* Log messages: warnings such as an ignored debug environment variable, an optional component
+ * that is missing (Japanese kanji readings without KAKASI), or a failed internal assertion just
+ * before the process aborts. The library writes nothing to stderr or stdout on its own: without
+ * a callback (the default) these messages are dropped. message is one line without a trailing
+ * newline, valid during the call only. Process-wide; the callback may run on any thread (the
+ * library's workers included), one message at a time, and must not call cbx_log_set.
+ * callback NULL: drop messages again. */
+typedef enum cbx_log_level {
+  CBX_LOG_DEBUG = 0,
+  CBX_LOG_INFO = 1,
+  CBX_LOG_WARN = 2,
+  CBX_LOG_ERROR = 3
+} cbx_log_level;
+typedef void (*cbx_log_callback)(cbx_log_level level, const char* message, void* user_data);
+CBX_API void cbx_log_set(cbx_log_callback callback, void* user_data);
 
 /* The library's version line, e.g. "0.1.0 (git 6f62432) GNU 12.2.0 Release": the project version,
  * the git commit it was built from ("-dirty" with local changes, "unknown" outside a git checkout),
