@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "bench.h"
+#include "core/log.h"
 
 namespace cbx::bench {
 std::vector<Bench>& benches() {
@@ -30,6 +31,7 @@ double median(std::vector<double> v) {
 }  // namespace cbx::bench
 
 int main(int argc, char** argv) {
+  cbx::set_log_sink(cbx::log_to_stderr, nullptr);  // the library's warnings, on stderr
   auto& list = cbx::bench::benches();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fprintf(argc < 2 ? stderr : stdout, "usage: chatterbox-bench BENCH [options]\n\nbenches:\n");

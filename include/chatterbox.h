@@ -39,6 +39,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* CBX_API marks the functions the library exports. The library is built with hidden symbols, so
+ * these are the only symbols a shared libchatterbox exports. Consumers of a shared build on
+ * Windows define CBX_SHARED (the CMake package and chatterbox.pc do it for them); elsewhere a
+ * consumer needs no definition. */
+#ifndef CBX_API
+#if defined(_WIN32) && defined(CBX_SHARED)
+#ifdef CBX_BUILD
+#define CBX_API __declspec(dllexport)
+#else
+#define CBX_API __declspec(dllimport)
+#endif
+#elif defined(CBX_BUILD) && (defined(__GNUC__) || defined(__clang__))
+#define CBX_API __attribute__((visibility("default")))
+#else
+#define CBX_API
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -51,8 +69,9 @@ extern "C" {
  * max_chunk_tokens 0, voice max_seconds 0, ...) are now CBX_ERR_INVALID_ARGUMENT; the default
  * n_threads is the CPUs the process may use (affinity, cgroup quota), not the machine's; Turbo
  * takes language "en" in any case; cbx_version; streaming (cbx_synth_params.stream
- * and its schedule, appended). */
-#define CBX_API_VERSION 4
+ * and its schedule, appended). 5: cbx_log_set (the library writes nothing to stderr on its
+ * own any more). */
+#define CBX_API_VERSION 5
 
 /* "Leave the field at the model's default" (set by the *_default_params functions). Values no
  * parameter can take: INT32_MIN for int32_t fields, -FLT_MAX for float fields. */
@@ -147,35 +166,35 @@ typedef struct cbx_timings {
                                    cbx_model_prepare_voice); always 0 for Multilingual */
 } cbx_timings;
 
-int32_t cbx_api_version(void);
-const char* cbx_status_string(cbx_status s);
+CBX_API int32_t cbx_api_version(void);
+CBX_API const char* cbx_status_string(cbx_status s);
 /* Message of the last failure on this thread ("" if none). */
-const char* cbx_last_error(void);
+CBX_API const char* cbx_last_error(void);
 
-cbx_model_params cbx_model_default_params(void);
-cbx_synth_params cbx_synth_default_params(void);
+CBX_API cbx_model_params cbx_model_default_params(void);
+CBX_API cbx_synth_params cbx_synth_default_params(void);
 
 /* params may be NULL (defaults). On failure *model is set to NULL. */
-cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_model** model);
-void cbx_model_free(cbx_model* model); /* NULL is fine */
-int32_t cbx_model_sample_rate(const cbx_model* model); /* 24000; 0 for NULL */
+CBX_API cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_model** model);
+CBX_API void cbx_model_free(cbx_model* model); /* NULL is fine */
+CBX_API int32_t cbx_model_sample_rate(const cbx_model* model); /* 24000; 0 for NULL */
 /* "turbo", "nano" or "mtl"; NULL for NULL. */
-const char* cbx_model_variant(const cbx_model* model);
+CBX_API const char* cbx_model_variant(const cbx_model* model);
 /* The languages a model speaks, sorted codes ("ar" ... "zh"; Turbo/Nano: "en"). The strings
  * live as long as the model; cbx_model_language returns NULL for a NULL model or i out of range. */
-int32_t cbx_model_language_count(const cbx_model* model);
-const char* cbx_model_language(const cbx_model* model, int32_t i);
+CBX_API int32_t cbx_model_language_count(const cbx_model* model);
+CBX_API const char* cbx_model_language(const cbx_model* model, int32_t i);
 /* English name of a Multilingual language code ("fr" -> "French"); NULL when unknown. */
-const char* cbx_language_name(const char* code);
+CBX_API const char* cbx_language_name(const char* code);
 
 /* text: UTF-8. params, callbacks: may be NULL. audio/n_samples: may both be NULL when the
  * audio callback consumes the audio; otherwise *audio receives a buffer to release with
  * cbx_audio_free (NULL and 0 on failure). */
-cbx_status cbx_synthesize(cbx_model* model, const char* text, const cbx_synth_params* params, float** audio,
-                          size_t* n_samples, const cbx_callbacks* callbacks);
-void cbx_audio_free(float* audio); /* NULL is fine */
+CBX_API cbx_status cbx_synthesize(cbx_model* model, const char* text, const cbx_synth_params* params, float** audio,
+                                  size_t* n_samples, const cbx_callbacks* callbacks);
+CBX_API void cbx_audio_free(float* audio); /* NULL is fine */
 
-cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* timings);
+CBX_API cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* timings);
 
 /* ---- Voices (zero-shot cloning; src/pipeline/voice.h) ----
  * A cbx_voice holds the conditionals built from a reference recording exactly as upstream
@@ -193,37 +212,37 @@ typedef struct cbx_voice_params {
   float max_seconds;       /* decode at most this much of the reference, [10, 600]; default 30 */
 } cbx_voice_params;
 
-cbx_voice_params cbx_voice_default_params(void);
+CBX_API cbx_voice_params cbx_voice_default_params(void);
 /* Reference audio file (WAV/FLAC/OGG/MP3..., any rate, mono or stereo) -> voice. params may be
  * NULL. On failure *voice is NULL: CBX_ERR_AUDIO (unreadable, too short: the message gives the
  * measured and required length, silent), CBX_ERR_MODEL_LOAD (the model lacks the encoders). */
-cbx_status cbx_voice_create(cbx_model* model, const char* audio_path, const cbx_voice_params* params,
-                            cbx_voice** voice);
+CBX_API cbx_status cbx_voice_create(cbx_model* model, const char* audio_path, const cbx_voice_params* params,
+                                    cbx_voice** voice);
 /* Same from an in-memory file image; name (may be NULL) appears in messages. */
-cbx_status cbx_voice_create_from_memory(cbx_model* model, const void* data, size_t size, const char* name,
-                                        const cbx_voice_params* params, cbx_voice** voice);
+CBX_API cbx_status cbx_voice_create_from_memory(cbx_model* model, const void* data, size_t size, const char* name,
+                                                const cbx_voice_params* params, cbx_voice** voice);
 /* .voice files: CBX_ERR_VOICE when the file is not a readable voice (or cannot be written). */
-cbx_status cbx_voice_load(const char* path, cbx_voice** voice);
-cbx_status cbx_voice_save(const cbx_voice* voice, const char* path);
-void cbx_voice_free(cbx_voice* voice); /* NULL is fine */
+CBX_API cbx_status cbx_voice_load(const char* path, cbx_voice** voice);
+CBX_API cbx_status cbx_voice_save(const cbx_voice* voice, const char* path);
+CBX_API void cbx_voice_free(cbx_voice* voice); /* NULL is fine */
 /* "turbo", "nano" or "mtl" (the variant whose recipe built it); NULL for NULL. */
-const char* cbx_voice_variant(const cbx_voice* voice);
+CBX_API const char* cbx_voice_variant(const cbx_voice* voice);
 /* Warnings of the build (clipping, reference cut at max_seconds, ...); strings live as long as
  * the voice; NULL when i is out of range. */
-int32_t cbx_voice_warning_count(const cbx_voice* voice);
-const char* cbx_voice_warning(const cbx_voice* voice, int32_t i);
+CBX_API int32_t cbx_voice_warning_count(const cbx_voice* voice);
+CBX_API const char* cbx_voice_warning(const cbx_voice* voice, int32_t i);
 /* cbx_synthesize with a voice (NULL = the model's built-in voice). CBX_ERR_VOICE when the model
  * cannot use the voice (other variant family, sizes). Later calls are not affected. */
-cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const char* text,
-                                const cbx_synth_params* params, float** audio, size_t* n_samples,
-                                const cbx_callbacks* callbacks);
+CBX_API cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const char* text,
+                                        const cbx_synth_params* params, float** audio, size_t* n_samples,
+                                        const cbx_callbacks* callbacks);
 /* Turbo keeps the T3 keys/values of one voice's prefix (speaker row + prompt speech tokens, which
  * do not depend on the text; ~1 s of work on 2 cores at full size) and reuses them for every later
  * request or text chunk with that voice. The first request with a voice pays for it; this computes
  * it ahead, e.g. when a server starts. voice NULL: the built-in voice. The kept prefix is replaced
  * when another voice is prepared or used. Multilingual keeps no prefix: CBX_OK, nothing done.
  * CBX_ERR_VOICE when the model cannot use the voice. */
-cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice);
+CBX_API cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice);
 /* The same prefix on disk, for a process that starts again (the file `chatterbox say
  * --prompt-cache` uses; format in src/pipeline/prefix_cache.h; ~37 MB for the built-in voice).
  * save computes the voice's prefix if needed and writes it to path (a temporary file renamed over it;
@@ -234,13 +253,30 @@ cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice);
  * then rewrites it). voice NULL: the built-in voice. CBX_ERR_FILE when path exists but is not a
  * prompt cache, or cannot be read / written; CBX_ERR_UNSUPPORTED_MODEL for Multilingual models
  * (no text-independent prefix); CBX_ERR_VOICE as cbx_model_prepare_voice. */
-cbx_status cbx_model_save_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path);
-cbx_status cbx_model_load_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path, int32_t* loaded);
+CBX_API cbx_status cbx_model_save_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path);
+CBX_API cbx_status cbx_model_load_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path,
+                                               int32_t* loaded);
+
+/* Log messages: warnings such as an ignored debug environment variable, an optional component
+ * that is missing (Japanese kanji readings without KAKASI), or a failed internal assertion just
+ * before the process aborts. The library writes nothing to stderr or stdout on its own: without
+ * a callback (the default) these messages are dropped. message is one line without a trailing
+ * newline, valid during the call only. Process-wide; the callback may run on any thread (the
+ * library's workers included), one message at a time, and must not call cbx_log_set.
+ * callback NULL: drop messages again. */
+typedef enum cbx_log_level {
+  CBX_LOG_DEBUG = 0,
+  CBX_LOG_INFO = 1,
+  CBX_LOG_WARN = 2,
+  CBX_LOG_ERROR = 3
+} cbx_log_level;
+typedef void (*cbx_log_callback)(cbx_log_level level, const char* message, void* user_data);
+CBX_API void cbx_log_set(cbx_log_callback callback, void* user_data);
 
 /* The library's version line, e.g. "0.1.0 (git 6f62432) GNU 12.2.0 Release": the project version,
  * the git commit it was built from ("-dirty" with local changes, "unknown" outside a git checkout),
  * the compiler and the build type. A static string; never NULL. */
-const char* cbx_version(void);
+CBX_API const char* cbx_version(void);
 
 #ifdef __cplusplus
 }

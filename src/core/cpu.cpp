@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/log.h"
+
 namespace cbx {
 namespace {
 
@@ -67,7 +69,7 @@ int parse_forced() {
   if (!std::strcmp(s, "generic")) return int(Isa::Generic);
   if (!std::strcmp(s, "avx2")) return int(Isa::Avx2);
   if (!std::strcmp(s, "avx512")) return int(Isa::Avx512);
-  std::fprintf(stderr, "chatterbox: ignoring CBX_FORCE_ISA=%s (expected generic|avx2|avx512)\n", s);
+  log(LogLevel::Warn, "chatterbox: ignoring CBX_FORCE_ISA=%s (expected generic|avx2|avx512)", s);
   return -1;
 }
 
@@ -94,8 +96,8 @@ Isa active_isa() {
     Isa det = detected_isa();
     if (forced < 0) return det;
     if (forced > int(det)) {
-      std::fprintf(stderr, "chatterbox: CBX_FORCE_ISA=%s not supported by this CPU, using %s\n",
-                   isa_name(Isa(forced)), isa_name(det));
+      log(LogLevel::Warn, "chatterbox: CBX_FORCE_ISA=%s not supported by this CPU, using %s", isa_name(Isa(forced)),
+          isa_name(det));
       return det;
     }
     return Isa(forced);
@@ -121,7 +123,7 @@ PrefetchLevel probe_prefetch_level() {
   if (const char* s = std::getenv("CBX_STREAM_PREFETCH"); s && *s) {
     if (!std::strcmp(s, "l1")) return PrefetchLevel::L1;
     if (!std::strcmp(s, "l2")) return PrefetchLevel::L2;
-    std::fprintf(stderr, "chatterbox: ignoring CBX_STREAM_PREFETCH=%s (expected l1|l2)\n", s);
+    log(LogLevel::Warn, "chatterbox: ignoring CBX_STREAM_PREFETCH=%s (expected l1|l2)", s);
   }
   return cpu_is_amd() && cpu_family() >= 0x1a ? PrefetchLevel::L1 : PrefetchLevel::L2;
 }

@@ -10,7 +10,7 @@ enum class Isa : int { Generic = 0, Avx2 = 1, Avx512 = 2 };
 
 Isa detected_isa();  // best the CPU (and OS) supports
 // detected_isa(), or CBX_FORCE_ISA when set. A forced ISA the CPU lacks is clamped
-// to detected_isa() with a warning on stderr.
+// to detected_isa() with a warning (core/log.h).
 Isa active_isa();
 // True when CBX_FORCE_ISA asks for more than the CPU has (tests skip then).
 bool forced_isa_unavailable();

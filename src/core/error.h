@@ -32,13 +32,11 @@ template <typename... Args>
     if (!(cond)) ::cbx::fail(__VA_ARGS__); \
   } while (0)
 
-// Internal invariants (programming errors): abort with location.
-#define CBX_ASSERT(cond)                                                              \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      std::fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                   \
-    }                                                                                 \
+// Internal invariants (programming errors): log the location (core/log.h), then abort.
+[[noreturn]] void assert_failed(const char* file, int line, const char* cond);
+#define CBX_ASSERT(cond)                                           \
+  do {                                                             \
+    if (!(cond)) ::cbx::assert_failed(__FILE__, __LINE__, #cond); \
   } while (0)
 
 }  // namespace cbx

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/gguf.h"
+#include "core/log.h"
 #include "core/version.h"
 #include "pipeline/mtl_pipeline.h"
 #include "pipeline/c_api_internal.h"
@@ -575,6 +576,28 @@ cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* timings) 
 }
 
 const char* cbx_version(void) { return cbx::version_line(); }
+
+void cbx_log_set(cbx_log_callback callback, void* user_data) {
+  // The core's sink reaches the user's callback and data through `target`. Clearing the sink
+  // first waits for a message in flight, so none reads `target` while it changes; `mu` orders
+  // concurrent calls.
+  struct Target {
+    cbx_log_callback callback;
+    void* user_data;
+  };
+  static Target target;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  cbx::set_log_sink(nullptr, nullptr);
+  if (!callback) return;
+  target = {callback, user_data};
+  cbx::set_log_sink(
+      [](cbx::LogLevel level, const char* message, void* t) {
+        auto* tt = static_cast<Target*>(t);
+        tt->callback(static_cast<cbx_log_level>(level), message, tt->user_data);
+      },
+      &target);
+}
 
 }  // extern "C"
 

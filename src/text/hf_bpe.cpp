@@ -6,6 +6,7 @@
 #include <queue>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "text/utf8.h"
 
 namespace cbx {
@@ -36,7 +37,7 @@ HfBpe::HfBpe(const json& model, const std::string& what) {
   byte_fallback_ = opt_bool("byte_fallback");
   ignore_merges_ = opt_bool("ignore_merges");
   if (model.contains("dropout") && !model["dropout"].is_null())
-    std::fprintf(stderr, "%s: BPE dropout ignored at inference (as HF does for encode)\n", what.c_str());
+    log(LogLevel::Warn, "%s: BPE dropout ignored at inference (as HF does for encode)", what.c_str());
   const std::string unk = opt_string("unk_token");
   if (!unk.empty()) {
     auto it = vocab_.find(unk);

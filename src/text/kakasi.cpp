@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "text/utf8.h"
 
 namespace cbx {
@@ -170,10 +171,10 @@ void parse_furigana(const std::string& s, std::vector<JaSegment>& out) {
 
 void warn_unavailable(const Kakasi& k) {
   std::call_once(g_warn_once, [&] {
-    std::fprintf(stderr,
-                 "chatterbox: warning: ja: KAKASI unavailable (%s); kanji pass through unchanged, as upstream "
-                 "does without pykakasi\n",
-                 k.why.c_str());
+    log(LogLevel::Warn,
+        "chatterbox: warning: ja: KAKASI unavailable (%s); kanji pass through unchanged, as upstream "
+        "does without pykakasi",
+        k.why.c_str());
   });
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "command.h"
+#include "core/log.h"
 #include "core/output_file.h"
 #include "core/version.h"
 
@@ -55,6 +56,8 @@ void print_error(const cbx::cli::Command& c, int argc, char** argv, const char* 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The library writes its warnings nowhere on its own; the CLI shows them on stderr.
+  cbx::set_log_sink(cbx::log_to_stderr, nullptr);
   // A killed command leaves no half-written output (core/output_file.h).
   cbx::install_output_cleanup_handlers();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {

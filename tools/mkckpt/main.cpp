@@ -12,6 +12,7 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "mkckpt.h"
 
 namespace {
@@ -54,6 +55,7 @@ void ensure_dir(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cbx::set_log_sink(cbx::log_to_stderr, nullptr);  // the library's warnings, on stderr
   mk::Options o;
   std::string variant, size, dir;
   bool have_seed = false;
