@@ -30,8 +30,9 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
             "row_linear %s: weight %s rows must be contiguous", name, w.shape_str().c_str());
   m_ = w.shape[0];
   k_ = w.shape[1];
-  CBX_CHECK(!tr.is_quantized || k_ % 32 == 0, "row_linear %s: quantized weight %s needs K %% 32 == 0", name,
-            w.shape_str().c_str());
+  CBX_CHECK(!tr.is_quantized || k_ % tr.block_size == 0,
+            "row_linear %s: %s weight %s needs K %% %lld == 0 (its block size)", name, tr.name, w.shape_str().c_str(),
+            (long long)tr.block_size);
   CBX_CHECK(k_ > 0, "row_linear %s: weight %s has no columns", name, w.shape_str().c_str());
   if (!bias.empty()) {
     CBX_CHECK(bias.dtype == DType::F32 && bias.ndim == 1 && bias.shape[0] == m_ && (bias.stride[0] == 4 || m_ <= 1),
