@@ -284,34 +284,78 @@ TEST_F(Q4KKernel, MatmulAgreesWithGenericAndReference) {
   }
 }
 
-// RowLinear (the fused T3 decode's projection) takes the same kernel, reads the GGUF rows
-// in place (no planar copy for Q4_K) and gives the op's dot-path values for any row range.
-TEST_F(Q4KKernel, RowLinearSplitsMatchTheOp) {
-  const int64_t m = 75, k = 1024;
-  std::mt19937 rng(3);
+// RowLinear (the fused T3 decode's projection): on AVX-512 with K % 512 == 0 it reads q4kp
+// rows (a copy made at construction), elsewhere the GGUF rows in place; any row split gives
+// the one-call values, and every output is within the derived bound of the generic GGUF dot.
+TEST_F(Q4KKernel, RowLinearSplitsAndLayouts) {
+  for (int64_t k : {int64_t(768), int64_t(1024), int64_t(4096)}) {
+    SCOPED_TRACE(testing::Message() << "K=" << k << " isa=" << isa_name(active_isa()));
+    const int64_t m = 75;
+    std::mt19937 rng(3 + uint32_t(k));
+    std::normal_distribution<float> nd(0.f, 0.05f);
+    std::vector<float> wf(static_cast<size_t>(m * k)), xv(static_cast<size_t>(2 * k));
+    for (auto& v : wf) v = nd(rng);
+    for (auto& v : xv) v = nd(rng) * 20.f;
+    const size_t rb = dtype_row_bytes(DType::Q4_K, k);
+    std::vector<uint8_t> wb(rb * size_t(m));
+    type_traits(DType::Q4_K).from_float(wf.data(), wb.data(), m * k);
+    Tensor w = weight_view(wb, m, k, rb);
+    RowLinear rl(w, Tensor{}, "t3 test proj");
+    const bool q4kp = q4kp_dot(active_isa()) && k % 512 == 0;
+    EXPECT_EQ(rl.packed_bytes(), q4kp ? size_t(m) * q4kp_row_bytes(k) : 0u);
+    EXPECT_EQ(RowLinear::pack_bytes(w), rl.packed_bytes());
+    EXPECT_EQ(RowLinear::pack_bytes(w, active_isa(), false), 0u);
+    std::vector<uint8_t> abuf(2 * rl.act_bytes() + 64);
+    uint8_t* ab = abuf.data() + (64 - reinterpret_cast<uintptr_t>(abuf.data()) % 64) % 64;
+    size_t as = 0;
+    const void* a = rl.act_rows(xv.data(), k, 2, ab, &as);
+    std::vector<float> one(static_cast<size_t>(2 * m), -7.f), split(one.size(), -9.f);
+    rl.run_rows(0, m, a, as, 2, one.data(), m, RowEpilogue::Store);
+    for (auto [m0, m1] : {std::pair<int64_t, int64_t>{0, 17}, {17, 18}, {18, 64}, {64, 75}})
+      rl.run_rows(m0, m1, a, as, 2, split.data(), m, RowEpilogue::Store);
+    EXPECT_EQ(one, split);
+    std::vector<uint8_t> q8(act_row_bytes(ActFormat::Q8, k));
+    for (int64_t r = 0; r < 2; ++r) {
+      matmul_kernels(Isa::Generic).to_q8(xv.data() + r * k, k, q8.data());
+      std::vector<float> ref(static_cast<size_t>(m));
+      dot_q4_k_generic(wb.data(), rb, 0, m, q8.data(), 0, 1, k, ref.data(), 0);
+      for (int64_t i = 0; i < m; ++i)
+        EXPECT_LE(std::fabs(double(one[size_t(r * m + i)]) - ref[size_t(i)]),
+                  sum_abs_terms(wb.data() + size_t(i) * rb, q8.data(), k))
+            << r << "," << i;
+    }
+  }
+}
+
+// q4kp packing: the scalar q4kp dot (same arithmetic and order as the GGUF generic dot) gives
+// the GGUF generic values exactly, so the layout holds every nibble, scale, min, d and dmin.
+TEST_F(Q4KKernel, Q4kpLayoutMatchesGguf) {
+  const int64_t m = 9, k = 1536;
+  std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 0.05f);
-  std::vector<float> wf(static_cast<size_t>(m * k)), xv(static_cast<size_t>(k)), bv(static_cast<size_t>(m));
-  for (auto& v : wf) v = nd(rng);
-  for (auto& v : xv) v = nd(rng) * 20.f;
-  for (size_t i = 0; i < bv.size(); ++i) bv[i] = 0.01f * float(i);
-  const size_t rb = dtype_row_bytes(DType::Q4_K, k);
-  std::vector<uint8_t> wb(rb * size_t(m));
+  std::vector<float> wf(static_cast<size_t>(m * k)), xv(static_cast<size_t>(k));
+  for (auto& v : wf) v = nd(rng) + 0.02f;
+  for (auto& v : xv) v = nd(rng);
+  const size_t rb = dtype_row_bytes(DType::Q4_K, k), pb = q4kp_row_bytes(k);
+  EXPECT_EQ(pb % 64, 0u);
+  EXPECT_EQ(pb, (3 * kQ4kpGroupBytes + 63) / 64 * 64);
+  std::vector<uint8_t> wb(rb * size_t(m)), pk(pb * size_t(m));
   type_traits(DType::Q4_K).from_float(wf.data(), wb.data(), m * k);
-  Tensor w = weight_view(wb, m, k, rb);
-  Tensor b = make_tensor(DType::F32, {m}, bv.data(), bv.size() * 4);
-  Tensor x = make_tensor(DType::F32, {1, k}, xv.data(), xv.size() * 4);
-  std::vector<float> yo(static_cast<size_t>(m));
-  Tensor yt = make_tensor(DType::F32, {1, m}, yo.data(), yo.size() * 4);
-  matmul_bias(pool(2), w, b, x, yt);
-  RowLinear rl(w, b, "t3 test proj");
-  EXPECT_EQ(rl.packed_bytes(), 0u);
-  std::vector<uint8_t> abuf(rl.act_bytes() + 64);
-  uint8_t* ab = abuf.data() + (64 - reinterpret_cast<uintptr_t>(abuf.data()) % 64) % 64;
-  const void* a = rl.act(xv.data(), ab);
-  std::vector<float> yr(size_t(m), -7.f);
-  for (auto [m0, m1] : {std::pair<int64_t, int64_t>{0, 17}, {17, 18}, {18, 64}, {64, 75}})
-    rl.run(m0, m1, a, yr.data(), RowEpilogue::Store);
-  for (int64_t i = 0; i < m; ++i) EXPECT_EQ(yr[size_t(i)], yo[size_t(i)]) << i;
+  q4kp_pack_rows(wb.data(), rb, m, k, pk.data());
+  std::vector<uint8_t> q8(act_row_bytes(ActFormat::Q8, k)), lane(q8.size());
+  matmul_kernels(Isa::Generic).to_q8(xv.data(), k, q8.data());
+  q4kp_dot_generic().convert(xv.data(), k, lane.data());
+  std::vector<float> ref(static_cast<size_t>(m)), got(ref.size());
+  dot_q4_k_generic(wb.data(), rb, 0, m, q8.data(), 0, 1, k, ref.data(), 0);
+  q4kp_dot_generic().fn(pk.data(), pb, 0, m, lane.data(), 0, 1, k, got.data(), 0);
+  EXPECT_EQ(got, ref);
+  if (const DotKernel* simd = active_isa() == Isa::Avx512 ? q4kp_dot(Isa::Avx512) : nullptr) {
+    simd->convert(xv.data(), k, lane.data());
+    simd->fn(pk.data(), pb, 0, m, lane.data(), 0, 1, k, got.data(), 0);
+    for (int64_t i = 0; i < m; ++i)
+      EXPECT_LE(std::fabs(double(got[size_t(i)]) - ref[size_t(i)]), sum_abs_terms(wb.data() + size_t(i) * rb, q8.data(), k))
+          << i;
+  }
 }
 
 // K not a multiple of 256 is refused with the weight (and, for RowLinear, its name) in the message.

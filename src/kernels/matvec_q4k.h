@@ -38,3 +38,28 @@ inline void q4_k_scale_bytes(const uint8_t* b, uint64_t* sc, uint64_t* mn) {
 }
 
 }  // namespace cbx
+
+namespace cbx {
+
+// "q4kp": Q4_K rows re-laid out at load for the decode (ours, not a GGUF type), made where a
+// SIMD kernel for it exists (AVX-512) and K % 512 == 0. Per group of two super-blocks (16
+// sub-blocks b = 8 s + j, 512 weights), 296 bytes:
+//   sc[16] (uint8, sub-block scales), mn[16] (uint8, mins), d[2], dmin[2] (f16 bits of the two
+//   super-blocks), then 4 chunks of 64 quant bytes: chunk c, 4-byte lane b = the nibbles of
+//   sub-block b's elements 4c .. 4c+3 (low) and 16+4c .. 16+4c+3 (high): the q4p order
+//   (kernels/matvec_q4p.h), so a VNNI dot against Q8Lane activations leaves sub-block b's
+//   integer sum in lane b. 4.625 bits a weight (Q4_K: 4.5): the unpacked scales spare the
+//   kernel the 6-bit unpacking, the lanes its per-sub-block reductions.
+// Rows are q4kp_row_bytes apart (a multiple of 64). Same integer sums and per-sub-block float
+// terms as the GGUF-layout dot; only the summation order differs.
+constexpr size_t kQ4kpGroupBytes = 296;
+inline bool q4kp_shape_ok(int64_t k) { return k > 0 && k % 512 == 0; }
+size_t q4kp_row_bytes(int64_t k);
+// m GGUF Q4_K rows (src_stride bytes apart) -> m * q4kp_row_bytes(k) bytes.
+void q4kp_pack_rows(const void* rows, size_t src_stride, int64_t m, int64_t k, void* dst);
+// The q4kp dot for isa (nullptr where none: the GGUF layout is kept), and the scalar
+// reference (the GGUF generic dot's arithmetic and order, on the q4kp bytes).
+const DotKernel* q4kp_dot(Isa isa);
+const DotKernel& q4kp_dot_generic();
+
+}  // namespace cbx
