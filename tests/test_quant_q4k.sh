@@ -3,7 +3,8 @@
 # GGUF, type named in llama.cpp's upper case) write the same bytes; the T3 matrices whose K is
 # a multiple of 256 are q4_k, the others q8_0 (the policy's fallback), the head stays q8_0,
 # S3Gen f16; info --check scans the file; the model synthesizes (Turbo: fused GPT-2 decode;
-# Multilingual: Llama decode with CFG, two activation rows).
+# Multilingual: Llama decode with CFG, whose tiny matrices (K = 128, 384) all take the q8_0
+# fallback).
 # Usage: test_quant_q4k.sh BUILD_DIR   (exit 77 = skipped)
 set -u
 BUILD=${1:?usage: test_quant_q4k.sh BUILD_DIR}
@@ -23,8 +24,10 @@ for v in turbo mtl; do
   "$B" info "$T/$v-q4k.gguf" --check > "$T/info.txt" || { cat "$T/info.txt"; fail "info --check $v"; }
   grep -q '"q4_k"' "$T/info.txt" || fail "convert.type is not q4_k ($v)"
   "$B" info "$T/$v-q4k.gguf" --tensors > "$T/tensors.txt" || fail "info --tensors $v"
-  grep -qE '^t3\.[^ ]+ +q4_k ' "$T/tensors.txt" || { head -50 "$T/tensors.txt"; fail "no q4_k T3 tensor ($v)"; }
-  ! grep -E ' q4_k ' "$T/tensors.txt" | grep -qv '^t3\.' || fail "a non-T3 tensor is q4_k ($v)"
+  # Tensor lines: "  NAME  DTYPE  [SHAPE]  BYTES".
+  grep -E '^ *[^ ]+ +q4_k +\[' "$T/tensors.txt" > "$T/q4k.txt"
+  [ $v = mtl ] || grep -qE '^ *t3\.' "$T/q4k.txt" || { cat "$T/tensors.txt"; fail "no q4_k T3 tensor ($v)"; }
+  ! grep -qvE '^ *t3\.' "$T/q4k.txt" || { cat "$T/q4k.txt"; fail "a non-T3 tensor is q4_k ($v)"; }
 done
 
 # Turbo tiny (d = 128, MLP 512): c_fc [512, 128] has K = 128 -> q8_0; mlp c_proj [128, 512] -> q4_k.
@@ -33,6 +36,8 @@ done
 [ "$(tensor_dtype "$T/turbo-q4k.gguf" t3.tfmr.h.0.mlp.c_fc.weight)" = q8_0 ] ||
   { tensor_line "$T/turbo-q4k.gguf" t3.tfmr.h.0.mlp.c_fc.weight; fail "Turbo c_fc (K = 128) not the q8_0 fallback"; }
 [ "$(tensor_dtype "$T/turbo-q4k.gguf" t3.speech_head.weight)" = q8_0 ] || fail "speech head not q8_0 at q4_k"
+[ "$(tensor_dtype "$T/mtl-q4k.gguf" t3.tfmr.layers.0.mlp.down_proj.weight)" = q8_0 ] ||
+  fail "Multilingual down_proj (K = 384) not the q8_0 fallback"
 [ "$(tensor_dtype "$T/turbo-q4k.gguf" cfm.down_blocks.0.1.0.attn1.to_q.weight)" = f16 ] || fail "CFM matrix not f16 at q4_k"
 
 "$B" say -m "$T/turbo-q4k.gguf" --max-tokens 20 --threads 2 "Hello there." -o "$T/turbo.wav" 2> "$T/say.err" ||
