@@ -8,6 +8,11 @@
 #include "kernels/matvec_q4k.h"
 #include "kernels/matvec_q4p.h"
 
+// GCC 12 reports the undefined start value inside the zmm reductions and zero-extensions
+// (_mm512_reduce_add_ps, _mm512_zextps128_ps512) as (maybe-)uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace cbx {
 namespace {
 
@@ -50,27 +55,14 @@ inline void rows_q4kp(const uint8_t* const* rows, const int8_t* qs, const float*
   for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]) - _mm512_reduce_add_ps(accm[i]);
 }
 
-// One row at a time: two rows sharing the activation loads (rows_q4kp<2>) measured ~9% more
-// CPU per decode step (bench t3, Turbo q4_k, one thread, Zen 5 VM).
-constexpr int kRows = 1;
-
+// One weight row at a time: two rows sharing the activation loads (rows_q4kp<2>) measured ~9%
+// more CPU per decode step (bench t3, Turbo q4_k, one thread, Zen 5 VM). Weight rows outermost:
+// with several activation rows (a CFG pair, a row prefill) each row is streamed once.
 void dot_q4kp_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
                      int64_t k, float* y, int64_t ldy) {
   const int64_t ng = k / 512;
-  const uint8_t* wb = static_cast<const uint8_t*>(w);
-  int64_t m = m0;
-  for (; m + kRows <= m1; m += kRows) {
-    const uint8_t* rows[kRows];
-    for (int i = 0; i < kRows; ++i) rows[i] = wb + size_t(m + i) * ws;
-    for (int64_t n = 0; n < n_rows; ++n) {
-      const void* a = static_cast<const uint8_t*>(act) + n * as;
-      float out[kRows];
-      rows_q4kp<kRows>(rows, q8_act_qs(a), q8_act_d(a, k), q8_act_sum(a, k), ng, out);
-      for (int i = 0; i < kRows; ++i) y[n * ldy + m + i] = out[i];
-    }
-  }
-  for (; m < m1; ++m) {
-    const uint8_t* rows[1] = {wb + size_t(m) * ws};
+  for (int64_t m = m0; m < m1; ++m) {
+    const uint8_t* rows[1] = {static_cast<const uint8_t*>(w) + size_t(m) * ws};
     for (int64_t n = 0; n < n_rows; ++n) {
       const void* a = static_cast<const uint8_t*>(act) + n * as;
       rows_q4kp<1>(rows, q8_act_qs(a), q8_act_d(a, k), q8_act_sum(a, k), ng, y + n * ldy + m);
