@@ -166,7 +166,7 @@ int run_kernels(int argc, char** argv) {
     int64_t m, k;
   };
   const Shape shapes[] = {{1024, 1024}, {3072, 1024}, {4096, 1024}, {1024, 4096}, {6563, 1024}};
-  const DType types[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+  const DType types[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K};
   for (int nt : threads) {
     ThreadPool pool(nt);
     g_threads = nt;

@@ -19,7 +19,8 @@ labelled q4_0+s3q4), then
 
 SNR = 10 log10(sum ref^2 / sum (ref - x)^2). Python 3 standard library only.
 Usage: scripts/quant_quality.py [--build build] [--work /tmp/cbx-quant] [--reps 3] [--steps 100]
-                                [--tokens 250] [--threads 2] [--types f16,q8_0,q4_0,q4_0+s3q4] [--size full|tiny] [--keep]
+                                [--tokens 250] [--threads 2] [--types f16,q8_0,q4_k,q4_0,q4_0+s3q4] [--size full|tiny]
+                                [--ckpt DIR] [--keep]
 The work directory holds ~7 GB (checkpoint and GGUFs); it is removed at the end unless --keep.
 """
 import argparse
@@ -42,6 +43,7 @@ TYPE_FLAGS = {
     "f16": ["--type", "f16"],
     "q8_0": ["--type", "q8_0"],
     "q4_0": ["--type", "q4_0"],
+    "q4_k": ["--type", "q4_k"],
     "q4_0+s3q4": ["--type", "q4_0", "--s3gen-type", "q4_0"],
     "q8_0+s3q8": ["--type", "q8_0", "--s3gen-type", "q8_0"],
 }
@@ -159,7 +161,8 @@ def main():
     ap.add_argument("--steps", type=int, default=100, help="greedy T3 steps of the fidelity run")
     ap.add_argument("--tokens", type=int, default=250, help="speech tokens of each chatterbox-bench turbo run")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--types", default="f16,q8_0,q4_0,q4_0+s3q4")
+    ap.add_argument("--types", default="f16,q8_0,q4_k,q4_0,q4_0+s3q4")
+    ap.add_argument("--ckpt", help="an existing Turbo checkpoint directory to convert (default: made in --work)")
     ap.add_argument("--seed", type=int, default=1, help="chatterbox-mkckpt seed")
     ap.add_argument("--size", default="full", choices=["full", "tiny"], help="chatterbox-mkckpt size (tiny: tests)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -178,7 +181,7 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load_before = os.getloadavg()
-    ckpt = os.path.join(a.work, "ckpt")
+    ckpt = a.ckpt or os.path.join(a.work, "ckpt")
     if not os.path.isdir(ckpt):
         run([bin_mk, "--variant", "turbo", "--size", a.size, "--seed", str(a.seed), ckpt])
     models = {}
@@ -212,7 +215,8 @@ def main():
 
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
                platform.processor())
-    print(f"{a.size.capitalize()}-size synthetic Turbo (chatterbox-mkckpt --seed {a.seed}), {started}, {cpu}, "
+    src = f"checkpoint {a.ckpt}" if a.ckpt else f"{a.size.capitalize()}-size synthetic Turbo (chatterbox-mkckpt --seed {a.seed})"
+    print(f"{src}, {started}, {cpu}, "
           f"{os.cpu_count()} CPUs, --threads {a.threads}; load average {load_before[0]:.1f} before, "
           f"{load_after[0]:.1f} after. Speed: medians of {a.reps} `chatterbox-bench turbo` runs "
           f"({a.tokens} tokens). Fidelity vs f32: greedy T3 run of {a.steps} steps, S3Gen/HiFT on the f32 tokens, seed 0.")

@@ -254,6 +254,30 @@ TEST(ConvertPolicy, DtypeChoices) {
   EXPECT_NE(msg.find("--s3gen-type 'q2'"), std::string::npos) << msg;
 }
 
+// --type q4_k: the T3 matrices take Q4_K (K a multiple of 256), a T3 matrix whose K is not
+// falls back to Q8_0, the head stays >= Q8_0, S3Gen stays F16 unless overridden, and an
+// S3Gen override to q4_k follows the same K rule.
+TEST(ConvertPolicy, Q4KDtypeChoices) {
+  using C = TensorClass;
+  EXPECT_EQ(parse_target_type("q4_k"), DType::Q4_K);
+  EXPECT_EQ(parse_target_type("Q4_K"), DType::Q4_K);
+  EXPECT_EQ(gguf_file_type(DType::Q4_K), 14u);
+  const DType q = DType::Q4_K;
+  std::vector<int64_t> big{1024, 1024}, wide{1024, 4096}, k384{1024, 384}, small{80, 512};
+  EXPECT_EQ(policy_dtype("t3.tfmr.h.0.attn.c_attn.weight", big, C::Matmul, false, q), q);
+  EXPECT_EQ(policy_dtype("t3.tfmr.h.0.mlp.c_proj.weight", wide, C::Matmul, false, q), q);
+  EXPECT_EQ(policy_dtype("t3.tfmr.h.0.attn.c_proj.weight", k384, C::Matmul, false, q), DType::Q8_0);
+  EXPECT_EQ(policy_dtype("t3.speech_head.weight", big, C::Head, false, q), DType::Q8_0);
+  EXPECT_EQ(policy_dtype("t3.text_emb.weight", big, C::Embedding, false, q), DType::F16);
+  EXPECT_EQ(policy_dtype("flow.encoder_proj.weight", small, C::Matmul, false, q), DType::F32);
+  EXPECT_EQ(policy_dtype("cfm.down_blocks.0.1.0.attn1.to_q.weight", big, C::Matmul, false, q), DType::F16);
+  EXPECT_EQ(policy_dtype("hift.f0_predictor.classifier.weight", big, C::Matmul, false, q), DType::F16);
+  EXPECT_EQ(policy_dtype("s3tok.encoder.blocks.0.mlp.0.weight", big, C::Matmul, false, q), DType::F16);
+  EXPECT_EQ(policy_dtype("cfm.x.weight", big, C::Matmul, false, QuantTypes(q, q)), q);
+  EXPECT_EQ(policy_dtype("cfm.x.weight", k384, C::Matmul, false, QuantTypes(q, q)), DType::Q8_0);
+  EXPECT_EQ(QuantTypes(q).s3gen_type(), DType::F16);
+}
+
 TEST(ConvertConfig, MetadataRoundTrip) {
   for (Variant v : {Variant::Turbo, Variant::Nano, Variant::Mtl}) {
     ModelConfig c = default_config(v);

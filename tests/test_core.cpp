@@ -27,7 +27,8 @@ TEST(DType, GgufTypeIds) {
   EXPECT_EQ(type_traits(DType::Q8_0).block_bytes, 34u);
   EXPECT_THROW(type_traits(DType(77)), Error);
   EXPECT_EQ(dtype_from_name("Q4_0"), DType::Q4_0);
-  EXPECT_THROW(dtype_from_name("q5_k"), Error);
+  EXPECT_EQ(dtype_from_name("q5_k"), DType::Q5_K);
+  EXPECT_THROW(dtype_from_name("q3_k"), Error);
 }
 
 TEST(DType, F16RoundTripAllValues) {

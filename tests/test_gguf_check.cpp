@@ -123,6 +123,29 @@ TEST(NonFinite, QuantizedTypesCountBlockScales) {
   EXPECT_NE(gguf_test::error_of([] { count_non_finite(DType::Q4_0, nullptr, 33); }).find("q4_0"), std::string::npos);
 }
 
+// K-quants: both f16 scales of a 256-weight super-block (d at byte 0, dmin at byte 2) are
+// scanned; a block counts once even with both non-finite; quant and scale bytes that look
+// like NaN halves are not scales.
+TEST(NonFinite, KQuantTypesCountBothScales) {
+  for (DType dt : {DType::Q4_K, DType::Q5_K}) {
+    SCOPED_TRACE(dtype_name(dt));
+    EXPECT_TRUE(non_finite_counts_blocks(dt));
+    const size_t bb = type_traits(dt).block_bytes;
+    std::vector<uint8_t> enc = encode(dt, clean_values(256 * 12));
+    for (int64_t b = 0; b < 12; ++b) std::memset(enc.data() + b * bb + 4, 0xff, 8);
+    EXPECT_FALSE(count_non_finite(dt, enc.data(), 256 * 12).any());
+    auto put = [&](int64_t b, size_t off, uint16_t h) { std::memcpy(enc.data() + b * bb + off, &h, 2); };
+    put(3, 2, 0x7e00);  // dmin NaN
+    put(7, 0, 0x7c00);  // d Inf
+    put(9, 0, 0xfc00);  // d -Inf and dmin NaN: one block, counted by d
+    put(9, 2, 0x7e00);
+    const NonFiniteCount c = count_non_finite(dt, enc.data(), 256 * 12);
+    EXPECT_EQ(c.nan, 1);
+    EXPECT_EQ(c.inf, 2);
+    EXPECT_EQ(c.first, 3 * 256);
+  }
+}
+
 // A GGUF whose tensors span several scan chunks (256 KiB), with non-finite values in the last
 // chunk of one, the first of another, and none in a third; read back from memory.
 struct ScanFixture {

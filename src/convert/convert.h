@@ -1,5 +1,5 @@
 // Upstream Chatterbox checkpoint directory -> one self-contained GGUF
-// (`chatterbox convert DIR -o model.gguf --type f32|f16|q8_0|q4_0`).
+// (`chatterbox convert DIR -o model.gguf --type f32|f16|q8_0|q4_k|q4_0`).
 // Layout, naming, metadata and dtype policy: docs/gguf-format.md.
 #pragma once
 #include <cstdint>
@@ -34,7 +34,7 @@ CheckpointFiles detect_checkpoint(const std::string& dir, const std::string& t3_
 struct ConvertOptions {
   std::string dir;
   std::string out;
-  DType type = DType::F32;  // f32 | f16 | q8_0 | q4_0: the T3 matrices (see quant_policy.h)
+  DType type = DType::F32;  // f32 | f16 | q8_0 | q4_k | q4_0: the T3 matrices (see quant_policy.h)
   std::optional<DType> s3gen_type;  // override of S3Gen's F16 (--s3gen-type; smaller, less precise)
   std::string t3_file;      // optional T3 checkpoint override
   // Optional: called as the source files are read ("reading", item = file name) and as each

@@ -5,12 +5,13 @@
 namespace cbx {
 
 namespace {
-// Higher = more precise. Only the four storage types a conversion produces.
+// Higher = more precise. Only the storage types a conversion produces.
 int precision_rank(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::F16: return 3;
-    case DType::Q8_0: return 2;
+    case DType::F32: return 5;
+    case DType::F16: return 4;
+    case DType::Q8_0: return 3;
+    case DType::Q4_K: return 2;
     case DType::Q4_0: return 1;
     default: return 0;
   }
@@ -37,10 +38,10 @@ DType parse_target_type(const std::string& s, const char* flag) {
   try {
     t = dtype_from_name(s.c_str());
   } catch (const Error&) {
-    fail("unknown %s '%s' (expected f32, f16, q8_0 or q4_0)", flag, s.c_str());
+    fail("unknown %s '%s' (expected f32, f16, q8_0, q4_k or q4_0)", flag, s.c_str());
   }
-  CBX_CHECK(t == DType::F32 || t == DType::F16 || t == DType::Q8_0 || t == DType::Q4_0,
-            "%s '%s' is not supported (expected f32, f16, q8_0 or q4_0)", flag, s.c_str());
+  CBX_CHECK(t == DType::F32 || t == DType::F16 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q4_0,
+            "%s '%s' is not supported (expected f32, f16, q8_0, q4_k or q4_0)", flag, s.c_str());
   return t;
 }
 
@@ -68,6 +69,8 @@ DType policy_dtype(const std::string& name, const std::vector<int64_t>& shape, T
   if (!policy_matmul_eligible(shape)) return DType::F32;
   DType t = target;
   if (role == TensorClass::Head) t = at_least(t, DType::Q8_0);  // logits feed the sampler
+  // Q4_K needs K % 256 == 0 (its super-block); other matrices take the next type up.
+  if (t == DType::Q4_K && shape[1] % kQK_K != 0) t = DType::Q8_0;
   // The S3 tokenizer's FSQ rounds tanh outputs to 3 levels: keep it at >= F16.
   if (part == QuantPart::S3Tok) t = at_least(t, DType::F16);
   return t;
@@ -79,6 +82,7 @@ uint32_t gguf_file_type(DType target) {
     case DType::F16: return 1;
     case DType::Q4_0: return 2;
     case DType::Q8_0: return 7;
+    case DType::Q4_K: return 14;  // llama.cpp's "mostly Q4_K (small)"
     default: fail("gguf_file_type: unsupported target %s", dtype_name(target));
   }
 }

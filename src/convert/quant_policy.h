@@ -39,13 +39,16 @@ struct QuantTypes {
   DType s3gen_type() const;
 };
 
-// The --type / --s3gen-type values: f32, f16, q8_0, q4_0. Throws naming `flag` and the value otherwise.
+// The --type / --s3gen-type values: f32, f16, q8_0, q4_k, q4_0 (any case). Throws naming `flag` and the value otherwise.
 DType parse_target_type(const std::string& s, const char* flag = "--type");
 
 // A 2-D weight the target type applies to: both dims >= kPolicyMinDim and the inner dim
 // a multiple of 32 (the Q8_0/Q4_0 block size). Smaller projections (e.g. [80, 512]) are
 // a negligible share of the bytes and stay F32. At full size no 2-D weight has a dim in
 // [128, 256), so 128 selects what 256 would; 128 lets the tiny test models quantize too.
+// Q4_K also needs the inner dim a multiple of 256 (its super-block): an eligible matrix
+// without it is stored Q8_0 instead (policy_dtype). The full-size T3 matrices (K = 1024,
+// 4096) all have it.
 constexpr int64_t kPolicyMinDim = 128;
 bool policy_matmul_eligible(const std::vector<int64_t>& shape);
 
@@ -53,7 +56,7 @@ bool policy_matmul_eligible(const std::vector<int64_t>& shape);
 DType policy_dtype(const std::string& name, const std::vector<int64_t>& shape, TensorClass role,
                    bool is_int, const QuantTypes& types);
 
-// general.file_type value (llama.cpp numbering: 0 f32, 1 f16, 7 q8_0, 2 q4_0) of the --type.
+// general.file_type value (llama.cpp numbering: 0 f32, 1 f16, 7 q8_0, 2 q4_0, 14 q4_k) of the --type.
 uint32_t gguf_file_type(DType target);
 
 // Metadata keys recording the policy's inputs (provenance; loading does not read them).

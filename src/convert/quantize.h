@@ -1,4 +1,4 @@
-// `chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--s3gen-type T]`: re-encodes an
+// `chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_k|q4_0|f16 [--s3gen-type T]`: re-encodes an
 // F32/F16 chatterbox GGUF under the same dtype policy as `convert` (quant_policy.h). Metadata
 // is copied; general.file_type, chatterbox.convert.type and .s3gen_type are updated.
 #pragma once

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <strings.h>
 
+#include "core/dtype_kquant.h"
 #include "core/error.h"
 
 namespace cbx {
@@ -164,6 +165,8 @@ const Row kTable[] = {
     {DType::BF16, {"bf16", 1, 2, false, true, bf16_to_float, bf16_from_float, DType::F32}},
     {DType::Q8_0, {"q8_0", kQK8_0, sizeof(BlockQ8_0), true, true, q8_0_to_float, q8_0_from_float, DType::Q8_0}},
     {DType::Q4_0, {"q4_0", kQK4_0, sizeof(BlockQ4_0), true, true, q4_0_to_float, q4_0_from_float, DType::Q8_0}},
+    {DType::Q4_K, {"q4_k", kQK_K, sizeof(BlockQ4_K), true, true, q4_k_to_float, q4_k_from_float, DType::Q8_0}},
+    {DType::Q5_K, {"q5_k", kQK_K, sizeof(BlockQ5_K), true, true, q5_k_to_float, q5_k_from_float, DType::Q8_0}},
     {DType::F64, {"f64", 1, 8, false, false, f64_to_float, f64_from_float, DType::F32}},
     {DType::I8, {"i8", 1, 1, false, false, nullptr, nullptr, DType::I8}},
     {DType::I16, {"i16", 1, 2, false, false, nullptr, nullptr, DType::I16}},
@@ -195,7 +198,7 @@ const char* dtype_name(DType t) {
 DType dtype_from_name(const char* name) {
   for (const Row& r : kTable)
     if (!strcasecmp(r.traits.name, name)) return r.type;
-  fail("dtype: unknown type name '%s' (expected f32, f16, bf16, q8_0, q4_0)", name);
+  fail("dtype: unknown type name '%s' (expected f32, f16, bf16, q8_0, q4_0, q4_k, q5_k)", name);
 }
 
 size_t dtype_row_bytes(DType t, int64_t n) {

@@ -33,13 +33,14 @@ bool any_plain(const U* p, int64_t n, Bits<U> b) {
   return acc != 0;
 }
 
-// The same over the f16 scales at the start of each of n blocks of `stride` bytes.
-bool any_scale(const uint8_t* p, int64_t n, size_t stride) {
+// The same over the f16 scales at the start of each of n blocks of `stride` bytes (and the
+// second f16 after it, dmin, when `two`: the K-quants).
+bool any_scale(const uint8_t* p, int64_t n, size_t stride, bool two) {
   unsigned acc = 0;
   for (int64_t i = 0; i < n; ++i) {
-    uint16_t d;
-    std::memcpy(&d, p + size_t(i) * stride, 2);
-    acc |= unsigned((d & kF16.exp) == kF16.exp);
+    uint16_t d[2] = {0, 0};
+    std::memcpy(d, p + size_t(i) * stride, two ? 4 : 2);
+    acc |= unsigned((d[0] & kF16.exp) == kF16.exp) | unsigned((d[1] & kF16.exp) == kF16.exp);
   }
   return acc != 0;
 }
@@ -64,13 +65,15 @@ NonFiniteCount count_plain(const U* p, int64_t n, Bits<U> b, int64_t base) {
   return c;
 }
 
-NonFiniteCount count_blocks(const uint8_t* p, int64_t nb, size_t stride, int64_t block, int64_t base_block) {
+NonFiniteCount count_blocks(const uint8_t* p, int64_t nb, size_t stride, int64_t block, int64_t base_block,
+                            bool two) {
   NonFiniteCount c;
-  if (!any_scale(p, nb, stride)) return c;
+  if (!any_scale(p, nb, stride, two)) return c;
   for (int64_t i = 0; i < nb; ++i) {
-    uint16_t d;
-    std::memcpy(&d, p + size_t(i) * stride, 2);
-    tally(d, kF16, (base_block + i) * block, c);
+    uint16_t d[2] = {0, 0};
+    std::memcpy(d, p + size_t(i) * stride, two ? 4 : 2);
+    // A block counts once: by d when d is non-finite, else by dmin.
+    tally((d[0] & kF16.exp) == kF16.exp ? d[0] : d[1], kF16, (base_block + i) * block, c);
   }
   return c;
 }
@@ -84,10 +87,13 @@ NonFiniteCount count_range(DType dt, const uint8_t* data, int64_t e0, int64_t e1
     case DType::F16: return count_plain(reinterpret_cast<const uint16_t*>(data) + e0, n, kF16, e0);
     case DType::BF16: return count_plain(reinterpret_cast<const uint16_t*>(data) + e0, n, kBF16, e0);
     case DType::Q8_0:
-    case DType::Q4_0: {
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q5_K: {
       const TypeTraits& tr = type_traits(dt);
       const int64_t b0 = e0 / tr.block_size;
-      return count_blocks(data + size_t(b0) * tr.block_bytes, n / tr.block_size, tr.block_bytes, tr.block_size, b0);
+      return count_blocks(data + size_t(b0) * tr.block_bytes, n / tr.block_size, tr.block_bytes, tr.block_size, b0,
+                          dt == DType::Q4_K || dt == DType::Q5_K);
     }
     default: return {};  // integer types
   }
@@ -96,6 +102,7 @@ NonFiniteCount count_range(DType dt, const uint8_t* data, int64_t e0, int64_t e1
 bool scanned(DType dt) {
   switch (dt) {
     case DType::F64: case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
+    case DType::Q4_K: case DType::Q5_K:
       return true;
     default:
       return false;
@@ -120,7 +127,7 @@ constexpr size_t kChunkBytes = size_t(256) << 10;
 
 }  // namespace
 
-bool non_finite_counts_blocks(DType dt) { return dt == DType::Q8_0 || dt == DType::Q4_0; }
+bool non_finite_counts_blocks(DType dt) { return type_traits(dt).is_quantized; }
 
 NonFiniteCount count_non_finite(DType dt, const void* data, int64_t n) {
   const TypeTraits& tr = type_traits(dt);

@@ -6,6 +6,7 @@
 //    is Inf or NaN; a zero mantissa tells which);
 //  - q8_0 / q4_0 tensors: the f16 scale of every 32-weight block (the quants themselves are
 //    integers); a block counts once, and its index is reported as its first element's;
+//    q4_k / q5_k: the same with both f16 scales (d, dmin) of every 256-weight super-block;
 //  - integer tensors (token ids etc.) cannot hold a non-finite value and are skipped.
 // Each chunk is first tested with a branch-free OR over the exponent tests (vectorised for the
 // plain types); only a chunk that has a non-finite value is scanned again element by element
@@ -34,7 +35,7 @@ struct NonFiniteCount {
   bool any() const { return nan + inf > 0; }
 };
 
-// True for the types whose counts are blocks (q8_0, q4_0), false for plain types.
+// True for the types whose counts are blocks (q8_0, q4_0, q4_k, q5_k), false for plain types.
 bool non_finite_counts_blocks(DType dt);
 
 // Counts the non-finite values in n elements of type dt at data (n a multiple of the block

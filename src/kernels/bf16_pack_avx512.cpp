@@ -167,5 +167,6 @@ template void pack_w_bf16_widen<DType::F32>(const void*, size_t, int, int64_t, i
 template void pack_w_bf16_widen<DType::F16>(const void*, size_t, int, int64_t, int64_t, void*);
 template void pack_w_bf16_widen<DType::Q8_0>(const void*, size_t, int, int64_t, int64_t, void*);
 template void pack_w_bf16_widen<DType::Q4_0>(const void*, size_t, int, int64_t, int64_t, void*);
+template void pack_w_bf16_widen<DType::Q4_K>(const void*, size_t, int, int64_t, int64_t, void*);
 
 }  // namespace cbx

@@ -88,7 +88,7 @@ struct GemmKernel {
 };
 
 // Weight types the kernels handle, as table slots.
-enum WeightSlot : int { kWF32 = 0, kWF16, kWBF16, kWQ8_0, kWQ4_0, kWeightSlots };
+enum WeightSlot : int { kWF32 = 0, kWF16, kWBF16, kWQ8_0, kWQ4_0, kWQ4_K, kWeightSlots };
 int matmul_weight_slot(DType t);  // -1 when the type is not a matmul weight type
 
 struct MatmulKernels {

@@ -187,6 +187,7 @@ const Bf16Gemm* amx_bf16_gemm() {
     r.gemm[kWBF16] = amx_bf16_gemm_kernel();
     r.gemm[kWQ8_0] = GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_bf16_widen<DType::Q8_0>, tile_amx};
     r.gemm[kWQ4_0] = GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_bf16_widen<DType::Q4_0>, tile_amx};
+    r.gemm[kWQ4_K] = GemmKernel{kNr, kMr, 32, 2, pack_x_amx, pack_w_bf16_widen<DType::Q4_K>, tile_amx};
     r.pack_bt = pack_bt_bf16;
     r.kc = kAmxKc;  // <= kBf16PackMaxKc
     // Measured, 1 thread: C_out 64 / 128 ran 3.0x / 3.5x the f32 direct conv vs 1.8x / 2.4x

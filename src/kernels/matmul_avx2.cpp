@@ -12,6 +12,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/matmul_avx2_q.h"
+#include "kernels/matvec_q4k.h"
 
 namespace cbx {
 
@@ -252,9 +253,10 @@ const MatmulKernels kAvx2 = {
      {ActFormat::F32, nullptr, dot_float<LoadF16>},
      {ActFormat::F32, nullptr, dot_float<LoadBF16>},
      {ActFormat::Q8, to_q8_avx2, dot_q<false>},
-     {ActFormat::Q8, to_q8_avx2, dot_q<true>}},
+     {ActFormat::Q8, to_q8_avx2, dot_q<true>},
+     {ActFormat::Q8, to_q8_avx2, dot_q4_k_avx2}},
     {gemm_f32(pack_w_f32<DType::F32>), gemm_f32(pack_w_f32<DType::F16>), gemm_f32(pack_w_f32<DType::BF16>),
-     gemm_f32(pack_w_f32<DType::Q8_0>), gemm_f32(pack_w_f32<DType::Q4_0>)},
+     gemm_f32(pack_w_f32<DType::Q8_0>), gemm_f32(pack_w_f32<DType::Q4_0>), gemm_f32(pack_w_f32<DType::Q4_K>)},
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <initializer_list>
 
 #include "core/cpu.h"
+#include "kernels/matvec_q4k.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_avx512_q.h"
 #include "kernels/matmul_amx.h"
@@ -388,10 +389,12 @@ MatmulKernels make_table(bool amx) {
   t.dot[kWBF16] = {ActFormat::BF16, to_bf16_avx512, l1 ? dot_bf16<kL1> : dot_bf16<kL2>};
   t.dot[kWQ8_0] = {ActFormat::Q8, to_q8_avx512, dot_q8_0_avx512};
   t.dot[kWQ4_0] = {ActFormat::Q8Nib, to_q8_nib_avx512, dot_q4_0_avx512};
+  t.dot[kWQ4_K] = {ActFormat::Q8, to_q8_avx512, dot_q4_k_avx512};
   t.gemm[kWF32] = gemm_f32(pack_w_f32<DType::F32>);
   t.gemm[kWF16] = gemm_f32(pack_w_f32<DType::F16>);
   t.gemm[kWQ8_0] = gemm_f32(pack_w_f32<DType::Q8_0>);
   t.gemm[kWQ4_0] = gemm_f32(pack_w_f32<DType::Q4_0>);
+  t.gemm[kWQ4_K] = gemm_f32(pack_w_f32<DType::Q4_K>);
   t.gemm[kWBF16] = amx ? amx_bf16_gemm_kernel() : vdp_bf16_pairs_kernel();
   return t;
 }

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/matmul.h"
+#include "kernels/matvec_q4k.h"
 
 namespace cbx {
 
@@ -32,6 +33,7 @@ int matmul_weight_slot(DType t) {
     case DType::BF16: return kWBF16;
     case DType::Q8_0: return kWQ8_0;
     case DType::Q4_0: return kWQ4_0;
+    case DType::Q4_K: return kWQ4_K;
     default: return -1;
   }
 }
@@ -212,10 +214,11 @@ const MatmulKernels kGeneric = {
      {ActFormat::F32, nullptr, dot_f16},
      {ActFormat::F32, nullptr, dot_bf16},
      {ActFormat::Q8, to_q8_generic, dot_q8_0},
-     {ActFormat::Q8, to_q8_generic, dot_q4_0}},
+     {ActFormat::Q8, to_q8_generic, dot_q4_0},
+     {ActFormat::Q8, to_q8_generic, dot_q4_k_generic}},
     {gemm_generic(pack_w_generic<DType::F32>), gemm_generic(pack_w_generic<DType::F16>),
      gemm_generic(pack_w_generic<DType::BF16>), gemm_generic(pack_w_generic<DType::Q8_0>),
-     gemm_generic(pack_w_generic<DType::Q4_0>)},
+     gemm_generic(pack_w_generic<DType::Q4_0>), gemm_generic(pack_w_generic<DType::Q4_K>)},
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "core/cpu.h"
+#include "core/error.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_avx512_q.h"
 
@@ -290,7 +291,11 @@ void dot_q4_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const voi
 }
 
 void dequant_row_avx512(DType t, const uint8_t* row, int64_t k0, int64_t len, float* out) {
-  if (t == DType::Q8_0) {
+  if (t != DType::Q8_0 && t != DType::Q4_0) {  // Q4_K (and any other block type): whole blocks, scalar
+    const TypeTraits& tr = type_traits(t);
+    CBX_ASSERT(k0 % tr.block_size == 0 && len % tr.block_size == 0);
+    tr.to_float(row + size_t(k0 / tr.block_size) * tr.block_bytes, out, len);
+  } else if (t == DType::Q8_0) {
     auto* b = reinterpret_cast<const BlockQ8_0*>(row) + k0 / 32;
     for (int64_t i = 0; i < len / 32; ++i) {
       const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));

@@ -112,6 +112,7 @@ const Bf16Gemm* vdp_bf16_gemm() {
     r.gemm[kWBF16] = GemmKernel{p.nr, p.mr, 32, 2, pack_x_pad32, pack_w_bf16_pad32, tile};
     r.gemm[kWQ8_0] = GemmKernel{p.nr, p.mr, 32, 2, pack_x_pad32, pack_w_bf16_widen<DType::Q8_0>, tile};
     r.gemm[kWQ4_0] = GemmKernel{p.nr, p.mr, 32, 2, pack_x_pad32, pack_w_bf16_widen<DType::Q4_0>, tile};
+    r.gemm[kWQ4_K] = GemmKernel{p.nr, p.mr, 32, 2, pack_x_pad32, pack_w_bf16_widen<DType::Q4_K>, tile};
     r.pack_bt = pack_bt_bf16;
     r.kc = kVdpKc;
     r.conv_pack_x = conv_pack_x_bf16;

@@ -184,7 +184,7 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c);
 
 // Loader-side layout check: f must hold exactly the tensors of model_tensor_specs(c),
 // with those shapes and a dtype the role allows (Vector/Data: F32, ids: I32, others:
-// F32/F16/BF16/Q8_0/Q4_0). Returns one message per problem (empty = OK).
+// F32/F16/BF16/Q8_0/Q4_0/Q4_K). Returns one message per problem (empty = OK).
 std::vector<std::string> check_model_tensors(const GgufFile& f, const ModelConfig& c);
 
 }  // namespace cbx

@@ -348,7 +348,7 @@ std::vector<std::string> check_model_tensors(const GgufFile& f, const ModelConfi
     if (s.is_int) ok = t.dtype == DType::I32;
     else if (s.role == TensorClass::Vector || s.role == TensorClass::Data) ok = t.dtype == DType::F32;
     else ok = t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16 ||
-              t.dtype == DType::Q8_0 || t.dtype == DType::Q4_0;
+              t.dtype == DType::Q8_0 || t.dtype == DType::Q4_0 || t.dtype == DType::Q4_K;
     if (!ok)
       problems.push_back("tensor '" + s.name + "' (" + tensor_class_name(s.role) + ") has dtype " +
                          dtype_name(t.dtype));

@@ -187,7 +187,7 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   bool quantized = true;
   for (const T3Gpt2Layer& L : w.layers)
     for (const Tensor* t : {&L.c_attn_w, &L.c_proj_w, &L.fc_w, &L.proj_w})
-      quantized &= t->dtype == DType::Q8_0 || t->dtype == DType::Q4_0;
+      quantized &= t->dtype == DType::Q8_0 || t->dtype == DType::Q4_0 || t->dtype == DType::Q4_K;
   const int64_t rows_max = o.row_prefill_max >= 0 ? o.row_prefill_max
                            : std::strcmp(gemm_bf16_kind(), "amx") == 0 ? 0 : kRowPrefillMaxRows;
   row_prefill_max_ = quantized && rows_max > 1 ? std::min(rows_max, max_batch_) : 0;

@@ -199,7 +199,7 @@ void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w,
                    const Tensor& x, Tensor& y, Arena* arena, const char* what,
                    GemmPrecision prec) {
   const int slot = matmul_weight_slot(w.dtype);
-  CBX_CHECK(slot >= 0, "%s: weight %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0)",
+  CBX_CHECK(slot >= 0, "%s: weight %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0, q4_k)",
             what, w.shape_str().c_str(), dtype_name(w.dtype));
   CBX_CHECK(w.ndim == 2, "%s: weight %s must be 2-D [M, K]", what, w.shape_str().c_str());
   CBX_CHECK(type_traits(w.dtype).is_quantized || w.shape[1] <= 1 ||
@@ -228,8 +228,9 @@ void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w,
   const int64_t xs = row_stride(x, what, "x"), ys = row_stride(y, what, "y");
   CBX_CHECK(ys % 4 == 0, "%s: y %s row stride %lld is not a multiple of 4 bytes", what,
             y.shape_str().c_str(), (long long)ys);
-  CBX_CHECK(!type_traits(w.dtype).is_quantized || k % 32 == 0,
-            "%s: quantized weight %s needs K %% 32 == 0", what, w.shape_str().c_str());
+  CBX_CHECK(!type_traits(w.dtype).is_quantized || k % type_traits(w.dtype).block_size == 0,
+            "%s: %s weight %s needs K %% %lld == 0 (its block size)", what, dtype_name(w.dtype), w.shape_str().c_str(),
+            (long long)type_traits(w.dtype).block_size);
   const int64_t n = x.rows();
   if (n == 0 || m == 0) return;
 

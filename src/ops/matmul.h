@@ -5,10 +5,10 @@
 //   matmul_bias: the same plus bias: [M] on every row
 //   gemm_f32:    c: [N, M] = a: [N, K] . b: [M, K]^T      (activations x activations, all f32)
 //
-// w: F32, F16, BF16, Q8_0 or Q4_0, 2-D, rows may be strided. x: F32, [K] or [N, K] (more
+// w: F32, F16, BF16, Q8_0, Q4_0 or Q4_K, 2-D, rows may be strided. x: F32, [K] or [N, K] (more
 // leading dims are allowed when they collapse to one row stride), rows may be strided,
 // innermost contiguous. y: F32, same leading dims as x with M columns, rows may be strided.
-// Quantized weights need K % 32 == 0.
+// Quantized weights need K a multiple of their block size (32; Q4_K: 256).
 //
 // Numerics: N < matmul_gemm_min_rows() takes the dot path: Q8_0/Q4_0 weights are dotted
 // with x quantized to 8 bits per 32-block (integer dots); BF16 weights on AVX-512 with x

@@ -253,7 +253,7 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
     const Tensor& f = *parts[0];
     CBX_CHECK(
         matmul_weight_slot(p->dtype) >= 0,
-        "pack_weight %s: part %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0)",
+        "pack_weight %s: part %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0, q4_k)",
         what, p->shape_str().c_str(), dtype_name(p->dtype));
     CBX_CHECK(p->dtype == f.dtype && p->shape[1] == f.shape[1],
               "pack_weight %s: part %s %s does not match the first part %s %s (one dtype and K)",
@@ -268,9 +268,9 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
   }
   w.k_ = parts[0]->shape[1];
   w.dtype_ = parts[0]->dtype;
-  CBX_CHECK(!type_traits(w.dtype_).is_quantized || w.k_ % 32 == 0,
-            "pack_weight %s: quantized weight needs K %% 32 == 0, got K = %lld", what,
-            (long long)w.k_);
+  CBX_CHECK(!type_traits(w.dtype_).is_quantized || w.k_ % type_traits(w.dtype_).block_size == 0,
+            "pack_weight %s: %s weight needs K %% %lld == 0, got K = %lld", what, dtype_name(w.dtype_),
+            (long long)type_traits(w.dtype_).block_size, (long long)w.k_);
   const Bf16Gemm* b = bf16_for(kern);
   const char* off = std::getenv("CBX_NO_PREPACK");
   if (off && *off && std::strcmp(off, "0") != 0) return w;  // A/B switch: no panels

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/matmul.h"
+#include "kernels/matvec_q4k.h"
 #include "kernels/matvec_q4p.h"
 #include "kernels/nn.h"
 
@@ -14,7 +15,15 @@ namespace cbx {
 RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa, bool pack)
     : RowLinear(w, bias, name, isa, pack, nullptr) {}
 
+namespace {
+// Q4_K rows the q4kp kernel can take (kernels/matvec_q4k.h).
+bool q4kp_for(const Tensor& w, Isa isa, bool pack) {
+  return pack && w.dtype == DType::Q4_K && w.ndim == 2 && q4kp_dot(isa) && q4kp_shape_ok(w.shape[1]);
+}
+}  // namespace
+
 size_t RowLinear::pack_bytes(const Tensor& w, Isa isa, bool pack) {
+  if (q4kp_for(w, isa, pack)) return size_t(w.shape[0]) * q4kp_row_bytes(w.shape[1]);
   if (!pack || !planar_dot(w.dtype, isa) || w.ndim != 2) return 0;
   return planar_matrix_bytes(w.dtype, w.shape[0], w.shape[1]);
 }
@@ -30,8 +39,9 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
             "row_linear %s: weight %s rows must be contiguous", name, w.shape_str().c_str());
   m_ = w.shape[0];
   k_ = w.shape[1];
-  CBX_CHECK(!tr.is_quantized || k_ % 32 == 0, "row_linear %s: quantized weight %s needs K %% 32 == 0", name,
-            w.shape_str().c_str());
+  CBX_CHECK(!tr.is_quantized || k_ % tr.block_size == 0,
+            "row_linear %s: %s weight %s needs K %% %lld == 0 (its block size)", name, tr.name, w.shape_str().c_str(),
+            (long long)tr.block_size);
   CBX_CHECK(k_ > 0, "row_linear %s: weight %s has no columns", name, w.shape_str().c_str());
   if (!bias.empty()) {
     CBX_CHECK(bias.dtype == DType::F32 && bias.ndim == 1 && bias.shape[0] == m_ && (bias.stride[0] == 4 || m_ <= 1),
@@ -42,10 +52,12 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
   w_ = static_cast<const uint8_t*>(w.data);
   ws_ = size_t(w.stride[0]);
   dot_ = &matmul_kernels(isa).dot[slot];
-  const DotKernel* planar = pack ? planar_dot(w.dtype, isa) : nullptr;
+  const bool q4kp = q4kp_for(w, isa, pack);
+  const DotKernel* planar = q4kp ? q4kp_dot(isa) : pack ? planar_dot(w.dtype, isa) : nullptr;
   if (planar && m_ > 0) {
-    const size_t rb = planar_row_bytes(w.dtype, k_);
-    packed_bytes_ = planar_matrix_bytes(w.dtype, m_, k_);
+    const size_t rb = q4kp ? q4kp_row_bytes(k_) : planar_row_bytes(w.dtype, k_);
+    packed_bytes_ = q4kp ? size_t(m_) * rb : planar_matrix_bytes(w.dtype, m_, k_);
+    pairs_ = !q4kp;
     uint8_t* buf = storage;
     if (buf) {
       CBX_CHECK(reinterpret_cast<uintptr_t>(buf) % 64 == 0, "row_linear %s: planar storage for %s is not 64-aligned",
@@ -56,7 +68,8 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
                 w.shape_str().c_str());
       packed_ = std::shared_ptr<uint8_t>(buf, [](uint8_t* p) { std::free(p); });
     }
-    planar_pack_rows(w.dtype, w_, ws_, m_, k_, buf);
+    if (q4kp) q4kp_pack_rows(w_, ws_, m_, k_, buf);
+    else planar_pack_rows(w.dtype, w_, ws_, m_, k_, buf);
     w_ = buf;
     ws_ = rb;
     dot_ = planar;
@@ -67,7 +80,7 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
 void RowLinear::dot(int64_t m0, int64_t m1, const void* act, size_t as, int64_t n, float* out, int64_t ldo) const {
   // The kernel sees the weight slice from row m0 on. Planar rows come in pairs and a slice
   // must start at one: an odd first row is computed alone, from its pair.
-  if (packed_bytes_ && (m0 & 1)) {
+  if (packed_bytes_ && pairs_ && (m0 & 1)) {
     for (int64_t r = 0; r < n; ++r) {
       float two[2];
       dot_->fn(w_ + size_t(m0 - 1) * ws_, ws_, 1, 2, static_cast<const uint8_t*>(act) + size_t(r) * as, 0, 1, k_,

@@ -10,7 +10,8 @@
 //               Q8_0 weights are copied once into planar row pairs (q4p / q8p,
 //               kernels/matvec_q4p.h) where a SIMD kernel for them exists (AVX-512): same
 //               results, faster loads, at the cost of a second copy of those weights in
-//               memory (packed_bytes()); pack = false keeps the GGUF layout.
+//               memory (packed_bytes()); pack = false keeps the GGUF layout. Q4_K
+//               weights with K % 512 == 0 likewise get q4kp rows (kernels/matvec_q4k.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -84,6 +85,7 @@ class RowLinear {
   size_t act_bytes_ = 0;
   std::shared_ptr<uint8_t> packed_;  // planar copy of w (shared by copies of this object)
   size_t packed_bytes_ = 0;
+  bool pairs_ = false;  // the packed copy is in row pairs (q4p / q8p; q4kp rows stand alone)
 };
 
 // Per-row helpers with the kernels of `isa` (no pool): layer norm of one row of n

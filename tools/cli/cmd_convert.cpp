@@ -1,4 +1,4 @@
-// chatterbox convert DIR -o model.gguf [--type f32|f16|q8_0|q4_0] [--s3gen-type T] [--t3 FILE] [-q]
+// chatterbox convert DIR -o model.gguf [--type f32|f16|q8_0|q4_k|q4_0] [--s3gen-type T] [--t3 FILE] [-q]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,7 +12,7 @@ namespace {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: chatterbox convert DIR -o MODEL.gguf [--type f32|f16|q8_0|q4_0] [--s3gen-type T]\n"
+               "usage: chatterbox convert DIR -o MODEL.gguf [--type f32|f16|q8_0|q4_k|q4_0] [--s3gen-type T]\n"
                "       [--t3 FILE] [-q]\n"
                "Converts an upstream Chatterbox checkpoint directory (Turbo, Nano or Multilingual,\n"
                "as downloaded from Hugging Face) into one self-contained GGUF file.\n"

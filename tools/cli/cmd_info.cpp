@@ -48,7 +48,7 @@ int cmd_info(int argc, char** argv) {
       std::printf("usage: chatterbox info MODEL.gguf [--check] [--tensors]\n"
                   "  --check    verify every tensor against the layout the metadata implies, and scan every\n"
                   "             weight for NaN / Inf values: prints each offending tensor (dtype, NaN and Inf\n"
-                  "             counts, first element; for q8_0 / q4_0 the blocks whose f16 scale is NaN / Inf)\n"
+                  "             counts, first element; for q8_0 / q4_0 / q4_k the blocks whose f16 scales are NaN / Inf)\n"
                   "             and a summary. Exit status 0 when both pass, 1 when either finds a problem.\n"
                   "             convert and quantize refuse to write NaN / Inf weights; loading does not scan.\n"
                   "  --tensors  list every tensor\n");

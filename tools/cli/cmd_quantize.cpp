@@ -1,4 +1,4 @@
-// chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--s3gen-type T] [-q]
+// chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_k|q4_0|f16 [--s3gen-type T] [-q]
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -11,9 +11,9 @@ namespace {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16 [--s3gen-type T] [-q]\n"
+               "usage: chatterbox quantize IN.gguf OUT.gguf --type q8_0|q4_k|q4_0|f16 [--s3gen-type T] [-q]\n"
                "Re-encodes an F32 (or F16) chatterbox GGUF with the dtype policy of `convert`.\n"
-               "  -t, --type T      dtype of the T3 matrices: q8_0, q4_0 or f16; S3Gen stays f16\n"
+               "  -t, --type T      dtype of the T3 matrices: q8_0, q4_k, q4_0 or f16; S3Gen stays f16\n"
                "                    (see docs/quantization.md)\n"
                "  --s3gen-type T    dtype of the S3Gen matrices instead (q8_0 / q4_0: smaller, less precise)\n"
                "  -q, --quiet       no progress line (shown on stderr when it is a terminal; CBX_PROGRESS=1\n"
