@@ -73,18 +73,19 @@ const char* kUsage =
     "usage: chatterbox-bench serve -m MODEL.gguf [--concurrency 1,2,4,8] [--rounds R (2)] [--tokens N (200)]\n"
     "                              [--max-batch B (8)] [--threads T (2)] [--seed S] [--text TEXT] [--voice V]\n"
     "                              [--server-bin PATH] [--request-timeout S (600)] [--load-timeout S (600)]\n"
-    "       chatterbox-bench serve --soak -m MODEL.gguf [--warmup N (50)] [--sequential N (500)] [--clients K (8)]\n"
+    "       chatterbox-bench serve --soak -m MODEL.gguf [--warmup N (100)] [--sequential N (500)] [--clients K (8)]\n"
     "                              [--per-client N (25)] [--tokens N (5)] [--max-batch B (4)] ...\n"
     "  (see bench/bench_serve.cpp)";
 
 struct Args {
   std::string model, server_bin, text, voice = "default";
   std::vector<int> concurrency{1, 2, 4, 8};
+  std::vector<std::string> formats{"pcm", "wav", "mp3", "flac"};  // --soak rotates them
   int rounds = 2, tokens = -1, max_batch = -1, threads = 2;
   uint64_t seed = 0;
   double request_timeout = 600, load_timeout = 600;
   bool soak = false;
-  int warmup = 50, sequential = 500, clients = 8, per_client = 25;
+  int warmup = 100, sequential = 500, clients = 8, per_client = 25;
 };
 
 long long int_arg(const std::string& flag, const char* v, long long lo, long long hi) {
@@ -129,7 +130,16 @@ Args parse_args(int argc, char** argv) {
     else if (f == "--sequential") a.sequential = int(int_arg(f, next(), 0, 1000000));
     else if (f == "--clients") a.clients = int(int_arg(f, next(), 1, 64));
     else if (f == "--per-client") a.per_client = int(int_arg(f, next(), 0, 1000000));
-    else if (f == "--concurrency") {
+    else if (f == "--formats") {
+      a.formats.clear();
+      const std::string list = next();
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        a.formats.push_back(list.substr(at, comma - at));
+        CBX_CHECK(!a.formats.back().empty(), "--formats: an empty name in '%s'", list.c_str());
+        at = comma + 1;
+      }
+    } else if (f == "--concurrency") {
       a.concurrency.clear();
       const std::string list = next();
       size_t at = 0;
@@ -286,14 +296,13 @@ int run_throughput(const Args& a) {
 }
 
 int run_soak(const Args& a) {
-  static const char* const kFormats[] = {"pcm", "wav", "mp3", "flac"};
   const Clock::time_point start = Clock::now();
   Server srv(a);
   std::atomic<uint64_t> next_seed{a.seed};
   std::atomic<int> failures{0}, warm_failures{0};
   auto one = [&](std::atomic<int>& fails) {
     const uint64_t s = next_seed++;
-    const SpeechResult r = post_speech(srv.port, speech_body(a, s, kFormats[s % 4]), a.request_timeout);
+    const SpeechResult r = post_speech(srv.port, speech_body(a, s, a.formats[s % a.formats.size()].c_str()), a.request_timeout);
     if (!r.ok) {
       ++fails;
       report_failure(r);
