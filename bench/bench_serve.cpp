@@ -171,6 +171,16 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
+// The server's --max-queue: room for every request the bench has in flight. Not more: the server
+// runs max_queue + max_batch + 8 connection threads, and each thread's stack pages join its RSS
+// the first time that thread encodes (deeply for MP3), which a soak would read as growth until
+// every thread has served every format.
+int max_queue(const Args& a) {
+  int most = a.soak ? a.clients : 1;
+  for (const int c : a.concurrency) most = std::max(most, a.soak ? 0 : c);
+  return std::max(16, 2 * most);
+}
+
 // The server, started and ready, with a temporary directory for its log (removed at the end).
 struct Server {
   std::string dir;
@@ -184,13 +194,19 @@ struct Server {
     // --max-tokens counts the tokens after the prefill one: N tokens in all per chunk.
     const std::vector<std::string> args{"serve", "-m", a.model, "--host", "127.0.0.1", "--port", "0", "-t",
                                         std::to_string(a.threads), "--max-batch", std::to_string(a.max_batch),
-                                        "--max-tokens", std::to_string(a.tokens - 1), "--max-queue", "256",
+                                        "--max-tokens", std::to_string(a.tokens - 1), "--max-queue", std::to_string(max_queue(a)),
                                         "--timeout", std::to_string(int(a.request_timeout)), "--grace", "2",
                                         "--no-ui"};
-    proc = std::make_unique<ServerProcess>(a.server_bin, args, dir + "/server.log");
-    port = proc->wait_ready(a.load_timeout);
+    try {
+      proc = std::make_unique<ServerProcess>(a.server_bin, args, dir + "/server.log");
+      port = proc->wait_ready(a.load_timeout);
+    } catch (...) {
+      cleanup();  // the destructor does not run for a constructor that throws
+      throw;
+    }
   }
-  ~Server() {
+  ~Server() { cleanup(); }
+  void cleanup() {
     proc.reset();  // stops the child
     ::unlink((dir + "/server.log").c_str());
     ::rmdir(dir.c_str());
