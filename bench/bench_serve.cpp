@@ -92,8 +92,8 @@ long long int_arg(const std::string& flag, const char* v, long long lo, long lon
   char* end = nullptr;
   errno = 0;
   const long long x = std::strtoll(v, &end, 10);
-  CBX_CHECK(errno == 0 && end != v && *end == '\0' && x >= lo && x <= hi, "%s must be an integer in [%lld, %lld], got '%s'",
-            flag.c_str(), lo, hi, v);
+  CBX_CHECK(errno == 0 && end != v && *end == '\0' && x >= lo && x <= hi,
+            "%s must be an integer in [%lld, %lld], got '%s'", flag.c_str(), lo, hi, v);
   return x;
 }
 
@@ -192,11 +192,13 @@ struct Server {
     CBX_CHECK(::mkdtemp(tmpl), "cannot create a temporary directory in /tmp");
     dir = tmpl;
     // --max-tokens counts the tokens after the prefill one: N tokens in all per chunk.
-    const std::vector<std::string> args{"serve", "-m", a.model, "--host", "127.0.0.1", "--port", "0", "-t",
-                                        std::to_string(a.threads), "--max-batch", std::to_string(a.max_batch),
-                                        "--max-tokens", std::to_string(a.tokens - 1), "--max-queue", std::to_string(max_queue(a)),
-                                        "--timeout", std::to_string(int(a.request_timeout)), "--grace", "2",
-                                        "--no-ui"};
+    const std::vector<std::string> args{"serve", "-m", a.model, "--host", "127.0.0.1", "--port", "0",
+                                        "-t", std::to_string(a.threads),
+                                        "--max-batch", std::to_string(a.max_batch),
+                                        "--max-tokens", std::to_string(a.tokens - 1),
+                                        "--max-queue", std::to_string(max_queue(a)),
+                                        "--timeout", std::to_string(int(std::ceil(a.request_timeout))),
+                                        "--grace", "2", "--no-ui"};
     try {
       proc = std::make_unique<ServerProcess>(a.server_bin, args, dir + "/server.log");
       port = proc->wait_ready(a.load_timeout);
@@ -318,7 +320,8 @@ int run_soak(const Args& a) {
   std::atomic<int> failures{0}, warm_failures{0};
   auto one = [&](std::atomic<int>& fails) {
     const uint64_t s = next_seed++;
-    const SpeechResult r = post_speech(srv.port, speech_body(a, s, a.formats[s % a.formats.size()].c_str()), a.request_timeout);
+    const std::string& format = a.formats[s % a.formats.size()];
+    const SpeechResult r = post_speech(srv.port, speech_body(a, s, format.c_str()), a.request_timeout);
     if (!r.ok) {
       ++fails;
       report_failure(r);
