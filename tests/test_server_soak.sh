@@ -33,9 +33,10 @@ expect_error "--clients must be an integer in [1, 64], got '0'" -- "$BENCH" serv
 expect_error "--formats: an empty name" -- "$BENCH" serve --soak -m "$T/m.gguf" --formats pcm,,wav
 expect_error "-m MODEL.gguf is required" -- "$BENCH" serve --soak
 expect_error "not an executable (--server-bin)" -- "$BENCH" serve --soak -m "$T/m.gguf" --server-bin "$T/nothing"
-# A server that cannot load its model: its own error comes back, and the bench does not wait.
+# A server that cannot load its model: its own error comes back (the log's tail), and the bench
+# waits no longer than --load-timeout.
 : > "$T/empty.gguf"
-expect_error "the server exited" -- "$BENCH" serve --soak -m "$T/empty.gguf" --load-timeout 60
+expect_error "empty file (not a GGUF file)" -- "$BENCH" serve --soak -m "$T/empty.gguf" --load-timeout 20
 
 seq_n=${CBX_SOAK_SEQUENTIAL:-150}
 per_client=${CBX_SOAK_PER_CLIENT:-10}
