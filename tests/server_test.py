@@ -229,6 +229,29 @@ def main():
     check(ev[-1]["type"] == "speech.audio.done" and ev[-1]["usage"]["output_tokens"] > 0, f"sse done: {ev[-1]}")
     check(b"".join(base64.b64decode(e["audio"]) for e in ev[:-1]) == pcm, "sse audio differs from the pcm stream")
 
+    # ---- token-chunked streaming (default; --no-stream-synthesis turns it off) ----
+    # A request of one text chunk (--max-tokens 30: past the first piece's 25 tokens) comes in more
+    # than one audio piece: one SSE delta per piece (pcm, speed 1), in order, then done. The same
+    # on the Multilingual model; and from the one-at-a-time path (the auth server below).
+    one = {"input": "Hello.", "response_format": "pcm", "stream_format": "sse", "seed": 5}
+    for body in [one, dict(one, model="chatterbox-multilingual")]:
+        st, _, data = srv.speech(body)
+        ev = sse_events(data)
+        deltas = [e for e in ev if e["type"] == "speech.audio.delta"]
+        check(st == 200 and ev[-1]["type"] == "speech.audio.done" and ev[:-1] == deltas,
+              f"streamed sse: {st} {[e['type'] for e in ev]}")
+        check(len(deltas) >= 2, f"{body.get('model', 'tts-1')}: a one-chunk request came in {len(deltas)} piece(s)")
+        st, _, plain = srv.speech(dict(body, stream_format="audio"))
+        check(st == 200 and b"".join(base64.b64decode(e["audio"]) for e in deltas) == plain,
+              "the streamed pieces differ from the same request's pcm")
+    srv3 = Server("nostream", "-m", MTL, "--max-tokens", "30", "--no-stream-synthesis")
+    for body in [one, dict(one, model="chatterbox-multilingual")]:
+        st, _, data = srv3.speech(body)
+        ev = sse_events(data)
+        check(st == 200 and len(ev) == 2 and ev[0]["type"] == "speech.audio.delta",
+              f"--no-stream-synthesis: a one-chunk request gave events {[e['type'] for e in ev]}")
+    check(srv3.stop(signal.SIGTERM) == 0, "--no-stream-synthesis server: exit status not 0")
+
     # ---- streaming: the first audio goes out before generation ends (order of the server's events) ----
     long_body = {"input": LONG, "response_format": "pcm", "seed": 11}
     st, _, long_pcm = srv.speech(long_body)
@@ -422,6 +445,9 @@ def main():
     check(st == 401, f"/v1/models with a wrong key: {st}")
     st, _, data = srv2.speech(dict(base, response_format="pcm"), good)
     check(st == 200 and len(data) > 0, f"with the key: {st}")
+    st, _, data = srv2.speech({"input": "Hello.", "response_format": "pcm", "stream_format": "sse", "seed": 5}, good)
+    deltas = [e for e in sse_events(data) if e["type"] == "speech.audio.delta"]
+    check(st == 200 and len(deltas) >= 2, f"--max-batch 1: a one-chunk request came in {len(deltas)} piece(s)")
     # A: running (no --max-tokens here: the tiny model's chunks run to the model's 1000 tokens);
     # B: queued; C: refused with 429 + Retry-After.
     a = socket.create_connection((HOST, srv2.port), timeout=120)
