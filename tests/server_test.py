@@ -230,27 +230,34 @@ def main():
     check(b"".join(base64.b64decode(e["audio"]) for e in ev[:-1]) == pcm, "sse audio differs from the pcm stream")
 
     # ---- token-chunked streaming (default; --no-stream-synthesis turns it off) ----
-    # A request of one text chunk (--max-tokens 30: past the first piece's 25 tokens) comes in more
-    # than one audio piece: one SSE delta per piece (pcm, speed 1), in order, then done. The same
-    # on the Multilingual model; and from the one-at-a-time path (the auth server below).
+    # A request of one text chunk, decoded past the first piece's 25 speech tokens, comes in more
+    # than one audio piece: one SSE delta per piece (pcm, speed 1), in order, then done; their
+    # bytes are the same request's pcm. Here (--max-tokens 30) Turbo; the tiny Multilingual model
+    # stops before 25 tokens at that limit: both on servers with --max-tokens 80 below, one of
+    # them with --no-stream-synthesis (one delta per chunk). The one-at-a-time path: srv2 below.
     one = {"input": "Hello.", "response_format": "pcm", "stream_format": "sse", "seed": 5}
-    for body in [one, dict(one, model="chatterbox-multilingual")]:
-        st, _, data = srv.speech(body)
+
+    def pieces(server, body):
+        st, _, data = server.speech(body)
         ev = sse_events(data)
         deltas = [e for e in ev if e["type"] == "speech.audio.delta"]
         check(st == 200 and ev[-1]["type"] == "speech.audio.done" and ev[:-1] == deltas,
-              f"streamed sse: {st} {[e['type'] for e in ev]}")
-        check(len(deltas) >= 2, f"{body.get('model', 'tts-1')}: a one-chunk request came in {len(deltas)} piece(s)")
-        st, _, plain = srv.speech(dict(body, stream_format="audio"))
+              f"sse: {st} {[e['type'] for e in ev]}")
+        st, _, plain = server.speech(dict(body, stream_format="audio"))
         check(st == 200 and b"".join(base64.b64decode(e["audio"]) for e in deltas) == plain,
               "the streamed pieces differ from the same request's pcm")
-    srv3 = Server("nostream", "-m", MTL, "--max-tokens", "30", "--no-stream-synthesis")
-    for body in [one, dict(one, model="chatterbox-multilingual")]:
-        st, _, data = srv3.speech(body)
-        ev = sse_events(data)
-        check(st == 200 and len(ev) == 2 and ev[0]["type"] == "speech.audio.delta",
-              f"--no-stream-synthesis: a one-chunk request gave events {[e['type'] for e in ev]}")
-    check(srv3.stop(signal.SIGTERM) == 0, "--no-stream-synthesis server: exit status not 0")
+        return len(deltas), ev[-1]["usage"]["output_tokens"]
+
+    n, tokens = pieces(srv, one)
+    check(n >= 2, f"a one-chunk request of {tokens} speech tokens came in {n} piece(s)")
+    for flags, streamed in [([], True), (["--no-stream-synthesis"], False)]:
+        srv3 = Server("tokens80" + "".join(flags), "-m", MTL, "--max-tokens", "80", *flags)
+        for body in [one, dict(one, model="chatterbox-multilingual")]:
+            n, tokens = pieces(srv3, body)
+            check(tokens > 25, f"{tokens} speech tokens: too few to test streaming")
+            check(n >= 2 if streamed else n == 1,
+                  f"{flags} {body.get('model', 'tts-1')}: a one-chunk request of {tokens} tokens came in {n} piece(s)")
+        check(srv3.stop(signal.SIGTERM) == 0, f"{flags} server: exit status not 0")
 
     # ---- streaming: the first audio goes out before generation ends (order of the server's events) ----
     long_body = {"input": LONG, "response_format": "pcm", "seed": 11}
