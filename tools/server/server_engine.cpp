@@ -300,7 +300,8 @@ void Engine::task_done(double dt) {
 // The batching loop: between decode steps it admits queued speech requests into free rows and
 // runs other tasks (voice uploads), ends the requests whose client left / deadline passed / the
 // server stops, then advances every active request by one step (BatchSynth::step: one T3 token
-// for all rows, then S3Gen for each chunk that finished, so its audio goes out at once).
+// for all rows, then, oldest request first, the S3Gen runs of the streams that are due and of the
+// chunks that finished, so their audio goes out before the next token; docs/server.md).
 void Engine::loop_batched(cbx::TurboPipeline* turbo, cbx::MtlPipeline* mtl) {
   std::unique_ptr<cbx::BatchSynth> bs;
   {
