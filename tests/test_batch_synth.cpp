@@ -4,6 +4,9 @@
 // cancelled mid-batch frees its row and the others go on unchanged. Tiny synthetic Turbo model
 // (chatterbox-mkckpt + convert). The same for a tiny Multilingual model: CFG pairs and
 // cfg_weight 0 requests, several languages and exaggerations, against MtlPipeline::synthesize.
+// Streaming requests (stream = true, a short schedule) beside plain ones, both variants: each
+// streamed request's pieces, boundaries included, are synthesize's with stream = true alone; a
+// cancelled stream's row and stream serve the next request unchanged.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -233,6 +236,41 @@ TEST_F(BatchSynthTest, StreamedRequestsEqualSynthesizeAlone) {
   }
   expect_same(alone(pipe, cases[2], other), got[2], 2);
   EXPECT_EQ(bs.n_t3_active(), 0);
+}
+
+// A streaming request cancelled after its first piece frees its row and its stream; the request
+// that takes them over, and the one beside, still get synthesize's pieces.
+TEST_F(BatchSynthTest, CancelledStreamIsReused) {
+  TurboLoadParams lp;
+  lp.n_threads = 2;
+  lp.max_new_tokens = 40;
+  TurboPipeline pipe(g_dir + "/m.gguf", lp);
+  const auto other = make_other_voice(pipe);
+  Case a = kCases[0], b = kCases[5], c = {"Short one, two.", 42, 0, true, 0, true};
+  a.stream = b.stream = true;
+  const auto want_b = alone(pipe, b, other), want_c = alone(pipe, c, other);
+  BatchSynth bs(pipe, 2);
+  Got ga, gb, gc;
+  auto piecewise = [&](const Case& cs, Got& g) {
+    BatchSynthRequest r = request_of(cs, other, g);
+    r.on_audio = [&g](const float* s, int64_t n, int64_t, int64_t) {
+      g.chunks.emplace_back(s, s + n);
+      return true;
+    };
+    return r;
+  };
+  const int64_t ida = bs.submit(piecewise(a, ga));
+  bs.submit(piecewise(b, gb));
+  for (int step = 0; step < 100 && ga.chunks.empty(); ++step) bs.step();
+  ASSERT_FALSE(ga.chunks.empty());
+  ASSERT_FALSE(ga.done);
+  EXPECT_TRUE(bs.cancel(ida));
+  bs.submit(piecewise(c, gc));  // a's row and stream
+  for (int step = 0; step < 5000 && bs.n_requests() > 0; ++step) bs.step();
+  EXPECT_TRUE(gb.done && gc.done);
+  EXPECT_FALSE(ga.done || ga.failed);
+  expect_same(want_b, gb, 1);
+  expect_same(want_c, gc, 2);
 }
 
 TEST_F(BatchSynthTest, CancelMidBatchFreesTheRow) {
