@@ -229,6 +229,36 @@ def main():
     check(ev[-1]["type"] == "speech.audio.done" and ev[-1]["usage"]["output_tokens"] > 0, f"sse done: {ev[-1]}")
     check(b"".join(base64.b64decode(e["audio"]) for e in ev[:-1]) == pcm, "sse audio differs from the pcm stream")
 
+    # ---- token-chunked streaming (default; --no-stream-synthesis turns it off) ----
+    # A request of one text chunk, decoded past the first piece's 25 speech tokens, comes in more
+    # than one audio piece: one SSE delta per piece (pcm, speed 1), in order, then done; their
+    # bytes are the same request's pcm. Here (--max-tokens 30) Turbo; the tiny Multilingual model
+    # stops before 25 tokens at that limit: both on servers with --max-tokens 80 below, one of
+    # them with --no-stream-synthesis (one delta per chunk). The one-at-a-time path: srv2 below.
+    one = {"input": "Hello.", "response_format": "pcm", "stream_format": "sse", "seed": 5}
+
+    def pieces(server, body):
+        st, _, data = server.speech(body)
+        ev = sse_events(data)
+        deltas = [e for e in ev if e["type"] == "speech.audio.delta"]
+        check(st == 200 and ev[-1]["type"] == "speech.audio.done" and ev[:-1] == deltas,
+              f"sse: {st} {[e['type'] for e in ev]}")
+        st, _, plain = server.speech(dict(body, stream_format="audio"))
+        check(st == 200 and b"".join(base64.b64decode(e["audio"]) for e in deltas) == plain,
+              "the streamed pieces differ from the same request's pcm")
+        return len(deltas), ev[-1]["usage"]["output_tokens"]
+
+    n, tokens = pieces(srv, one)
+    check(n >= 2, f"a one-chunk request of {tokens} speech tokens came in {n} piece(s)")
+    for flags, streamed in [([], True), (["--no-stream-synthesis"], False)]:
+        srv3 = Server("tokens80" + "".join(flags), "-m", MTL, "--max-tokens", "80", *flags)
+        for body in [one, dict(one, model="chatterbox-multilingual")]:
+            n, tokens = pieces(srv3, body)
+            check(tokens > 25, f"{tokens} speech tokens: too few to test streaming")
+            check(n >= 2 if streamed else n == 1,
+                  f"{flags} {body.get('model', 'tts-1')}: a one-chunk request of {tokens} tokens came in {n} piece(s)")
+        check(srv3.stop(signal.SIGTERM) == 0, f"{flags} server: exit status not 0")
+
     # ---- streaming: the first audio goes out before generation ends (order of the server's events) ----
     long_body = {"input": LONG, "response_format": "pcm", "seed": 11}
     st, _, long_pcm = srv.speech(long_body)
@@ -422,6 +452,9 @@ def main():
     check(st == 401, f"/v1/models with a wrong key: {st}")
     st, _, data = srv2.speech(dict(base, response_format="pcm"), good)
     check(st == 200 and len(data) > 0, f"with the key: {st}")
+    st, _, data = srv2.speech({"input": "Hello.", "response_format": "pcm", "stream_format": "sse", "seed": 5}, good)
+    deltas = [e for e in sse_events(data) if e["type"] == "speech.audio.delta"]
+    check(st == 200 and len(deltas) >= 2, f"--max-batch 1: a one-chunk request came in {len(deltas)} piece(s)")
     # A: running (no --max-tokens here: the tiny model's chunks run to the model's 1000 tokens);
     # B: queued; C: refused with 429 + Retry-After.
     a = socket.create_connection((HOST, srv2.port), timeout=120)

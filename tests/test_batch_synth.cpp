@@ -4,6 +4,9 @@
 // cancelled mid-batch frees its row and the others go on unchanged. Tiny synthetic Turbo model
 // (chatterbox-mkckpt + convert). The same for a tiny Multilingual model: CFG pairs and
 // cfg_weight 0 requests, several languages and exaggerations, against MtlPipeline::synthesize.
+// Streaming requests (stream = true, a short schedule) beside plain ones, both variants: each
+// streamed request's pieces, boundaries included, are synthesize's with stream = true alone; a
+// cancelled stream's row and stream serve the next request unchanged.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -56,7 +59,18 @@ struct Case {
   int64_t chunk_tokens = 0;  // max_chunk_tokens: small values give several chunks
   bool other_voice = false;
   int join_step = 0;
+  bool stream = false;  // token-chunked streaming (kSchedule)
 };
+
+// A short schedule: the tiny models' chunks have few tokens; several runs per chunk.
+StreamSchedule test_schedule() {
+  StreamSchedule s;
+  s.first_tokens = 3;
+  s.chunk_tokens = 4;
+  s.context_tokens = 5;
+  s.prompt_tokens = 20;
+  return s;
+}
 
 struct Got {
   std::vector<std::vector<float>> chunks;
@@ -79,10 +93,12 @@ TurboSynthParams params_of(const Case& c) {
   TurboSynthParams p;
   p.seed = c.seed;
   p.max_chunk_tokens = c.chunk_tokens;
+  p.stream = c.stream;
+  p.stream_schedule = test_schedule();
   return p;
 }
 
-// What synthesize gives the case alone: its audio chunk by chunk.
+// What synthesize gives the case alone: its audio chunk by chunk (streamed: piece by piece).
 std::vector<std::vector<float>> alone(TurboPipeline& pipe, const Case& c, const std::shared_ptr<const Voice>& other) {
   if (c.other_voice) pipe.set_voice(*other);
   std::vector<std::vector<float>> out;
@@ -168,6 +184,95 @@ TEST_F(BatchSynthTest, EachRequestEqualsSynthesizeAlone) {
   expect_same(alone(pipe, kCases[2], other), got[2], 2);
 }
 
+// Streaming requests (S3Gen runs between decode steps on their schedules) next to plain ones:
+// each streamed request's pieces, boundaries included, are synthesize's with stream = true.
+TEST_F(BatchSynthTest, StreamedRequestsEqualSynthesizeAlone) {
+  TurboLoadParams lp;
+  lp.n_threads = 2;
+  lp.max_new_tokens = 40;
+  TurboPipeline pipe(g_dir + "/m.gguf", lp);
+  const auto other = make_other_voice(pipe);
+  std::vector<Case> cases = kCases;
+  for (size_t i = 0; i < cases.size(); ++i) cases[i].stream = i != 3;  // one plain request among them
+  cases.push_back({"One more streamed request, joining late.", 77, 0, true, 11, true});
+  std::vector<std::vector<std::vector<float>>> want;
+  for (const Case& c : cases) want.push_back(alone(pipe, c, other));
+  int split = 0;  // streamed chunks that came in several pieces
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const int64_t n_chunks = int64_t(pipe.split_text(cases[i].text, cases[i].chunk_tokens).size());
+    if (cases[i].stream) split += int64_t(want[i].size()) > n_chunks;
+    if (!cases[i].stream) EXPECT_EQ(int64_t(want[i].size()), n_chunks);
+  }
+  ASSERT_GE(split, 3) << "the streamed cases should give several pieces per chunk";
+
+  BatchSynth bs(pipe, 4);
+  std::vector<Got> got(cases.size());
+  size_t next = 0;
+  int most = 0;
+  for (int step = 0; step < 5000; ++step) {
+    while (next < cases.size() && cases[next].join_step <= step && bs.can_admit()) {
+      Got& g = got[next];
+      BatchSynthRequest r = request_of(cases[next], other, g);
+      r.on_audio = [&g](const float* s, int64_t n, int64_t, int64_t n_chunks) {  // chunk k: several pieces
+        g.n_chunks = n_chunks;
+        g.chunks.emplace_back(s, s + n);
+        return true;
+      };
+      bs.submit(std::move(r));
+      ++next;
+    }
+    most = std::max(most, bs.n_requests());
+    bs.step();
+    if (next == cases.size() && bs.n_requests() == 0) break;
+  }
+  EXPECT_EQ(most, 4);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_TRUE(got[i].done) << "request " << i;
+    EXPECT_FALSE(got[i].failed) << "request " << i;
+    int64_t total = 0;
+    for (const auto& w : want[i]) total += int64_t(w.size());
+    EXPECT_EQ(got[i].stats.n_samples, total) << "request " << i;
+    expect_same(want[i], got[i], i);
+  }
+  expect_same(alone(pipe, cases[2], other), got[2], 2);
+  EXPECT_EQ(bs.n_t3_active(), 0);
+}
+
+// A streaming request cancelled after its first piece frees its row and its stream; the request
+// that takes them over, and the one beside, still get synthesize's pieces.
+TEST_F(BatchSynthTest, CancelledStreamIsReused) {
+  TurboLoadParams lp;
+  lp.n_threads = 2;
+  lp.max_new_tokens = 40;
+  TurboPipeline pipe(g_dir + "/m.gguf", lp);
+  const auto other = make_other_voice(pipe);
+  Case a = kCases[0], b = kCases[5], c = {"Short one, two.", 42, 0, true, 0, true};
+  a.stream = b.stream = true;
+  const auto want_b = alone(pipe, b, other), want_c = alone(pipe, c, other);
+  BatchSynth bs(pipe, 2);
+  Got ga, gb, gc;
+  auto piecewise = [&](const Case& cs, Got& g) {
+    BatchSynthRequest r = request_of(cs, other, g);
+    r.on_audio = [&g](const float* s, int64_t n, int64_t, int64_t) {
+      g.chunks.emplace_back(s, s + n);
+      return true;
+    };
+    return r;
+  };
+  const int64_t ida = bs.submit(piecewise(a, ga));
+  bs.submit(piecewise(b, gb));
+  for (int step = 0; step < 100 && ga.chunks.empty(); ++step) bs.step();
+  ASSERT_FALSE(ga.chunks.empty());
+  ASSERT_FALSE(ga.done);
+  EXPECT_TRUE(bs.cancel(ida));
+  bs.submit(piecewise(c, gc));  // a's row and stream
+  for (int step = 0; step < 5000 && bs.n_requests() > 0; ++step) bs.step();
+  EXPECT_TRUE(gb.done && gc.done);
+  EXPECT_FALSE(ga.done || ga.failed);
+  expect_same(want_b, gb, 1);
+  expect_same(want_c, gc, 2);
+}
+
 TEST_F(BatchSynthTest, CancelMidBatchFreesTheRow) {
   TurboLoadParams lp;
   lp.n_threads = 2;
@@ -219,7 +324,8 @@ TEST_F(BatchSynthTest, BadRequestsAndStoppedAudio) {
   EXPECT_THROW(bs.submit(r), Error);
   r = request_of(c, nullptr, g);
   r.params.stream = true;
-  EXPECT_THROW(bs.submit(r), Error);
+  r.params.stream_schedule.first_tokens = 0;
+  EXPECT_THROW(bs.submit(r), InvalidArgumentError);
   auto bad_voice = std::make_shared<Voice>(pipe.builtin_voice());
   bad_voice->speaker_emb.resize(3);
   r = request_of(c, nullptr, g);
@@ -254,6 +360,7 @@ struct MtlCase {
   float cfg_weight = -1, exaggeration = -1;
   bool other_voice = false;
   int join_step = 0;
+  bool stream = false;
 };
 
 MtlSynthParams mtl_params_of(const MtlCase& c) {
@@ -263,6 +370,8 @@ MtlSynthParams mtl_params_of(const MtlCase& c) {
   p.max_chunk_tokens = c.chunk_tokens;
   p.cfg_weight = c.cfg_weight;
   p.exaggeration = c.exaggeration;
+  p.stream = c.stream;
+  p.stream_schedule = test_schedule();
   return p;
 }
 
@@ -336,6 +445,58 @@ TEST_F(BatchSynthTest, MultilingualRequestsEqualSynthesizeAlone) {
   r.mtl_params.cfg_weight = 200;
   EXPECT_THROW(bs.submit(r), InvalidArgumentError);
   EXPECT_EQ(bs.n_requests(), 0);
+}
+
+TEST_F(BatchSynthTest, MultilingualStreamedRequestsEqualSynthesizeAlone) {
+  MtlLoadParams lp;
+  lp.n_threads = 2;
+  lp.max_new_tokens = 16;
+  MtlPipeline pipe(g_dir + "/mtl.gguf", lp);
+  const auto other = make_other_voice(pipe);
+  const std::vector<MtlCase> cases = {
+      {"Hello there.", "en", 1, 0, -1, -1, false, 0, true},
+      {"Une phrase, avec une virgule. Et une autre.", "fr", 7, 8, 0.f, -1, false, 0, true},
+      {"Short one. Two. Three words here.", "en", 42, 5, 1.0f, 0.9f, true, 1, false},
+      {"Hallo, wie geht es dir heute?", "de", 9, 0, -1, 0.2f, true, 3, true},
+      {"Yes! No. Maybe.", "en", 3, 3, 0.f, -1, false, 6, true},
+  };
+  std::vector<std::vector<std::vector<float>>> want;
+  for (const MtlCase& c : cases) want.push_back(mtl_alone(pipe, c, other));
+  int split = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const int64_t n_chunks = int64_t(pipe.split_text(cases[i].text, cases[i].language, cases[i].chunk_tokens).size());
+    if (cases[i].stream) split += int64_t(want[i].size()) > n_chunks;
+  }
+  ASSERT_GE(split, 2) << "the streamed cases should give several pieces per chunk";
+
+  BatchSynth bs(pipe, 3);
+  std::vector<Got> got(cases.size());
+  size_t next = 0;
+  for (int step = 0; step < 5000; ++step) {
+    while (next < cases.size() && cases[next].join_step <= step && bs.can_admit()) {
+      Got& g = got[next];
+      Case tc;
+      tc.text = cases[next].text;
+      BatchSynthRequest r = request_of(tc, other, g);
+      r.on_audio = [&g](const float* s, int64_t n, int64_t, int64_t n_chunks) {
+        g.n_chunks = n_chunks;
+        g.chunks.emplace_back(s, s + n);
+        return true;
+      };
+      r.mtl_params = mtl_params_of(cases[next]);
+      if (cases[next].other_voice) r.voice = other;
+      bs.submit(std::move(r));
+      ++next;
+    }
+    bs.step();
+    if (next == cases.size() && bs.n_requests() == 0) break;
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_TRUE(got[i].done) << "request " << i;
+    EXPECT_FALSE(got[i].failed) << "request " << i;
+    expect_same(want[i], got[i], i);
+  }
+  EXPECT_EQ(bs.n_t3_active(), 0);
 }
 
 }  // namespace

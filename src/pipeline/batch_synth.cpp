@@ -39,10 +39,47 @@ T3MtlSampling mtl_sampling(MtlPipeline& pipe, const MtlSynthParams& p, float* ex
 }
 }  // namespace
 
+namespace {
+// The stream pool: the pipeline's own stream and max_batch - 1 more over its S3GenStage.
+template <class P>
+void make_streams(P& pipe, int max_batch, std::vector<std::unique_ptr<S3GenStream>>& own,
+                  std::vector<S3GenStream*>& pool) {
+  S3GenStream& first = pipe.s3gen_stream();
+  pool.push_back(&first);
+  for (int i = 1; i < max_batch; ++i) {
+    own.push_back(std::make_unique<S3GenStream>(first.stage(), pipe.config()));
+    pool.push_back(own.back().get());
+  }
+}
+}  // namespace
+
 BatchSynth::BatchSynth(TurboPipeline& pipe, int max_batch)
-    : turbo_(&pipe), batch_(std::make_unique<T3Batch>(pipe.t3(), pipe.pool(), max_batch)) {}
+    : turbo_(&pipe), batch_(std::make_unique<T3Batch>(pipe.t3(), pipe.pool(), max_batch)) {
+  make_streams(pipe, max_batch, own_streams_, streams_);
+}
 BatchSynth::BatchSynth(MtlPipeline& pipe, int max_batch)
-    : mtl_(&pipe), mtl_batch_(std::make_unique<T3MtlBatch>(pipe.t3(), pipe.pool(), max_batch)) {}
+    : mtl_(&pipe), mtl_batch_(std::make_unique<T3MtlBatch>(pipe.t3(), pipe.pool(), max_batch)) {
+  make_streams(pipe, max_batch, own_streams_, streams_);
+}
+BatchSynth::~BatchSynth() = default;
+
+S3GenStream* BatchSynth::free_stream() const {
+  for (S3GenStream* s : streams_) {
+    bool held = false;
+    for (const Req& q : reqs_) held = held || q.s3_stream == s;
+    if (!held) return s;
+  }
+  return nullptr;
+}
+
+template <class F>
+void BatchSynth::with_rng(Req& q, F&& fn) {
+  with_pipe([&](auto& p) {
+    p.set_s3gen_rng_state(q.rng);
+    fn();
+    q.rng = p.s3gen_rng_state();
+  });
+}
 
 int BatchSynth::max_batch() const { return batch_ ? batch_->max_batch() : mtl_batch_->max_batch(); }
 int BatchSynth::n_t3_active() const { return batch_ ? batch_->n_active() : mtl_batch_->n_active(); }
@@ -63,12 +100,15 @@ int64_t BatchSynth::submit(BatchSynthRequest r) {
   Req q;
   uint64_t seed = 0;
   if (turbo_) {
-    CBX_CHECK(!r.params.stream, "BatchSynth::submit: streaming inside a chunk is not batched (params.stream)");
     q.sp = turbo_->sampler_params(r.params);
     seed = r.params.seed;
+    q.stream = r.params.stream;
+    if (q.stream) check_stream_schedule(r.params.stream_schedule);
   } else {
     q.ms = mtl_sampling(*mtl_, r.mtl_params, &q.cond.exaggeration);
     seed = r.mtl_params.seed;
+    q.stream = r.mtl_params.stream;
+    if (q.stream) check_stream_schedule(r.mtl_params.stream_schedule);
   }
   if (r.voice) {  // the checks synthesize's set_voice makes; the built-in voice stays in use
     with_pipe([&](auto& p) {
@@ -99,14 +139,33 @@ int64_t BatchSynth::submit(BatchSynthRequest r) {
   });
   q.in = std::move(r);
   q.id = next_id_++;
-  start_chunk(q);
+  if (q.stream) {
+    q.s3_stream = free_stream();
+    CBX_CHECK(q.s3_stream, "BatchSynth::submit: no free stream (%d in use)", int(streams_.size()));
+  }
+  // In the list before its chunk starts: the chunk's StreamRun refers to the request's fields.
   reqs_.push_back(std::move(q));
+  try {
+    start_chunk(reqs_.back());
+  } catch (...) {
+    reqs_.pop_back();
+    throw;
+  }
   return reqs_.back().id;
 }
 
 void BatchSynth::start_chunk(Req& q) {
   const std::vector<int32_t>& ids = q.ids[q.chunk];
   const Voice& v = voice_of(q);
+  if (q.stream) {
+    q.run.reset();
+    q.run_audio.clear();
+    q.fed = 0;
+    q.seen_sos = q.ended = false;
+    const StreamSchedule& sched = turbo_ ? q.in.params.stream_schedule : q.in.mtl_params.stream_schedule;
+    q.run = std::make_unique<StreamRun>(q.s3_stream, v, sched, nullptr, q.run_audio, q.in.on_audio,
+                                        int64_t(q.chunk), q.stats.n_chunks);
+  }
   if (mtl_) {
     q.ms.seed = q.in.mtl_params.seed + uint64_t(q.chunk) * kChunkSeedStep;
     if (q.cond.speaker_emb.empty()) {
@@ -122,8 +181,35 @@ void BatchSynth::start_chunk(Req& q) {
                         turbo_->max_new_tokens());
 }
 
+void BatchSynth::feed_stream(Req& q) {
+  const std::vector<int32_t>& toks = batch_ ? batch_->tokens(q.row) : mtl_batch_->tokens(q.row);
+  if (q.fed >= toks.size()) return;
+  with_rng(q, [&] {
+    for (; q.fed < toks.size(); ++q.fed) {
+      const int32_t tok = toks[q.fed];
+      if (turbo_) {  // TurboPipeline::synthesize's on_step
+        q.run->on_token(tok, tok >= 0 && tok < turbo_->config().t3.start_speech_token);
+        continue;
+      }
+      const T3Config& tc = mtl_->config().t3;  // MtlPipeline::synthesize's on_token
+      if (q.ended) continue;
+      if (tok == tc.stop_speech_token) {
+        q.ended = true;
+      } else if (tok == tc.start_speech_token) {
+        if (!q.seen_sos) (void)q.run->restart();
+        q.seen_sos = true;
+      } else {
+        q.run->on_token(tok, tok >= 0 && tok < tc.start_speech_token);
+      }
+    }
+  });
+  q.stats.n_samples += int64_t(q.run_audio.size());
+  q.run_audio.clear();
+}
+
 bool BatchSynth::finish_chunk(Req& q) {
   std::vector<int32_t> speech;
+  if (q.stream) feed_stream(q);
   if (mtl_) {
     const T3MtlStats st = mtl_batch_->stats(q.row);
     const bool all_inf = mtl_batch_->all_inf(q.row);
@@ -133,6 +219,7 @@ bool BatchSynth::finish_chunk(Req& q) {
     CBX_CHECK(!all_inf, "t3 mtl: every processed logit is -inf at step %lld (non-finite logits?)",
               (long long)st.n_steps);
     if (st.hit_limit) ++q.stats.chunks_at_limit;
+    if (q.stream) speech = q.run->tokens();  // synthesize's streamed tokens (restart decided as they came)
     q.stats.n_speech_tokens += int64_t(speech.size());
   } else {
     const T3TurboResult r = batch_->result(q.row);
@@ -141,6 +228,14 @@ bool BatchSynth::finish_chunk(Req& q) {
     q.stats.n_speech_tokens += int64_t(r.tokens.size());
     if (!r.stopped_eos && !r.stopped_all_inf && r.n_decode >= turbo_->max_new_tokens()) ++q.stats.chunks_at_limit;
     speech = r.speech_tokens;
+  }
+  if (q.stream) {
+    const int64_t keep = mtl_ ? mtl_->tail_keep_samples(int64_t(speech.size())) : -1;
+    with_rng(q, [&] { q.run->finish(speech, keep); });
+    q.stats.n_samples += int64_t(q.run_audio.size());
+    q.run.reset();
+    q.run_audio.clear();
+    return next_chunk(q);
   }
   std::vector<float> wave;
   with_pipe([&](auto& p) {
@@ -159,6 +254,10 @@ bool BatchSynth::finish_chunk(Req& q) {
   const int64_t k = int64_t(q.chunk);
   if (q.in.on_audio && !q.in.on_audio(wave.data(), int64_t(wave.size()), k, q.stats.n_chunks))
     throw AbortedError("synthesis stopped by the audio callback");
+  return next_chunk(q);
+}
+
+bool BatchSynth::next_chunk(Req& q) {
   if (++q.chunk < q.ids.size()) {
     start_chunk(q);
     return false;
@@ -172,6 +271,7 @@ void BatchSynth::finish_rows() {
   for (auto it = reqs_.begin(); it != reqs_.end();) {
     bool over = false;
     try {
+      if (it->stream && it->row >= 0) feed_stream(*it);
       while (!over && it->row >= 0 && row_finished(it->row)) over = finish_chunk(*it);
     } catch (...) {
       if (it->row >= 0) row_release(it->row);

@@ -20,8 +20,18 @@
 //    after chunk; here each request keeps its own generator state (S3GenRngState), set before
 //    each of its S3Gen runs and saved after it, so other requests' chunks in between change
 //    nothing; the request's voice is set for its S3Gen run and the built-in one restored after.
-// Requests join (submit) and leave (done, cancel, failure) between steps. Streaming inside a
-// chunk (TurboSynthParams::stream) is not batched: submit refuses it.
+// Streaming inside a chunk (TurboSynthParams / MtlSynthParams::stream, stream_synth.h): such a
+// request holds one S3GenStream of a pool of max_batch (the pipeline's own stream and
+// max_batch - 1 more, reserved at construction, all over the pipeline's one S3GenStage: runs are
+// sequential). Its row's tokens go to a StreamRun as they are sampled, in synthesize's order and
+// with its filtering (Multilingual: start-of-speech restart, nothing after the stop token); when
+// the stream's schedule is due, its S3Gen run happens between steps with the request's generator
+// state set (S3GenStream::begin draws the generation's noise), and every piece goes to on_audio.
+// The chunk's end runs the stream's finish (Multilingual: with the tail trim). The pieces, and
+// their boundaries, are those of synthesize with stream = true alone.
+// Order between steps (finish_rows): requests oldest first; for each, its stream's due runs, then
+// the finished chunk's S3Gen. All of them run before the next decode step.
+// Requests join (submit) and leave (done, cancel, failure) between steps.
 // Not thread-safe: one caller drives it, and nothing else may use the pipeline meanwhile.
 #pragma once
 #include <cstdint>
@@ -36,6 +46,7 @@
 #include "models/t3_batch.h"
 #include "models/t3_mtl_batch.h"
 #include "pipeline/mtl_pipeline.h"
+#include "pipeline/stream_synth.h"
 #include "pipeline/turbo_pipeline.h"
 #include "pipeline/voice.h"
 
@@ -48,11 +59,13 @@ struct BatchSynthStats {
 
 struct BatchSynthRequest {
   std::string text;
-  TurboSynthParams params;             // Turbo / Nano: seed, sampler values, max_chunk_tokens; stream false
-  MtlSynthParams mtl_params;           // Multilingual: language, seed, sampler values (on_progress unused)
+  // Turbo / Nano: seed, sampler values, max_chunk_tokens, stream + stream_schedule
+  TurboSynthParams params;
+  // Multilingual: language, seed, sampler values, stream + stream_schedule (on_progress unused)
+  MtlSynthParams mtl_params;
   std::shared_ptr<const Voice> voice;  // null: the pipeline's built-in voice
-  // Each chunk's audio, in order (synthesize's on_audio). false: stop; the request then ends
-  // through on_error with an AbortedError.
+  // Each chunk's audio, or each streamed piece of it, in order (synthesize's on_audio). false:
+  // stop; the request then ends through on_error with an AbortedError.
   SynthAudioFn on_audio;
   std::function<void(const BatchSynthStats&)> on_done;
   // The request failed after submit (its S3Gen, a callback that threw, on_audio said stop); it
@@ -67,6 +80,7 @@ class BatchSynth {
   BatchSynth(MtlPipeline& pipe, int max_batch);
   BatchSynth(const BatchSynth&) = delete;
   BatchSynth& operator=(const BatchSynth&) = delete;
+  ~BatchSynth();
 
   // Checks the request (text, parameters, voice: the errors synthesize gives), splits and
   // tokenizes its text and starts its first chunk in a free row; returns its id (> 0). Throws
@@ -75,9 +89,10 @@ class BatchSynth {
   int64_t submit(BatchSynthRequest r);
   bool can_admit() const { return int(reqs_.size()) < max_batch(); }
 
-  // Runs S3Gen for every chunk that has finished decoding (handing out its audio, starting the
-  // request's next chunk or finishing the request), then one decode step of all active rows,
-  // then S3Gen again for the chunks that step finished. Returns the rows the decode step advanced.
+  // Between steps (finish_rows, oldest request first): the due stream runs of streaming requests
+  // and S3Gen for every chunk that has finished decoding (handing out its audio, starting the
+  // request's next chunk or finishing the request); then one decode step of all active rows; then
+  // finish_rows again for the tokens that step sampled. Returns the rows the decode step advanced.
   // A failure of the decode step itself throws (the batch is then unusable: fail_all).
   int step();
 
@@ -103,6 +118,15 @@ class BatchSynth {
     int row = -1;
     S3GenRngState rng;
     BatchSynthStats stats;
+    // Streaming (stream true): the pool's stream it holds, the chunk's StreamRun (its audio
+    // scratch: the pieces of the current run), the row tokens fed to it so far, and
+    // MtlPipeline::synthesize's start/stop state of the chunk.
+    bool stream = false;
+    S3GenStream* s3_stream = nullptr;
+    std::unique_ptr<StreamRun> run;
+    std::vector<float> run_audio;
+    size_t fed = 0;
+    bool seen_sos = false, ended = false;
   };
   const Voice& voice_of(const Req& q) const;
   void start_chunk(Req& q);
@@ -119,12 +143,22 @@ class BatchSynth {
   void finish_rows();
   // The chunk of q that just finished decoding: audio out, next chunk started. true: q is over.
   bool finish_chunk(Req& q);
+  // Starts q's next chunk or ends q (on_done). true: q is over.
+  bool next_chunk(Req& q);
+  // Feeds the row's new tokens to q's StreamRun (its due runs, with q's generator state).
+  void feed_stream(Req& q);
+  // fn() with q's generator state set before and saved after.
+  template <class F>
+  void with_rng(Req& q, F&& fn);
+  S3GenStream* free_stream() const;
 
   TurboPipeline* turbo_ = nullptr;  // exactly one of the two pipelines
   MtlPipeline* mtl_ = nullptr;
   std::unique_ptr<T3Batch> batch_;        // Turbo / Nano
   std::unique_ptr<T3MtlBatch> mtl_batch_;  // Multilingual
   std::list<Req> reqs_;
+  std::vector<std::unique_ptr<S3GenStream>> own_streams_;  // the pool beyond the pipeline's stream
+  std::vector<S3GenStream*> streams_;                      // the pool: max_batch streams
   int64_t next_id_ = 1;
 };
 

@@ -42,6 +42,8 @@ const char* kUsage =
     "  --max-tokens N          speech tokens per generation (default: the model's, 1000 ~ 40 s)\n"
     "  --cors ORIGIN           send Access-Control-Allow-Origin: ORIGIN (and answer preflights)\n"
     "  --no-ui                 do not serve the web page at GET /\n"
+    "  --no-stream-synthesis   hand out audio per text chunk only (default: in pieces while the\n"
+    "                          chunk is still decoding, the first after ~25 speech tokens)\n"
     "  -v, --verbose           log every request and its stages\n";
 
 int64_t int_flag(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
@@ -117,6 +119,8 @@ int serve_main(int argc, char** argv) {
       o.cors = next();
     } else if (a == "--no-ui") {
       o.ui = false;
+    } else if (a == "--no-stream-synthesis") {
+      o.stream_synthesis = false;
     } else if (a == "-v" || a == "--verbose") {
       o.verbose = true;
     } else {

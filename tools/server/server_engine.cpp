@@ -57,7 +57,8 @@ void SpeechJob::run(cbx_model* model, const std::atomic<bool>& stop_all) {
   CallbackCtx ctx{this, &stop_all};
   cbx_callbacks cb;
   cb.struct_size = sizeof cb;
-  // One call per audio block the pipeline hands out (today: per text chunk); copied out at once.
+  // One call per audio block the pipeline hands out (a streamed piece, or a whole text chunk with
+  // --no-stream-synthesis); copied out at once.
   cb.on_audio = [](const float* samples, size_t n, int32_t, void* user) -> int {
     auto* c = static_cast<CallbackCtx*>(user);
     if (c->job->cancel) return 1;
@@ -154,7 +155,7 @@ bool SpeechJob::batch_submit(cbx::BatchSynth& bs, cbx_model* model) {
   }
   cbx::BatchSynthRequest r;
   r.text = text;
-  // The audio callback runs on the engine thread: copy each chunk out at once.
+  // The audio callback runs on the engine thread: copy each piece / chunk out at once.
   r.on_audio = [this](const float* s, int64_t n, int64_t, int64_t) {
     if (cancel) return false;
     if (n > 0) push(SpeechEvent::audio(std::vector<float>(s, s + n)));
@@ -186,10 +187,15 @@ bool SpeechJob::batch_submit(cbx::BatchSynth& bs, cbx_model* model) {
   };
   try {
     params.language = language.empty() ? nullptr : language.c_str();
-    if (cbx::model_mtl_pipeline(model))
+    // Streaming as the C API's cbx_synthesize_voice takes it (the server leaves the schedule's
+    // fields at their defaults).
+    if (cbx::model_mtl_pipeline(model)) {
       r.mtl_params = cbx::mtl_params_of(model, params);
-    else
+      r.mtl_params.stream = params.stream != 0;
+    } else {
       r.params = cbx::turbo_params_of(model, params);
+      r.params.stream = params.stream != 0;
+    }
     if (const cbx::Voice* v = cbx::voice_of_handle(voice.get())) r.voice = std::make_shared<cbx::Voice>(*v);
     batch_id_ = bs.submit(std::move(r));
   } catch (const cbx::TextError& x) {
@@ -294,7 +300,8 @@ void Engine::task_done(double dt) {
 // The batching loop: between decode steps it admits queued speech requests into free rows and
 // runs other tasks (voice uploads), ends the requests whose client left / deadline passed / the
 // server stops, then advances every active request by one step (BatchSynth::step: one T3 token
-// for all rows, then S3Gen for each chunk that finished, so its audio goes out at once).
+// for all rows, then, oldest request first, the S3Gen runs of the streams that are due and of the
+// chunks that finished, so their audio goes out before the next token; docs/server.md).
 void Engine::loop_batched(cbx::TurboPipeline* turbo, cbx::MtlPipeline* mtl) {
   std::unique_ptr<cbx::BatchSynth> bs;
   {

@@ -4,7 +4,8 @@
 //
 // Cross-request batching (--max-batch > 1; Turbo / Nano and Multilingual): the engine keeps up to max_batch
 // SpeechJobs active in a cbx::BatchSynth (src/pipeline/batch_synth.h) and advances them together
-// one decode step at a time; other tasks (voice uploads) run between steps. SpeechJob's interface
+// one decode step at a time; other tasks (voice uploads) run between steps, and so do the S3Gen
+// runs of streamed pieces and finished chunks (BatchSynth::step). SpeechJob's interface
 // to the connection thread (wait_event, cancel) is the same either way.
 #pragma once
 #include <atomic>

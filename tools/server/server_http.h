@@ -38,6 +38,9 @@ struct ServeOptions {
   size_t max_upload_bytes = 50 << 20;  // voice uploads
   std::string cors;  // Access-Control-Allow-Origin value; "" = no CORS headers
   bool ui = true;    // GET /: the web page (server_ui.h); --no-ui turns it off
+  // Token-chunked streaming inside a text chunk (docs/streaming.md, default schedule): a request's
+  // first audio leaves after ~25 speech tokens; --no-stream-synthesis: whole text chunks only.
+  bool stream_synthesis = true;
   bool verbose = false;
 };
 

@@ -146,6 +146,7 @@ void SpeechServer::speech(const httplib::Request& req, httplib::Response& res) {
   job->id = next_id_++;
   job->text = r.text;
   job->params = r.params;
+  job->params.stream = opt_.stream_synthesis ? 1 : 0;  // the default schedule (stream_* fields untouched)
   job->language = r.language;
   job->voice = r.voice;
   job->received = received;
