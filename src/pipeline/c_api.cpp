@@ -612,14 +612,20 @@ TurboSynthParams turbo_params_of(const cbx_model* model, const cbx_synth_params&
   CBX_CHECK(model && model->pipe, "turbo_params_of: not a Turbo / Nano model");
   UserSynthOptions o = synth_options(p);
   o.language = resolve_language(model->variant, model->languages, o.language);
-  return to_turbo_params(o);
+  TurboSynthParams sp = to_turbo_params(o);
+  sp.stream = p.stream != 0;
+  if (sp.stream) sp.stream_schedule = stream_schedule_from(p);
+  return sp;
 }
 
 MtlSynthParams mtl_params_of(const cbx_model* model, const cbx_synth_params& p) {
   CBX_CHECK(model && model->mtl, "mtl_params_of: not a Multilingual model");
   UserSynthOptions o = synth_options(p);
   o.language = resolve_language(model->variant, model->languages, o.language);
-  return to_mtl_params(o);
+  MtlSynthParams mp = to_mtl_params(o);
+  mp.stream = p.stream != 0;
+  if (mp.stream) mp.stream_schedule = stream_schedule_from(p);
+  return mp;
 }
 
 }  // namespace cbx

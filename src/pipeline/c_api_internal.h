@@ -20,7 +20,7 @@ std::mutex& model_mutex(cbx_model* model);
 // The voice a handle holds (null for null: the built-in voice).
 const Voice* voice_of_handle(const cbx_voice* voice);
 // cbx_synth_params -> the Turbo pipeline's parameters, checked as cbx_synthesize_voice checks
-// them (the same messages). Throws InvalidArgumentError. p.stream is not carried over.
+// them (the same messages), p.stream and its schedule included. Throws InvalidArgumentError.
 TurboSynthParams turbo_params_of(const cbx_model* model, const cbx_synth_params& p);
 // The same for a Multilingual model (the language resolved and checked as cbx_synthesize_voice does).
 MtlSynthParams mtl_params_of(const cbx_model* model, const cbx_synth_params& p);

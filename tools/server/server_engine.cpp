@@ -187,15 +187,11 @@ bool SpeechJob::batch_submit(cbx::BatchSynth& bs, cbx_model* model) {
   };
   try {
     params.language = language.empty() ? nullptr : language.c_str();
-    // Streaming as the C API's cbx_synthesize_voice takes it (the server leaves the schedule's
-    // fields at their defaults).
-    if (cbx::model_mtl_pipeline(model)) {
+    // Streaming and its schedule as the C API's cbx_synthesize_voice takes them.
+    if (cbx::model_mtl_pipeline(model))
       r.mtl_params = cbx::mtl_params_of(model, params);
-      r.mtl_params.stream = params.stream != 0;
-    } else {
+    else
       r.params = cbx::turbo_params_of(model, params);
-      r.params.stream = params.stream != 0;
-    }
     if (const cbx::Voice* v = cbx::voice_of_handle(voice.get())) r.voice = std::make_shared<cbx::Voice>(*v);
     batch_id_ = bs.submit(std::move(r));
   } catch (const cbx::TextError& x) {
