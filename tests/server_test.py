@@ -483,6 +483,47 @@ def main():
         fail("still accepting connections after shutdown")
     except OSError:
         pass
+
+    # ---- a model that fails to load, while a client polls /health on one keep-alive connection ----
+    # The server must still exit (status 1, the load error logged): its answers close the
+    # connection once it is stopping, so the poller cannot hold the shutdown open.
+    broken = os.path.join(TMP, "broken.gguf")
+    with open(broken, "wb") as f:
+        f.write(b"GGUF" + b"\0" * 60)
+    blog_path = os.path.join(TMP, "broken.log")
+    with open(blog_path, "w") as blog:
+        bproc = subprocess.Popen([CLI, "serve", "-m", broken, "--host", HOST, "--port", "0"], stdout=blog, stderr=blog)
+        bport = None
+        for _ in range(600):
+            with open(blog_path) as f:
+                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", f.read())
+            if m or bproc.poll() is not None:
+                bport = int(m.group(1)) if m else None
+                break
+            time.sleep(0.02)
+        polls = 0
+        c = http.client.HTTPConnection(HOST, bport, timeout=5) if bport else None
+        while c and bproc.poll() is None and polls < 2000:  # bounded: at most ~2000 polls
+            polls += 1
+            try:
+                c.request("GET", "/health")
+                c.getresponse().read()
+            except (OSError, http.client.HTTPException):
+                c.close()
+                c = http.client.HTTPConnection(HOST, bport, timeout=5)
+            time.sleep(0.02)
+        if c:
+            c.close()
+        try:
+            brc = bproc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            bproc.kill()
+            bproc.wait()
+            fail("a server whose model failed to load did not exit while /health was polled")
+    with open(blog_path) as f:
+        btext = f.read()
+    check(brc == 1, f"failed load: exit status {brc}:\n{btext}")
+    check("error" in btext and "broken.gguf" in btext, "failed load: no error naming the file:\n" + btext)
     print("server test: ok")
 
 

@@ -94,6 +94,9 @@ void SpeechServer::routes() {
       res.set_header("Access-Control-Allow-Origin", opt_.cors);
       if (opt_.cors != "*") res.set_header("Vary", "Origin");
     }
+    // Once stopping, every answer closes its connection: a client polling on a keep-alive
+    // connection (e.g. /health) would otherwise hold a connection thread, and the shutdown, open.
+    if (stopping_) res.set_header("Connection", "close");
     if (req.method == "OPTIONS") {  // CORS preflight: no auth, no body
       if (!opt_.cors.empty()) {
         res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
