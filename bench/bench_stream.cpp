@@ -111,6 +111,17 @@ std::vector<int64_t> joins_of(const std::vector<int64_t>& pieces) {
 }
 
 // Streamed against non-streamed on target t (the header comment), one line.
+// The given schedule fields over the variant's defaults.
+StreamBenchArgs with_variant_defaults(const StreamBenchArgs& sa, Variant v) {
+  StreamBenchArgs r = sa;
+  r.sched = default_stream_schedule(v);
+  if (sa.given & 1) r.sched.first_tokens = sa.sched.first_tokens;
+  if (sa.given & 2) r.sched.chunk_tokens = sa.sched.chunk_tokens;
+  if (sa.given & 4) r.sched.context_tokens = sa.sched.context_tokens;
+  if (sa.given & 8) r.sched.prompt_tokens = sa.sched.prompt_tokens;
+  return r;
+}
+
 int run_stream_bench(const StreamTarget& t, const E2eArgs& args, const StreamBenchArgs& sa) {
   std::vector<double> ttfa, rtf_s, rtf_ns, b_prefill, b_decode, b_flow, b_cfm, b_hift;
   std::vector<float> ref, got;
@@ -206,10 +217,10 @@ bool parse_stream_arg(const std::string& a, const std::function<const char*()>& 
   auto num = [&]() { return std::stoll(next()); };
   if (a == "--stream") sa.on = true;
   else if (a == "--reps") sa.reps = int(num());
-  else if (a == "--first") sa.sched.first_tokens = num();
-  else if (a == "--chunk") sa.sched.chunk_tokens = num();
-  else if (a == "--context") sa.sched.context_tokens = num();
-  else if (a == "--prompt") sa.sched.prompt_tokens = num();
+  else if (a == "--first") sa.sched.first_tokens = num(), sa.given |= 1;
+  else if (a == "--chunk") sa.sched.chunk_tokens = num(), sa.given |= 2;
+  else if (a == "--context") sa.sched.context_tokens = num(), sa.given |= 4;
+  else if (a == "--prompt") sa.sched.prompt_tokens = num(), sa.given |= 8;
   else return false;
   return true;
 }
@@ -242,7 +253,7 @@ int run_turbo_stream(const E2eArgs& args, const StreamBenchArgs& sa) {
   t.stream_audio = [&](const std::vector<int32_t>& s, const StreamSchedule& sc, const StreamSink& sink) {
     return pipe.tokens_to_audio_stream(s, sc, nullptr, sink);
   };
-  return run_stream_bench(t, args, sa);
+  return run_stream_bench(t, args, with_variant_defaults(sa, Variant::Turbo));
 }
 
 int run_mtl_stream(const E2eArgs& args, const StreamBenchArgs& sa, const std::string& lang) {
@@ -287,7 +298,7 @@ int run_mtl_stream(const E2eArgs& args, const StreamBenchArgs& sa, const std::st
   t.stream_audio = [&](const std::vector<int32_t>& sp, const StreamSchedule& sc, const StreamSink& sink) {
     return pipe.tokens_to_audio_stream(sp, sc, nullptr, sink);
   };
-  return run_stream_bench(t, args, sa);
+  return run_stream_bench(t, args, with_variant_defaults(sa, Variant::Mtl));
 }
 
 }  // namespace cbx::bench

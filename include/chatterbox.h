@@ -133,12 +133,13 @@ typedef struct cbx_synth_params {
    * should_abort is honoured between pieces). The schedule, in speech tokens (25 per second);
    * CBX_DEFAULT_INT = the default. */
   int32_t stream;
-  int32_t stream_first_tokens;   /* tokens before the first piece, 1 .. 10000; default 25 */
+  int32_t stream_first_tokens;   /* tokens before the first piece, 1 .. 10000; default 25
+                                    (Multilingual 20) */
   int32_t stream_chunk_tokens;   /* tokens between later pieces, 1 .. 10000; default 60 */
   int32_t stream_context_tokens; /* generated tokens of left context S3Gen re-runs keep, 0 .. 10000,
                                     0 = all; default 40 */
   int32_t stream_prompt_tokens;  /* voice prompt tokens (from the prompt's end) S3Gen re-runs keep,
-                                    0 .. 10000, 0 = all; default 100 */
+                                    0 .. 10000, 0 = all; default 100 (Multilingual 50) */
 } cbx_synth_params;
 
 /* Audio of one finished text chunk, or of one streamed piece (samples valid during the call). Return non-zero to stop

@@ -274,9 +274,9 @@ cbx_model_params cbx_model_default_params(void) {
 
 namespace {
 // The C schedule (0 = default, -1 = keep all) as a StreamSchedule.
-// CBX_DEFAULT_INT keeps a field's default; anything else is checked by check_stream_schedule.
-cbx::StreamSchedule stream_schedule_from(const cbx_synth_params& p) {
-  cbx::StreamSchedule s;
+// CBX_DEFAULT_INT keeps the variant's default (default_stream_schedule); anything else is checked by check_stream_schedule.
+cbx::StreamSchedule stream_schedule_from(const cbx_synth_params& p, cbx::Variant variant) {
+  cbx::StreamSchedule s = cbx::default_stream_schedule(variant);
   if (p.stream_first_tokens != CBX_DEFAULT_INT) s.first_tokens = p.stream_first_tokens;
   if (p.stream_chunk_tokens != CBX_DEFAULT_INT) s.chunk_tokens = p.stream_chunk_tokens;
   if (p.stream_context_tokens != CBX_DEFAULT_INT) s.context_tokens = p.stream_context_tokens;
@@ -407,7 +407,7 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
   if (const cbx_status vs = usable_voice(model, voice, "cbx_synthesize_voice: voice"); vs != CBX_OK) return vs;
   cbx::StreamSchedule schedule;
   if (const cbx_status s = guarded(CBX_ERR_INVALID_ARGUMENT, [&]() {
-        schedule = stream_schedule_from(p);
+        schedule = stream_schedule_from(p, model->variant);
         return CBX_OK;
       });
       s != CBX_OK)
@@ -614,7 +614,7 @@ TurboSynthParams turbo_params_of(const cbx_model* model, const cbx_synth_params&
   o.language = resolve_language(model->variant, model->languages, o.language);
   TurboSynthParams sp = to_turbo_params(o);
   sp.stream = p.stream != 0;
-  if (sp.stream) sp.stream_schedule = stream_schedule_from(p);
+  if (sp.stream) sp.stream_schedule = stream_schedule_from(p, model->variant);
   return sp;
 }
 
@@ -624,7 +624,7 @@ MtlSynthParams mtl_params_of(const cbx_model* model, const cbx_synth_params& p) 
   o.language = resolve_language(model->variant, model->languages, o.language);
   MtlSynthParams mp = to_mtl_params(o);
   mp.stream = p.stream != 0;
-  if (mp.stream) mp.stream_schedule = stream_schedule_from(p);
+  if (mp.stream) mp.stream_schedule = stream_schedule_from(p, model->variant);
   return mp;
 }
 

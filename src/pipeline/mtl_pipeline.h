@@ -78,7 +78,7 @@ struct MtlSynthParams {
   // decodes, on this schedule; the concatenation has the non-streamed length (tail trim
   // included) for the same speech tokens.
   bool stream = false;
-  StreamSchedule stream_schedule;
+  StreamSchedule stream_schedule = default_stream_schedule(Variant::Mtl);
 };
 
 // `language` lower-cased when it is one of `supported` (case-insensitive); otherwise throws

@@ -28,6 +28,15 @@ float trim_fade_gain(int64_t i, int64_t n_trim) {
 
 }  // namespace
 
+StreamSchedule default_stream_schedule(Variant v) {
+  StreamSchedule s;
+  if (v == Variant::Mtl) {
+    s.first_tokens = 20;
+    s.prompt_tokens = 50;
+  }
+  return s;
+}
+
 void check_stream_schedule(const StreamSchedule& s) {
   auto check = [](int64_t v, int64_t lo, const char* name) {
     if (v < lo || v > kScheduleMax)

@@ -43,6 +43,11 @@ struct StreamSchedule {
   int64_t prompt_tokens = 100;  // prompt tokens (from its end) a run keeps; 0 = all
 };
 
+// A variant's default schedule: Turbo / Nano the StreamSchedule defaults above; Multilingual
+// first_tokens 20 and prompt_tokens 50: its CFM runs 10 CFG steps (~10x Turbo's 2), so a smaller
+// first run and prompt window keep its first audio early (docs/streaming.md).
+StreamSchedule default_stream_schedule(Variant v);
+
 // Throws InvalidArgumentError naming the field: first_tokens / chunk_tokens must be 1 .. 10000,
 // context_tokens and prompt_tokens 0 .. 10000 (prompt_tokens > 0 must keep at least 1 token).
 void check_stream_schedule(const StreamSchedule& s);
