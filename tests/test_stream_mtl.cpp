@@ -101,7 +101,9 @@ TEST_F(MtlStream, LengthEqualsNonStreamedForEdgeCases) {
     const std::vector<float> a = plain(t, 3), b = streamed(t, 3, s, &joins);
     EXPECT_EQ(a.size(), b.size()) << n << " tokens";
     EXPECT_EQ(int64_t(b.size()), pipe_->tail_keep_samples(n)) << n << " tokens: the tail trim's length";
-    if (n >= 100) EXPECT_GE(joins.size(), 2u) << n << " tokens: audio should come in pieces";
+    if (n >= 100) {
+      EXPECT_GE(joins.size(), 2u) << n << " tokens: audio should come in pieces";
+    }
     for (float v : b) ASSERT_TRUE(std::isfinite(v));
   }
   // A run after every token, from the first.

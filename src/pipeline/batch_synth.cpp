@@ -10,33 +10,6 @@ namespace cbx {
 
 namespace {
 constexpr uint64_t kChunkSeedStep = 0x9E3779B97F4A7C15ull;  // the pipelines' synthesize's
-
-// MtlPipeline::synthesize's sampling values and exaggeration for p (its checks, its messages).
-T3MtlSampling mtl_sampling(MtlPipeline& pipe, const MtlSynthParams& p, float* exaggeration) {
-  T3MtlSampling s = pipe.t3().default_sampling();
-  auto given = [](const ParamSpec& spec, double v) {
-    if (v < 0) return false;
-    check_param(spec, v);
-    return true;
-  };
-  if (given(param::kTemperature, p.temperature)) s.temperature = p.temperature;
-  if (given(param::kMinP, p.min_p)) s.min_p = p.min_p;
-  if (given(param::kTopP, p.top_p)) s.top_p = p.top_p;
-  if (given(param::kRepetitionPenalty, p.repetition_penalty)) s.repetition_penalty = p.repetition_penalty;
-  if (given(param::kCfgWeight, p.cfg_weight)) s.cfg_weight = p.cfg_weight;
-  const float ex = given(param::kExaggeration, p.exaggeration) ? p.exaggeration : pipe.config().pipeline.exaggeration;
-  auto bad = [](const char* what, double v, const char* range) {
-    throw InvalidArgumentError(std::string("synthesize: ") + what + " " + std::to_string(v) + " must be " + range);
-  };
-  if (!(s.temperature > 0)) bad("temperature", s.temperature, "> 0");
-  if (!(s.top_p > 0 && s.top_p <= 1)) bad("top_p", s.top_p, "in (0, 1]");
-  if (!(s.min_p >= 0 && s.min_p <= 1)) bad("min_p", s.min_p, "in [0, 1]");
-  if (!(s.repetition_penalty > 0)) bad("repetition_penalty", s.repetition_penalty, "> 0");
-  if (!(s.cfg_weight >= 0 && s.cfg_weight <= 100)) bad("cfg_weight", s.cfg_weight, "in [0, 100]");
-  if (!(ex >= 0 && ex <= 100)) bad("exaggeration", ex, "in [0, 100]");
-  *exaggeration = ex;
-  return s;
-}
 }  // namespace
 
 namespace {
@@ -105,7 +78,7 @@ int64_t BatchSynth::submit(BatchSynthRequest r) {
     q.stream = r.params.stream;
     if (q.stream) check_stream_schedule(r.params.stream_schedule);
   } else {
-    q.ms = mtl_sampling(*mtl_, r.mtl_params, &q.cond.exaggeration);
+    q.ms = mtl_->sampling_of(r.mtl_params, &q.cond.exaggeration);
     seed = r.mtl_params.seed;
     q.stream = r.mtl_params.stream;
     if (q.stream) check_stream_schedule(r.mtl_params.stream_schedule);

@@ -189,18 +189,9 @@ std::vector<float> MtlPipeline::tokens_to_audio_stream(const std::vector<int32_t
 
 S3GenStream& MtlPipeline::s3gen_stream() { return m_->s3gen->stream(); }
 
-std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSynthParams& p, SynthTimings* timings,
-                                           const SynthAudioFn& on_audio, const SynthAbortFn& should_abort) {
-  Impl& m = *m_;
-  SynthTimings tm;
-  tm.sample_rate = sample_rate();
-  const double t_start = pipeline_now_ms();
-  auto check_abort = [&]() {
-    if (should_abort && should_abort()) throw AbortedError("synthesis aborted by the caller");
-  };
-
+T3MtlSampling MtlPipeline::sampling_of(const MtlSynthParams& p, float* exaggeration) const {
   // A negative value keeps the GGUF's default; anything else (NaN included) must be valid.
-  T3MtlSampling s = m.t3->default_sampling();
+  T3MtlSampling s = m_->t3->default_sampling();
   auto given = [](const ParamSpec& spec, double v) {
     if (v < 0) return false;
     check_param(spec, v);
@@ -211,7 +202,7 @@ std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSyn
   if (given(param::kTopP, p.top_p)) s.top_p = p.top_p;
   if (given(param::kRepetitionPenalty, p.repetition_penalty)) s.repetition_penalty = p.repetition_penalty;
   if (given(param::kCfgWeight, p.cfg_weight)) s.cfg_weight = p.cfg_weight;
-  const float exaggeration = given(param::kExaggeration, p.exaggeration) ? p.exaggeration : m.cfg.pipeline.exaggeration;
+  const float ex = given(param::kExaggeration, p.exaggeration) ? p.exaggeration : m_->cfg.pipeline.exaggeration;
   auto bad = [](const char* what, double v, const char* range) {
     throw InvalidArgumentError(std::string("synthesize: ") + what + " " + std::to_string(v) + " must be " + range);
   };
@@ -220,7 +211,23 @@ std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSyn
   if (!(s.min_p >= 0 && s.min_p <= 1)) bad("min_p", s.min_p, "in [0, 1]");
   if (!(s.repetition_penalty > 0)) bad("repetition_penalty", s.repetition_penalty, "> 0");
   if (!(s.cfg_weight >= 0 && s.cfg_weight <= 100)) bad("cfg_weight", s.cfg_weight, "in [0, 100]");
-  if (!(exaggeration >= 0 && exaggeration <= 100)) bad("exaggeration", exaggeration, "in [0, 100]");
+  if (!(ex >= 0 && ex <= 100)) bad("exaggeration", ex, "in [0, 100]");
+  *exaggeration = ex;
+  return s;
+}
+
+std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSynthParams& p, SynthTimings* timings,
+                                           const SynthAudioFn& on_audio, const SynthAbortFn& should_abort) {
+  Impl& m = *m_;
+  SynthTimings tm;
+  tm.sample_rate = sample_rate();
+  const double t_start = pipeline_now_ms();
+  auto check_abort = [&]() {
+    if (should_abort && should_abort()) throw AbortedError("synthesis aborted by the caller");
+  };
+
+  float exaggeration = 0;
+  T3MtlSampling s = sampling_of(p, &exaggeration);
 
   const Voice& voice = m.voice;
   T3MtlCond cond;

@@ -46,6 +46,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "models/model_config.h"
+#include "models/t3_mtl.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/stream_synth.h"
 
@@ -53,7 +54,6 @@ namespace cbx {
 
 class GgufFile;
 class ThreadPool;
-class T3Mtl;
 class MtlTokenizer;
 struct HiftDraws;
 struct Voice;
@@ -99,6 +99,9 @@ class MtlPipeline {
   // cbx::Error.
   std::vector<float> synthesize(const std::string& text, const MtlSynthParams& p, SynthTimings* timings = nullptr,
                                 const SynthAudioFn& on_audio = nullptr, const SynthAbortFn& should_abort = nullptr);
+  // The T3 sampling values and the exaggeration synthesize uses for p: each negative field the
+  // GGUF's default, the others checked (InvalidArgumentError, synthesize's messages).
+  T3MtlSampling sampling_of(const MtlSynthParams& p, float* exaggeration) const;
 
   // The text front-end: punc_norm (Multilingual), then chunking. Throws TextError.
   std::vector<std::string> split_text(const std::string& text, const std::string& language,
