@@ -17,6 +17,18 @@
 
 namespace cbx {
 
+MtlSamplerParams mtl_sampler_params(const T3MtlSampling& s) {
+  MtlSamplerParams sp;
+  sp.cfg_weight = s.cfg_weight;
+  sp.temperature = s.temperature;
+  sp.min_p = s.min_p;
+  sp.top_p = s.top_p;
+  sp.repetition_penalty = s.repetition_penalty;
+  sp.greedy = s.greedy;
+  sp.seed = s.seed;
+  return sp;
+}
+
 namespace {
 double now_ms() {
   return std::chrono::duration<double, std::milli>(
@@ -265,14 +277,7 @@ std::vector<int32_t> T3Mtl::generate(const T3MtlCond& cond, const std::vector<in
   CBX_CHECK(force_n_tokens <= m.max_new, "t3 mtl: %lld forced tokens exceed max_new_tokens %lld",
             (long long)force_n_tokens, (long long)m.max_new);
   const int64_t limit = force_n_tokens > 0 ? force_n_tokens : m.max_new;
-  MtlSamplerParams sp;
-  sp.cfg_weight = s.cfg_weight;
-  sp.temperature = s.temperature;
-  sp.min_p = s.min_p;
-  sp.top_p = s.top_p;
-  sp.repetition_penalty = s.repetition_penalty;
-  sp.greedy = s.greedy;
-  sp.seed = s.seed;
+  const MtlSamplerParams sp = mtl_sampler_params(s);
   MtlSampler sampler(int32_t(V), sp);
   // Upstream zeroes the uncond row's text embeddings only when cfg_weight > 0; otherwise both rows
   // are identical and cond + w (cond - uncond) = cond: one row gives the same logits.

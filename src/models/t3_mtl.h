@@ -78,6 +78,10 @@ struct T3MtlStep {
 };
 using T3MtlStepFn = std::function<void(const T3MtlStep&)>;
 
+struct MtlSamplerParams;
+// The sampler's parameters for s (generate's and T3MtlBatch's sampler).
+MtlSamplerParams mtl_sampler_params(const T3MtlSampling& s);
+
 class T3Mtl {
  public:
   T3Mtl(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const T3MtlLoadParams& p = {});

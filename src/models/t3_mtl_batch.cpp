@@ -112,14 +112,7 @@ int T3MtlBatch::start(const T3MtlCond& cond, const std::vector<int32_t>& text_to
   Req& r = reqs_[size_t(q)];
   const double t0 = now_ms();
   // generate's sampler, prefill and step 0.
-  MtlSamplerParams sp;
-  sp.cfg_weight = s.cfg_weight;
-  sp.temperature = s.temperature;
-  sp.min_p = s.min_p;
-  sp.top_p = s.top_p;
-  sp.repetition_penalty = s.repetition_penalty;
-  sp.greedy = s.greedy;
-  sp.seed = s.seed;
+  const MtlSamplerParams sp = mtl_sampler_params(s);
   auto sampler = std::make_unique<MtlSampler>(int32_t(c_.speech_vocab), sp);
   const int64_t B = s.cfg_weight > 0.f ? 2 : 1;
   int64_t T = 0;
