@@ -51,7 +51,7 @@ int run(int argc, char** argv) {
     } else if (a == "-m" || a == "--model") model = next();
     else if (a == "--wav") wav_path = next();
     else if (a == "-o" || a == "--out") out = next();
-    else if (a == "--max-tokens") max_tokens = cbx::cli::int_flag("--max-tokens", next(), 1, 1073741824);
+    else if (a == "--max-tokens") max_tokens = cbx::cli::int_flag("--max-tokens", next(), 0, 1073741824);
     else if (a == "--out-proj") out_proj = next();
     else if (a == "--out-encoder") out_enc = next();
     else if (a == "--dump-dir") dump_dir = next();
