@@ -204,7 +204,10 @@ int SpeechServer::start() {
               opt_.host.c_str(), opt_.port);
     port_ = opt_.port;
   }
-  listen_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  listen_thread_ = std::thread([this] {
+    http_->listen_after_bind();
+    listen_done_ = true;
+  });
   return port_;
 }
 
@@ -243,6 +246,10 @@ void SpeechServer::shutdown() {
     if (listen_thread_.joinable()) listen_thread_.join();
     return;
   }
+  // httplib's stop() does nothing until the listen loop runs: a model that fails to load at once
+  // can reach here before the listen thread has started it. Wait for it (bounded), then stop.
+  for (int i = 0; i < 5000 && listen_thread_.joinable() && !listen_done_ && !http_->is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   http_->stop();  // stop accepting; the listen thread then waits for the open connections
   const auto grace = std::chrono::milliseconds((long long)(opt_.grace_s * 1000));
   for (auto& e : engines_) e->stop(grace);

@@ -77,6 +77,7 @@ class SpeechServer {
   RequestContext ctx_;  // what request validation sees: the engines' models, the voices, the limits
   std::vector<cbx_model*> models_;
   std::atomic<bool> ready_{false}, stopping_{false};
+  std::atomic<bool> listen_done_{false};  // listen_after_bind has returned
   std::atomic<uint64_t> next_id_{1};
   int port_ = 0;
   long long started_unix_ = 0;
