@@ -166,7 +166,7 @@ class StreamRun {
   bool begun_ = false;
   SynthTimings* tm_;
   std::vector<float>& audio_;
-  const SynthAudioFn& on_audio_;
+  SynthAudioFn on_audio_;  // a copy: callers may pass a temporary (nullptr, a lambda)
   int64_t chunk_, n_chunks_, pieces_ = 0;
   std::vector<int32_t> tokens_;
   double ms_ = 0;
