@@ -51,5 +51,12 @@ n=$((seq_n + 8 * per_client))
 growth=$(field rss_growth_pct "$line")
 warm=$(field rss_warm_mb "$line")
 awk -v w="$warm" 'BEGIN { exit !(w > 0) }' || fail "no RSS read after the warm-up: $line"
-awk -v g="$growth" 'BEGIN { exit !(g == g + 0 && g <= 5) }' || fail "server RSS grew by $growth % (limit 5 %): $line"
+# Under AddressSanitizer freed memory waits in ASan's quarantine (up to 256 MB), so RSS says
+# nothing about the server's own memory there; leaks are LeakSanitizer's job (at the server's
+# exit, which must be 0 above). The RSS bound is checked in the plain builds.
+if grep -q '^CBX_SANITIZE:BOOL=ON' "$BUILD/CMakeCache.txt" 2> /dev/null; then
+  echo "sanitizer build: RSS growth $growth % not checked (ASan quarantine); exit status and leaks checked"
+else
+  awk -v g="$growth" 'BEGIN { exit !(g == g + 0 && g <= 5) }' || fail "server RSS grew by $growth % (limit 5 %): $line"
+fi
 echo "ok: $line"
