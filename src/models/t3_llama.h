@@ -89,7 +89,6 @@ class T3Llama {
   int64_t max_ctx() const { return max_ctx_; }
   int64_t max_tokens() const { return max_tokens_; }
   int64_t n_rows() const { return n_rows_; }
-  size_t kv_cache_bytes() const { return kv_bytes_; }
   // Bytes of KV cache one decode step of B sequences reads at the current length.
   size_t kv_step_bytes(int64_t B) const;
   // Copies the cached keys/values of positions 0 .. n_past()-1 from sequence src to sequence dst
@@ -100,7 +99,6 @@ class T3Llama {
   // One-token calls (T == 1) take the fused decode path unless this is off or a capture is set
   // (the op-by-op path reports every named intermediate); both give the same logits.
   void set_fused_decode(bool on) { fused_ = on; }
-  bool fused_decode() const { return fused_; }
   // Bytes of re-laid-out weight copies held for the fused decode (T3LlamaOptions::pack_planar).
   size_t packed_weight_bytes() const;
 
