@@ -102,6 +102,13 @@ void attn_multi_group(const AttnHead* hs, float* scratch) {
       for (int j = 0; j < W; ++j) {
         const int64_t jj = g + j, row = j0 + jj;
         prefetch(false, row);
+        // This tile's value rows, asked for while its scores are computed: P.V comes after
+        // the whole tile's scores, and the rows a shared prefix has are read from memory.
+        if (row < shared_end) {
+          int64_t at;
+          const void* vb = base(0, true, row, &at);
+          prefetch_kv_row(vb, kdt, at, d);
+        }
         if (kD != 0 && row < shared_end) {  // one load (and f16 widening) of the row for all
           int64_t at;
           const void* kb = base(0, false, row, &at);
