@@ -251,3 +251,96 @@ TEST(NnAttention, SplitSegmentsMatchOneCacheBitwise) {
           ASSERT_EQ(oa.v[i], ob.v[i]) << dtype_name(kv) << " D " << D << " split " << split << " at " << i;
       }
 }
+
+// attention_part_split_multi (several sequences' single queries against one shared prefix,
+// each with its own keys after it) gives every query the bits attention_part_split gives it
+// alone, on every ISA the CPU runs: 1 to 8 queries (groups of 1 to 4 in the kernel), prefix
+// lengths inside / at the edges of a 64-key tile, own segments of different lengths (1
+// included), causal ends past the keys and inside the prefix, f32 and f16, D 64 and 40.
+TEST(NnAttention, SplitMultiMatchesEachQueryAloneBitwise) {
+  const int64_t H = 4, Hkv = 2;
+  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512})
+    for (DType kv : {DType::F32, DType::F16})
+      for (int64_t D : {64, 40})
+        for (int64_t P : {1, 37, 64, 130, 375})
+          for (int nq = 1; nq <= 8; ++nq) {
+            const size_t es = kv == DType::F16 ? 2 : 4;
+            auto fill = [&](std::vector<uint8_t>& b, int64_t rows, uint32_t seed) {
+              Buf src({Hkv, rows, D}, seed);
+              b.assign(src.size() * es, 0);
+              for (size_t i = 0; i < src.size(); ++i) {
+                if (kv == DType::F16) {
+                  const uint16_t h = f32_to_f16(src.v[i]);
+                  std::memcpy(b.data() + i * 2, &h, 2);
+                } else {
+                  std::memcpy(b.data() + i * 4, &src.v[i], 4);
+                }
+              }
+              return make_tensor(kv, {Hkv, rows, D}, b.data(), b.size());
+            };
+            const uint32_t seed = uint32_t(P * 131 + D * 7 + nq);
+            std::vector<uint8_t> kp, vp;
+            const Tensor k0 = fill(kp, P, seed), v0 = fill(vp, P, seed + 1);
+            std::vector<std::vector<uint8_t>> kb(static_cast<size_t>(nq)), vb(static_cast<size_t>(nq));
+            std::vector<Tensor> ks(static_cast<size_t>(nq)), vs(static_cast<size_t>(nq));
+            std::vector<Buf> qb, oa, ob;  // reserved: each Buf's tensor points into it
+            qb.reserve(size_t(nq)), oa.reserve(size_t(nq)), ob.reserve(size_t(nq));
+            std::vector<AttnSplitQuery> qs(static_cast<size_t>(nq));
+            for (int r = 0; r < nq; ++r) {
+              const int64_t own = r == 0 ? 1 : 1 + (r * 29 + P) % 97;
+              // A slot with room past its rows, as a KV cache holds.
+              const Tensor kslot = fill(kb[size_t(r)], own + 3, seed + 10 + uint32_t(r));
+              const Tensor vslot = fill(vb[size_t(r)], own + 3, seed + 50 + uint32_t(r));
+              ks[size_t(r)] = slice(kslot, 1, 0, own);
+              vs[size_t(r)] = slice(vslot, 1, 0, own);
+              qb.emplace_back(std::initializer_list<int64_t>{H, 1, D}, seed + 100 + uint32_t(r), -1.5f, 1.5f);
+              oa.emplace_back(std::initializer_list<int64_t>{H, 1, D});
+              ob.emplace_back(std::initializer_list<int64_t>{H, 1, D});
+              int64_t qo = P + own - 1;      // the decode step: the last key is the query's own
+              if (r % 4 == 2) qo += 5;       // the causal end past the keys
+              if (r % 4 == 3) qo = P / 2;    // the causal end inside the prefix
+              qs[size_t(r)].q_offset = qo;
+            }
+            for (int r = 0; r < nq; ++r) {
+              qs[size_t(r)].q = &qb[size_t(r)].t;
+              qs[size_t(r)].k = &ks[size_t(r)];
+              qs[size_t(r)].v = &vs[size_t(r)];
+              qs[size_t(r)].out = &ob[size_t(r)].t;
+            }
+            AttentionParams p;
+            p.causal = true;
+            for (int r = 0; r < nq; ++r) {
+              p.q_offset = qs[size_t(r)].q_offset;
+              attention_part_split(0, 1, qb[size_t(r)].t, k0, v0, ks[size_t(r)], vs[size_t(r)], oa[size_t(r)].t, p,
+                                   0, -1, isa);
+            }
+            // Two threads' halves of the heads, as a decode step splits them.
+            for (int ith = 0; ith < 2; ++ith) attention_part_split_multi(ith, 2, k0, v0, qs.data(), nq, p, 0, -1, isa);
+            for (int r = 0; r < nq; ++r)
+              for (size_t i = 0; i < oa[size_t(r)].size(); ++i)
+                ASSERT_EQ(oa[size_t(r)].v[i], ob[size_t(r)].v[i])
+                    << isa_name(isa) << " " << dtype_name(kv) << " D " << D << " P " << P << " nq " << nq
+                    << " query " << r << " at " << i;
+          }
+}
+
+TEST(NnAttention, SplitMultiRejectsBadInput) {
+  Buf q({2, 1, 8}, 1), o({2, 1, 8}), k0({2, 5, 8}, 2), v0({2, 5, 8}, 3), k({2, 3, 8}, 4), v({2, 3, 8}, 5);
+  Buf kd({2, 3, 6}, 6), q2({2, 2, 8}, 7);
+  AttnSplitQuery a{&q.t, &k.t, &v.t, &o.t, 7};
+  AttentionParams p;
+  p.causal = true;
+  EXPECT_NO_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, &a, 1, p));
+  EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, &a, 0, p), Error);               // no query
+  AttnSplitQuery bad[2] = {a, a};
+  bad[1].k = &kd.t;                                                                            // own keys' D differs
+  EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, bad, 2, p), Error);
+  bad[1] = a;
+  bad[1].q = &q2.t;                                                                            // two queries in one
+  EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, bad, 2, p), Error);
+  bad[1] = a;
+  bad[1].out = nullptr;
+  EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, bad, 2, p), Error);
+  EXPECT_THROW(attention_part_split_multi(0, 1, kd.t, v0.t, &a, 1, p), Error);               // prefix D differs
+  EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, &a, 1, p, 0, 3), Error);         // heads past H
+}

@@ -90,6 +90,11 @@ constexpr int64_t kAttnQueryBlock = 4;
 constexpr int64_t attn_scratch_floats(int64_t d) {
   return kAttnQueryBlock * (kAttnKeyTile + 2 * d + 4) + 64;
 }
+// attn_multi works on groups of up to this many queries (per-query scores, accumulators
+// and scaled queries in scratch; more would not fit the registers of one key row's FMAs).
+constexpr int kAttnMultiGroup = 4;
+// Floats of scratch attn_multi needs (per calling thread).
+constexpr int64_t attn_multi_scratch_floats(int64_t d) { return kAttnMultiGroup * (kAttnKeyTile + 2 * d) + 64; }
 
 struct NnKernels {
   Isa isa;
@@ -108,6 +113,12 @@ struct NnKernels {
   void (*gemm)(const GemmTile& t);
   // Rows [q0, q1) of one head; scratch holds attn_scratch_floats(d) floats.
   void (*attn)(const AttnHead& h, int64_t q0, int64_t q1, float* scratch);
+  // nq single queries of one head (row 0 of each h[r]: its q, o, q_offset, causal, tk, scale
+  // and second segment k2 / v2 / k2_rs / v2_rs) that share the first segment: the same k,
+  // v, k_rs, v_rs, split, kv_dtype and d, no mask, no kt. Query r's output has the bits
+  // attn(h[r], 0, 1) gives; the shared rows are loaded (and widened) once for the group.
+  // scratch holds attn_multi_scratch_floats(d) floats.
+  void (*attn_multi)(const AttnHead* h, int nq, float* scratch);
   // PyTorch LSTM step from the gate pre-activations g [4H] (i, f, g, o):
   // c = sig(f) c + sig(i) tanh(g); h = sig(o) tanh(c).
   void (*lstm_gates)(const float* g, float* h, float* c, int64_t hidden);

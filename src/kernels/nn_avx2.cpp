@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "kernels/nn.h"
-#include "kernels/nn_simd_gemm.h"
+#include "kernels/nn_simd_attn_multi.h"
 
 namespace cbx {
 namespace {

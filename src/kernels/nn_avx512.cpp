@@ -5,7 +5,7 @@
 #include <immintrin.h>
 
 #include "kernels/nn.h"
-#include "kernels/nn_simd_gemm.h"
+#include "kernels/nn_simd_attn_multi.h"
 
 namespace cbx {
 namespace {

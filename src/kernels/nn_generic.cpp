@@ -161,6 +161,11 @@ void attn_generic(const AttnHead& h, int64_t q0, int64_t q1, float* scratch) {
   }
 }
 
+// The reference: each query on its own (the shared segment gives nothing to share here).
+void attn_multi_generic(const AttnHead* h, int nq, float* scratch) {
+  for (int r = 0; r < nq; ++r) attn_generic(h[r], 0, 1, scratch);
+}
+
 void lstm_gates_generic(const float* g, float* h, float* c, int64_t H) {
   for (int64_t j = 0; j < H; ++j) {
     float ig = sigmoidf(g[j]), fg = sigmoidf(g[H + j]);
@@ -198,7 +203,7 @@ void kv_transpose_generic(const void* k, DType dt, int64_t k_rs, int64_t tk, int
 const NnKernels kGeneric = {
     Isa::Generic,   unary_generic, binary_generic, snake_generic,      layer_norm_generic,
     rms_norm_generic, softmax_generic, rope_generic, gemm_generic, attn_generic,
-    lstm_gates_generic, dot_generic, to_f16_generic, kv_transpose_generic,
+    attn_multi_generic, lstm_gates_generic, dot_generic, to_f16_generic, kv_transpose_generic,
 };
 
 }  // namespace

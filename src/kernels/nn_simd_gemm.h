@@ -450,11 +450,4 @@ void attn(const AttnHead& h, int64_t q0, int64_t q1, float* scratch) {
   }
 }
 
-template <class V>
-constexpr NnKernels make_table(Isa isa) {
-  return NnKernels{isa,           unary<V>,      binary<V>, snake<V>, layer_norm<V>,
-                   rms_norm<V>,   softmax<V>,    rope<V>,   gemm<V>,  attn<V>,
-                   lstm_gates<V>, dot<V>,        to_f16<V>, kv_transpose<V>};
-}
-
 }  // namespace cbx::nn_simd

@@ -301,12 +301,35 @@ void T3Batch::decode(const int* rows, int n) {
   };
   AttentionParams ap;
   ap.causal = true;
-  // Nothing may throw inside the run: check every row's attention call here on an empty head
+  // Rows grouped by voice prefix (the same Prefix: one buffer, one length): a group's rows go
+  // through attention together, each shared prefix row read once per head for all of them.
+  // Group g is rows order[gs[g] .. gs[g + 1]).
+  int order[64], gs[65], ng = 0;
+  {
+    bool taken[64] = {};
+    int at = 0;
+    for (int b = 0; b < n; ++b) {
+      if (taken[b]) continue;
+      gs[ng++] = at;
+      for (int c = b; c < n; ++c)
+        if (!taken[c] && views[c].prefix == views[b].prefix) taken[c] = true, order[at++] = c;
+    }
+    gs[ng] = at;
+  }
+  // One group's queries at layer l (q / out views, own K / V, causal end per row).
+  auto group_queries = [&](int g, int l, AttnSplitQuery* qa) {
+    for (int i = gs[g]; i < gs[g + 1]; ++i) {
+      const int b = order[i];
+      qa[i - gs[g]] = AttnSplitQuery{&views[b].q, &kvv(b, l, 1), &kvv(b, l, 3), &views[b].o, views[b].pos};
+    }
+  };
+  // Nothing may throw inside the run: check every group's attention call here on an empty head
   // range (every layer's views have the same shapes and strides).
-  for (int b = 0; b < n; ++b) {
-    ap.q_offset = views[b].pos;
-    attention_part_split(0, 1, views[b].q, kvv(b, 0, 0), kvv(b, 0, 2), kvv(b, 0, 1), kvv(b, 0, 3), views[b].o, ap, 0,
-                         0);
+  for (int g = 0; g < ng; ++g) {
+    AttnSplitQuery qa[64];
+    group_queries(g, 0, qa);
+    const int b0 = order[gs[g]];
+    attention_part_split_multi(0, 1, kvv(b0, 0, 0), kvv(b0, 0, 2), qa, gs[g + 1] - gs[g], ap, 0, 0);
   }
 
   const int nt = pool_.size();
@@ -345,12 +368,13 @@ void T3Batch::decode(const int* rows, int n) {
             row_store(qkvr + b * 3 * d + 2 * d + hh * D, slot_head(rows[b], l, 1, hh) + size_t(at) * rb, kvt, D);
           }
         }
+        AttnSplitQuery qa[64];
+        for (int g = 0; g < ng; ++g) group_queries(g, l, qa + gs[g]);
         for (int64_t hh = h0; hh < h1; ++hh)
-          for (int b = 0; b < n; ++b) {
-            AttentionParams p = ap;
-            p.q_offset = views[b].pos;
-            attention_part_split(0, 1, views[b].q, kvv(b, l, 0), kvv(b, l, 2), kvv(b, l, 1), kvv(b, l, 3),
-                                 views[b].o, p, hh, hh + 1);
+          for (int g = 0; g < ng; ++g) {
+            const int b0 = order[gs[g]];
+            attention_part_split_multi(0, 1, kvv(b0, l, 0), kvv(b0, l, 2), qa + gs[g], gs[g + 1] - gs[g], ap, hh,
+                                       hh + 1);
           }
       });
       pool_.barrier();

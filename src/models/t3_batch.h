@@ -11,12 +11,13 @@
 //  - a step computes each row's outputs with the one-row decode's kernels in the same order
 //    (run_rows gives every activation row the one-row run's bits; attention reads the voice
 //    prefix and the row's own keys as two segments of one online softmax, the bits of one
-//    cache holding both: ops/attention.h attention_part_split);
+//    cache holding both: ops/attention.h attention_part_split; the rows of one voice go through
+//    attention_part_split_multi together, which gives each row those same bits);
 //  - sampling is T3Turbo::generate's loop, per row.
 // Voice prefixes: rows with the same speaker embedding and prompt tokens reference one copy of
 // that prefix's keys/values (shared_ptr, taken from T3Turbo::kept_prefix when the first such
-// row joins); in a step the heads are walked head-major, so a shared prefix head is read from
-// memory once and from cache for the other rows.
+// row joins); in a step the heads are walked head-major, and per head the rows sharing a prefix
+// read each of its rows once (loaded and widened for all of them together).
 // Memory: every buffer a step uses (slots for max_batch rows of the longest sequence, per-thread
 // rows) is reserved at construction; a slot's pages become resident only as rows are written.
 // step() allocates nothing; start() allocates the row's sampler and, for a new voice, its prefix.

@@ -1,5 +1,6 @@
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -104,9 +105,8 @@ Setup setup(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, c
   return s;
 }
 
-// One task (head h = task / nqb, one block of queries); kt: the K^T copy or nullptr.
-void run_task(const Setup& s, int64_t task, const float* kt, int64_t kt_rs, float* scratch) {
-  const int64_t h = task / s.nqb, q0 = (task % s.nqb) * s.qb, q1 = q0 + s.qb < s.Tq ? q0 + s.qb : s.Tq;
+// The kernel's view of head h; kt: the K^T copy or nullptr.
+AttnHead make_head(const Setup& s, int64_t h, const float* kt, int64_t kt_rs) {
   const int64_t hk = h / s.group;
   AttnHead a;
   a.q = s.q + h * s.q_hs;
@@ -141,7 +141,40 @@ void run_task(const Setup& s, int64_t task, const float* kt, int64_t kt_rs, floa
     a.v_rs = s.v0_rs;
     a.split = s.split;
   }
-  s.kern->attn(a, q0, q1, scratch);
+  return a;
+}
+
+// One task (head h = task / nqb, one block of queries); kt: the K^T copy or nullptr.
+void run_task(const Setup& s, int64_t task, const float* kt, int64_t kt_rs, float* scratch) {
+  const int64_t h = task / s.nqb, q0 = (task % s.nqb) * s.qb, q1 = q0 + s.qb < s.Tq ? q0 + s.qb : s.Tq;
+  s.kern->attn(make_head(s, h, kt, kt_rs), q0, q1, scratch);
+}
+
+// attention_part_split's checks and setup of one query (q, its own segment k / v, out)
+// whose keys start with the segment k0 / v0.
+Setup setup_split(const char* op, const Tensor& q, const Tensor& k0, const Tensor& v0, const Tensor& k,
+                  const Tensor& v, const Tensor& out, const AttentionParams& p, int ith, int nth, int64_t h0,
+                  int64_t* h1, Isa isa) {
+  Setup s = setup(op, q, k, v, Tensor{}, out, p, isa);
+  CBX_CHECK(s.Tq == 1, "%s: %lld queries (q %s); one only", op, (long long)s.Tq, q.shape_str().c_str());
+  CBX_CHECK(k0.data && v0.data && k0.ndim == 3 && same_shape(k0, v0) && k0.dtype == k.dtype && v0.dtype == k.dtype &&
+                k0.shape[0] == s.Hkv && k0.shape[2] == s.D && nn_detail::inner_contiguous(k0) &&
+                nn_detail::inner_contiguous(v0),
+            "%s: first segment k %s / v %s must be %s [%lld, T0, %lld] like k %s, contiguous in D", op,
+            k0.shape_str().c_str(), v0.shape_str().c_str(), dtype_name(k.dtype), (long long)s.Hkv, (long long)s.D,
+            k.shape_str().c_str());
+  CBX_CHECK(nth >= 1 && ith >= 0 && ith < nth, "%s: thread %d of %d", op, ith, nth);
+  if (*h1 < 0) *h1 = s.H;
+  CBX_CHECK(h0 >= 0 && h0 <= *h1 && *h1 <= s.H, "%s: heads [%lld, %lld) outside [0, %lld)", op, (long long)h0,
+            (long long)*h1, (long long)s.H);
+  s.k0 = static_cast<const uint8_t*>(k0.data);
+  s.v0 = static_cast<const uint8_t*>(v0.data);
+  s.k0_hs = elem_stride(op, "k0", k0, 0), s.k0_rs = elem_stride(op, "k0", k0, 1);
+  s.v0_hs = elem_stride(op, "v0", v0, 0), s.v0_rs = elem_stride(op, "v0", v0, 1);
+  s.split = k0.shape[1];
+  s.Tk += s.split;
+  if (s.split == 0) s.k0 = nullptr;  // one segment after all
+  return s;
 }
 
 }  // namespace
@@ -212,28 +245,39 @@ void attention_part(int ith, int nth, const Tensor& q, const Tensor& k, const Te
 
 void attention_part_split(int ith, int nth, const Tensor& q, const Tensor& k0, const Tensor& v0, const Tensor& k,
                           const Tensor& v, Tensor& out, const AttentionParams& p, int64_t h0, int64_t h1, Isa isa) {
-  const char* op = "attention_part_split";
-  Setup s = setup(op, q, k, v, Tensor{}, out, p, isa);
-  CBX_CHECK(s.Tq == 1, "%s: %lld queries (q %s); one only", op, (long long)s.Tq, q.shape_str().c_str());
-  CBX_CHECK(k0.data && v0.data && k0.ndim == 3 && same_shape(k0, v0) && k0.dtype == k.dtype && v0.dtype == k.dtype &&
-                k0.shape[0] == s.Hkv && k0.shape[2] == s.D && nn_detail::inner_contiguous(k0) &&
-                nn_detail::inner_contiguous(v0),
-            "%s: first segment k %s / v %s must be %s [%lld, T0, %lld] like k %s, contiguous in D", op,
-            k0.shape_str().c_str(), v0.shape_str().c_str(), dtype_name(k.dtype), (long long)s.Hkv, (long long)s.D,
-            k.shape_str().c_str());
-  CBX_CHECK(nth >= 1 && ith >= 0 && ith < nth, "%s: thread %d of %d", op, ith, nth);
-  if (h1 < 0) h1 = s.H;
-  CBX_CHECK(h0 >= 0 && h0 <= h1 && h1 <= s.H, "%s: heads [%lld, %lld) outside [0, %lld)", op, (long long)h0,
-            (long long)h1, (long long)s.H);
-  s.k0 = static_cast<const uint8_t*>(k0.data);
-  s.v0 = static_cast<const uint8_t*>(v0.data);
-  s.k0_hs = elem_stride(op, "k0", k0, 0), s.k0_rs = elem_stride(op, "k0", k0, 1);
-  s.v0_hs = elem_stride(op, "v0", v0, 0), s.v0_rs = elem_stride(op, "v0", v0, 1);
-  s.split = k0.shape[1];
-  s.Tk += s.split;
-  if (s.split == 0) s.k0 = nullptr;  // one segment after all
+  const Setup s = setup_split("attention_part_split", q, k0, v0, k, v, out, p, ith, nth, h0, &h1, isa);
   alignas(64) float scratch[attn_scratch_floats(kMaxHeadDim)];
   for (int64_t h = h0 + ith; h < h1; h += nth) run_task(s, h, nullptr, 0, scratch);
+}
+
+void attention_part_split_multi(int ith, int nth, const Tensor& k0, const Tensor& v0, const AttnSplitQuery* qs,
+                                int nq, const AttentionParams& p, int64_t h0, int64_t h1, Isa isa) {
+  const char* op = "attention_part_split_multi";
+  CBX_CHECK(nq >= 1 && nq <= kAttnSplitMaxQueries, "%s: %d queries; 1 to %d", op, nq, kAttnSplitMaxQueries);
+  Setup s[kAttnSplitMaxQueries];
+  int64_t hend = h1;
+  for (int r = 0; r < nq; ++r) {
+    const AttnSplitQuery& a = qs[r];
+    CBX_CHECK(a.q && a.k && a.v && a.out, "%s: query %d lacks its q, k, v or out", op, r);
+    AttentionParams pr = p;
+    pr.q_offset = a.q_offset;
+    int64_t e = h1;
+    s[r] = setup_split(op, *a.q, k0, v0, *a.k, *a.v, *a.out, pr, ith, nth, h0, &e, isa);
+    CBX_CHECK(r == 0 || s[r].H == s[0].H, "%s: query %d has %lld heads (q %s), query 0 %lld", op, r,
+              (long long)s[r].H, a.q->shape_str().c_str(), (long long)s[0].H);
+    hend = e;
+  }
+  const NnKernels& kern = *s[0].kern;
+  alignas(64) float scratch[std::max(attn_scratch_floats(kMaxHeadDim), attn_multi_scratch_floats(kMaxHeadDim))];
+  AttnHead heads[kAttnSplitMaxQueries];
+  for (int64_t h = h0 + ith; h < hend; h += nth) {
+    if (nq == 1 || s[0].split == 0) {  // nothing shared: the one-query kernel per query
+      for (int r = 0; r < nq; ++r) run_task(s[r], h, nullptr, 0, scratch);
+      continue;
+    }
+    for (int r = 0; r < nq; ++r) heads[r] = make_head(s[r], h, nullptr, 0);
+    kern.attn_multi(heads, nq, scratch);
+  }
 }
 
 }  // namespace cbx

@@ -54,4 +54,21 @@ void attention_part_split(int ith, int nth, const Tensor& q, const Tensor& k0, c
                           const Tensor& k, const Tensor& v, Tensor& out, const AttentionParams& p,
                           int64_t h0 = 0, int64_t h1 = -1, Isa isa = active_isa());
 
+// attention_part_split for several one-query sequences sharing the first segment k0 / v0:
+// query r has its own q, second segment k / v (its T1 may differ from the others'), out and
+// q_offset (p.q_offset is not used); p.scale / p.causal apply to all. Every query's output
+// has the bits attention_part_split gives it alone; the shared rows are read once per group
+// of queries (a batched decode's voice prefix).
+struct AttnSplitQuery {
+  const Tensor* q = nullptr;
+  const Tensor* k = nullptr;
+  const Tensor* v = nullptr;
+  Tensor* out = nullptr;
+  int64_t q_offset = 0;
+};
+constexpr int kAttnSplitMaxQueries = 64;
+void attention_part_split_multi(int ith, int nth, const Tensor& k0, const Tensor& v0, const AttnSplitQuery* qs,
+                                int nq, const AttentionParams& p, int64_t h0 = 0, int64_t h1 = -1,
+                                Isa isa = active_isa());
+
 }  // namespace cbx
