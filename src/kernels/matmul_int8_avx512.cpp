@@ -49,30 +49,41 @@ void tile(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int
   const int64_t kq = kc - kInt8Trailer;
   const auto* x = static_cast<const uint8_t*>(xp);
   const auto* w = static_cast<const uint8_t*>(wp);
+  const uint8_t* tr = w + kq * kInt8Mr;  // d_w[32], corr[32]
+  // The sums start at -corr (exact: int32 arithmetic wraps modulo 2^32 either way).
+  const __m512i k0 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(tr + 128));
+  const __m512i k1 = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(tr + 192));
   __m512i c[kNr][2];
-  for (int i = 0; i < kNr; ++i) c[i][0] = c[i][1] = _mm512_setzero_si512();
+#pragma GCC unroll 14
+  for (int i = 0; i < kNr; ++i) {
+    c[i][0] = k0;
+    c[i][1] = k1;
+  }
   for (int64_t g = 0; g < kq / 4; ++g) {
     const __m512i w0 = _mm512_loadu_si512(w + g * 128), w1 = _mm512_loadu_si512(w + g * 128 + 64);
-    const uint8_t* xg = x + g * kNr * 4;
+    const int32_t* xg = reinterpret_cast<const int32_t*>(x + g * kNr * 4);
 #pragma GCC unroll 14
     for (int i = 0; i < kNr; ++i) {
-      int32_t v;
-      std::memcpy(&v, xg + i * 4, 4);
-      const __m512i a = _mm512_set1_epi32(v);
+      const __m512i a = _mm512_set1_epi32(xg[i]);
       c[i][0] = _mm512_dpbusd_epi32(c[i][0], a, w0);
       c[i][1] = _mm512_dpbusd_epi32(c[i][1], a, w1);
     }
   }
+  // The sums go through memory so the float epilogue adds no register pressure to the loop.
+  alignas(64) int32_t s[kNr][32];
+#pragma GCC unroll 14
+  for (int i = 0; i < kNr; ++i) {
+    _mm512_store_si512(s[i], c[i][0]);
+    _mm512_store_si512(s[i] + 16, c[i][1]);
+  }
   const auto* dx = reinterpret_cast<const float*>(x + kq * kNr);
-  const uint8_t* tr = w + kq * kInt8Mr;
   const __m512 dw0 = _mm512_loadu_ps(tr), dw1 = _mm512_loadu_ps(tr + 64);
-  const __m512i k0 = _mm512_loadu_si512(tr + 128), k1 = _mm512_loadu_si512(tr + 192);
   const __mmask16 m0 = mcols >= 16 ? __mmask16(0xffff) : __mmask16((1u << mcols) - 1);
   const __mmask16 m1 = mcols >= 32 ? __mmask16(0xffff) : mcols > 16 ? __mmask16((1u << (mcols - 16)) - 1) : 0;
   for (int i = 0; i < nrows; ++i) {
     const __m512 d = _mm512_set1_ps(dx[i]);
-    __m512 v0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c[i][0], k0)), d), dw0);
-    __m512 v1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c[i][1], k1)), d), dw1);
+    __m512 v0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(s[i])), d), dw0);
+    __m512 v1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(s[i] + 16)), d), dw1);
     float* o = y + i * ldy;
     if (acc) {
       v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), v0);
