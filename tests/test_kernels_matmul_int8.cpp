@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cpu.h"
@@ -106,6 +107,8 @@ TEST_F(Int8Test, PrecisionNameAndParse) {
   EXPECT_EQ(parse_gemm_precision("int8", "test"), GemmPrecision::Int8);
   EXPECT_STREQ(gemm_precision_name(GemmPrecision::Int8), "int8");
   EXPECT_THROW(parse_gemm_precision("int4", "test"), Error);
+  const std::string kind = gemm_int8_kind();
+  EXPECT_EQ(kind, active_isa() == Isa::Avx512 && cpu_has_avx512_vnni() ? "vpdpbusd" : "generic");
 }
 
 // Odd shapes (M, N, K off the 14 / 32 / 4 tiles), weight types, thread counts: the exact-sum

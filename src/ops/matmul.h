@@ -85,6 +85,10 @@ GemmPrecision gemm_precision_for_f32_weights();
 bool gemm_bf16_available();
 // Which bf16 GEMM that is: "amx", "vdpbf16ps" or "none".
 const char* gemm_bf16_kind();
+// Which int8 GEMM an Int8 PackedWeight runs with the active ISA: "vpdpbusd" (AVX-512 VNNI, about
+// twice the bf16 GEMM's products per instruction) or "generic" (scalar: correct but far slower
+// than BF16; callers should offer Int8 only where this is "vpdpbusd").
+const char* gemm_int8_kind();
 
 void matmul(ThreadPool& pool, const Tensor& w, const Tensor& x, Tensor& y, Arena* scratch = nullptr);
 void matmul_bias(ThreadPool& pool, const Tensor& w, const Tensor& bias, const Tensor& x, Tensor& y,

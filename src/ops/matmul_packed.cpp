@@ -10,6 +10,9 @@
 //     writes y once; a LayerNorm prologue normalizes the tile's rows just before packing them;
 //   - matmul_mlp chains two GEMMs per row tile (each thread owns whole row tiles), so the
 //     hidden rows never leave the thread's scratch.
+// Int8 panels (GemmPrecision::Int8, kernels/matmul_int8.h) take the same paths: their x panel
+// quantizes the activation rows (after the LayerNorm prologue) and their tile applies the scales,
+// so the epilogues and matmul_mlp see f32 tiles as with bf16.
 // The weight panels of one matrix (<= 768 KB in the CFM) stay in L2 across the row tiles.
 // The tile kernel accumulates the same bf16 products in the same k order whether K is split
 // into blocks (the f32 partial sums are stored and reloaded exactly) or not, so the results
@@ -367,6 +370,8 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
   });
   return w;
 }
+
+const char* gemm_int8_kind() { return matmul_int8_kind(active_isa()); }
 
 PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts,
                          GemmPrecision prec, const char* what) {
