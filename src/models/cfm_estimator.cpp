@@ -232,7 +232,9 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
   bool lossy = false;
   for (const Tensor* t : {&w.time1_w, &w.time2_w, &w.down.resnet.mlp_w}) lossy |= gemm_weight_is_lossy(t->dtype);
   if (!w.down.blocks.empty()) lossy |= gemm_weight_is_lossy(w.down.blocks[0].to_q.dtype);
-  gemm_ = resolve_gemm_precision(o.gemm, lossy);
+  const bool int8 = resolve_gemm_precision(o.gemm, lossy) == GemmPrecision::Int8;
+  gemm_ = int8 ? GemmPrecision::BF16 : resolve_gemm_precision(o.gemm, lossy);
+  linear_ = int8 ? GemmPrecision::Int8 : gemm_;
   const int64_t B = max_batch_, T = max_frames_, C = c.channels;
   const int64_t N = B * T, K = c.conv_kernel;
   const int nt = pool.size();
@@ -250,10 +252,10 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
     mm(s.resnet.mlp_w, B);
     for (const CfmTransformerWeights& b : s.blocks) {
       PackedBlock pb;
-      pb.qkv = pack_weight(pool, {&b.to_q, &b.to_k, &b.to_v}, gemm_, "cfm attn1.to_q|to_k|to_v");
-      pb.out = pack_weight(pool, {&b.to_out_w}, gemm_, "cfm attn1.to_out.0");
-      pb.ff1 = pack_weight(pool, {&b.ff1_w}, gemm_, "cfm ff.net.0.proj");
-      pb.ff2 = pack_weight(pool, {&b.ff2_w}, gemm_, "cfm ff.net.2");
+      pb.qkv = pack_weight(pool, {&b.to_q, &b.to_k, &b.to_v}, linear_, "cfm attn1.to_q|to_k|to_v");
+      pb.out = pack_weight(pool, {&b.to_out_w}, linear_, "cfm attn1.to_out.0");
+      pb.ff1 = pack_weight(pool, {&b.ff1_w}, linear_, "cfm ff.net.0.proj");
+      pb.ff2 = pack_weight(pool, {&b.ff2_w}, linear_, "cfm ff.net.2");
       for (const PackedWeight* p : {&pb.qkv, &pb.out, &pb.ff1, &pb.ff2}) {
         transient = std::max(transient, matmul_packed_scratch_bytes(*p, N, nt));
         packed_bytes_ += p->panel_bytes();

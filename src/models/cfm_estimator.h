@@ -98,6 +98,8 @@ struct CfmEstimatorOptions {
   int64_t max_batch = 1;      // 2 for the CFG pair
   // GEMM precision of the linears and convolutions (ops/matmul.h); attention stays f32.
   // Auto: CBX_GEMM if set, else BF16 when the matmul weights are lossy (not F32), else F32.
+  // Int8: the transformer linears (q|k|v, out, feed-forward) run the int8 GEMM (weights quantized
+  // per channel at construction, activations per row); everything else as BF16.
   GemmPrecision gemm = GemmPrecision::Auto;
   // Per-call buffers in this arena instead of the estimator's own (see FlowEncoderOptions::work);
   // the output stays in the estimator's own arena.
@@ -134,6 +136,8 @@ class CfmEstimator {
   int64_t max_frames() const { return max_frames_; }
   int64_t max_batch() const { return max_batch_; }
   GemmPrecision gemm_precision() const { return gemm_; }  // F32 or BF16, resolved at construction
+  // The transformer linears' precision: gemm_precision(), or Int8.
+  GemmPrecision linear_precision() const { return linear_; }
   void set_capture(CfmCapture fn) { capture_ = std::move(fn); }
   size_t arena_bytes() const { return arena_.capacity(); }
   size_t arena_high_water() const { return arena_.high_water(); }
@@ -171,6 +175,7 @@ class CfmEstimator {
   ThreadPool& pool_;
   int64_t max_frames_ = 0, max_batch_ = 0;
   GemmPrecision gemm_ = GemmPrecision::F32;
+  GemmPrecision linear_ = GemmPrecision::F32;
   bool attn_bf16_ = false;  // gemm_ is BF16 and the fused AMX attention is available
   Arena arena_;
   std::vector<std::unique_ptr<ThreadPool>> solo_;  // one single-thread pool per pool thread (attention)

@@ -69,7 +69,8 @@ int64_t row_stride_floats(const char* op, const char* name, const Tensor& t, int
 
 // The conv GEMMs of one call run in bf16 (see the header comment).
 bool conv_uses_bf16(Isa isa) {
-  return isa == active_isa() && gemm_precision_for_f32_weights() == GemmPrecision::BF16 && gemm_bf16_available();
+  const GemmPrecision p = gemm_precision_for_f32_weights();  // Int8 (packed weights only): bf16 here
+  return isa == active_isa() && (p == GemmPrecision::BF16 || p == GemmPrecision::Int8) && gemm_bf16_available();
 }
 
 // j's GEMM (every group, bias as the initial value) on the bf16 kernel.

@@ -92,7 +92,7 @@ const Bf16Gemm* bf16_for(const MatmulKernels& kern) {
   return kern.isa == Isa::Avx512 ? matmul_bf16_gemm_avx512(kern) : nullptr;
 }
 GemmChoice choose_gemm(const MatmulKernels& kern, int slot, GemmPrecision prec) {
-  if (prec == GemmPrecision::BF16)
+  if (prec == GemmPrecision::BF16 || prec == GemmPrecision::Int8)  // Int8: packed weights only
     if (const Bf16Gemm* b = bf16_for(kern)) return {&b->gemm[slot], b->kc};
   return {&kern.gemm[slot], kKc};
 }
@@ -262,6 +262,7 @@ const char* gemm_precision_name(GemmPrecision p) {
   switch (p) {
     case GemmPrecision::F32: return "f32";
     case GemmPrecision::BF16: return "bf16";
+    case GemmPrecision::Int8: return "int8";
     default: return "auto";
   }
 }
@@ -271,13 +272,17 @@ GemmPrecision parse_gemm_precision(const char* s, const char* what) {
   if (v == "auto") return GemmPrecision::Auto;
   if (v == "f32") return GemmPrecision::F32;
   if (v == "bf16") return GemmPrecision::BF16;
-  fail("%s: GEMM precision '%s' is not one of auto, f32, bf16", what, v.c_str());
+  if (v == "int8") return GemmPrecision::Int8;
+  fail("%s: GEMM precision '%s' is not one of auto, f32, bf16, int8", what, v.c_str());
 }
 
 GemmPrecision gemm_precision_env() {
   const char* e = std::getenv("CBX_GEMM");
   if (!e || !*e) return GemmPrecision::Auto;
-  return parse_gemm_precision(e, "CBX_GEMM");
+  const GemmPrecision p = parse_gemm_precision(e, "CBX_GEMM");
+  // Int8 is honoured by packed weights only; models choose it per component (their options).
+  CBX_CHECK(p != GemmPrecision::Int8, "CBX_GEMM: 'int8' is not a global precision (use auto, f32 or bf16)");
+  return p;
 }
 
 bool gemm_weight_is_lossy(DType t) { return t != DType::F32; }

@@ -52,11 +52,15 @@ class Arena;
 class ThreadPool;
 struct MatmulKernels;
 
-enum class GemmPrecision : int { Auto = 0, F32 = 1, BF16 = 2 };
-const char* gemm_precision_name(GemmPrecision p);  // "auto", "f32", "bf16"
-// "auto", "f32" or "bf16"; anything else throws an Error naming `what` and the value.
+// Int8: only pre-packed weights (PackedWeight below) honour it: weights quantized per output
+// channel, activations per row, exact int32 sums (kernels/matmul_int8.h). Every other GEMM
+// (matmul, convolutions, a PackedWeight call with fewer than matmul_gemm_min_rows() rows) runs an
+// Int8 request as BF16.
+enum class GemmPrecision : int { Auto = 0, F32 = 1, BF16 = 2, Int8 = 3 };
+const char* gemm_precision_name(GemmPrecision p);  // "auto", "f32", "bf16", "int8"
+// "auto", "f32", "bf16" or "int8"; anything else throws an Error naming `what` and the value.
 GemmPrecision parse_gemm_precision(const char* s, const char* what);
-// CBX_GEMM (Auto when unset or empty); an invalid value throws on every call.
+// CBX_GEMM (Auto when unset or empty); an invalid value (int8 included) throws on every call.
 GemmPrecision gemm_precision_env();
 // requested unless Auto; else CBX_GEMM; else BF16 for lossy weights, F32 otherwise.
 GemmPrecision resolve_gemm_precision(GemmPrecision requested, bool lossy_weights);
@@ -81,6 +85,10 @@ GemmPrecision gemm_precision_for_f32_weights();
 bool gemm_bf16_available();
 // Which bf16 GEMM that is: "amx", "vdpbf16ps" or "none".
 const char* gemm_bf16_kind();
+// Which int8 GEMM an Int8 PackedWeight runs with the active ISA: "vpdpbusd" (AVX-512 VNNI, about
+// twice the bf16 GEMM's products per instruction) or "generic" (scalar: correct but far slower
+// than BF16; callers should offer Int8 only where this is "vpdpbusd").
+const char* gemm_int8_kind();
 
 void matmul(ThreadPool& pool, const Tensor& w, const Tensor& x, Tensor& y, Arena* scratch = nullptr);
 void matmul_bias(ThreadPool& pool, const Tensor& w, const Tensor& bias, const Tensor& x, Tensor& y,
@@ -156,6 +164,7 @@ class PackedWeight {
   int64_t cols() const { return k_; }  // K
   DType dtype() const { return dtype_; }
   bool has_panels() const { return panels_.data() != nullptr; }
+  bool int8() const { return int8_; }  // the panels are int8 (GemmPrecision::Int8)
   size_t panel_bytes() const { return panels_.size(); }  // 0 without panels
   const std::vector<Tensor>& parts() const { return parts_; }
   const std::vector<int64_t>& part_rows() const { return offs_; }  // first row of each part
@@ -175,13 +184,16 @@ class PackedWeight {
   DType dtype_ = DType::F32;
   const MatmulKernels* kernels_ = nullptr;  // the table whose bf16 GEMM made the panels
   int64_t kp_ = 0;
+  bool int8_ = false;
   std::vector<Tile> tiles_;
   HugePiece panels_;
 };
 
 // Parts: 2-D, one dtype, one K, contiguous rows. prec is resolved as a matmul call's (Auto: the
 // thread's scope, else CBX_GEMM, else BF16 for lossy weights); panels are made when that is
-// BF16 and the active ISA's bf16 GEMM exists, unless CBX_NO_PREPACK=1 (benchmark A/B: no panels,
+// BF16 and the active ISA's bf16 GEMM exists, or when it is Int8 (K <= 65535; every ISA: the
+// kernel of kernels/matmul_int8.h, and then every call with N >= matmul_gemm_min_rows() runs the
+// int8 GEMM whatever the thread's precision), unless CBX_NO_PREPACK=1 (benchmark A/B: no panels,
 // so every call takes the per-call path). `what` names the weight in errors. Packing runs on the pool.
 PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts, GemmPrecision prec,
                          const char* what);

@@ -10,6 +10,9 @@
 //     writes y once; a LayerNorm prologue normalizes the tile's rows just before packing them;
 //   - matmul_mlp chains two GEMMs per row tile (each thread owns whole row tiles), so the
 //     hidden rows never leave the thread's scratch.
+// Int8 panels (GemmPrecision::Int8, kernels/matmul_int8.h) take the same paths: their x panel
+// quantizes the activation rows (after the LayerNorm prologue) and their tile applies the scales,
+// so the epilogues and matmul_mlp see f32 tiles as with bf16.
 // The weight panels of one matrix (<= 768 KB in the CFM) stay in L2 across the row tiles.
 // The tile kernel accumulates the same bf16 products in the same k order whether K is split
 // into blocks (the f32 partial sums are stored and reloaded exactly) or not, so the results
@@ -25,6 +28,7 @@
 #include "core/huge_buffer.h"
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_int8.h"
 #include "kernels/nn.h"
 #include "ops/matmul.h"
 #include "ops/matmul_detail.h"
@@ -235,11 +239,61 @@ void epilogue_passes(ThreadPool& pool, const NnKernels& nn, MatmulAct act, const
 
 // Everything matmul_packed needs from a PackedWeight.
 struct PackedAccess {
+  static void pack_int8(const MatmulKernels& kern, ThreadPool& pool, PackedWeight& w, const char* what);
   static const MatmulKernels* kernels(const PackedWeight& w) { return w.kernels_; }
   static int64_t kp(const PackedWeight& w) { return w.kp_; }
   static const uint8_t* panels(const PackedWeight& w) { return w.panels_.data(); }
   static const std::vector<PackedWeight::Tile>& tiles(const PackedWeight& w) { return w.tiles_; }
 };
+
+// Whether a call with n rows runs on w's panels (int8 panels: always from kGemmMinRows rows).
+static bool use_panels(const PackedWeight& w, int64_t n) {
+  return w.has_panels() && w.cols() > 0 && n >= kGemmMinRows &&
+         (w.int8() || effective_precision(GemmPrecision::Auto, w.dtype()) == GemmPrecision::BF16);
+}
+
+static const GemmKernel& panel_kernel(const PackedWeight& w) {
+  if (w.int8()) return matmul_int8_gemm(PackedAccess::kernels(w)->isa);
+  return bf16_for(*PackedAccess::kernels(w))->gemm[matmul_weight_slot(w.dtype())];
+}
+
+// Int8 panels (kernels/matmul_int8.h): each tile's channels widened to f32 and quantized.
+void PackedAccess::pack_int8(const MatmulKernels& kern, ThreadPool& pool, PackedWeight& w, const char* what) {
+  CBX_CHECK(w.k_ <= kInt8MaxK, "pack_weight %s: int8 GEMM needs K <= %lld, got K = %lld", what,
+            (long long)kInt8MaxK, (long long)w.k_);
+  w.kernels_ = &kern;
+  w.int8_ = true;
+  w.kp_ = int8_panel_k(w.k_);
+  const size_t panel = size_t(w.kp_) * kInt8Mr;
+  std::vector<std::pair<size_t, int64_t>> owner;  // (part, first row in the part) per tile
+  for (size_t i = 0; i < w.parts_.size(); ++i)
+    for (int64_t r = 0; r < w.parts_[i].shape[0]; r += kInt8Mr) {
+      w.tiles_.push_back({w.offs_[i] + r, int(std::min<int64_t>(kInt8Mr, w.parts_[i].shape[0] - r)),
+                          w.tiles_.size() * panel});
+      owner.push_back({i, r});
+    }
+  w.panels_ = HugePiece(w.tiles_.size() * panel);
+  CBX_CHECK(w.panels_.data(), "pack_weight %s: cannot allocate %zu bytes of panels", what, w.panels_.size());
+  const ToFloatFn to_float = type_traits(w.dtype_).to_float;
+  CBX_CHECK(to_float || w.dtype_ == DType::F32, "pack_weight %s: cannot widen %s", what, dtype_name(w.dtype_));
+  pool.run([&](int ith, int nth) {
+    int64_t t0, t1;
+    ThreadPool::split(int64_t(w.tiles_.size()), ith, nth, &t0, &t1);
+    std::vector<float> rows(size_t(kInt8Mr) * size_t(w.k_));  // load time only
+    for (int64_t t = t0; t < t1; ++t) {
+      const Tensor& p = w.parts_[owner[size_t(t)].first];
+      const PackedWeight::Tile& tl = w.tiles_[size_t(t)];
+      for (int j = 0; j < tl.mcols; ++j) {
+        const auto* src = static_cast<const uint8_t*>(p.data) + (owner[size_t(t)].second + j) * p.stride[0];
+        if (w.dtype_ == DType::F32)
+          std::memcpy(rows.data() + size_t(j) * w.k_, src, size_t(w.k_) * 4);
+        else
+          to_float(src, rows.data() + size_t(j) * w.k_, w.k_);
+      }
+      int8_pack_w(rows.data(), w.k_, tl.mcols, w.k_, w.panels_.data() + tl.off);
+    }
+  });
+}
 
 PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
                               const std::vector<const Tensor*>& parts, GemmPrecision prec,
@@ -274,6 +328,10 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
   const Bf16Gemm* b = bf16_for(kern);
   const char* off = std::getenv("CBX_NO_PREPACK");
   if (off && *off && std::strcmp(off, "0") != 0) return w;  // A/B switch: no panels
+  if (w.k_ > 0 && w.m_ > 0 && effective_precision(prec, w.dtype_) == GemmPrecision::Int8) {
+    PackedAccess::pack_int8(kern, pool, w, what);
+    return w;
+  }
   if (!b || w.k_ == 0 || w.m_ == 0 || effective_precision(prec, w.dtype_) != GemmPrecision::BF16)
     return w;
 
@@ -313,6 +371,8 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
   return w;
 }
 
+const char* gemm_int8_kind() { return matmul_int8_kind(active_isa()); }
+
 PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts,
                          GemmPrecision prec, const char* what) {
   return pack_weight_with(matmul_kernels(active_isa()), pool, parts, prec, what);
@@ -325,8 +385,8 @@ size_t matmul_packed_scratch_bytes(const PackedWeight& w, int64_t n, int n_threa
   // GEMM result when the residual aliases y; normalized x with a LayerNorm prologue.
   most +=
       align64(size_t(n) * size_t(w.rows()) * 4) + align64(size_t(n) * size_t(w.cols()) * 4) + 128;
-  if (const MatmulKernels* k = PackedAccess::kernels(w)) {
-    const GemmKernel& g = bf16_for(*k)->gemm[matmul_weight_slot(w.dtype())];
+  if (w.has_panels()) {
+    const GemmKernel& g = panel_kernel(w);
     most = std::max(most, size_t(n_threads) * thread_bytes(g, PackedAccess::kp(w), true) + 64);
   }
   return most + 128;
@@ -403,17 +463,8 @@ Epi make_epi(const MatmulEpilogue& e, int64_t rs, const NnKernels& nn) {
              &nn};
 }
 
-// Whether a call with n rows runs on w's panels.
-bool use_panels(const PackedWeight& w, int64_t n) {
-  return w.has_panels() && w.cols() > 0 && n >= kGemmMinRows &&
-         effective_precision(GemmPrecision::Auto, w.dtype()) == GemmPrecision::BF16;
-}
-
-const GemmKernel& panel_kernel(const PackedWeight& w) {
-  return bf16_for(*PackedAccess::kernels(w))->gemm[matmul_weight_slot(w.dtype())];
-}
-
 }  // namespace
+
 
 void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Tensor& y,
                    const MatmulEpilogue& e, Arena* arena) {

@@ -87,7 +87,7 @@ MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(s
   m.t3 = std::make_unique<T3Mtl>(f, c, *m.pool, tp);
 
   // T3 returns at most max_new tokens (EOS included), so S3Gen takes at most max_new.
-  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_new);
+  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_new, p.s3gen_precision);
   CBX_CHECK(m.s3gen->cfm().uses_cfg(), "%s: the Multilingual CFM must use classifier-free guidance", path.c_str());
 }
 

@@ -45,6 +45,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "ops/matmul.h"
 #include "models/model_config.h"
 #include "models/t3_mtl.h"
 #include "pipeline/pipeline_common.h"
@@ -64,6 +65,7 @@ struct MtlLoadParams {
   int64_t max_new_tokens = -1;     // speech tokens per generation; negative = the GGUF's (1000); else
                                    // 1 .. what the model's T3 positions hold
   bool repack = true;              // as TurboLoadParams::repack
+  GemmPrecision s3gen_precision = GemmPrecision::Auto;  // as TurboLoadParams::s3gen_precision
 };
 
 struct MtlSynthParams {

@@ -15,7 +15,7 @@
 namespace cbx {
 
 S3GenStage::S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const Voice& builtin,
-                       int64_t max_speech)
+                       int64_t max_speech, GemmPrecision cfm_precision)
     : c_(c), max_speech_(max_speech) {
   CBX_CHECK(max_speech >= 1, "s3gen: max_speech %lld must be >= 1", (long long)max_speech);
   max_prompt_tokens_ = std::max<int64_t>(int64_t(builtin.prompt_token.size()),
@@ -34,6 +34,7 @@ S3GenStage::S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool
   CfmSolverOptions co;
   co.max_frames = c.flow.token_mel_ratio * max_flow_tokens;
   co.work = work;
+  co.gemm = cfm_precision;
   cfm_ = std::make_unique<CfmSolver>(c.cfm, cfm_w_, pool, co);
 
   // Generated frames = ratio (Tp + N) - Tm; a voice has Tm >= 2 Tp - 2 (validate_voice).

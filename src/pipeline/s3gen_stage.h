@@ -31,7 +31,10 @@ struct Voice;
 class S3GenStage {
  public:
   // f, c and pool must outlive this object. builtin sizes the reservations (see above).
-  S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const Voice& builtin, int64_t max_speech);
+  // cfm_precision: the CFM estimator's GEMM precision (CfmEstimatorOptions::gemm; Int8: int8
+  // transformer linears); Auto keeps the default rules.
+  S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const Voice& builtin, int64_t max_speech,
+             GemmPrecision cfm_precision = GemmPrecision::Auto);
   ~S3GenStage();
   S3GenStage(const S3GenStage&) = delete;
   S3GenStage& operator=(const S3GenStage&) = delete;

@@ -86,7 +86,7 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
 
   // One generation: the prefill token + max_new, then the silence tokens.
   m.max_speech = 1 + m.max_new + c.pipeline.n_silence_tokens;
-  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_speech);
+  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_speech, p.s3gen_precision);
 }
 
 TurboPipeline::~TurboPipeline() = default;

@@ -33,6 +33,7 @@
 #include "core/error.h"
 #include "models/model_config.h"
 #include "models/sampler.h"
+#include "ops/matmul.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/stream_synth.h"
 
@@ -54,6 +55,9 @@ struct TurboLoadParams {
   // their kernel exists; the same audio either way. false: no copies (Q8_0 Turbo: -328 MB),
   // a slower decode.
   bool repack = true;
+  // S3Gen CFM estimator GEMM precision (ops/matmul.h): Auto = the model's default (bf16 for lossy
+  // weights); Int8 runs its transformer linears on the int8 GEMM (faster, slightly lossier).
+  GemmPrecision s3gen_precision = GemmPrecision::Auto;
 };
 
 struct TurboSynthParams {
