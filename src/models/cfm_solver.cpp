@@ -42,6 +42,7 @@ CfmSolver::CfmSolver(const CfmConfig& c, const CfmEstimatorWeights& w, ThreadPoo
   eo.max_frames = o.max_frames;
   eo.max_batch = cfg_ ? 2 : 1;
   eo.work = o.work;
+  eo.gemm = o.gemm;
   est_ = std::make_unique<CfmEstimator>(c, w, pool, eo);
   const int64_t M = c.out_channels, T = max_frames_, B = eo.max_batch;
   // x; the batched x, mu, cond; spks; mel out.

@@ -33,6 +33,7 @@ struct CfmSolverOptions {
   int64_t max_frames = 3000;  // most frames T (prompt + generated) one solve takes
   uint64_t seed = 0;          // noise generator, used when solve gets no noise
   Arena* work = nullptr;      // the estimator's per-call buffers (CfmEstimatorOptions::work)
+  GemmPrecision gemm = GemmPrecision::Auto;  // CfmEstimatorOptions::gemm
 };
 
 // Called after each Euler step k with x [80, T] (prompt frames included).

@@ -274,18 +274,10 @@ GemmPrecision parse_gemm_precision(const char* s, const char* what) {
   fail("%s: GEMM precision '%s' is not one of auto, f32, bf16", what, v.c_str());
 }
 
-GemmPrecision gemm_precision_env() {
-  const char* e = std::getenv("CBX_GEMM");
-  if (!e || !*e) return GemmPrecision::Auto;
-  return parse_gemm_precision(e, "CBX_GEMM");
-}
-
 bool gemm_weight_is_lossy(DType t) { return t != DType::F32; }
 
 GemmPrecision resolve_gemm_precision(GemmPrecision requested, bool lossy_weights) {
   if (requested != GemmPrecision::Auto) return requested;
-  const GemmPrecision env = gemm_precision_env();
-  if (env != GemmPrecision::Auto) return env;
   return lossy_weights ? GemmPrecision::BF16 : GemmPrecision::F32;
 }
 

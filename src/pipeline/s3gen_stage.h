@@ -30,8 +30,10 @@ struct Voice;
 
 class S3GenStage {
  public:
-  // f, c and pool must outlive this object. builtin sizes the reservations (see above).
-  S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const Voice& builtin, int64_t max_speech);
+  // f, c and pool must outlive this object. builtin sizes the reservations (see above). gemm:
+  // the GEMM precision of the flow encoder, CFM and HiFT (ops/matmul.h; Auto: from their weights).
+  S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const Voice& builtin, int64_t max_speech,
+             GemmPrecision gemm = GemmPrecision::Auto);
   ~S3GenStage();
   S3GenStage(const S3GenStage&) = delete;
   S3GenStage& operator=(const S3GenStage&) = delete;

@@ -33,6 +33,7 @@
 #include "core/error.h"
 #include "models/model_config.h"
 #include "models/sampler.h"
+#include "ops/matmul.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/stream_synth.h"
 
@@ -54,6 +55,10 @@ struct TurboLoadParams {
   // their kernel exists; the same audio either way. false: no copies (Q8_0 Turbo: -328 MB),
   // a slower decode.
   bool repack = true;
+  // GEMM precision of every stage (ops/matmul.h): Auto = from the weights (BF16 for lossy
+  // weights, F32 for f32 ones), else that precision everywhere a GEMM runs (T3 prefill, flow,
+  // CFM, HiFT). The S3 tokenizer of voice building keeps its own (F32).
+  GemmPrecision gemm = GemmPrecision::Auto;
 };
 
 struct TurboSynthParams {
@@ -117,6 +122,7 @@ class TurboPipeline {
   int sample_rate() const;
   int n_threads() const;
   int64_t max_new_tokens() const;
+  GemmPrecision gemm_precision() const;  // TurboLoadParams::gemm (callers driving t3() hold a scope)
   T3Turbo& t3();
   // The voice in use (default: the built-in one, conds.pt) as the pipeline uses it.
   const std::vector<float>& speaker_emb() const;
