@@ -41,6 +41,22 @@ done
 # An f32 GGUF's default is exact f32: the same bytes (same seed, same threads).
 cmp -s "$T/default.wav" "$T/f32.wav" || fail "f32 GGUF: the default precision is not f32"
 cmp -s "$T/auto.wav" "$T/f32.wav" || fail "f32 GGUF: --gemm-precision auto is not f32"
+# A q8_0 GGUF's default is bf16. Where a bf16 GEMM runs (system-info bf16_gemm=) the precisions
+# give different audio (the flag reaches the model); elsewhere bf16 runs the f32 GEMM, same bytes.
+"$B" convert "$T/ckpt" -o "$T/q.gguf" --type q8_0 --quiet > /dev/null || fail "convert q8_0"
+for v in auto f32 bf16; do
+  "$B" say -m "$T/q.gguf" --max-tokens 20 -t 2 -q --seed 3 "Hello." -o "$T/q-$v.wav" --gemm-precision "$v" 2> /dev/null || fail "q8_0 say $v"
+done
+cmp -s "$T/q-auto.wav" "$T/q-bf16.wav" || fail "q8_0 GGUF: the default precision is not bf16"
+kind=$("$B" system-info | sed -n 's/.*bf16_gemm=\([a-z0-9]*\).*/\1/p')
+[ -n "$kind" ] || fail "system-info printed no bf16_gemm="
+if [ "$kind" = none ]; then
+  cmp -s "$T/f32.wav" "$T/bf16.wav" || fail "no bf16 GEMM here: --gemm-precision bf16 must run the f32 GEMM"
+  cmp -s "$T/q-f32.wav" "$T/q-bf16.wav" || fail "no bf16 GEMM here: q8_0 bf16 must equal f32"
+else
+  cmp -s "$T/f32.wav" "$T/bf16.wav" && fail "bf16 GEMM ($kind): --gemm-precision bf16 gave the f32 audio"
+  cmp -s "$T/q-f32.wav" "$T/q-bf16.wav" && fail "bf16 GEMM ($kind): q8_0 --gemm-precision f32 gave the bf16 audio"
+fi
 expect_error "chatterbox serve: error: --gemm-precision must be auto, f32 or bf16, got 'int8'" -- \
   "$B" serve -m "$T/m.gguf" --port 0 --gemm-precision int8
 

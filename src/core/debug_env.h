@@ -1,7 +1,7 @@
-// The one place the library reads environment variables (`grep -rn getenv src/` finds only
-// debug_env.cpp). Every choice a user makes is a load parameter (include/chatterbox.h
-// cbx_model_params, the CLI's flags); the environment holds debugging switches only, all named
-// CBX_DEBUG_*, for comparing kernel paths on one machine:
+// The one place the library reads environment variables: debug_env.cpp is the only file under
+// src/ that reads the process environment. Every choice a user makes is a load parameter
+// (include/chatterbox.h cbx_model_params, the CLI's flags); the environment holds debugging
+// switches only, all named CBX_DEBUG_*, for comparing kernel paths on one machine:
 //
 //   CBX_DEBUG_FORCE_ISA=generic|avx2|avx512  kernel ISA (at most what the CPU has; core/cpu.h)
 //   CBX_DEBUG_NO_AMX=0|1                     1: no AMX tiles (the bf16 GEMM falls to vdpbf16ps / f32)
