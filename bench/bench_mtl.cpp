@@ -1,6 +1,6 @@
 // chatterbox-bench mtl -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] [--mb MB]
 //                      [--sample-mb MB] [--sample-every N] [--lang L] [--cfg-weight W] [--ab R]
-//                      [--s3gen-precision auto|f32|bf16|int8]  (the CFM estimator's GEMMs: int8 linears)
+//                      [--cfm-precision auto|f32|bf16|int8]  (the CFM estimator's GEMMs: int8 linears)
 // chatterbox-bench mtl --stream ...: streamed against non-streamed (bench/bench_stream.cpp)
 //
 // The whole Multilingual pipeline with generation forced to N speech tokens (EOS ignored;
@@ -68,11 +68,11 @@ int run_mtl(int argc, char** argv) {
   std::string lang = "en";
   float cfg_weight = -1;
   int ab_rounds = 0;
-  GemmPrecision s3gen_prec = GemmPrecision::Auto;
+  GemmPrecision cfm_prec = GemmPrecision::Auto;
   const char* usage =
       "usage: chatterbox-bench mtl -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] "
       "[--mb MB] [--sample-mb MB] [--sample-every N] [--lang L] [--cfg-weight W] [--ab R] "
-      "[--s3gen-precision auto|f32|bf16|int8]  (see bench/bench_mtl.cpp)\n"
+      "[--cfm-precision auto|f32|bf16|int8]  (see bench/bench_mtl.cpp)\n"
       "       chatterbox-bench mtl --stream -m MODEL.gguf [--tokens N (200)] [--lang L] [--reps R] [--first N] "
       "[--chunk N] [--context N] [--prompt N]  (see bench/bench_stream.cpp)";
   StreamBenchArgs sa;
@@ -80,7 +80,7 @@ int run_mtl(int argc, char** argv) {
     if (a == "--lang") lang = next();
     else if (a == "--cfg-weight") cfg_weight = float(std::atof(next()));
     else if (a == "--ab") ab_rounds = std::atoi(next());
-    else if (a == "--s3gen-precision") s3gen_prec = parse_gemm_precision(next(), "bench mtl: --s3gen-precision");
+    else if (a == "--cfm-precision") cfm_prec = parse_gemm_precision(next(), "bench mtl: --cfm-precision");
     else return parse_stream_arg(a, next, sa);
     return true;
   };
@@ -92,7 +92,7 @@ int run_mtl(int argc, char** argv) {
   }
 
   MtlLoadParams lp;
-  lp.s3gen_precision = s3gen_prec;
+  lp.cfm_precision = cfm_prec;
   lp.n_threads = args.threads;
   lp.kv_type = args.kv == "f16" ? DType::F16 : DType::F32;
   lp.max_new_tokens = args.tokens;
@@ -186,7 +186,7 @@ int run_mtl(int argc, char** argv) {
   const double stream_after = stream_read_gbps(pipe.pool(), size_t(args.mb), 5);
   const double stream_4k = stream_read_gbps(pipe.pool(), size_t(args.mb), 5, false);
   const double decode_gbps = (st.weight_bytes_per_step + st.kv_bytes_per_step) * tok_s / 1e9;
-  std::printf("bench mtl model=%s s3gen_precision=%s threads=%d kv=%s lang=%s cfg_weight=%g rows=%lld load_ms=%.0f prompt_rows=%lld "
+  std::printf("bench mtl model=%s cfm_precision=%s threads=%d kv=%s lang=%s cfg_weight=%g rows=%lld load_ms=%.0f prompt_rows=%lld "
               "tokens=%d folded=%lld audio_s=%.2f t3_prefill_ms=%.1f t3_decode_ms=%.1f t3_tok_s=%.2f "
               "weight_mb_step=%.1f kv_mb_step=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
               "flow_ms=%.1f cfm_ms=%.1f cfm_step_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f cpu_s=%.1f cpu_t3_s=%.1f "
@@ -194,7 +194,7 @@ int run_mtl(int argc, char** argv) {
               "stream_samples=%d stream_lo_gbps=%.2f stream_hi_gbps=%.2f stream_after_gbps=%.2f "
               "stream_4k_gbps=%.2f decode_bw_ratio_4k=%.3f clock_ghz=%.2f clock_after_ghz=%.2f "
               "fma_per_cycle=%.2f fma_after_per_cycle=%.2f\n",
-              args.model.c_str(), gemm_precision_name(s3gen_prec), pipe.n_threads(), args.kv.c_str(), lang.c_str(), double(s.cfg_weight),
+              args.model.c_str(), gemm_precision_name(cfm_prec), pipe.n_threads(), args.kv.c_str(), lang.c_str(), double(s.cfg_weight),
               (long long)st.n_rows, load_ms, (long long)st.prompt_len, args.tokens, (long long)n_folded, audio_s,
               st.prefill_ms, st.decode_ms, tok_s, st.weight_bytes_per_step / 1e6, st.kv_bytes_per_step / 1e6,
               decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, cfm_step_ms, s3gen_ms, tm.hift_ms,

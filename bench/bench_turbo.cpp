@@ -1,5 +1,5 @@
 // chatterbox-bench turbo -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] [--seed S] [--mb MB]
-//                        [--sample-mb MB] [--sample-every N] [--s3gen-precision auto|f32|bf16|int8]
+//                        [--sample-mb MB] [--sample-every N] [--cfm-precision auto|f32|bf16|int8]
 //
 // The whole Turbo pipeline with generation forced to N speech tokens (EOS ignored; default 250,
 // ~10 s of audio): T3 prefill on a fixed sentence with the built-in voice, N - 1 decode steps,
@@ -60,10 +60,10 @@ int run_turbo(int argc, char** argv) {
   args.tokens = 250;
   StreamBenchArgs sa;
   bool tokens_given = false;
-  GemmPrecision s3gen_prec = GemmPrecision::Auto;
+  GemmPrecision cfm_prec = GemmPrecision::Auto;
   auto extra = [&](const std::string& a, const std::function<const char*()>& next) {
-    if (a == "--s3gen-precision") {
-      s3gen_prec = parse_gemm_precision(next(), "bench turbo: --s3gen-precision");
+    if (a == "--cfm-precision") {
+      cfm_prec = parse_gemm_precision(next(), "bench turbo: --cfm-precision");
       return true;
     }
     return parse_stream_arg(a, next, sa);
@@ -71,7 +71,7 @@ int run_turbo(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) tokens_given = tokens_given || std::string(argv[i]) == "--tokens";
   if (!parse_e2e_args(argc, argv, "turbo",
                       "usage: chatterbox-bench turbo -m MODEL.gguf [--tokens N] [--threads T] [--kv-type f16|f32] "
-                      "[--seed S] [--mb MB] [--sample-mb MB] [--sample-every N] [--s3gen-precision auto|f32|bf16|int8]  "
+                      "[--seed S] [--mb MB] [--sample-mb MB] [--sample-every N] [--cfm-precision auto|f32|bf16|int8]  "
                       "(see bench/bench_turbo.cpp)\n"
                       "       chatterbox-bench turbo --stream -m MODEL.gguf [--tokens N (200)] [--reps R] [--first N] "
                       "[--chunk N] [--context N] [--prompt N]  (see bench/bench_stream.cpp)",
@@ -89,7 +89,7 @@ int run_turbo(int argc, char** argv) {
 
   CBX_CHECK(tokens >= 2, "bench turbo: --tokens %d must be >= 2 (the prefill token and one decoded)", tokens);
   TurboLoadParams lp;
-  lp.s3gen_precision = s3gen_prec;
+  lp.cfm_precision = cfm_prec;
   lp.n_threads = threads;
   lp.kv_type = kv == "f16" ? DType::F16 : DType::F32;
   lp.max_new_tokens = tokens - 1;

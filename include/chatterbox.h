@@ -70,8 +70,12 @@ extern "C" {
  * n_threads is the CPUs the process may use (affinity, cgroup quota), not the machine's; Turbo
  * takes language "en" in any case; cbx_version; streaming (cbx_synth_params.stream
  * and its schedule, appended). 5: cbx_log_set (the library writes nothing to stderr on its
- * own any more). */
-#define CBX_API_VERSION 5
+ * own any more). 6: cbx_model_params.gemm_precision (appended); the environment variables
+ * CBX_GEMM, CBX_FORCE_ISA, CBX_NO_AMX, CBX_VDPBF16, CBX_NO_PREPACK, CBX_STREAM_PREFETCH and
+ * CBX_S3GEN_SHARED_ARENA are no longer read: GEMM precision is this parameter, the others are
+ * debugging switches named CBX_DEBUG_* (README "Debugging switches"), and a bad CBX_DEBUG_*
+ * value makes cbx_model_load fail with CBX_ERR_INVALID_ARGUMENT naming the variable. */
+#define CBX_API_VERSION 6
 
 /* "Leave the field at the model's default" (set by the *_default_params functions). Values no
  * parameter can take: INT32_MIN for int32_t fields, -FLT_MAX for float fields. */
@@ -95,6 +99,17 @@ typedef enum cbx_status {
 
 typedef enum cbx_kv_type { CBX_KV_F16 = 0, CBX_KV_F32 = 1 } cbx_kv_type;
 
+/* GEMM precision of the matrix products with many rows (T3 prompt, flow encoder, CFM, HiFT; the
+ * token-by-token decode is not a GEMM). DEFAULT: from the weights, BF16 for a quantized or
+ * f16/bf16 GGUF, exact F32 for an f32 GGUF. BF16: operands rounded to bf16, f32 accumulation,
+ * faster where the CPU has AMX-BF16 or is an AMD Zen 4 or later (elsewhere it runs the F32
+ * GEMM); F32: exact. Other values are reserved. */
+typedef enum cbx_gemm_precision {
+  CBX_GEMM_DEFAULT = 0,
+  CBX_GEMM_F32 = 1,
+  CBX_GEMM_BF16 = 2
+} cbx_gemm_precision;
+
 typedef struct cbx_model cbx_model; /* opaque */
 
 /* Load-time parameters: the thread pool and every buffer are reserved once per model. */
@@ -109,6 +124,7 @@ typedef struct cbx_model_params {
                                model's (1000, ~40 s) */
   int32_t no_repack;        /* nonzero: no planar decode copies of q4_0 / q8_0 matrices (less
                                memory, e.g. ~330 MB for Turbo q8_0; slower decode; same audio) */
+  int32_t gemm_precision;   /* cbx_gemm_precision (default CBX_GEMM_DEFAULT); since API 6 */
 } cbx_model_params;
 
 /* Per-call parameters. CBX_DEFAULT_INT / CBX_DEFAULT_FLOAT = the model's default (GGUF
@@ -258,7 +274,7 @@ CBX_API cbx_status cbx_model_save_voice_prefix(cbx_model* model, const cbx_voice
 CBX_API cbx_status cbx_model_load_voice_prefix(cbx_model* model, const cbx_voice* voice, const char* path,
                                                int32_t* loaded);
 
-/* Log messages: warnings such as an ignored debug environment variable, an optional component
+/* Log messages: warnings such as a CBX_DEBUG_FORCE_ISA the CPU lacks, an optional component
  * that is missing (Japanese kanji readings without KAKASI), or a failed internal assertion just
  * before the process aborts. The library writes nothing to stderr or stdout on its own: without
  * a callback (the default) these messages are dropped. message is one line without a trailing

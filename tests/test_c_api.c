@@ -112,6 +112,12 @@ static void test_invalid_params(cbx_model* m, const char* gguf) {
   LOAD_INVALID(max_new_tokens, 0, "max_new_tokens (--max-tokens) must be in [1, 100000], got 0");
   LOAD_INVALID(max_new_tokens, -1, "max_new_tokens (--max-tokens) must be in [1, 100000], got -1");
   LOAD_INVALID(kv_type, 7, "kv_type (--kv-type) must be CBX_KV_F16 or CBX_KV_F32 (f16 or f32), got 7");
+  LOAD_INVALID(gemm_precision, 3,
+               "gemm_precision (--gemm-precision) must be CBX_GEMM_DEFAULT, CBX_GEMM_F32 or CBX_GEMM_BF16 (auto, f32 "
+               "or bf16), got 3");
+  LOAD_INVALID(gemm_precision, -1,
+               "gemm_precision (--gemm-precision) must be CBX_GEMM_DEFAULT, CBX_GEMM_F32 or CBX_GEMM_BF16 (auto, f32 "
+               "or bf16), got -1");
 #undef LOAD_INVALID
   /* the model's own limit: its T3 positions, checked at load */
   mp = cbx_model_default_params();
@@ -472,6 +478,15 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: test_c_api BUILD_DIR\n");
     return 2;
   }
+  if (argc == 3 && strcmp(argv[1], "--bad-debug-env") == 0) { /* the child of the CBX_DEBUG_* check */
+    cbx_model* bad = (cbx_model*)1;
+    CHECK(cbx_model_load(argv[2], NULL, &bad) == CBX_ERR_INVALID_ARGUMENT && bad == NULL);
+    CHECK(strcmp(cbx_last_error(), "environment variable CBX_DEBUG_NO_AMX=yes is not one of 0, 1 (a debugging "
+                                   "switch; unset it for the default)") == 0);
+    /* the same error on every load, never a half-loaded model */
+    CHECK(cbx_model_load(argv[2], NULL, &bad) == CBX_ERR_INVALID_ARGUMENT && bad == NULL);
+    return g_failures == 0 ? 0 : 1;
+  }
   /* The version line: "X.Y.Z (git HASH) COMPILER BUILD_TYPE". */
   CHECK(cbx_version() != NULL && cbx_version()[0] >= '0' && cbx_version()[0] <= '9' &&
         strstr(cbx_version(), " (git ") != NULL);
@@ -556,6 +571,36 @@ int main(int argc, char** argv) {
   CHECK(cbx_synthesize(m, "Hello world.", &old, &d, &nd, NULL) == CBX_OK);
   CHECK(nd == na && d && a && memcmp(a, d, na * sizeof(float)) == 0);
   cbx_audio_free(d);
+
+  /* gemm_precision: an f32 GGUF's default is exact F32 (the same samples); BF16 loads and
+   * speaks (its samples differ only where a bf16 GEMM exists); a pre-6 caller's struct (no
+   * gemm_precision) keeps the default */
+  {
+    const int32_t precs[3] = {CBX_GEMM_F32, CBX_GEMM_BF16, -2 /* = old struct */};
+    for (int i = 0; i < 3; ++i) {
+      cbx_model_params gp = cbx_model_default_params();
+      gp.n_threads = 2;
+      gp.max_new_tokens = 40;
+      if (precs[i] == -2) gp.struct_size = offsetof(cbx_model_params, gemm_precision);
+      else gp.gemm_precision = precs[i];
+      cbx_model* g = NULL;
+      CHECK(cbx_model_load(gguf, &gp, &g) == CBX_OK);
+      float* e = NULL;
+      size_t ne = 0;
+      sp.seed = 1;
+      CHECK(g && cbx_synthesize(g, "Hello world.", &sp, &e, &ne, NULL) == CBX_OK);
+      CHECK(e != NULL && ne > 0);
+      if (precs[i] != CBX_GEMM_BF16) CHECK(ne == na && e && a && memcmp(a, e, na * sizeof(float)) == 0);
+      cbx_audio_free(e);
+      cbx_model_free(g);
+    }
+  }
+  sp.seed = 2;
+
+  /* A bad CBX_DEBUG_* value: cbx_model_load fails with one message naming the variable (run in a
+   * child process: the library reads the variables once per process) */
+  snprintf(cmd, sizeof cmd, "CBX_DEBUG_NO_AMX=yes '%s' --bad-debug-env '%s'", argv[0], gguf);
+  CHECK(system(cmd) == 0);
 
   /* text errors */
   float* e = (float*)1;

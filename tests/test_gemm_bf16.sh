@@ -5,7 +5,7 @@
 #                                        attention runs the position scores and attention too)
 #   CFM (debug-cfm, mean-flow, 2 steps)  mel   [80, T]
 #   HiFT (debug hift, injected draws)    wave  [480 T]
-# each run with CBX_GEMM=f32 and CBX_GEMM=bf16. Checks (relative L2, ||bf16 - f32|| / ||f32||):
+# each run with --gemm-precision f32 and --gemm-precision bf16. Checks (relative L2, ||bf16 - f32|| / ||f32||):
 #   flow mu <= 1e-2 (observed 5.3e-3 with the bf16 attention, vdpbf16ps)
 #   CFM mel <= 1e-2 (observed 4e-3)
 #   HiFT conv_post (log-magnitude | phase, before exp) <= 6e-2 (observed 2.2e-2 .. 3.0e-2)
@@ -19,15 +19,14 @@
 # Where the bf16 GEMM runs (AMX-BF16 tiles, or vdpbf16ps on AMD Zen 4+; `chatterbox
 # system-info` prints bf16_gemm=) the two results must differ; elsewhere BF16 falls back to
 # the exact f32 GEMM and they must be identical.
-# The default policy is checked as well: without CBX_GEMM an f32 GGUF runs in f32 (same
-# bytes as CBX_GEMM=f32) and a q8_0 GGUF in bf16 (same bytes as CBX_GEMM=bf16).
+# The default policy is checked as well: --gemm-precision auto (the default) runs an f32 GGUF
+# in f32 (same bytes as f32) and a q8_0 GGUF in bf16 (same bytes as bf16).
 # usage: test_gemm_bf16.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
 # shellcheck source=cli_test_lib.bash
 . "$(dirname "$0")/cli_test_lib.bash"
 parity_test_init "$BUILD" test-gemm-bf16
-unset CBX_GEMM
 # The binary says which bf16 GEMM runs here (amx, vdpbf16ps or none), under this environment.
 kind=$("$CLI" system-info | sed -n 's/.*bf16_gemm=\([a-z0-9]*\).*/\1/p')
 [ -n "$kind" ] || { echo "FAIL: chatterbox system-info printed no bf16_gemm="; exit 1; }
@@ -43,32 +42,31 @@ tiny_gguf turbo 7 "$TMP/ck" "$TMP/f32.gguf"
 cfm_in=(--mu "$TMP/cin/mu.npy" --cond "$TMP/cin/cond.npy" --spks "$TMP/cin/spks.npy" --noise "$TMP/cin/noise.npy")
 hift_in=(--mel "$TMP/hin/mel.npy" --phases "$TMP/hin/phases.npy" --noise "$TMP/hin/noise.npy")
 
-cfm() {  # MODEL OUT [env...]
-  local m=$1 o=$2; shift 2
-  env "$@" "$CLI" debug-cfm -m "$m" "${cfm_in[@]}" --out-mel "$o" --threads 2 > /dev/null
+cfm() {  # MODEL OUT PRECISION
+  "$CLI" debug-cfm -m "$1" "${cfm_in[@]}" --out-mel "$2" --threads 2 --gemm-precision "$3" > /dev/null
 }
-hift() {  # MODEL OUT ENV [debug hift options...]
-  local m=$1 o=$2 e=$3; shift 3
-  env $e "$CLI" debug hift -m "$m" "${hift_in[@]}" --out "$o" --threads 2 "$@" > /dev/null
+hift() {  # MODEL OUT PRECISION [debug hift options...]
+  local m=$1 o=$2 p=$3; shift 3
+  "$CLI" debug hift -m "$m" "${hift_in[@]}" --out "$o" --threads 2 --gemm-precision "$p" "$@" > /dev/null
 }
-flow() {  # MODEL OUT [env...]
-  local m=$1 o=$2; shift 2
-  env "$@" "$CLI" debug flow -m "$m" --tokens "$TMP/fin/tokens.npy" --prompt-tokens "$TMP/fin/prompt_tokens.npy" \
+flow() {  # MODEL OUT PRECISION
+  local m=$1 o=$2 p=$3
+  "$CLI" debug flow --gemm-precision "$p" -m "$m" --tokens "$TMP/fin/tokens.npy" --prompt-tokens "$TMP/fin/prompt_tokens.npy" \
     --prompt-feat "$TMP/fin/prompt_feat.npy" --embedding "$TMP/fin/embedding.npy" --threads 2 --out-mu "$o" > /dev/null
 }
-flow "$TMP/f32.gguf" "$TMP/mu_f32.npy" CBX_GEMM=f32
-flow "$TMP/f32.gguf" "$TMP/mu_bf16.npy" CBX_GEMM=bf16
-cfm "$TMP/f32.gguf" "$TMP/mel_f32.npy" CBX_GEMM=f32
-cfm "$TMP/f32.gguf" "$TMP/mel_bf16.npy" CBX_GEMM=bf16
-cfm "$TMP/f32.gguf" "$TMP/mel_auto.npy"
+flow "$TMP/f32.gguf" "$TMP/mu_f32.npy" f32
+flow "$TMP/f32.gguf" "$TMP/mu_bf16.npy" bf16
+cfm "$TMP/f32.gguf" "$TMP/mel_f32.npy" f32
+cfm "$TMP/f32.gguf" "$TMP/mel_bf16.npy" bf16
+cfm "$TMP/f32.gguf" "$TMP/mel_auto.npy" auto
 mkdir -p "$TMP/d_f32" "$TMP/d_bf16"
-hift "$TMP/f32.gguf" "$TMP/w_f32.npy" CBX_GEMM=f32 --dump-dir "$TMP/d_f32"
-hift "$TMP/f32.gguf" "$TMP/w_bf16.npy" CBX_GEMM=bf16 --dump-dir "$TMP/d_bf16"
-hift "$TMP/f32.gguf" "$TMP/w_auto.npy" CBX_GEMM=
-cfm "$TMP/q8.gguf" "$TMP/qmel_bf16.npy" CBX_GEMM=bf16
-cfm "$TMP/q8.gguf" "$TMP/qmel_auto.npy"
-hift "$TMP/q8.gguf" "$TMP/qw_bf16.npy" CBX_GEMM=bf16
-hift "$TMP/q8.gguf" "$TMP/qw_auto.npy" CBX_GEMM=
+hift "$TMP/f32.gguf" "$TMP/w_f32.npy" f32 --dump-dir "$TMP/d_f32"
+hift "$TMP/f32.gguf" "$TMP/w_bf16.npy" bf16 --dump-dir "$TMP/d_bf16"
+hift "$TMP/f32.gguf" "$TMP/w_auto.npy" auto
+cfm "$TMP/q8.gguf" "$TMP/qmel_bf16.npy" bf16
+cfm "$TMP/q8.gguf" "$TMP/qmel_auto.npy" auto
+hift "$TMP/q8.gguf" "$TMP/qw_bf16.npy" bf16
+hift "$TMP/q8.gguf" "$TMP/qw_auto.npy" auto
 
 cmp -s "$TMP/mel_f32.npy" "$TMP/mel_auto.npy" || { echo "FAIL: f32 GGUF: default CFM precision is not f32"; exit 1; }
 cmp -s "$TMP/w_f32.npy" "$TMP/w_auto.npy" || { echo "FAIL: f32 GGUF: default HiFT precision is not f32"; exit 1; }
@@ -93,9 +91,9 @@ for name, a, b, bound in (("flow mu", "mu_f32", "mu_bf16", 1e-2),
     if rel > bound:
         print(f"FAIL: {name} bf16 error above the bound"); ok = False
     if amx and rel == 0:
-        print(f"FAIL: {name}: CBX_GEMM=bf16 gave the f32 result on an AMX CPU"); ok = False
+        print(f"FAIL: {name}: bf16 gave the f32 result on an AMX CPU"); ok = False
     if not amx and rel != 0:
-        print(f"FAIL: {name}: without a bf16 GEMM, CBX_GEMM=bf16 must run the f32 GEMM"); ok = False
+        print(f"FAIL: {name}: without a bf16 GEMM, bf16 must run the f32 GEMM"); ok = False
 sys.exit(0 if ok else 1)
 PYEOF
 echo "PASS"

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# End-to-end effect of the int8 CFM linears (GemmPrecision::Int8: `debug cfm --precision int8`,
+# End-to-end effect of the int8 CFM linears (GemmPrecision::Int8: `debug cfm --gemm-precision int8`,
 # the transformer linears on the int8 GEMM of kernels/matmul_int8.h, everything else as bf16) on
 # the tiny synthetic checkpoints (chatterbox-mkckpt --size tiny, f32 GGUFs): Turbo (mean-flow,
 # 2 steps, one row) and Multilingual (CFG pair, 10 steps). Inputs: `debug flow` on fixed speech
 # tokens (mu, cond, spks of the model's voice); the CFM noise from seed 0 in every run.
 # Checks, relative L2 ||x - f32|| / ||f32|| of the mel:
 #   int8 <= 5e-2 (observed 6.9e-3 Turbo, 1.0e-2 Multilingual with the VNNI kernel and bf16
-#     convolutions; 5.8e-3, 8.8e-3 with CBX_FORCE_ISA=generic (f32 convolutions); the
+#     convolutions; 5.8e-3, 8.8e-3 with CBX_DEBUG_FORCE_ISA=generic (f32 convolutions); the
 #     activations are quantized per row to 8 bits, a step of max|row| / 127, the weights per
 #     channel; bf16 rounds both to 8 significant bits with a relative step, observed 3.6e-3, 4.5e-3)
 #   int8 differs from f32 and from bf16 (it must run), is finite, and is the same for 1 and 3
 #     threads (exact integer sums; the per-row float epilogue does not depend on the split);
-#   a bad --precision value is an error naming it.
+#   a bad --gemm-precision value is an error naming it.
 # usage: test_gemm_int8.sh BUILD_DIR   (exit 77 = skipped)
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
@@ -19,7 +19,6 @@ BUILD=${1:?usage: $0 BUILD_DIR}
 . "$(dirname "$0")/cli_test_lib.bash"
 cli_test_init "$BUILD" test-gemm-int8
 CLI=$B
-unset CBX_GEMM
 PY=/usr/bin/python3
 
 # 60 speech tokens, int32 .npy (standard library only).
@@ -40,7 +39,7 @@ for v in turbo mtl; do
     for th in 1 3; do
       [ "$p" = int8 ] || [ "$th" = 3 ] || continue
       "$CLI" debug cfm -m "$T/$v.gguf" --mu "$T/${v}_mu.npy" --cond "$T/${v}_cond.npy" --spks "$T/${v}_spks.npy" \
-        --seed 0 --precision "$p" --threads "$th" --out-mel "$T/${v}_${p}_$th.npy" > /dev/null || fail "$v: debug cfm $p"
+        --seed 0 --gemm-precision "$p" --threads "$th" --out-mel "$T/${v}_${p}_$th.npy" > /dev/null || fail "$v: debug cfm $p"
     done
   done
   cmp -s "$T/${v}_int8_1.npy" "$T/${v}_int8_3.npy" || fail "$v: int8 mel differs between 1 and 3 threads"
@@ -67,6 +66,6 @@ for v in ("turbo", "mtl"):
 sys.exit(0 if ok else 1)
 PYEOF
 
-expect_error "--precision" "int4" -- "$CLI" debug cfm -m "$T/mtl.gguf" --mu "$T/mtl_mu.npy" --cond "$T/mtl_cond.npy" \
-  --spks "$T/mtl_spks.npy" --precision int4 --out-mel "$T/x.npy"
+expect_error "--gemm-precision" "int4" -- "$CLI" debug cfm -m "$T/mtl.gguf" --mu "$T/mtl_mu.npy" --cond "$T/mtl_cond.npy" \
+  --spks "$T/mtl_spks.npy" --gemm-precision int4 --out-mel "$T/x.npy"
 echo "PASS"

@@ -11,8 +11,8 @@
 // Shapes: Tq, Tk of 1, below, at and past multiples of 16 / 32, odd lengths (a length mask
 // gives an odd Tk), D of 32, 64, 128, heads of a [B, T, 3 H D] projection buffer with the
 // output written into a [B, T, H D] buffer (the columns around it untouched), B = 2.
-// Skipped unless the AVX-512 ISA is active (CBX_FORCE_ISA) and AMX-BF16 tiles or the vdpbf16ps
-// bf16 GEMM (CBX_VDPBF16) are usable.
+// Skipped unless the AVX-512 ISA is active (CBX_DEBUG_FORCE_ISA) and AMX-BF16 tiles or the vdpbf16ps
+// bf16 GEMM (CBX_DEBUG_VDPBF16) are usable.
 #include <gtest/gtest.h>
 
 #include <cmath>

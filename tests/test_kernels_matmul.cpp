@@ -1,4 +1,4 @@
-// Matmul kernels: the op (following CBX_FORCE_ISA through active_isa()) against the generic
+// Matmul kernels: the op (following CBX_DEBUG_FORCE_ISA through active_isa()) against the generic
 // kernel table called directly and against a double-precision reference on the
 // dequantized weights, for every weight dtype, dot path (N < matmul_gemm_min_rows()) and
 // GEMM path.
@@ -18,7 +18,7 @@
 // (ops/matmul.h) is checked separately: x and the weights are rounded to bf16 (each by a
 // relative 2^-9 at most), so |y - ref| <= (2 * 2^-9 + 2^-18) sum_k |w_k x_k| (+ the f32
 // accumulation, ~1e-6): asserted per output as 4e-3 of sum_k |w_k x_k|. Where the BF16
-// GEMM does not exist (no AMX, CBX_NO_AMX=1, other ISAs) a BF16 request must give exactly
+// GEMM does not exist (no AMX, CBX_DEBUG_NO_AMX=1, other ISAs) a BF16 request must give exactly
 // the F32 result.
 #include <gtest/gtest.h>
 
@@ -164,7 +164,7 @@ Errors run_case(DType t, int64_t m, int64_t k, int64_t n, bool bias, bool stride
 class MatmulTest : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
-    if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_FORCE_ISA asks for more than this CPU has";
+    if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_DEBUG_FORCE_ISA asks for more than this CPU has";
   }
 };
 
@@ -275,11 +275,10 @@ TEST(Matmul, PrecisionPolicy) {
   EXPECT_THROW(parse_gemm_precision(nullptr, "t"), Error);
   EXPECT_EQ(resolve_gemm_precision(GemmPrecision::F32, true), GemmPrecision::F32);
   EXPECT_EQ(resolve_gemm_precision(GemmPrecision::BF16, false), GemmPrecision::BF16);
-  if (gemm_precision_env() == GemmPrecision::Auto) {  // CBX_GEMM unset
-    EXPECT_EQ(resolve_gemm_precision(GemmPrecision::Auto, true), GemmPrecision::BF16);
-    EXPECT_EQ(resolve_gemm_precision(GemmPrecision::Auto, false), GemmPrecision::F32);
-    EXPECT_EQ(gemm_precision_for_f32_weights(), GemmPrecision::F32);
-  }
+  // Auto: from the weights; the environment plays no part (no CBX_GEMM any more).
+  EXPECT_EQ(resolve_gemm_precision(GemmPrecision::Auto, true), GemmPrecision::BF16);
+  EXPECT_EQ(resolve_gemm_precision(GemmPrecision::Auto, false), GemmPrecision::F32);
+  EXPECT_EQ(gemm_precision_for_f32_weights(), GemmPrecision::F32);
   EXPECT_FALSE(gemm_weight_is_lossy(DType::F32));
   EXPECT_TRUE(gemm_weight_is_lossy(DType::Q4_0));
   EXPECT_EQ(gemm_precision_scope(), GemmPrecision::Auto);

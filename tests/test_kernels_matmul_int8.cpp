@@ -99,7 +99,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 class Int8Test : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_FORCE_ISA asks for more than this CPU has";
+    if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_DEBUG_FORCE_ISA asks for more than this CPU has";
   }
 };
 

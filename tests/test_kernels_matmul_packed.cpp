@@ -14,6 +14,7 @@
 
 #include "core/arena.h"
 #include "core/cpu.h"
+#include "core/debug_env.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -84,11 +85,8 @@ Mat make_mat(int64_t b, int64_t rows, int64_t cols, int64_t pad, uint32_t seed) 
   return a;
 }
 
-// Whether pack_weight makes panels for a BF16 weight here (CBX_NO_PREPACK=1 turns them off).
-bool panels_possible() {
-  const char* off = std::getenv("CBX_NO_PREPACK");
-  return gemm_bf16_available() && !(off && *off && std::strcmp(off, "0") != 0);
-}
+// Whether pack_weight makes panels for a BF16 weight here (CBX_DEBUG_NO_PREPACK=1 turns them off).
+bool panels_possible() { return gemm_bf16_available() && !debug_env().no_prepack; }
 
 Tensor cols_of(const Tensor& t, int64_t c0, int64_t n) { return slice(t, t.ndim - 1, c0, n); }
 
@@ -118,7 +116,7 @@ void unfused(const std::vector<const Tensor*>& parts, const Tensor* bias, const 
 class PackedTest : public ::testing::TestWithParam<std::tuple<DType, GemmPrecision>> {
  protected:
   void SetUp() override {
-    if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_FORCE_ISA asks for more than this CPU has";
+    if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_DEBUG_FORCE_ISA asks for more than this CPU has";
   }
 };
 

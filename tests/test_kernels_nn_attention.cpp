@@ -1,4 +1,4 @@
-// Fused attention: front-end (CBX_FORCE_ISA) vs the generic kernel vs a double-precision
+// Fused attention: front-end (CBX_DEBUG_FORCE_ISA) vs the generic kernel vs a double-precision
 // reference that materialises the scores. Covers GQA, causal with a decode offset over a
 // KV-cache slice, F16 K/V, broadcast and per-head masks, fully masked rows, [T, H*D]
 // layouts through transposed views, head dims that are not a multiple of the lane width.

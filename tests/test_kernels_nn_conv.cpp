@@ -1,6 +1,6 @@
 // conv1d (stride, dilation, asymmetric padding, groups incl. depthwise, batch, strided
 // rows), conv_transpose1d (HiFT upsampling shapes) and conv2d (CAMPPlus shapes): front-end
-// (CBX_FORCE_ISA) vs the generic kernel vs a direct double-precision reference.
+// (CBX_DEBUG_FORCE_ISA) vs the generic kernel vs a direct double-precision reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,7 +117,7 @@ TEST(NnConv, Conv1dShapes) {
 }
 
 // conv1d in BF16 GEMM precision (a GemmPrecisionScope): the AMX path where it exists (AVX-512
-// with AMX tiles, CBX_NO_AMX unset), the exact f32 path elsewhere (then within kConvTol).
+// with AMX tiles, CBX_DEBUG_NO_AMX unset), the exact f32 path elsewhere (then within kConvTol).
 TEST(NnConv, Conv1dBf16Precision) {
   CBX_SKIP_IF_ISA_UNAVAILABLE();
   GemmPrecisionScope bf16(GemmPrecision::BF16);

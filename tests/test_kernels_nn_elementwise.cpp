@@ -1,5 +1,5 @@
 // Elementwise ops, activations, snake, broadcasting binary ops, get_rows, concat.
-// Each op runs through its front-end (ISA from CBX_FORCE_ISA) and is compared with the
+// Each op runs through its front-end (ISA from CBX_DEBUG_FORCE_ISA) and is compared with the
 // generic kernel (front-end with Isa::Generic) and with a double-precision reference.
 #include <gtest/gtest.h>
 

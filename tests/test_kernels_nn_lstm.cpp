@@ -1,4 +1,4 @@
-// LSTM cell and layer (PyTorch gate order i, f, g, o): front-end (CBX_FORCE_ISA) vs the
+// LSTM cell and layer (PyTorch gate order i, f, g, o): front-end (CBX_DEBUG_FORCE_ISA) vs the
 // generic kernel vs a double-precision reference, voice-encoder-like sizes.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// layer_norm, rms_norm, softmax, rope: front-end (CBX_FORCE_ISA) vs generic kernel vs a
+// layer_norm, rms_norm, softmax, rope: front-end (CBX_DEBUG_FORCE_ISA) vs generic kernel vs a
 // double-precision reference, odd sizes, strided rows.
 #include <gtest/gtest.h>
 

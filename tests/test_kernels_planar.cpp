@@ -1,6 +1,6 @@
 // Planar row pairs (q4p for Q4_0, q8p for Q8_0; kernels/matvec_q4p.h): packing (row
 // pairs; block-interleaved full groups of 16 blocks, the rest in order; Q8_0 as w + 128)
-// and the dot kernel of the active ISA (CBX_FORCE_ISA) against the generic GGUF-layout dot
+// and the dot kernel of the active ISA (CBX_DEBUG_FORCE_ISA) against the generic GGUF-layout dot
 // on the same weights, and RowLinear (which packs where the kernel exists) against
 // ops/matmul.
 //   - generic planar dot == generic GGUF dot exactly (same arithmetic, same order);
@@ -112,7 +112,7 @@ TEST(KernelsPlanar, PackLayout) {
 }
 
 TEST(KernelsPlanar, DotMatchesGenericGguf) {
-  if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_FORCE_ISA asks for more than this CPU has";
+  if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_DEBUG_FORCE_ISA asks for more than this CPU has";
   const MatmulKernels& gen = matmul_kernels(Isa::Generic);
   uint32_t seed = 1;
   for (DType t : kTypes) {
@@ -145,7 +145,7 @@ TEST(KernelsPlanar, DotMatchesGenericGguf) {
 }
 
 TEST(KernelsPlanar, RowLinearMatchesMatmul) {
-  if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_FORCE_ISA asks for more than this CPU has";
+  if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_DEBUG_FORCE_ISA asks for more than this CPU has";
   ThreadPool pool(1);
   uint32_t seed = 50;
   for (DType t : kTypes) {
@@ -178,7 +178,7 @@ TEST(KernelsPlanar, RowLinearMatchesMatmul) {
 // 2) and unpack each weight block once for all of them; every (weight row, activation
 // row) result must equal the one-row call exactly, for any row count and row range.
 TEST(KernelsPlanar, MultiRowDotEqualsOneRowCalls) {
-  if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_FORCE_ISA asks for more than this CPU has";
+  if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_DEBUG_FORCE_ISA asks for more than this CPU has";
   const MatmulKernels& kern = matmul_kernels(active_isa());
   std::mt19937 g(7);
   std::normal_distribution<float> nd;

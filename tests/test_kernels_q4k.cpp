@@ -1,6 +1,6 @@
 // Q4_K: the dtype against the published GGUF block format (type ids, sizes, a hand-made
 // block decoded), the quantizer, and the Q4_K x Q8 dot kernels of every ISA (the op follows
-// CBX_FORCE_ISA; registered once per ISA like every test_kernels_* binary).
+// CBX_DEBUG_FORCE_ISA; registered once per ISA like every test_kernels_* binary).
 //
 // Kernel bounds. The SIMD kernels compute the same exact integer sub-block sums as the
 // scalar reference (dot_q4_k_generic) and differ only in float order: each output is a sum
@@ -217,7 +217,7 @@ struct Case {
 class Q4KKernel : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_FORCE_ISA asks for more than this CPU has";
+    if (forced_isa_unavailable()) GTEST_SKIP() << "CBX_DEBUG_FORCE_ISA asks for more than this CPU has";
   }
 };
 

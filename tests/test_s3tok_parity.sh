@@ -7,7 +7,7 @@
 # reference prints how many FSQ inputs lie near a rounding boundary and how many of them our
 # deviation could flip (at_risk).
 #   1. 5 s of espeak-ng speech (a synthetic voiced signal when espeak-ng is missing), f32 GGUF,
-#      with every intermediate; then the same on the generic kernels (CBX_FORCE_ISA=generic);
+#      with every intermediate; then the same on the generic kernels (CBX_DEBUG_FORCE_ISA=generic);
 #   2. the same wave cut to max_tokens 30 (the mel's global max still comes from the whole clip);
 #   3. odd lengths: 24321 samples (152 frames -> 76 -> 38 tokens) and 16161 (101 -> 51 -> 26);
 #   4. the shortest input, 201 samples (1 frame, 1 token);
@@ -45,7 +45,7 @@ run_case() {  # name, wav, gguf, then extra args for both sides (--max-tokens N)
 
 "$PY" "$REF" signal "$TMP/speech.npy" --seconds 5
 run_case speech "$TMP/speech.npy" "$TMP/m.gguf"
-CBX_FORCE_ISA=generic run_case speech-generic "$TMP/speech.npy" "$TMP/m.gguf"
+CBX_DEBUG_FORCE_ISA=generic run_case speech-generic "$TMP/speech.npy" "$TMP/m.gguf"
 run_case speech-cut30 "$TMP/speech.npy" "$TMP/m.gguf" --max-tokens 30
 
 "$PY" "$REF" signal "$TMP/odd1.npy" --samples 24321 --kind synth --seed 1

@@ -30,7 +30,7 @@ for V in turbo nano; do
   # Every op splits its work so that the bits do not depend on the thread count.
   cmp -s "$D/a.wav" "$D/t1.wav" || fail "1 and 2 threads gave different WAVs"
   # Flow, CFM and HiFT share one arena for their per-call buffers; with their own the audio is the same.
-  CBX_S3GEN_SHARED_ARENA=0 "${SAY[@]}" "Hello world." -o "$D/own.wav" --seed 7 2> /dev/null || fail "say, own arenas"
+  CBX_DEBUG_S3GEN_SHARED_ARENA=0 "${SAY[@]}" "Hello world." -o "$D/own.wav" --seed 7 2> /dev/null || fail "say, own arenas"
   cmp -s "$D/a.wav" "$D/own.wav" || fail "the shared S3Gen arena changed the audio"
   # --no-repack (no planar decode copies of Q4_0 / Q8_0 matrices) gives the same bytes.
   for q in q4_0 q8_0; do
@@ -93,7 +93,7 @@ for V in turbo nano; do
   [ $((ln % 960)) -eq 0 ] || fail "joined audio is not whole tokens"
   "${SAY[@]}" "$LONG" -o "$D/long2.wav" --seed 3 --chunk-tokens 12 2> /dev/null || fail "long text again"
   cmp -s "$D/long.wav" "$D/long2.wav" || fail "long text is not deterministic"
-  CBX_S3GEN_SHARED_ARENA=0 "${SAY[@]}" "$LONG" -o "$D/long_own.wav" --seed 3 --chunk-tokens 12 2> /dev/null ||
+  CBX_DEBUG_S3GEN_SHARED_ARENA=0 "${SAY[@]}" "$LONG" -o "$D/long_own.wav" --seed 3 --chunk-tokens 12 2> /dev/null ||
     fail "long text, own arenas"
   cmp -s "$D/long.wav" "$D/long_own.wav" || fail "the shared S3Gen arena changed the chunked audio"
   # A single word longer than a chunk is still spoken in full (split between bytes, never dropped).

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/debug_env.h"
 #include "core/log.h"
 
 namespace cbx {
@@ -62,16 +63,8 @@ const CpuFeatures& features() {
   return f;
 }
 
-// Returns -1 when the variable is unset.
-int parse_forced() {
-  const char* s = std::getenv("CBX_FORCE_ISA");
-  if (!s || !*s) return -1;
-  if (!std::strcmp(s, "generic")) return int(Isa::Generic);
-  if (!std::strcmp(s, "avx2")) return int(Isa::Avx2);
-  if (!std::strcmp(s, "avx512")) return int(Isa::Avx512);
-  log(LogLevel::Warn, "chatterbox: ignoring CBX_FORCE_ISA=%s (expected generic|avx2|avx512)", s);
-  return -1;
-}
+// CBX_DEBUG_FORCE_ISA (core/debug_env.h); -1 when unset.
+int parse_forced() { return debug_env().force_isa; }
 
 }  // namespace
 
@@ -96,7 +89,7 @@ Isa active_isa() {
     Isa det = detected_isa();
     if (forced < 0) return det;
     if (forced > int(det)) {
-      log(LogLevel::Warn, "chatterbox: CBX_FORCE_ISA=%s not supported by this CPU, using %s", isa_name(Isa(forced)),
+      log(LogLevel::Warn, "chatterbox: CBX_DEBUG_FORCE_ISA=%s not supported by this CPU, using %s", isa_name(Isa(forced)),
           isa_name(det));
       return det;
     }
@@ -120,11 +113,7 @@ bool cpu_has_avx512_bf16() { return features().avx512bf16; }
 namespace {
 
 PrefetchLevel probe_prefetch_level() {
-  if (const char* s = std::getenv("CBX_STREAM_PREFETCH"); s && *s) {
-    if (!std::strcmp(s, "l1")) return PrefetchLevel::L1;
-    if (!std::strcmp(s, "l2")) return PrefetchLevel::L2;
-    log(LogLevel::Warn, "chatterbox: ignoring CBX_STREAM_PREFETCH=%s (expected l1|l2)", s);
-  }
+  if (const int forced = debug_env().stream_prefetch; forced >= 0) return PrefetchLevel(forced);
   return cpu_is_amd() && cpu_family() >= 0x1a ? PrefetchLevel::L1 : PrefetchLevel::L2;
 }
 

@@ -1,5 +1,6 @@
-// Instruction-set detection, done once. CBX_FORCE_ISA=generic|avx2|avx512 forces a
-// path (at most what the CPU has), so every kernel can be exercised on one machine.
+// Instruction-set detection, done once. The debugging switch CBX_DEBUG_FORCE_ISA=generic|avx2|avx512
+// (core/debug_env.h) forces a path (at most what the CPU has), so every kernel can be exercised
+// on one machine.
 #pragma once
 #include <optional>
 #include <string>
@@ -9,10 +10,10 @@ namespace cbx {
 enum class Isa : int { Generic = 0, Avx2 = 1, Avx512 = 2 };
 
 Isa detected_isa();  // best the CPU (and OS) supports
-// detected_isa(), or CBX_FORCE_ISA when set. A forced ISA the CPU lacks is clamped
+// detected_isa(), or CBX_DEBUG_FORCE_ISA when set. A forced ISA the CPU lacks is clamped
 // to detected_isa() with a warning (core/log.h).
 Isa active_isa();
-// True when CBX_FORCE_ISA asks for more than the CPU has (tests skip then).
+// True when CBX_DEBUG_FORCE_ISA asks for more than the CPU has (tests skip then).
 bool forced_isa_unavailable();
 const char* isa_name(Isa isa);
 bool cpu_has_avx512_vnni();
@@ -21,7 +22,7 @@ bool cpu_is_amd();  // vendor string "AuthenticAMD"
 int cpu_family();   // display family of CPUID leaf 1 (0x19 Zen 3/4, 0x1a Zen 5), 0 if unknown
 
 // The cache level the decode's streaming dot kernels (weights read once per token) prefetch
-// into: L2 (prefetcht1) or L1 (prefetcht0). CBX_STREAM_PREFETCH=l1|l2 forces one; otherwise
+// into: L2 (prefetcht1) or L1 (prefetcht0). CBX_DEBUG_STREAM_PREFETCH=l1|l2 forces one; otherwise
 // L1 on AMD family 1Ah (Zen 5) and later, L2 elsewhere. Measured (docs/benchmarks.md): on
 // Zen 5 the q4p dot on two threads streams 54-63 GB/s with L2 prefetches and 75-80 with L1
 // (a plain read ~80); on Zen 4 the L2 choice was measured best.

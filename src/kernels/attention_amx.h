@@ -83,10 +83,10 @@ inline size_t attention_amx_ws_bytes(int64_t Tk, int64_t D) {
 }
 
 // The kernels, or nullptr when AMX tiles are not usable (no AMX-BF16, the OS does not grant
-// the tile state, or CBX_NO_AMX=1). Call only when the AVX-512 ISA is active.
+// the tile state, or CBX_DEBUG_NO_AMX=1). Call only when the AVX-512 ISA is active.
 const AttentionAmxKernels* attention_amx_kernels();
 // The same operands and numerics on vdpbf16ps (attention_vdpbf16_avx512.cpp), or nullptr
-// where the vdpbf16ps bf16 GEMM is not chosen (kernels/matmul.h, CBX_VDPBF16). Call only
+// where the vdpbf16ps bf16 GEMM is not chosen (kernels/matmul.h, CBX_DEBUG_VDPBF16). Call only
 // when the AVX-512 ISA is active.
 const AttentionAmxKernels* attention_vdpbf16_kernels();
 

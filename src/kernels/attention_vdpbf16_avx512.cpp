@@ -1,6 +1,6 @@
 // Fused bf16 attention on vdpbf16ps, for AVX-512-BF16 CPUs without AMX tiles where the bf16
 // GEMM is chosen (AMD Zen 4 and later; the same rule as kernels/matmul.h's Bf16Gemm:
-// CBX_VDPBF16). Same operands, layouts, softmax and numerics as the AMX kernel
+// CBX_DEBUG_VDPBF16). Same operands, layouts, softmax and numerics as the AMX kernel
 // (kernels/attention_amx.h): per block of 32 queries, S = q k^T for all keys into the
 // thread's score buffer (f32, L2), the softmax rows (exact max, exp2 polynomial, p rounded
 // to bf16 in place), O = P v, out = O / sum. Only the products run on vdpbf16ps instead of

@@ -160,8 +160,8 @@ struct Bf16Gemm {
   // GEMM above it (ops/conv.cpp; measured per kernel family).
   int64_t direct_conv_max_cout;
 };
-// The BF16 GEMM that goes with matmul_kernels_avx512(): AMX tiles where usable (CBX_NO_AMX=1
-// turns them off), else vdpbf16ps where chosen (CBX_VDPBF16, default on AMD only), else
+// The BF16 GEMM that goes with matmul_kernels_avx512(): AMX tiles where usable (CBX_DEBUG_NO_AMX=1
+// turns them off), else vdpbf16ps where chosen (CBX_DEBUG_VDPBF16, default on AMD only), else
 // nullptr; nullptr for any other table. Call only for an AVX-512 table.
 const Bf16Gemm* matmul_bf16_gemm_avx512(const MatmulKernels& table);
 
@@ -170,7 +170,7 @@ const MatmulKernels& matmul_kernels_generic();
 const MatmulKernels& matmul_kernels_avx2();
 const MatmulKernels& matmul_kernels_avx512();
 // The AVX-512 table without AMX tiles (its BF16 GEMM uses vdpbf16ps); the same as
-// matmul_kernels_avx512() on CPUs without AMX or with CBX_NO_AMX=1.
+// matmul_kernels_avx512() on CPUs without AMX or with CBX_DEBUG_NO_AMX=1.
 const MatmulKernels& matmul_kernels_avx512_no_amx();
 
 }  // namespace cbx

@@ -1,6 +1,6 @@
 // AMX-BF16 GEMM micro-kernel for BF16 weights (Sapphire Rapids and later), used by the
 // AVX-512 table when the CPU has AMX-TILE + AMX-BF16, the OS enables the tile state and
-// grants this process the permission (Linux arch_prctl). CBX_NO_AMX=1 disables it.
+// grants this process the permission (Linux arch_prctl). CBX_DEBUG_NO_AMX=1 disables it.
 // vdpbf16ps runs at half the f32 FMA rate on these CPUs, so without tiles a BF16 GEMM is
 // slower than an f32 one; a tile multiply does 16 x 16 x 32 MACs per instruction.
 //
@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "kernels/matmul.h"
+#include "core/debug_env.h"
 #include "kernels/amx_tile_config.h"
 #include "kernels/matmul_avx512_q.h"
 #include "kernels/matmul_amx.h"
@@ -35,8 +36,7 @@ constexpr int kNr = 32;
 constexpr int kMr = 32;
 
 bool probe_amx() {
-  const char* off = std::getenv("CBX_NO_AMX");
-  if (off && *off && std::strcmp(off, "0") != 0) return false;
+  if (debug_env().no_amx) return false;  // CBX_DEBUG_NO_AMX=1
   unsigned a, b, c, d;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
   const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);

@@ -26,7 +26,7 @@ void dequant_row_avx512(DType t, const uint8_t* row, int64_t k0, int64_t len, fl
 void pack_w_bf16_pairs(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void* dst, int64_t pad_pairs);
 
 // AMX-BF16 GEMM for BF16 weights (matmul_amx_avx512.cpp): usable when the CPU has the
-// tiles, the OS enables them and CBX_NO_AMX is unset.
+// tiles, the OS enables them and CBX_DEBUG_NO_AMX is unset.
 bool amx_bf16_usable();
 GemmKernel amx_bf16_gemm_kernel();
 
@@ -35,8 +35,8 @@ GemmKernel amx_bf16_gemm_kernel();
 GemmKernel vdp_bf16_pairs_kernel();
 // The bf16 GEMM for every weight type on vdpbf16ps (matmul_vdpbf16_avx512.cpp), or nullptr
 // where it is not chosen: on by default only where vdpbf16ps runs at twice the f32 FMA
-// rate (AMD Zen 4 and later); CBX_VDPBF16=1 forces it on (any AVX-512-BF16 CPU, for tests),
-// CBX_VDPBF16=0 off.
+// rate (AMD Zen 4 and later); CBX_DEBUG_VDPBF16=1 forces it on (any AVX-512-BF16 CPU, for tests),
+// CBX_DEBUG_VDPBF16=0 off.
 const Bf16Gemm* vdp_bf16_gemm();
 
 }  // namespace cbx

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "core/cpu.h"
+#include "core/debug_env.h"
 #include "kernels/bf16_pack_avx512.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_avx512_q.h"
@@ -93,10 +94,9 @@ void conv_tiles(const Bf16Gemm::Conv& c, int64_t i0, int64_t i1) {
   }
 }
 
-// Whether vdpbf16ps is worth it on this CPU: CBX_VDPBF16=0/1 decides, else AMD only.
+// Whether vdpbf16ps is worth it on this CPU: CBX_DEBUG_VDPBF16=0|1 decides, else AMD only.
 bool choose_vdp() {
-  const char* e = std::getenv("CBX_VDPBF16");
-  if (e && *e) return std::strcmp(e, "0") != 0;
+  if (const int forced = debug_env().vdpbf16; forced >= 0) return forced == 1;
   return cpu_is_amd();
 }
 

@@ -97,7 +97,7 @@ struct CfmEstimatorOptions {
   int64_t max_frames = 3000;  // most frames T one forward call takes (prompt + generated)
   int64_t max_batch = 1;      // 2 for the CFG pair
   // GEMM precision of the linears and convolutions (ops/matmul.h); attention stays f32.
-  // Auto: CBX_GEMM if set, else BF16 when the matmul weights are lossy (not F32), else F32.
+  // Auto: BF16 when the matmul weights are lossy (not F32), else F32.
   // Int8: the transformer linears (q|k|v, out, feed-forward) run the int8 GEMM (weights quantized
   // per channel at construction, activations per row); everything else as BF16.
   GemmPrecision gemm = GemmPrecision::Auto;

@@ -87,7 +87,7 @@ void bind_flow_encoder(const GgufFile& f, const FlowConfig& c, FlowEncoderWeight
 struct FlowEncoderOptions {
   int64_t max_tokens = 0;  // most prompt + generated tokens one call takes (required, > 0)
   // GEMM precision of the linears and convolutions (ops/matmul.h); attention stays f32.
-  // Auto: CBX_GEMM if set, else BF16 when the matmul weights are lossy (not F32), else F32.
+  // Auto: BF16 when the matmul weights are lossy (not F32), else F32.
   GemmPrecision gemm = GemmPrecision::Auto;
   // Per-call buffers in this arena instead of the encoder's own (S3GenStage: one arena for
   // flow, CFM and HiFT, which run one after the other); it must outlive the encoder and is

@@ -86,8 +86,8 @@ void bind_hift(const GgufFile& f, const HiftConfig& c, HiftWeights& w);
 struct HiftOptions {
   int64_t max_frames = 1500;  // most mel frames one forward call takes (30 s)
   uint64_t seed = 0;          // generator used when forward gets no HiftDraws
-  // GEMM precision of the convolutions (ops/matmul.h). Auto: CBX_GEMM if set, else BF16
-  // when the GGUF's weights are lossy (general.file_type other than all-F32), else F32.
+  // GEMM precision of the convolutions (ops/matmul.h). Auto: BF16 when
+  // the GGUF's weights are lossy (general.file_type other than all-F32), else F32.
   GemmPrecision gemm = GemmPrecision::Auto;
   // Per-call buffers in this arena instead of the vocoder's own (see FlowEncoderOptions::work);
   // the generator draws and the wave stay in the vocoder's own arena.

@@ -16,7 +16,7 @@
 // Runtime: everything (activations, op scratch) lives in one arena reserved at construction
 // for max_samples; tokenize() allocates only its return vector.
 // Precision: the linears and convolutions run F32 GEMMs by default, whatever the weight type
-// or CBX_GEMM say: upstream runs the tokenizer in f32, and the FSQ rounding turns small
+// or the model's GEMM precision say: upstream runs the tokenizer in f32, and the FSQ rounding turns small
 // deviations into different tokens (BF16 GEMMs change ~2-3 % of the full-size model's tokens).
 #pragma once
 #include <cstdint>
@@ -62,8 +62,8 @@ class S3Tokenizer {
   int64_t max_samples() const;
   void set_capture(S3TokCapture fn);
   // GEMM precision of the linears and the conv stem (ops/matmul.h) for later calls: F32 (the
-  // default), BF16 (faster on AMX, tokens differ), or Auto (CBX_GEMM, else BF16 for lossy
-  // weights). The FSMN depthwise convolution and the attention always run in f32.
+  // default), BF16 (faster on AMX, tokens differ), or Auto (BF16 for lossy weights, else
+  // F32). The FSMN depthwise convolution and the attention always run in f32.
   void set_gemm_precision(GemmPrecision p);
   GemmPrecision gemm_precision() const;  // as resolved: F32 or BF16
 

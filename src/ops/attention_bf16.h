@@ -29,9 +29,9 @@
 
 namespace cbx {
 
-// Whether attention_bf16 runs here for head dim D: the AVX-512 ISA is active (CBX_FORCE_ISA),
-// the CPU and OS give AMX-BF16 tiles (CBX_NO_AMX unset) or the vdpbf16ps bf16 GEMM is chosen
-// (CBX_VDPBF16; AMD by default), and D is supported.
+// Whether attention_bf16 runs here for head dim D: the AVX-512 ISA is active (CBX_DEBUG_FORCE_ISA),
+// the CPU and OS give AMX-BF16 tiles (CBX_DEBUG_NO_AMX unset) or the vdpbf16ps bf16 GEMM is chosen
+// (CBX_DEBUG_VDPBF16; AMD by default), and D is supported.
 bool attention_bf16_available(int64_t head_dim);
 
 // Scratch bytes for B x H heads of Tk keys with head dim D on n_threads threads.

@@ -6,7 +6,7 @@
 //   conv_transpose1d: in conv_transpose.cpp (helpers shared through ops/conv_detail.h).
 // Work is split into (group, 48-row, 256-column) tiles dealt round-robin to the threads.
 // BF16 GEMM precision (ops/matmul.h: the thread's GemmPrecisionScope, which the models set
-// from their weights, or CBX_GEMM), when the AMX kernels exist and the active ISA is asked
+// from their weights and the user's choice), when the AMX kernels exist and the active ISA is asked
 // for: stride-1 single-group conv1d with C_out <= Bf16Gemm::direct_conv_max_cout packs its input once as
 // bf16 channel pairs and runs every tap on it (Bf16Gemm::Conv); other conv1d run through
 // gemm_bf16_kmajor on the same B rows (offset table or im2col chunks); conv_transpose1d
@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/debug_env.h"
 #include "core/error.h"
 #include "kernels/matmul.h"
 #include "kernels/nn.h"
@@ -92,10 +93,7 @@ void run_job_bf16(ThreadPool& pool, const GemmJob& j, Arena* arena) {
   }
 }
 
-bool prepack_disabled() {
-  const char* off = std::getenv("CBX_NO_PREPACK");
-  return off && *off && std::strcmp(off, "0") != 0;
-}
+bool prepack_disabled() { return debug_env().no_prepack; }  // CBX_DEBUG_NO_PREPACK=1
 
 const Bf16Gemm* bf16_kernels() {
   return active_isa() == Isa::Avx512 ? matmul_bf16_gemm_avx512(matmul_kernels(Isa::Avx512)) : nullptr;

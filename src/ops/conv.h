@@ -6,8 +6,8 @@
 // `scratch` when given (rewound before returning), otherwise from a heap buffer, so pass
 // an Arena inside a decode step or a vocoder chunk. Scratch need is bounded: at most
 // C_in*(T+pads) floats for stride-1 conv1d and ~4 MiB chunks otherwise, plus, when conv1d
-// runs in BF16 GEMM precision (ops/matmul.h: the GemmPrecisionScope models hold, or
-// CBX_GEMM; the weights being f32, never without one of them), conv1d_bf16_scratch_bytes
+// runs in BF16 GEMM precision (ops/matmul.h: the GemmPrecisionScope models hold; the
+// weights being f32, never without one), conv1d_bf16_scratch_bytes
 // for its packed bf16 operands; conv_transpose1d in BF16 precision the same way (x and w
 // rounded to bf16, f32 accumulation) with conv_transpose1d_bf16_scratch_bytes.
 // conv2d stays f32.
@@ -41,7 +41,7 @@ struct Conv1dParams {
 // bias16), made once at load for a conv that runs on every request: the per-call packing
 // it saves is a strided pass over w (HiFT: ~20 ms a request on Zen 4) and its scratch.
 // Empty where that kernel does not exist or would not run the conv (C_out above its limit),
-// and with CBX_NO_PREPACK=1.
+// and with CBX_DEBUG_NO_PREPACK=1.
 struct Conv1dPacked {
   HugePiece wp, bias16;
   const float* w = nullptr;     // the weights and bias it was packed from (bias may be null)
@@ -102,7 +102,7 @@ struct ConvTranspose1dParams {
 
 // conv_transpose1d's weights transposed to the [(o, k), c] rows its bf16 path multiplies by,
 // made once at load (HiFT's upsampling convs: the per-call transpose is a pass over w with a
-// C_out K stride). Empty where no bf16 GEMM exists, and with CBX_NO_PREPACK=1.
+// C_out K stride). Empty where no bf16 GEMM exists, and with CBX_DEBUG_NO_PREPACK=1.
 struct ConvTranspose1dPacked {
   HugePiece at;              // f32 [C_out K, C_in]
   const float* w = nullptr;  // the weights it was made from

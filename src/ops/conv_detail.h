@@ -75,7 +75,7 @@ bool conv_uses_bf16(Isa isa);
 void run_job_bf16(ThreadPool& pool, const GemmJob& j, Arena* arena);
 // The AVX-512 bf16 kernels (direct conv, k-major GEMM), or nullptr on other ISAs.
 const Bf16Gemm* bf16_kernels();
-// CBX_NO_PREPACK=1 (as for ops/matmul.h pack_weight): the conv packs stay empty, every call
+// CBX_DEBUG_NO_PREPACK=1 (as for ops/matmul.h pack_weight): the conv packs stay empty, every call
 // packs its weights itself (A/B, or less memory).
 bool prepack_disabled();
 

@@ -276,21 +276,10 @@ GemmPrecision parse_gemm_precision(const char* s, const char* what) {
   fail("%s: GEMM precision '%s' is not one of auto, f32, bf16, int8", what, v.c_str());
 }
 
-GemmPrecision gemm_precision_env() {
-  const char* e = std::getenv("CBX_GEMM");
-  if (!e || !*e) return GemmPrecision::Auto;
-  const GemmPrecision p = parse_gemm_precision(e, "CBX_GEMM");
-  // Int8 is honoured by packed weights only; models choose it per component (their options).
-  CBX_CHECK(p != GemmPrecision::Int8, "CBX_GEMM: 'int8' is not a global precision (use auto, f32 or bf16)");
-  return p;
-}
-
 bool gemm_weight_is_lossy(DType t) { return t != DType::F32; }
 
 GemmPrecision resolve_gemm_precision(GemmPrecision requested, bool lossy_weights) {
   if (requested != GemmPrecision::Auto) return requested;
-  const GemmPrecision env = gemm_precision_env();
-  if (env != GemmPrecision::Auto) return env;
   return lossy_weights ? GemmPrecision::BF16 : GemmPrecision::F32;
 }
 

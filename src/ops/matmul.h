@@ -26,16 +26,17 @@
 //         <= 2^-9 per element) in the packed panels; products are accumulated in f32, on
 //         AMX tiles (~3x the f32 GEMM) or, on AMD Zen 4 and later, vdpbf16ps (~2x).
 //         Every weight type is dequantized while packing. It runs only where such a kernel
-//         exists (kernels/matmul.h, matmul_bf16_gemm_avx512: CBX_NO_AMX, CBX_VDPBF16);
+//         exists (kernels/matmul.h, matmul_bf16_gemm_avx512; the debugging switches
+//         CBX_DEBUG_NO_AMX, CBX_DEBUG_VDPBF16 of core/debug_env.h);
 //         on other CPUs and ISAs a BF16 request runs the F32 GEMM.
 //   BF16 weights keep their bf16 GEMM on AVX-512 in either precision (x rounded to bf16).
 // The precision of one call is, in order: the calling thread's GemmPrecisionScope (when
-// active and not Auto); else CBX_GEMM=f32|bf16 from the environment; else BF16 when the
-// weight is lossy already (F16, BF16, Q8_0, Q4_0) and F32 for F32 weights. Convolutions
-// (ops/conv.h, f32 weights) follow the scope and CBX_GEMM only, so models resolve their
-// precision once from their matmul weights (resolve_gemm_precision) and hold a scope
-// while they run; gemm_f32 (activations x activations, attention) runs in F32 unless its
-// caller passes a precision (scopes and CBX_GEMM do not reach it).
+// active and not Auto); else BF16 when the weight is lossy already (F16, BF16, Q8_0, Q4_0)
+// and F32 for F32 weights. Convolutions (ops/conv.h, f32 weights) follow the scope only, so
+// models resolve their precision once from their matmul weights and the user's choice
+// (resolve_gemm_precision; cbx_model_params.gemm_precision, `--gemm-precision`) and hold a
+// scope while they run; gemm_f32 (activations x activations, attention) runs in F32 unless
+// its caller passes a precision (scopes do not reach it).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -60,9 +61,7 @@ enum class GemmPrecision : int { Auto = 0, F32 = 1, BF16 = 2, Int8 = 3 };
 const char* gemm_precision_name(GemmPrecision p);  // "auto", "f32", "bf16", "int8"
 // "auto", "f32", "bf16" or "int8"; anything else throws an Error naming `what` and the value.
 GemmPrecision parse_gemm_precision(const char* s, const char* what);
-// CBX_GEMM (Auto when unset or empty); an invalid value (int8 included) throws on every call.
-GemmPrecision gemm_precision_env();
-// requested unless Auto; else CBX_GEMM; else BF16 for lossy weights, F32 otherwise.
+// requested unless Auto; else BF16 for lossy weights, F32 otherwise.
 GemmPrecision resolve_gemm_precision(GemmPrecision requested, bool lossy_weights);
 // Whether weights of type t already lost precision (anything but F32).
 bool gemm_weight_is_lossy(DType t);
@@ -78,8 +77,8 @@ class GemmPrecisionScope {
   GemmPrecision prev_;
 };
 GemmPrecision gemm_precision_scope();  // the calling thread's scope value (Auto when none)
-// Precision a GEMM with f32 weights and no scope-free rule gets: the scope, else CBX_GEMM,
-// else F32 (what convolutions use).
+// Precision a GEMM with f32 weights and no scope-free rule gets: the scope, else F32 (what
+// convolutions use).
 GemmPrecision gemm_precision_for_f32_weights();
 // Whether a BF16 request runs the bf16 GEMM with the active ISA (else it runs in F32).
 bool gemm_bf16_available();
@@ -136,7 +135,7 @@ size_t gemm_bf16_kmajor_scratch_bytes(int64_t m, int64_t k, int n_threads);
 // matmul_packed: y = act(LN(x) . w^T + bias) + residual, where LN (optional) is a LayerNorm
 // of each x row over K, bias [M] and residual (shaped like y, may alias it) are optional, and
 // act is none, exact GELU or SiLU. With panels, N >= matmul_gemm_min_rows() and the call's
-// precision BF16 (the thread's scope, CBX_GEMM, else BF16 for lossy weights, as matmul), each
+// precision BF16 (the thread's scope, else BF16 for lossy weights, as matmul), each
 // thread normalizes and packs 32 activation rows once for all of K and applies the epilogue
 // to each 32 x 32 output tile while it is in L1: one pass over x and y, one pool dispatch.
 // Any other call runs layer_norm into scratch, matmul per part, then the epilogue as separate
@@ -190,10 +189,10 @@ class PackedWeight {
 };
 
 // Parts: 2-D, one dtype, one K, contiguous rows. prec is resolved as a matmul call's (Auto: the
-// thread's scope, else CBX_GEMM, else BF16 for lossy weights); panels are made when that is
-// BF16 and the active ISA's bf16 GEMM exists, or when it is Int8 (K <= 65535; every ISA: the
-// kernel of kernels/matmul_int8.h, and then every call with N >= matmul_gemm_min_rows() runs the
-// int8 GEMM whatever the thread's precision), unless CBX_NO_PREPACK=1 (benchmark A/B: no panels,
+// thread's scope, else BF16 for lossy weights); panels are made when that is BF16 and the
+// active ISA's bf16 GEMM exists, or when it is Int8 (K <= 65535; every ISA: the kernel of
+// kernels/matmul_int8.h, and then every call with N >= matmul_gemm_min_rows() runs the int8
+// GEMM whatever the thread's precision), unless CBX_DEBUG_NO_PREPACK=1 (benchmark A/B: no panels,
 // so every call takes the per-call path). `what` names the weight in errors. Packing runs on the pool.
 PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts, GemmPrecision prec,
                          const char* what);

@@ -19,7 +19,7 @@ int64_t row_stride(const Tensor& t, const char* what, const char* name);
 uint8_t* get_scratch(Arena* arena, size_t bytes);
 // The bf16 GEMM of an AVX-512 table with AMX (else nullptr).
 const Bf16Gemm* bf16_for(const MatmulKernels& kern);
-// requested unless Auto; else the thread's scope; else CBX_GEMM / the weight's lossiness.
+// requested unless Auto; else the thread's scope; else the weight's lossiness.
 GemmPrecision effective_precision(GemmPrecision requested, DType w_type);
 // matmul / matmul_bias with validation (prec Auto = effective_precision's rules).
 void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w, const Tensor* bias,

@@ -24,6 +24,7 @@
 
 #include "core/arena.h"
 #include "core/cpu.h"
+#include "core/debug_env.h"
 #include "core/error.h"
 #include "core/huge_buffer.h"
 #include "core/thread_pool.h"
@@ -326,8 +327,7 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
             "pack_weight %s: %s weight needs K %% %lld == 0, got K = %lld", what, dtype_name(w.dtype_),
             (long long)type_traits(w.dtype_).block_size, (long long)w.k_);
   const Bf16Gemm* b = bf16_for(kern);
-  const char* off = std::getenv("CBX_NO_PREPACK");
-  if (off && *off && std::strcmp(off, "0") != 0) return w;  // A/B switch: no panels
+  if (debug_env().no_prepack) return w;  // CBX_DEBUG_NO_PREPACK=1: no panels (A/B comparisons)
   if (w.k_ > 0 && w.m_ > 0 && effective_precision(prec, w.dtype_) == GemmPrecision::Int8) {
     PackedAccess::pack_int8(kern, pool, w, what);
     return w;

@@ -68,8 +68,13 @@ const Voice& BatchSynth::voice_of(const Req& q) const {
   return q.in.voice ? *q.in.voice : with_pipe([](auto& p) -> const Voice& { return p.builtin_voice(); });
 }
 
+GemmPrecision BatchSynth::gemm_precision() const {
+  return turbo_ ? turbo_->gemm_precision() : mtl_->gemm_precision();
+}
+
 int64_t BatchSynth::submit(BatchSynthRequest r) {
   CBX_CHECK(can_admit(), "BatchSynth::submit: all %d rows are in use", max_batch());
+  GemmPrecisionScope gemm_scope(gemm_precision());  // the pipeline's, as its synthesize holds
   Req q;
   uint64_t seed = 0;
   if (turbo_) {
@@ -257,6 +262,7 @@ void BatchSynth::finish_rows() {
 }
 
 int BatchSynth::step() {
+  GemmPrecisionScope gemm_scope(gemm_precision());
   finish_rows();
   int n = 0;
   if (batch_)

@@ -45,6 +45,7 @@
 #include "models/sampler.h"
 #include "models/t3_batch.h"
 #include "models/t3_mtl_batch.h"
+#include "ops/matmul.h"
 #include "pipeline/mtl_pipeline.h"
 #include "pipeline/stream_synth.h"
 #include "pipeline/turbo_pipeline.h"
@@ -129,6 +130,7 @@ class BatchSynth {
     bool seen_sos = false, ended = false;
   };
   const Voice& voice_of(const Req& q) const;
+  GemmPrecision gemm_precision() const;  // the pipeline's (its load params)
   void start_chunk(Req& q);
   // The T3 batch's rows / request slots, whichever variant.
   bool row_finished(int row) const;

@@ -181,6 +181,15 @@ cbx::UserLoadOptions load_options(const cbx_model_params& p) {
                                     std::to_string(p.kv_type));
   o.kv_type = p.kv_type == CBX_KV_F32 ? cbx::DType::F32 : cbx::DType::F16;
   o.repack = p.no_repack == 0;
+  switch (p.gemm_precision) {
+    case CBX_GEMM_DEFAULT: o.gemm_precision = cbx::GemmPrecision::Auto; break;
+    case CBX_GEMM_F32: o.gemm_precision = cbx::GemmPrecision::F32; break;
+    case CBX_GEMM_BF16: o.gemm_precision = cbx::GemmPrecision::BF16; break;
+    default:
+      throw cbx::InvalidArgumentError(
+          "gemm_precision (--gemm-precision) must be CBX_GEMM_DEFAULT, CBX_GEMM_F32 or CBX_GEMM_BF16 (auto, f32 or "
+          "bf16), got " + std::to_string(p.gemm_precision));
+  }
   cbx::validate(o);
   return o;
 }
@@ -269,6 +278,7 @@ cbx_model_params cbx_model_default_params(void) {
   p.kv_type = CBX_KV_F16;
   p.max_new_tokens = CBX_DEFAULT_INT;
   p.no_repack = 0;
+  p.gemm_precision = CBX_GEMM_DEFAULT;
   return p;
 }
 

@@ -50,6 +50,7 @@ struct MtlPipeline::Impl {
   Voice builtin, voice;  // the built-in voice, the one in use
   std::vector<std::string> languages;
   int64_t max_new = 0, max_text = 0;
+  GemmPrecision gemm = GemmPrecision::Auto;  // MtlLoadParams::gemm
 };
 
 MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(std::make_unique<Impl>()) {
@@ -84,10 +85,11 @@ MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(s
   tp.max_new_tokens = m.max_new;
   tp.max_text_tokens = c.t3.max_text_tokens;
   m.max_text = tp.max_text_tokens;
+  m.gemm = p.gemm;
   m.t3 = std::make_unique<T3Mtl>(f, c, *m.pool, tp);
 
   // T3 returns at most max_new tokens (EOS included), so S3Gen takes at most max_new.
-  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_new, p.s3gen_precision);
+  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_new, p.gemm, p.cfm_precision);
   CBX_CHECK(m.s3gen->cfm().uses_cfg(), "%s: the Multilingual CFM must use classifier-free guidance", path.c_str());
 }
 
@@ -97,6 +99,7 @@ const ModelConfig& MtlPipeline::config() const { return m_->cfg; }
 int MtlPipeline::sample_rate() const { return m_->cfg.pipeline.sample_rate; }
 int MtlPipeline::n_threads() const { return m_->pool->size(); }
 int64_t MtlPipeline::max_new_tokens() const { return m_->max_new; }
+GemmPrecision MtlPipeline::gemm_precision() const { return m_->gemm; }
 std::vector<std::string> MtlPipeline::languages() const { return m_->languages; }
 T3Mtl& MtlPipeline::t3() { return *m_->t3; }
 const Voice& MtlPipeline::voice() const { return m_->voice; }
@@ -219,6 +222,7 @@ T3MtlSampling MtlPipeline::sampling_of(const MtlSynthParams& p, float* exaggerat
 std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSynthParams& p, SynthTimings* timings,
                                            const SynthAudioFn& on_audio, const SynthAbortFn& should_abort) {
   Impl& m = *m_;
+  GemmPrecisionScope gemm_scope(m.gemm);  // T3 (S3Gen's models hold their own)
   SynthTimings tm;
   tm.sample_rate = sample_rate();
   const double t_start = pipeline_now_ms();

@@ -45,9 +45,9 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
-#include "ops/matmul.h"
 #include "models/model_config.h"
 #include "models/t3_mtl.h"
+#include "ops/matmul.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/stream_synth.h"
 
@@ -65,7 +65,8 @@ struct MtlLoadParams {
   int64_t max_new_tokens = -1;     // speech tokens per generation; negative = the GGUF's (1000); else
                                    // 1 .. what the model's T3 positions hold
   bool repack = true;              // as TurboLoadParams::repack
-  GemmPrecision s3gen_precision = GemmPrecision::Auto;  // as TurboLoadParams::s3gen_precision
+  GemmPrecision gemm = GemmPrecision::Auto;           // as TurboLoadParams::gemm
+  GemmPrecision cfm_precision = GemmPrecision::Auto;  // as TurboLoadParams::cfm_precision
 };
 
 struct MtlSynthParams {
@@ -143,6 +144,7 @@ class MtlPipeline {
   int n_threads() const;
   int64_t max_new_tokens() const;
   std::vector<std::string> languages() const;  // codes, sorted
+  GemmPrecision gemm_precision() const;  // MtlLoadParams::gemm (callers driving t3() hold a scope)
   T3Mtl& t3();
 
   // Voices (pipeline/voice.h), as TurboPipeline: buffers are reserved at load for any voice

@@ -193,10 +193,10 @@ uint64_t prefix_cache_model_key(const GgufFile& f) {
   return h.h;
 }
 
-std::string prefix_cache_compute_key(const char* kv_type_name) {
+std::string prefix_cache_compute_key(const char* kv_type_name, GemmPrecision gemm) {
   char s[kComputeBytes];
   std::snprintf(s, sizeof s, "isa=%s vnni=%d bf16=%s gemm=%s kv=%s", isa_name(active_isa()), int(cpu_has_avx512_vnni()),
-                gemm_bf16_kind(), gemm_precision_name(gemm_precision_env()), kv_type_name);
+                gemm_bf16_kind(), gemm_precision_name(gemm), kv_type_name);
   return s;
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/output_file.h"
+#include "ops/matmul.h"
 
 namespace cbx {
 
@@ -63,7 +64,8 @@ void check_prefix_cache_path(const std::string& path);
 // of their data every 64 KB (plus each tensor's last 64): a re-converted or re-quantized T3
 // changes it, reading ~0.1% of the weights.
 uint64_t prefix_cache_model_key(const GgufFile& f);
-// "isa=avx512 bf16=vdpbf16ps gemm=auto kv=f16": what else decides the prefix's bits.
-std::string prefix_cache_compute_key(const char* kv_type_name);
+// "isa=avx512 bf16=vdpbf16ps gemm=auto kv=f16": what else decides the prefix's bits (gemm: the
+// model's load-time GEMM precision, TurboLoadParams::gemm).
+std::string prefix_cache_compute_key(const char* kv_type_name, GemmPrecision gemm = GemmPrecision::Auto);
 
 }  // namespace cbx

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/debug_env.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
 #include "models/cfm_solver.h"
@@ -15,31 +16,32 @@
 namespace cbx {
 
 S3GenStage::S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const Voice& builtin,
-                       int64_t max_speech, GemmPrecision cfm_precision)
+                       int64_t max_speech, GemmPrecision gemm, GemmPrecision cfm_precision)
     : c_(c), max_speech_(max_speech) {
   CBX_CHECK(max_speech >= 1, "s3gen: max_speech %lld must be >= 1", (long long)max_speech);
   max_prompt_tokens_ = std::max<int64_t>(int64_t(builtin.prompt_token.size()),
                                          std::lround(double(c.pipeline.dec_cond_seconds) * c.pipeline.token_rate));
   const int64_t max_flow_tokens = max_prompt_tokens_ + max_speech_;
-  // CBX_S3GEN_SHARED_ARENA=0: every stage keeps its own arena (tests/test_say.sh compares).
-  const char* shared = std::getenv("CBX_S3GEN_SHARED_ARENA");
-  Arena* work = shared && std::strcmp(shared, "0") == 0 ? nullptr : &work_;
+  // CBX_DEBUG_S3GEN_SHARED_ARENA=0: every stage keeps its own arena (tests/test_say.sh compares).
+  Arena* work = debug_env().s3gen_shared_arena ? &work_ : nullptr;
   bind_flow_encoder(f, c.flow, flow_w_);
   FlowEncoderOptions fo;
   fo.max_tokens = max_flow_tokens;
   fo.work = work;
+  fo.gemm = gemm;
   flow_ = std::make_unique<FlowEncoder>(c.flow, flow_w_, pool, fo);
 
   bind_cfm_estimator(f, c.cfm, cfm_w_);
   CfmSolverOptions co;
   co.max_frames = c.flow.token_mel_ratio * max_flow_tokens;
   co.work = work;
-  co.gemm = cfm_precision;
+  co.gemm = cfm_precision != GemmPrecision::Auto ? cfm_precision : gemm;
   cfm_ = std::make_unique<CfmSolver>(c.cfm, cfm_w_, pool, co);
 
   // Generated frames = ratio (Tp + N) - Tm; a voice has Tm >= 2 Tp - 2 (validate_voice).
   HiftOptions ho;
   ho.work = work;
+  ho.gemm = gemm;
   const int64_t ratio = c.flow.token_mel_ratio;
   ho.max_frames = ratio * max_speech_ +
                   std::max<int64_t>(2, ratio * int64_t(builtin.prompt_token.size()) - builtin.n_prompt_frames());

@@ -30,11 +30,11 @@ struct Voice;
 
 class S3GenStage {
  public:
-  // f, c and pool must outlive this object. builtin sizes the reservations (see above).
-  // cfm_precision: the CFM estimator's GEMM precision (CfmEstimatorOptions::gemm; Int8: int8
-  // transformer linears); Auto keeps the default rules.
+  // f, c and pool must outlive this object. builtin sizes the reservations (see above). gemm:
+  // the GEMM precision of the flow encoder, CFM and HiFT (ops/matmul.h; Auto: from their weights);
+  // cfm_precision: the CFM estimator's (Auto: gemm; Int8: int8 transformer linears).
   S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const Voice& builtin, int64_t max_speech,
-             GemmPrecision cfm_precision = GemmPrecision::Auto);
+             GemmPrecision gemm = GemmPrecision::Auto, GemmPrecision cfm_precision = GemmPrecision::Auto);
   ~S3GenStage();
   S3GenStage(const S3GenStage&) = delete;
   S3GenStage& operator=(const S3GenStage&) = delete;

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/cpu.h"
+#include "core/debug_env.h"
 
 namespace cbx {
 
@@ -113,6 +114,11 @@ void validate(const UserLoadOptions& o) {
   if (o.kv_type && *o.kv_type != DType::F16 && *o.kv_type != DType::F32)
     throw InvalidArgumentError(std::string("kv_type (--kv-type) must be f16 or f32, got ") +
                                dtype_name(*o.kv_type));
+  if (o.gemm_precision && *o.gemm_precision != GemmPrecision::Auto && *o.gemm_precision != GemmPrecision::F32 &&
+      *o.gemm_precision != GemmPrecision::BF16)
+    throw InvalidArgumentError("gemm_precision (--gemm-precision) must be auto, f32 or bf16, got " +
+                               std::to_string(int(*o.gemm_precision)));
+  if (!debug_env_error().empty()) throw InvalidArgumentError(debug_env_error());
 }
 
 TurboSynthParams to_turbo_params(const UserSynthOptions& o) {
@@ -149,6 +155,7 @@ TurboLoadParams to_turbo_load_params(const UserLoadOptions& o) {
   p.max_new_tokens = o.max_new_tokens.value_or(-1);
   p.kv_type = o.kv_type.value_or(DType::F16);
   p.repack = o.repack;
+  p.gemm = o.gemm_precision.value_or(GemmPrecision::Auto);
   return p;
 }
 
@@ -159,6 +166,7 @@ MtlLoadParams to_mtl_load_params(const UserLoadOptions& o) {
   p.max_new_tokens = t.max_new_tokens;
   p.kv_type = t.kv_type;
   p.repack = t.repack;
+  p.gemm = t.gemm;
   return p;
 }
 
@@ -225,6 +233,13 @@ DType parse_kv_type(const std::string& flag, const std::string& text) {
   if (text == "f16") return DType::F16;
   if (text == "f32") return DType::F32;
   throw_parse(flag, "f16 or f32", text);
+}
+
+GemmPrecision parse_gemm_precision_flag(const std::string& flag, const std::string& text) {
+  if (text == "auto") return GemmPrecision::Auto;
+  if (text == "f32") return GemmPrecision::F32;
+  if (text == "bf16") return GemmPrecision::BF16;
+  throw_parse(flag, "auto, f32 or bf16", text);
 }
 
 std::optional<std::string> thread_count_warning(int64_t n_threads, int available) {

@@ -83,9 +83,12 @@ struct UserLoadOptions {
       max_new_tokens;            // default: the model's (1000); model limit checked at load
   std::optional<DType> kv_type;  // F16 (default) or F32
   bool repack = true;            // TurboLoadParams::repack
+  std::optional<GemmPrecision> gemm_precision;  // TurboLoadParams::gemm; default Auto
 };
 
 // Throw InvalidArgumentError (param_error) for the first value out of range, in field order.
+// validate(UserLoadOptions) also throws InvalidArgumentError(debug_env_error()) for a bad
+// CBX_DEBUG_* environment variable (core/debug_env.h): every model load reports it.
 void validate(const UserSynthOptions& o);
 void validate(const UserLoadOptions& o);
 
@@ -117,6 +120,8 @@ int64_t parse_int(const std::string& flag, const std::string& text);
 double parse_number(const std::string& flag, const std::string& text);
 // --kv-type: "f16" or "f32".
 DType parse_kv_type(const std::string& flag, const std::string& text);
+// --gemm-precision: "auto", "f32" or "bf16".
+GemmPrecision parse_gemm_precision_flag(const std::string& flag, const std::string& text);
 
 // A warning for n_threads above the CPUs this process may use (nullopt when it fits):
 // every pool barrier then waits for a descheduled thread, many times slower. The CLI prints

@@ -42,6 +42,7 @@ struct TurboPipeline::Impl {
   int64_t max_cond_tokens = 0;    // T3 prompt tokens reserved for
   int64_t max_new = 0, max_speech = 0;
   DType kv_type = DType::F16;
+  GemmPrecision gemm = GemmPrecision::Auto;  // TurboLoadParams::gemm
 
   int64_t count_tokens(const std::string& s) const { return int64_t(tok->encode(s).size()); }
 };
@@ -82,11 +83,12 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   to.kv_type = p.kv_type;
   to.pack_planar = p.repack;
   m.kv_type = p.kv_type;
+  m.gemm = p.gemm;
   m.t3 = std::make_unique<T3Turbo>(c, f, *m.pool, to);
 
   // One generation: the prefill token + max_new, then the silence tokens.
   m.max_speech = 1 + m.max_new + c.pipeline.n_silence_tokens;
-  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_speech, p.s3gen_precision);
+  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_speech, p.gemm, p.cfm_precision);
 }
 
 TurboPipeline::~TurboPipeline() = default;
@@ -95,17 +97,19 @@ const ModelConfig& TurboPipeline::config() const { return m_->cfg; }
 int TurboPipeline::sample_rate() const { return m_->cfg.pipeline.sample_rate; }
 int TurboPipeline::n_threads() const { return m_->pool->size(); }
 int64_t TurboPipeline::max_new_tokens() const { return m_->max_new; }
+GemmPrecision TurboPipeline::gemm_precision() const { return m_->gemm; }
 T3Turbo& TurboPipeline::t3() { return *m_->t3; }
 const std::vector<float>& TurboPipeline::speaker_emb() const { return m_->voice.speaker_emb; }
 double TurboPipeline::prepare_voice() {
+  GemmPrecisionScope gemm_scope(m_->gemm);
   return m_->t3->warm_prefix(m_->voice.speaker_emb.data(), int64_t(m_->voice.speaker_emb.size()),
                              m_->voice.cond_prompt_tokens.data(), int64_t(m_->voice.cond_prompt_tokens.size()));
 }
 namespace {
-PrefixCacheKey prefix_key(const GgufFile& f, const T3Turbo& t3, const Voice& v, DType kv_type) {
+PrefixCacheKey prefix_key(const GgufFile& f, const T3Turbo& t3, const Voice& v, DType kv_type, GemmPrecision gemm) {
   PrefixCacheKey k;
   k.model = prefix_cache_model_key(f);
-  k.compute = prefix_cache_compute_key(dtype_name(kv_type));
+  k.compute = prefix_cache_compute_key(dtype_name(kv_type), gemm);
   k.speaker = v.speaker_emb.data();
   k.n_speaker = int64_t(v.speaker_emb.size());
   k.tokens = v.cond_prompt_tokens.data();
@@ -129,7 +133,7 @@ bool TurboPipeline::load_prefix_cache(const std::string& path, std::string* why)
     *why = "empty file";
     return false;
   }
-  const PrefixCacheKey key = prefix_key(*m.f, *m.t3, m.voice, m.kv_type);
+  const PrefixCacheKey key = prefix_key(*m.f, *m.t3, m.voice, m.kv_type, m.gemm);
   // A cache for this model is never larger than its header, the voice and the K/V.
   const uint64_t most = 1024 + 4 * uint64_t(key.n_speaker + m.max_cond_tokens) + key.kv_bytes;
   std::vector<uint8_t> data(size > 0 && uint64_t(size) <= most ? size_t(size) : std::min<size_t>(size_t(size), 64));
@@ -153,7 +157,7 @@ double TurboPipeline::save_prefix_cache(const std::string& path) {
   const T3Turbo::KeptPrefix kp = m.t3->kept_prefix();
   CBX_CHECK(kp.rows == 1 + int64_t(m.voice.cond_prompt_tokens.size()), "prompt cache '%s': no voice prefix kept",
             path.c_str());
-  write_prefix_cache(path, prefix_key(*m.f, *m.t3, m.voice, m.kv_type), kp.kv, {{"model", m.f->path()}});
+  write_prefix_cache(path, prefix_key(*m.f, *m.t3, m.voice, m.kv_type, m.gemm), kp.kv, {{"model", m.f->path()}});
   return ms;
 }
 
@@ -237,6 +241,7 @@ SamplerParams TurboPipeline::sampler_params(const TurboSynthParams& p) const {
 std::vector<float> TurboPipeline::synthesize(const std::string& text, const TurboSynthParams& p, TurboTimings* timings,
                                              const TurboAudioFn& on_audio, const TurboAbortFn& should_abort) {
   Impl& m = *m_;
+  GemmPrecisionScope gemm_scope(m.gemm);  // T3 (S3Gen's models hold their own)
   TurboTimings tm;
   tm.sample_rate = sample_rate();
   const double t_start = pipeline_now_ms();

@@ -55,9 +55,13 @@ struct TurboLoadParams {
   // their kernel exists; the same audio either way. false: no copies (Q8_0 Turbo: -328 MB),
   // a slower decode.
   bool repack = true;
-  // S3Gen CFM estimator GEMM precision (ops/matmul.h): Auto = the model's default (bf16 for lossy
-  // weights); Int8 runs its transformer linears on the int8 GEMM (faster, slightly lossier).
-  GemmPrecision s3gen_precision = GemmPrecision::Auto;
+  // GEMM precision of every stage (ops/matmul.h): Auto = from the weights (BF16 for lossy
+  // weights, F32 for f32 ones), else that precision everywhere a GEMM runs (T3 prefill, flow,
+  // CFM, HiFT). The S3 tokenizer of voice building keeps its own (F32).
+  GemmPrecision gemm = GemmPrecision::Auto;
+  // The CFM estimator's linears (ops/matmul.h): Auto = as `gemm`; Int8 runs its transformer
+  // linears on the int8 GEMM (weights per channel, activations per row; faster, slightly lossier).
+  GemmPrecision cfm_precision = GemmPrecision::Auto;
 };
 
 struct TurboSynthParams {
@@ -121,6 +125,7 @@ class TurboPipeline {
   int sample_rate() const;
   int n_threads() const;
   int64_t max_new_tokens() const;
+  GemmPrecision gemm_precision() const;  // TurboLoadParams::gemm (callers driving t3() hold a scope)
   T3Turbo& t3();
   // The voice in use (default: the built-in one, conds.pt) as the pipeline uses it.
   const std::vector<float>& speaker_emb() const;

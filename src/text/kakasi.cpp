@@ -12,6 +12,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/debug_env.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "text/utf8.h"
@@ -44,11 +45,8 @@ std::once_flag g_warn_once;
 // The dictionary KAKASI will open: the library reads KANWADICTPATH, then KANWADICT, then its
 // compiled-in default. It exits the process when the file cannot be opened, so we check first.
 std::string dictionary_path() {
-  for (const char* env : {"KANWADICTPATH", "KANWADICT"}) {
-    const char* v = std::getenv(env);
-    if (v && *v) return v;
-  }
-  return kDefaultDict;
+  const std::string env = kakasi_dictionary_env();
+  return env.empty() ? kDefaultDict : env;
 }
 
 void load(Kakasi& k) {

@@ -15,6 +15,7 @@
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
+#include "ops/matmul.h"
 #include "models/cfm_estimator.h"
 #include "models/cfm_solver.h"
 #include "models/model_config.h"
@@ -37,7 +38,7 @@ const char* kUsage =
     "  --seed N           generator seed (default 0)\n"
     "  --repeat N         run N times (timing; the last run's output is written)\n"
     "  --timing           print per-step estimator times\n"
-    "  --precision P      estimator GEMM precision: auto, f32, bf16, int8 (int8 linears; default auto)\n"
+    "  --gemm-precision P auto (default: bf16 for lossy weights, else f32), f32, bf16 or int8 (int8 linears)\n"
     "  -t, --threads N    (default 2)\n";
 
 cbx::NpyArray load_f32(const std::string& path) { return cbx::cli::load_f32_npy("debug cfm", path); }
@@ -60,7 +61,7 @@ int run(int argc, char** argv) {
   int64_t prompt = -1, valid = -1;
   uint64_t seed = 0;
   int threads = 2, repeat = 1;
-  cbx::GemmPrecision precision = cbx::GemmPrecision::Auto;
+  cbx::GemmPrecision gemm = cbx::GemmPrecision::Auto;
   bool timing = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -81,7 +82,7 @@ int run(int argc, char** argv) {
     else if (a == "--seed") seed = cbx::parse_u64("--seed", next());
     else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
     else if (a == "--timing") timing = true;
-    else if (a == "--precision") precision = cbx::parse_gemm_precision(next().c_str(), "debug cfm: --precision");
+    else if (a == "--gemm-precision") gemm = cbx::parse_gemm_precision(next().c_str(), "debug cfm --gemm-precision");
     else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
     else cbx::fail("debug cfm: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
@@ -131,9 +132,9 @@ int run(int argc, char** argv) {
   cbx::bind_cfm_estimator(*f, cfg.cfm, w);
   cbx::ThreadPool pool(threads);
   cbx::CfmSolverOptions o;
+  o.gemm = gemm;
   o.max_frames = T;
   o.seed = seed;
-  o.gemm = precision;
   cbx::CfmSolver solver(cfg.cfm, w, pool, o);
 
   const cbx::Tensor* mel = nullptr;

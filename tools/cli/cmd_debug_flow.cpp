@@ -16,6 +16,7 @@
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
+#include "ops/matmul.h"
 #include "models/flow_encoder.h"
 #include "models/model_config.h"
 
@@ -33,6 +34,7 @@ const char* kUsage =
     "  --dump-dir DIR      write every named intermediate as DIR/NAME.npy\n"
     "  --repeat N          run the forward N times and print the best time (default 1)\n"
     "  --timings           print the time spent up to each named intermediate (last run)\n"
+    "  --gemm-precision P  auto (default: bf16 for lossy weights, else f32), f32 or bf16\n"
     "  -t, --threads N     (default 2)\n";
 
 std::vector<int32_t> load_ids(const std::string& path) {
@@ -70,6 +72,7 @@ std::vector<float> load_f32(const std::string& path, int64_t cols, int64_t* rows
 int run(int argc, char** argv) {
   std::string model, tok_path, ptok_path, feat_path, emb_path, out_mu, out_cond, out_spks, dump_dir;
   int threads = 2, repeat = 1;
+  cbx::GemmPrecision gemm = cbx::GemmPrecision::Auto;
   bool timings = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -87,6 +90,7 @@ int run(int argc, char** argv) {
     else if (a == "--out-spks") out_spks = next();
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
+    else if (a == "--gemm-precision") gemm = cbx::parse_gemm_precision(next().c_str(), "debug flow --gemm-precision");
     else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
     else if (a == "--timings") timings = true;
     else cbx::fail("debug flow: unknown option '%s'\n%s", a.c_str(), kUsage);
@@ -127,6 +131,7 @@ int run(int argc, char** argv) {
   cbx::bind_flow_encoder(*f, fc, w);
   cbx::ThreadPool pool(threads);
   cbx::FlowEncoderOptions o;
+  o.gemm = gemm;
   o.max_tokens = std::max<int64_t>(1, int64_t(ptoks.size() + tokens.size()));
   cbx::FlowEncoder enc(fc, w, pool, o);
 

@@ -13,6 +13,7 @@
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
+#include "ops/matmul.h"
 #include "models/hift_vocoder.h"
 #include "models/model_config.h"
 
@@ -31,6 +32,7 @@ const char* kUsage =
     "  --dump-dir DIR  write the named intermediates as DIR/NAME[.STAGE].npy\n"
     "  --repeat N      run N times (timing; the last run's output is written)\n"
     "  --timing        print per-phase times of the last run\n"
+    "  --gemm-precision P auto (default: bf16 for lossy weights, else f32), f32 or bf16\n"
     "  -t, --threads N (default 2)\n";
 
 cbx::NpyArray load_f32(const std::string& path) { return cbx::cli::load_f32_npy("debug hift", path); }
@@ -43,6 +45,7 @@ int run(int argc, char** argv) {
   std::string model, mel_path, out_path, ph_path, noise_path, dump_dir;
   uint64_t seed = 0;
   int threads = 2, repeat = 1;
+  cbx::GemmPrecision gemm = cbx::GemmPrecision::Auto;
   bool trim = false, timing = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -60,6 +63,7 @@ int run(int argc, char** argv) {
     else if (a == "--dump-dir") dump_dir = next();
     else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
     else if (a == "--timing") timing = true;
+    else if (a == "--gemm-precision") gemm = cbx::parse_gemm_precision(next().c_str(), "debug hift --gemm-precision");
     else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
     else cbx::fail("debug hift: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
@@ -75,6 +79,7 @@ int run(int argc, char** argv) {
 
   cbx::ThreadPool pool(threads);
   cbx::HiftOptions o;
+  o.gemm = gemm;
   o.max_frames = T;
   o.seed = seed;
   cbx::HiftVocoder voc(*f, pool, o);

@@ -33,7 +33,7 @@ const char* kUsage =
     "  --dump-dir DIR   write every named intermediate of the first run as DIR/NAME.npy\n"
     "  --repeat N       run N times and print each run's time, the median and the best\n"
     "  --timings        print the time spent up to each named intermediate (last run)\n"
-    "  --gemm P         GEMM precision: f32 (default), bf16, auto (CBX_GEMM, else bf16 for f16/q weights)\n"
+    "  --gemm P         GEMM precision: f32 (default), bf16, auto (bf16 for f16/q weights, else f32)\n"
     "  -t, --threads N  (default 2)\n";
 
 int run(int argc, char** argv) {

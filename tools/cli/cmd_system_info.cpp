@@ -12,7 +12,7 @@
 namespace {
 int cmd_system_info(int argc, char** argv) {
   if (argc > 1 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
-    std::printf("usage: chatterbox system-info\nPrints the version line, then the detected and active kernel ISA and the bf16 GEMM in use\n(amx, vdpbf16ps or none; CBX_NO_AMX, CBX_VDPBF16 and CBX_FORCE_ISA change it)\nand the cache level the decode's weight streams prefetch into (l1 or l2;\nCBX_STREAM_PREFETCH changes it).\navailable_cpus: the CPUs this process may use (CPU affinity, cgroup quota), the\ndefault thread count.\n");
+    std::printf("usage: chatterbox system-info\nPrints the version line, then the detected and active kernel ISA and the bf16 GEMM in use\n(amx, vdpbf16ps or none; CBX_DEBUG_NO_AMX, CBX_DEBUG_VDPBF16 and CBX_DEBUG_FORCE_ISA change it)\nand the cache level the decode's weight streams prefetch into (l1 or l2;\nCBX_DEBUG_STREAM_PREFETCH changes it; core/debug_env.h).\navailable_cpus: the CPUs this process may use (CPU affinity, cgroup quota), the\ndefault thread count.\n");
     return 0;
   }
   std::printf("chatterbox.cpp %s\n", cbx::version_line());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "command.h"
+#include "core/debug_env.h"
 #include "core/log.h"
 #include "core/output_file.h"
 #include "core/version.h"
@@ -71,6 +72,9 @@ int main(int argc, char** argv) {
   for (const auto& c : cbx::cli::commands()) {
     if (!std::strcmp(c.name, argv[1])) {
       try {
+        // A bad CBX_DEBUG_* value (core/debug_env.h) stops every command with one message
+        // before it does anything (loading a model through the library would report it too).
+        cbx::check_debug_env();
         return c.fn(argc - 1, argv + 1);
       } catch (const std::exception& e) {
         print_error(c, argc, argv, e.what());

@@ -40,6 +40,8 @@ const char* kUsage =
     "  --grace S               at SIGINT/SIGTERM: how long running requests may finish before they\n"
     "                          are cancelled (default 10)\n"
     "  --max-tokens N          speech tokens per generation (default: the model's, 1000 ~ 40 s)\n"
+    "  --gemm-precision P      auto, f32 or bf16: GEMM precision (default auto: bf16 for quantized or\n"
+    "                          f16 GGUFs, f32 for f32 ones; bf16 is faster with AMX or on AMD Zen 4+)\n"
     "  --cors ORIGIN           send Access-Control-Allow-Origin: ORIGIN (and answer preflights)\n"
     "  --no-ui                 do not serve the web page at GET /\n"
     "  --no-stream-synthesis   hand out audio per text chunk only (default: in pieces while the\n"
@@ -115,6 +117,12 @@ int serve_main(int argc, char** argv) {
       o.grace_s = seconds_flag(a, next());
     } else if (a == "--max-tokens") {
       o.max_tokens = int32_t(int_flag(a, next(), 1, 100000));
+    } else if (a == "--gemm-precision") {
+      switch (parse_gemm_precision_flag(a, next())) {
+        case GemmPrecision::F32: o.gemm_precision = CBX_GEMM_F32; break;
+        case GemmPrecision::BF16: o.gemm_precision = CBX_GEMM_BF16; break;
+        default: o.gemm_precision = CBX_GEMM_DEFAULT; break;
+      }
     } else if (a == "--cors") {
       o.cors = next();
     } else if (a == "--no-ui") {
