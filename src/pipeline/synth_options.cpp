@@ -9,6 +9,8 @@
 #include <limits>
 
 #include "core/cpu.h"
+#include "pipeline/mtl_pipeline.h"
+#include "pipeline/turbo_pipeline.h"
 
 namespace cbx {
 
