@@ -221,9 +221,7 @@ std::vector<float> MtlPipeline::synthesize_checked(const std::string& text, cons
                                                    const SynthAudioFn& on_audio, const SynthAbortFn& should_abort) {
   MtlSynthParams p = to_mtl_params(r.options);
   p.language = language;
-  p.on_progress = r.on_progress;
-  p.stream = r.stream;
-  p.stream_schedule = r.stream_schedule.value_or(default_stream_schedule(variant()));
+  copy_call_fields(r, p);
   return synthesize(text, p, timings, on_audio, should_abort);
 }
 

@@ -92,6 +92,14 @@ class Pipeline {
   virtual double save_prefix_cache(const std::string& path);
 
  protected:
+  // The request's per-call fields (progress, streaming: the schedule or the variant's default)
+  // onto a variant's own parameters (TurboSynthParams, MtlSynthParams).
+  template <class Params>
+  void copy_call_fields(const SynthRequest& r, Params& p) const {
+    p.on_progress = r.on_progress;
+    p.stream = r.stream;
+    p.stream_schedule = r.stream_schedule.value_or(default_stream_schedule(variant()));
+  }
   // synthesize after check: `language` is check's result.
   virtual std::vector<float> synthesize_checked(const std::string& text, const SynthRequest& r,
                                                 const std::string& language, SynthTimings* timings,

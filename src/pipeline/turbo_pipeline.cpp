@@ -196,15 +196,8 @@ std::vector<std::string> TurboPipeline::split_text(const std::string& text, int6
 
 void TurboPipeline::reseed_s3gen(uint64_t seed) { m_->s3gen->reseed(seed); }
 
-S3GenRngState TurboPipeline::s3gen_rng_state() const {
-  S3GenStage& s = *m_->s3gen;
-  return {s.cfm().generator_seed(), s.cfm().generator_calls(), s.hift().generator_seed(), s.hift().generator_calls()};
-}
-
-void TurboPipeline::set_s3gen_rng_state(const S3GenRngState& st) {
-  m_->s3gen->cfm().set_generator(st.cfm_seed, st.cfm_calls);
-  m_->s3gen->hift().set_generator(st.hift_seed, st.hift_calls);
-}
+S3GenRngState TurboPipeline::s3gen_rng_state() const { return m_->s3gen->rng_state(); }
+void TurboPipeline::set_s3gen_rng_state(const S3GenRngState& st) { m_->s3gen->set_rng_state(st); }
 
 std::vector<float> TurboPipeline::tokens_to_audio(const std::vector<int32_t>& speech, TurboTimings* tm) {
   return m_->s3gen->to_audio(m_->voice, speech, tm);
@@ -241,9 +234,7 @@ std::vector<float> TurboPipeline::synthesize_checked(const std::string& text, co
                                                      SynthTimings* timings, const SynthAudioFn& on_audio,
                                                      const SynthAbortFn& should_abort) {
   TurboSynthParams p = to_turbo_params(r.options);
-  p.on_progress = r.on_progress;
-  p.stream = r.stream;
-  p.stream_schedule = r.stream_schedule.value_or(default_stream_schedule(variant()));
+  copy_call_fields(r, p);
   return synthesize(text, p, timings, on_audio, should_abort);
 }
 
