@@ -291,6 +291,81 @@ static void test_stream(const char* gguf, const char* mtl_gguf) {
   cbx_model_free(m);
 }
 
+/* One entry point for every variant (pipeline/pipeline.h): the same bad parameter gets the same
+ * status and the same message from a Turbo model (gguf) and a Multilingual one (mtl_gguf), the
+ * fields a variant ignores (top_k on Multilingual; min_p, cfg_weight, exaggeration on Turbo) and
+ * the streaming schedule included. language "en" is valid on both, so the parameter is what fails. */
+static void test_same_errors(const char* gguf, const char* mtl_gguf) {
+  cbx_model_params mp = cbx_model_default_params();
+  mp.n_threads = 1;
+  mp.max_new_tokens = 8;
+  cbx_model *t = NULL, *u = NULL;
+  CHECK(cbx_model_load(gguf, &mp, &t) == CBX_OK);
+  CHECK(cbx_model_load(mtl_gguf, &mp, &u) == CBX_OK);
+  if (!t || !u) {
+    cbx_model_free(t);
+    cbx_model_free(u);
+    return;
+  }
+  CHECK(strcmp(cbx_model_variant(t), "turbo") == 0 && strcmp(cbx_model_variant(u), "mtl") == 0);
+  enum { N = 22 };
+  cbx_synth_params bad[N];
+  for (int i = 0; i < N; ++i) {
+    bad[i] = cbx_synth_default_params();
+    bad[i].language = "en";
+  }
+  int n = 0;
+  bad[n++].temperature = -1;
+  bad[n++].temperature = NAN;
+  bad[n++].temperature = 11;
+  bad[n++].top_p = 0;
+  bad[n++].top_p = INFINITY;
+  bad[n++].top_k = -1;
+  bad[n++].top_k = 100001;
+  bad[n++].repetition_penalty = 0;
+  bad[n++].min_p = -0.25f;
+  bad[n++].min_p = 2;
+  bad[n++].cfg_weight = -1;
+  bad[n++].cfg_weight = 101;
+  bad[n++].exaggeration = NAN;
+  bad[n++].exaggeration = -2;
+  bad[n++].max_chunk_tokens = 0;
+  bad[n++].max_chunk_tokens = -7;
+  bad[n].stream = 1, bad[n++].stream_first_tokens = 0;
+  bad[n].stream = 1, bad[n++].stream_chunk_tokens = -3;
+  bad[n].stream = 1, bad[n++].stream_context_tokens = 10001;
+  bad[n].stream = 1, bad[n++].stream_prompt_tokens = -2;
+  bad[n++].language = "xx";
+  bad[n].language = NULL, bad[n++].temperature = -1; /* a Multilingual model needs a language: differs */
+  CHECK(n == N);
+  char first[1024];
+  for (int i = 0; i < N; ++i) {
+    const cbx_status st = synth_once(t, &bad[i]);
+    snprintf(first, sizeof first, "%s", cbx_last_error());
+    const cbx_status sm = synth_once(u, &bad[i]);
+    printf("both: %d %s\n", (int)st, first);
+    if (st != CBX_ERR_INVALID_ARGUMENT || sm != CBX_ERR_INVALID_ARGUMENT) {
+      fprintf(stderr, "%s:%d: case %d: want CBX_ERR_INVALID_ARGUMENT from both, got %d (turbo) and %d (mtl)\n",
+              __FILE__, __LINE__, i, (int)st, (int)sm);
+      ++g_failures;
+    }
+    /* the last two name the language, which the variants speak differently */
+    const int same = strcmp(first, cbx_last_error()) == 0;
+    if (same != (i < N - 2) || first[0] == 0) {
+      fprintf(stderr, "%s:%d: case %d: messages\n  turbo: %s\n  mtl:   %s\n", __FILE__, __LINE__, i, first,
+              cbx_last_error());
+      ++g_failures;
+    }
+  }
+  /* a valid call still works on both after all the refusals */
+  cbx_synth_params ok = cbx_synth_default_params();
+  ok.language = "en";
+  CHECK(synth_once(t, &ok) == CBX_OK);
+  CHECK(synth_once(u, &ok) == CBX_OK);
+  cbx_model_free(t);
+  cbx_model_free(u);
+}
+
 /* gguf: a tiny Turbo or Nano model (variant: "turbo" / "nano"); mtl_gguf: a Multilingual one. */
 static void test_voices(const char* dir, const char* gguf, const char* variant, const char* mtl_gguf) {
   char ref[1024], shortref[1024], vpath[1024];
@@ -747,6 +822,7 @@ int main(int argc, char** argv) {
     snprintf(turbo, sizeof turbo, "%s/m.gguf", dir);
     test_voices(dir, turbo, "turbo", gguf);
     test_stream(turbo, gguf);
+    test_same_errors(turbo, gguf);
   }
 
   /* Nano (Turbo's pipeline, GPT-2 small T3): loads, says Nano, synthesizes deterministically, and

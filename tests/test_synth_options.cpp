@@ -12,7 +12,9 @@
 #include <thread>
 
 #include "core/cpu.h"
+#include "pipeline/mtl_pipeline.h"
 #include "pipeline/synth_options.h"
+#include "pipeline/turbo_pipeline.h"
 
 namespace {
 

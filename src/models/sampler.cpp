@@ -101,6 +101,60 @@ void top_p_filter(float* s, int32_t vocab, double top_p, int32_t* order, int32_t
   }
 }
 
+// HF RepetitionPenaltyLogitsProcessor on s[0, vocab) in place: each distinct id of history once,
+// logit / r when positive, else logit * r. seen / stamp mark the ids met (a new stamp a call;
+// the stamps are cleared when it wraps).
+void repetition_penalty(float* s, int32_t vocab, float r, const int32_t* history, int64_t n_history, uint32_t* seen,
+                        uint32_t& stamp) {
+  if (r == 1.f || n_history <= 0) return;
+  if (++stamp == 0) {  // wrapped: clear the stamps
+    std::fill(seen, seen + vocab, 0u);
+    stamp = 1;
+  }
+  for (int64_t j = 0; j < n_history; ++j) {
+    const int32_t id = history[j];
+    CBX_CHECK(id >= 0 && id < vocab, "sampler: history id %d outside the vocabulary of %d", id, vocab);
+    if (seen[size_t(id)] == stamp) continue;
+    seen[size_t(id)] = stamp;
+    float& v = s[size_t(id)];
+    v = v < 0.f ? v * r : v / r;
+  }
+}
+
+// The last step of both chains on processed logits s[0, vocab): -1 when all are -inf; greedy:
+// the argmax (first index on ties); else softmax and one multinomial draw from rng (prob: vocab
+// doubles of scratch).
+int32_t pick_token(const float* s, int32_t vocab, bool greedy, Rng& rng, double* prob) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < vocab; ++i)
+    if (s[i] > s[best]) best = i;
+  if (s[best] == kNegInf) return -1;
+  if (greedy) return best;
+  const float mx = s[best];
+  double sum = 0;
+  for (int32_t i = 0; i < vocab; ++i) {
+    const double e = s[i] == kNegInf ? 0.0 : std::exp(double(s[i]) - double(mx));
+    prob[size_t(i)] = e;
+    sum += e;
+  }
+  const double u = rng.uniform() * sum;
+  double cum = 0;
+  int32_t last = best;
+  for (int32_t i = 0; i < vocab; ++i) {
+    if (prob[size_t(i)] == 0.0) continue;
+    cum += prob[size_t(i)];
+    last = i;
+    if (u < cum) return i;
+  }
+  return last;  // rounding left u at the very top
+}
+
+bool any_finite(const std::vector<float>& s) {
+  for (float v : s)
+    if (v != kNegInf) return true;
+  return false;
+}
+
 uint64_t splitmix64(uint64_t& x) {
   uint64_t z = (x += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -166,50 +220,11 @@ bool TurboSampler::process(const float* logits, const int32_t* history, int64_t 
     std::copy(logits, logits + vocab_, proc_.begin());
   if (p_.top_k > 0) top_k();
   if (p_.top_p < 1.0) top_p();
-  const float r = p_.repetition_penalty;
-  if (r != 1.f && n_history > 0) {
-    if (++stamp_ == 0) {  // wrapped: clear the stamps
-      std::fill(seen_.begin(), seen_.end(), 0u);
-      stamp_ = 1;
-    }
-    for (int64_t j = 0; j < n_history; ++j) {
-      const int32_t id = history[j];
-      CBX_CHECK(id >= 0 && id < vocab_, "sampler: history id %d outside the vocabulary of %d", id, vocab_);
-      if (seen_[size_t(id)] == stamp_) continue;
-      seen_[size_t(id)] = stamp_;
-      float& v = proc_[size_t(id)];
-      v = v < 0.f ? v * r : v / r;
-    }
-  }
-  for (float v : proc_)
-    if (v != kNegInf) return true;
-  return false;
+  repetition_penalty(proc_.data(), vocab_, p_.repetition_penalty, history, n_history, seen_.data(), stamp_);
+  return any_finite(proc_);
 }
 
-int32_t TurboSampler::pick() {
-  const float* s = proc_.data();
-  int32_t best = 0;
-  for (int32_t i = 1; i < vocab_; ++i)
-    if (s[i] > s[best]) best = i;
-  if (p_.greedy || s[best] == kNegInf) return s[best] == kNegInf ? -1 : best;
-  const float mx = s[best];
-  double sum = 0;
-  for (int32_t i = 0; i < vocab_; ++i) {
-    const double e = s[i] == kNegInf ? 0.0 : std::exp(double(s[i]) - double(mx));
-    prob_[size_t(i)] = e;
-    sum += e;
-  }
-  const double u = rng_.uniform() * sum;
-  double cum = 0;
-  int32_t last = best;
-  for (int32_t i = 0; i < vocab_; ++i) {
-    if (prob_[size_t(i)] == 0.0) continue;
-    cum += prob_[size_t(i)];
-    last = i;
-    if (u < cum) return i;
-  }
-  return last;  // rounding left u at the very top
-}
+int32_t TurboSampler::pick() { return pick_token(proc_.data(), vocab_, p_.greedy, rng_, prob_.data()); }
 
 int32_t TurboSampler::sample(const float* logits, const int32_t* history, int64_t n_history) {
   if (!process(logits, history, n_history)) return -1;
@@ -267,55 +282,15 @@ bool MtlSampler::process(const float* cond, const float* uncond, const int32_t* 
   else
     std::copy(cond, cond + vocab_, cfg_.begin());
   std::copy(cfg_.begin(), cfg_.end(), proc_.begin());
-  const float r = p_.repetition_penalty;
-  if (r != 1.f && n_history > 0) {
-    if (++stamp_ == 0) {
-      std::fill(seen_.begin(), seen_.end(), 0u);
-      stamp_ = 1;
-    }
-    for (int64_t j = 0; j < n_history; ++j) {
-      const int32_t id = history[j];
-      CBX_CHECK(id >= 0 && id < vocab_, "sampler: history id %d outside the vocabulary of %d", id, vocab_);
-      if (seen_[size_t(id)] == stamp_) continue;
-      seen_[size_t(id)] = stamp_;
-      float& v = proc_[size_t(id)];
-      v = v < 0.f ? v * r : v / r;
-    }
-  }
+  repetition_penalty(proc_.data(), vocab_, p_.repetition_penalty, history, n_history, seen_.data(), stamp_);
   const float T = p_.temperature;
   if (T != 1.f)
     for (float& v : proc_) v /= T;
   if (p_.min_p > 0.f) min_p();
   if (p_.top_p < 1.0) top_p();
-  for (float v : proc_)
-    if (v != kNegInf) return true;
-  return false;
+  return any_finite(proc_);
 }
 
-int32_t MtlSampler::pick() {
-  const float* s = proc_.data();
-  int32_t best = 0;
-  for (int32_t i = 1; i < vocab_; ++i)
-    if (s[i] > s[best]) best = i;
-  if (s[best] == kNegInf) return -1;
-  if (p_.greedy) return best;
-  const float mx = s[best];
-  double sum = 0;
-  for (int32_t i = 0; i < vocab_; ++i) {
-    const double e = s[i] == kNegInf ? 0.0 : std::exp(double(s[i]) - double(mx));
-    prob_[size_t(i)] = e;
-    sum += e;
-  }
-  const double u = rng_.uniform() * sum;
-  double cum = 0;
-  int32_t last = best;
-  for (int32_t i = 0; i < vocab_; ++i) {
-    if (prob_[size_t(i)] == 0.0) continue;
-    cum += prob_[size_t(i)];
-    last = i;
-    if (u < cum) return i;
-  }
-  return last;
-}
+int32_t MtlSampler::pick() { return pick_token(proc_.data(), vocab_, p_.greedy, rng_, prob_.data()); }
 
 }  // namespace cbx

@@ -9,10 +9,6 @@
 namespace cbx {
 
 namespace {
-constexpr uint64_t kChunkSeedStep = 0x9E3779B97F4A7C15ull;  // the pipelines' synthesize's
-}  // namespace
-
-namespace {
 // The stream pool: the pipeline's own stream and max_batch - 1 more over its S3GenStage.
 template <class P>
 void make_streams(P& pipe, int max_batch, std::vector<std::unique_ptr<S3GenStream>>& own,
@@ -145,7 +141,7 @@ void BatchSynth::start_chunk(Req& q) {
                                         int64_t(q.chunk), q.stats.n_chunks);
   }
   if (mtl_) {
-    q.ms.seed = q.in.mtl_params.seed + uint64_t(q.chunk) * kChunkSeedStep;
+    q.ms.seed = chunk_seed(q.in.mtl_params.seed, int64_t(q.chunk));
     if (q.cond.speaker_emb.empty()) {
       q.cond.speaker_emb = v.speaker_emb;
       q.cond.cond_prompt_tokens = v.cond_prompt_tokens;
@@ -153,7 +149,7 @@ void BatchSynth::start_chunk(Req& q) {
     q.row = mtl_batch_->start(q.cond, ids, q.ms, mtl_->max_new_tokens());
     return;
   }
-  q.sp.seed = q.in.params.seed + uint64_t(q.chunk) * kChunkSeedStep;
+  q.sp.seed = chunk_seed(q.in.params.seed, int64_t(q.chunk));
   q.row = batch_->start(ids.data(), int64_t(ids.size()), v.speaker_emb.data(), int64_t(v.speaker_emb.size()),
                         v.cond_prompt_tokens.data(), int64_t(v.cond_prompt_tokens.size()), q.sp,
                         turbo_->max_new_tokens());

@@ -1,4 +1,5 @@
-// include/chatterbox.h over TurboPipeline and MtlPipeline. Every entry point catches everything.
+// include/chatterbox.h over the variant-neutral Pipeline (pipeline/pipeline.h). Every entry point
+// catches everything.
 #include "chatterbox.h"
 
 #include <algorithm>
@@ -15,8 +16,9 @@
 #include "core/gguf.h"
 #include "core/log.h"
 #include "core/version.h"
-#include "pipeline/mtl_pipeline.h"
 #include "pipeline/c_api_internal.h"
+#include "pipeline/mtl_pipeline.h"
+#include "pipeline/pipeline.h"
 #include "pipeline/synth_options.h"
 #include "pipeline/turbo_pipeline.h"
 #include "pipeline/voice.h"
@@ -28,10 +30,9 @@ struct cbx_voice {
 };
 
 struct cbx_model {
-  std::unique_ptr<cbx::TurboPipeline> pipe;  // Turbo / Nano
-  std::unique_ptr<cbx::MtlPipeline> mtl;     // Multilingual (exactly one of the two is set)
+  std::unique_ptr<cbx::Pipeline> pipe;  // TurboPipeline (Turbo / Nano) or MtlPipeline
   cbx::Variant variant = cbx::Variant::Turbo;
-  std::vector<std::string> languages;
+  std::vector<std::string> languages;  // pipe->languages(), kept for cbx_model_language
   mutable std::mutex mu;  // one synthesis (or voice build) at a time per model
   std::unique_ptr<cbx::VoiceBuilder> builder;  // made on the first cbx_voice_create
   cbx::VoiceBuildOptions builder_opts;
@@ -95,14 +96,12 @@ cbx_status guarded(cbx_status fallback, Fn&& fn) {
   }
 }
 
-const cbx::ModelConfig& model_config(const cbx_model* m) { return m->mtl ? m->mtl->config() : m->pipe->config(); }
-
 // CBX_OK when voice is NULL (the built-in one) or the model can use it; else CBX_ERR_VOICE
 // with the reason prefixed by `what`.
 cbx_status usable_voice(const cbx_model* model, const cbx_voice* voice, const char* what) {
   if (!voice) return CBX_OK;
   return guarded(CBX_ERR_VOICE, [&]() {
-    cbx::check_voice(voice->v, model_config(model), what);
+    cbx::check_voice(voice->v, model->pipe->config(), what);
     return CBX_OK;
   });
 }
@@ -113,28 +112,22 @@ struct VoiceScope {
   bool set = false;
   VoiceScope(cbx_model& model, const cbx_voice* v) : m(model) {
     if (!v) return;
-    if (m.mtl)
-      m.mtl->set_voice(v->v, "cbx_synthesize_voice: voice");
-    else
-      m.pipe->set_voice(v->v, "cbx_synthesize_voice: voice");
+    m.pipe->set_voice(v->v, "cbx_synthesize_voice: voice");
     set = true;
   }
   ~VoiceScope() {
-    if (!set) return;
-    if (m.mtl)
-      m.mtl->reset_voice();
-    else
-      m.pipe->reset_voice();
+    if (set) m.pipe->reset_voice();
   }
 };
 
-// The voice-prefix file calls: model, path and voice checked, Multilingual refused, then fn
+// The voice-prefix file calls: model, path and voice checked, a model that keeps no voice prefix
+// (Multilingual) refused, then fn
 // under the model's lock with the voice in use; failures of fn are CBX_ERR_FILE.
 template <class Fn>
 cbx_status with_prefix_file(cbx_model* model, const cbx_voice* voice, const char* path, const char* what, Fn&& fn) {
   if (!model || !path) return set_error(CBX_ERR_INVALID_ARGUMENT, std::string(what) + ": model and path must not be NULL");
   if (const cbx_status vs = usable_voice(model, voice, (std::string(what) + ": voice").c_str()); vs != CBX_OK) return vs;
-  if (model->mtl)
+  if (!model->pipe->keeps_voice_prefix())
     return set_error(CBX_ERR_UNSUPPORTED_MODEL,
                      std::string(what) + ": Multilingual models keep no voice prefix (it depends on the text)");
   return guarded(CBX_ERR_FILE, [&]() {
@@ -226,12 +219,8 @@ cbx_status create_voice(cbx_model* model, const cbx_voice_params* params, cbx_vo
   if (!same) {
     const cbx_status s = guarded(CBX_ERR_MODEL_LOAD, [&]() {
       model->builder.reset();
-      if (model->mtl)
-        model->builder = std::make_unique<cbx::VoiceBuilder>(model->mtl->gguf(), model->mtl->config(),
-                                                             model->mtl->pool(), o);
-      else
-        model->builder = std::make_unique<cbx::VoiceBuilder>(model->pipe->gguf(), model->pipe->config(),
-                                                             model->pipe->pool(), o);
+      model->builder =
+          std::make_unique<cbx::VoiceBuilder>(model->pipe->gguf(), model->pipe->config(), model->pipe->pool(), o);
       model->builder_opts = o;
       return CBX_OK;
     });
@@ -283,16 +272,24 @@ cbx_model_params cbx_model_default_params(void) {
 }
 
 namespace {
-// The C schedule (0 = default, -1 = keep all) as a StreamSchedule.
-// CBX_DEFAULT_INT keeps the variant's default (default_stream_schedule); anything else is checked by check_stream_schedule.
+// The C schedule as a StreamSchedule: CBX_DEFAULT_INT keeps the variant's default
+// (default_stream_schedule); Pipeline::check checks the rest (check_stream_schedule).
 cbx::StreamSchedule stream_schedule_from(const cbx_synth_params& p, cbx::Variant variant) {
   cbx::StreamSchedule s = cbx::default_stream_schedule(variant);
   if (p.stream_first_tokens != CBX_DEFAULT_INT) s.first_tokens = p.stream_first_tokens;
   if (p.stream_chunk_tokens != CBX_DEFAULT_INT) s.chunk_tokens = p.stream_chunk_tokens;
   if (p.stream_context_tokens != CBX_DEFAULT_INT) s.context_tokens = p.stream_context_tokens;
   if (p.stream_prompt_tokens != CBX_DEFAULT_INT) s.prompt_tokens = p.stream_prompt_tokens;
-  cbx::check_stream_schedule(s);
   return s;
+}
+
+// cbx_synth_params as one synthesize call of the model's pipeline (not yet checked).
+cbx::SynthRequest synth_request(const cbx_model* model, const cbx_synth_params& p) {
+  cbx::SynthRequest r;
+  r.options = synth_options(p);
+  r.stream = p.stream != 0;
+  r.stream_schedule = stream_schedule_from(p, model->variant);
+  return r;
 }
 }  // namespace
 
@@ -334,16 +331,10 @@ cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_
   // The model's own limits (max_new_tokens and its T3 positions) are checked at load:
   // InvalidArgumentError, so CBX_ERR_INVALID_ARGUMENT.
   return guarded(CBX_ERR_MODEL_LOAD, [&]() {
-    const cbx::ModelConfig cfg = cbx::read_config(*cbx::GgufFile::open(path));
     auto m = std::make_unique<cbx_model>();
-    m->variant = cfg.variant;
-    if (cfg.variant == cbx::Variant::Mtl) {
-      m->mtl = std::make_unique<cbx::MtlPipeline>(path, cbx::to_mtl_load_params(lo));
-      m->languages = m->mtl->languages();
-    } else {
-      m->pipe = std::make_unique<cbx::TurboPipeline>(path, cbx::to_turbo_load_params(lo));
-      m->languages = {"en"};
-    }
+    m->pipe = cbx::load_pipeline(path, lo);
+    m->variant = m->pipe->variant();
+    m->languages = m->pipe->languages();
     *model = m.release();
     return CBX_OK;
   });
@@ -358,7 +349,7 @@ void cbx_model_free(cbx_model* model) {
 
 int32_t cbx_model_sample_rate(const cbx_model* model) {
   if (!model) return 0;
-  return model->mtl ? model->mtl->sample_rate() : model->pipe->sample_rate();
+  return model->pipe->sample_rate();
 }
 
 const char* cbx_model_variant(const cbx_model* model) { return model ? cbx::variant_name(model->variant) : nullptr; }
@@ -400,28 +391,16 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
   if (!read_versioned(callbacks, cb, "cbx_synthesize: callbacks")) return CBX_ERR_INVALID_ARGUMENT;
   if (!audio && !cb.on_audio)
     return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_synthesize: no audio output and no audio callback");
-  // The shared validator (pipeline/synth_options.h): the CLI's messages, word for word.
-  cbx::TurboSynthParams sp;
-  cbx::MtlSynthParams mp;
+  // The pipeline's checks (pipeline/pipeline.h; the CLI's messages, word for word), before the
+  // voice's.
+  const cbx::SynthRequest request = synth_request(model, p);
   if (const cbx_status s = guarded(CBX_ERR_INVALID_ARGUMENT, [&]() {
-        cbx::UserSynthOptions o = synth_options(p);
-        o.language = cbx::resolve_language(model->variant, model->languages, o.language);
-        if (model->mtl)
-          mp = cbx::to_mtl_params(o);
-        else
-          sp = cbx::to_turbo_params(o);
+        model->pipe->check(request);
         return CBX_OK;
       });
       s != CBX_OK)
     return s;
   if (const cbx_status vs = usable_voice(model, voice, "cbx_synthesize_voice: voice"); vs != CBX_OK) return vs;
-  cbx::StreamSchedule schedule;
-  if (const cbx_status s = guarded(CBX_ERR_INVALID_ARGUMENT, [&]() {
-        schedule = stream_schedule_from(p, model->variant);
-        return CBX_OK;
-      });
-      s != CBX_OK)
-    return s;
   return guarded(CBX_ERR_INTERNAL, [&]() {
     std::lock_guard<std::mutex> lock(model->mu);
     VoiceScope voice_scope(*model, voice);
@@ -434,16 +413,7 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
     cbx::SynthAbortFn should_abort;
     if (cb.should_abort) should_abort = [&]() { return cb.should_abort(cb.user_data) != 0; };
     cbx::SynthTimings tm;
-    std::vector<float> wave;
-    if (model->mtl) {
-      mp.stream = p.stream != 0;
-      mp.stream_schedule = schedule;
-      wave = model->mtl->synthesize(text, mp, &tm, on_audio, should_abort);
-    } else {
-      sp.stream = p.stream != 0;
-      sp.stream_schedule = schedule;
-      wave = model->pipe->synthesize(text, sp, &tm, on_audio, should_abort);
-    }
+    const std::vector<float> wave = model->pipe->synthesize(text, request, &tm, on_audio, should_abort);
     model->last = tm;
     model->have_last = true;
     if (audio) {
@@ -460,7 +430,7 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
 cbx_status cbx_model_prepare_voice(cbx_model* model, const cbx_voice* voice) {
   if (!model) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_model_prepare_voice: model is NULL");
   if (const cbx_status vs = usable_voice(model, voice, "cbx_model_prepare_voice: voice"); vs != CBX_OK) return vs;
-  if (model->mtl) return CBX_OK;
+  if (!model->pipe->keeps_voice_prefix()) return CBX_OK;
   return guarded(CBX_ERR_INTERNAL, [&]() {
     std::lock_guard<std::mutex> lock(model->mu);
     VoiceScope voice_scope(*model, voice);
@@ -613,28 +583,33 @@ void cbx_log_set(cbx_log_callback callback, void* user_data) {
 
 namespace cbx {
 
-TurboPipeline* model_turbo_pipeline(cbx_model* model) { return model ? model->pipe.get() : nullptr; }
-MtlPipeline* model_mtl_pipeline(cbx_model* model) { return model ? model->mtl.get() : nullptr; }
+Pipeline* model_pipeline(cbx_model* model) { return model ? model->pipe.get() : nullptr; }
+TurboPipeline* model_turbo_pipeline(cbx_model* model) {
+  return model ? dynamic_cast<TurboPipeline*>(model->pipe.get()) : nullptr;
+}
+MtlPipeline* model_mtl_pipeline(cbx_model* model) {
+  return model ? dynamic_cast<MtlPipeline*>(model->pipe.get()) : nullptr;
+}
 std::mutex& model_mutex(cbx_model* model) { return model->mu; }
 const Voice* voice_of_handle(const cbx_voice* voice) { return voice ? &voice->v : nullptr; }
 
 TurboSynthParams turbo_params_of(const cbx_model* model, const cbx_synth_params& p) {
-  CBX_CHECK(model && model->pipe, "turbo_params_of: not a Turbo / Nano model");
-  UserSynthOptions o = synth_options(p);
-  o.language = resolve_language(model->variant, model->languages, o.language);
-  TurboSynthParams sp = to_turbo_params(o);
-  sp.stream = p.stream != 0;
-  if (sp.stream) sp.stream_schedule = stream_schedule_from(p, model->variant);
+  CBX_CHECK(model && dynamic_cast<const TurboPipeline*>(model->pipe.get()), "turbo_params_of: not a Turbo / Nano model");
+  const SynthRequest r = synth_request(model, p);
+  model->pipe->check(r);
+  TurboSynthParams sp = to_turbo_params(r.options);
+  sp.stream = r.stream;
+  sp.stream_schedule = *r.stream_schedule;
   return sp;
 }
 
 MtlSynthParams mtl_params_of(const cbx_model* model, const cbx_synth_params& p) {
-  CBX_CHECK(model && model->mtl, "mtl_params_of: not a Multilingual model");
-  UserSynthOptions o = synth_options(p);
-  o.language = resolve_language(model->variant, model->languages, o.language);
-  MtlSynthParams mp = to_mtl_params(o);
-  mp.stream = p.stream != 0;
-  if (mp.stream) mp.stream_schedule = stream_schedule_from(p, model->variant);
+  CBX_CHECK(model && dynamic_cast<const MtlPipeline*>(model->pipe.get()), "mtl_params_of: not a Multilingual model");
+  const SynthRequest r = synth_request(model, p);
+  MtlSynthParams mp = to_mtl_params(r.options);
+  mp.language = model->pipe->check(r);
+  mp.stream = r.stream;
+  mp.stream_schedule = *r.stream_schedule;
   return mp;
 }
 

@@ -7,12 +7,16 @@
 
 #include "chatterbox.h"
 #include "pipeline/mtl_pipeline.h"
+#include "pipeline/pipeline.h"
 #include "pipeline/turbo_pipeline.h"
 #include "pipeline/voice.h"
 
 namespace cbx {
 
-// The Turbo / Nano pipeline of a model; null for a Multilingual model.
+// The pipeline of a model, any variant.
+Pipeline* model_pipeline(cbx_model* model);
+// Typed access where a feature is variant-specific (the batching engine):
+// the Turbo / Nano pipeline of a model; null for a Multilingual model.
 TurboPipeline* model_turbo_pipeline(cbx_model* model);
 // The Multilingual pipeline of a model; null for a Turbo / Nano model.
 MtlPipeline* model_mtl_pipeline(cbx_model* model);

@@ -65,6 +65,7 @@ MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(s
   CBX_CHECK(c.t3.arch == "llama", "%s: T3 arch '%s', the Multilingual pipeline needs llama", path.c_str(),
             c.t3.arch.c_str());
   CBX_CHECK(!c.cfm.meanflow, "%s: the Multilingual pipeline needs the CFG Euler CFM, not mean-flow", path.c_str());
+  check_sampler_order(path, c, "llama");
   CBX_CHECK(p.kv_type == DType::F16 || p.kv_type == DType::F32, "mtl pipeline: KV cache type must be f16 or f32");
   const int n_threads = p.n_threads == 0 ? available_cpus() : p.n_threads;
   check_param(param::kThreads, n_threads);
@@ -96,7 +97,6 @@ MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(s
 MtlPipeline::~MtlPipeline() = default;
 
 const ModelConfig& MtlPipeline::config() const { return m_->cfg; }
-int MtlPipeline::sample_rate() const { return m_->cfg.pipeline.sample_rate; }
 int MtlPipeline::n_threads() const { return m_->pool->size(); }
 int64_t MtlPipeline::max_new_tokens() const { return m_->max_new; }
 GemmPrecision MtlPipeline::gemm_precision() const { return m_->gemm; }
@@ -219,17 +219,21 @@ T3MtlSampling MtlPipeline::sampling_of(const MtlSynthParams& p, float* exaggerat
   return s;
 }
 
+std::vector<float> MtlPipeline::synthesize_checked(const std::string& text, const SynthRequest& r,
+                                                   const std::string& language, SynthTimings* timings,
+                                                   const SynthAudioFn& on_audio, const SynthAbortFn& should_abort) {
+  MtlSynthParams p = to_mtl_params(r.options);
+  p.language = language;
+  copy_call_fields(r, p);
+  return synthesize(text, p, timings, on_audio, should_abort);
+}
+
 std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSynthParams& p, SynthTimings* timings,
                                            const SynthAudioFn& on_audio, const SynthAbortFn& should_abort) {
   Impl& m = *m_;
   GemmPrecisionScope gemm_scope(m.gemm);  // T3 (S3Gen's models hold their own)
-  SynthTimings tm;
-  tm.sample_rate = sample_rate();
-  const double t_start = pipeline_now_ms();
-  auto check_abort = [&]() {
-    if (should_abort && should_abort()) throw AbortedError("synthesis aborted by the caller");
-  };
-
+  SynthLoop loop(sample_rate(), on_audio, should_abort);
+  SynthTimings& tm = loop.timings();
   float exaggeration = 0;
   T3MtlSampling s = sampling_of(p, &exaggeration);
 
@@ -240,36 +244,30 @@ std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSyn
   cond.exaggeration = exaggeration;
 
   const std::string lang = check_language(p.language);
-  std::vector<std::string> chunks = split_text(text, lang, p.max_chunk_tokens);
-  std::vector<std::vector<int32_t>> ids;
-  for (const std::string& c : chunks) {
-    ids.push_back(m.tok->encode(c, lang));
-    tm.n_text_tokens += int64_t(ids.back().size());
-  }
-  tm.n_chunks = int64_t(chunks.size());
-  tm.text_ms = pipeline_now_ms() - t_start;
+  const std::vector<std::vector<int32_t>> ids = loop.tokenize(
+      split_text(text, lang, p.max_chunk_tokens), [&](const std::string& c) { return m.tok->encode(c, lang); });
+  const int64_t n_chunks = loop.n_chunks();
 
   reseed_s3gen(p.seed);
   CfmSolver& cfm = m.s3gen->cfm();
-  cfm.set_step_capture([&](int, const Tensor&) { check_abort(); });
+  cfm.set_step_capture([&](int, const Tensor&) { loop.check_abort(); });
   struct ClearCapture {
     CfmSolver& c;
     ~ClearCapture() { c.set_step_capture(nullptr); }
   } clear_capture{cfm};
-  std::vector<float> audio;
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    check_abort();
-    s.seed = p.seed + uint64_t(k) * 0x9E3779B97F4A7C15ull;
+  for (int64_t k = 0; k < n_chunks; ++k) {
+    loop.check_abort();
+    s.seed = chunk_seed(p.seed, k);
     T3MtlStats st;
     int64_t steps = 0;
     auto poll_step = [&]() {  // polled once a decode step
-      if (p.on_progress) p.on_progress(int64_t(k), int64_t(chunks.size()), ++steps);
-      return should_abort && should_abort();
+      if (p.on_progress) p.on_progress(k, n_chunks, ++steps);
+      return loop.abort_requested();
     };
     // Streaming: S3Gen runs between decode steps on the schedule (stream_synth.h), over the
     // tokens postprocess would keep, decided as they come (see the header).
-    StreamRun stream(p.stream ? &m.s3gen->stream() : nullptr, voice, p.stream_schedule, &tm, audio, on_audio,
-                     int64_t(k), int64_t(chunks.size()));
+    StreamRun stream(p.stream ? &m.s3gen->stream() : nullptr, voice, p.stream_schedule, &tm, loop.audio(), on_audio,
+                     k, n_chunks);
     bool seen_sos = false, ended = false;
     const T3Config& tc = m.cfg.t3;
     auto on_token = [&](int32_t tok) {
@@ -283,30 +281,21 @@ std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSyn
         stream.on_token(tok, tok >= 0 && tok < tc.start_speech_token);
       }
     };
-    std::vector<int32_t> gen =
-        m.t3->generate(cond, ids[k], s, &st, poll_step, -1, p.stream ? on_token : std::function<void(int32_t)>());
-    check_abort();
+    std::vector<int32_t> gen = m.t3->generate(cond, ids[size_t(k)], s, &st, poll_step, -1,
+                                              p.stream ? on_token : std::function<void(int32_t)>());
+    loop.check_abort();
     tm.t3_prefill_ms += st.prefill_ms;
     tm.t3_decode_ms += st.decode_ms - stream.ms();
     tm.n_decode_steps += st.n_decode;
     if (st.hit_limit) ++tm.chunks_at_limit;
-    if (p.stream) {
-      const std::vector<int32_t> speech = stream.tokens();
-      tm.n_speech_tokens += int64_t(speech.size());
-      stream.finish(speech, tail_keep_samples(int64_t(speech.size())));
-      continue;
-    }
-    const std::vector<int32_t> speech = postprocess(gen, m.cfg.t3);
+    const std::vector<int32_t> speech = p.stream ? stream.tokens() : postprocess(gen, m.cfg.t3);
     tm.n_speech_tokens += int64_t(speech.size());
-    std::vector<float> wave = tokens_to_audio(speech, &tm);
-    audio.insert(audio.end(), wave.begin(), wave.end());
-    if (on_audio && !on_audio(wave.data(), int64_t(wave.size()), int64_t(k), int64_t(chunks.size())))
-      throw AbortedError("synthesis stopped by the audio callback");
+    if (p.stream)
+      stream.finish(speech, tail_keep_samples(int64_t(speech.size())));
+    else
+      loop.add_chunk(tokens_to_audio(speech, &tm), k);
   }
-  tm.n_samples = int64_t(audio.size());
-  tm.total_ms = pipeline_now_ms() - t_start;
-  if (timings) *timings = tm;
-  return audio;
+  return loop.finish(timings);
 }
 
 }  // namespace cbx

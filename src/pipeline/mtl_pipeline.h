@@ -48,6 +48,7 @@
 #include "models/model_config.h"
 #include "models/t3_mtl.h"
 #include "ops/matmul.h"
+#include "pipeline/pipeline.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/stream_synth.h"
 
@@ -88,15 +89,17 @@ struct MtlSynthParams {
 // InvalidArgumentError listing the supported codes and names (also for an empty language).
 std::string check_mtl_language(const std::vector<std::string>& supported, const std::string& language);
 
-class MtlPipeline {
+class MtlPipeline final : public Pipeline {
  public:
   // Throws cbx::Error naming the file on any problem, UnsupportedModelError for a non-MTL model.
   explicit MtlPipeline(const std::string& gguf_path, const MtlLoadParams& p = {});
-  ~MtlPipeline();
+  ~MtlPipeline() override;
   MtlPipeline(const MtlPipeline&) = delete;
   MtlPipeline& operator=(const MtlPipeline&) = delete;
 
-  // text (UTF-8) -> mono float audio at sample_rate(). Not reentrant: one call at a time.
+  using Pipeline::synthesize;  // the variant-neutral call (pipeline/pipeline.h)
+  // text (UTF-8) -> mono float audio at sample_rate() with the Multilingual parameters. Not
+  // reentrant: one call at a time.
   // Throws TextError (empty / invalid UTF-8), InvalidArgumentError (unknown or missing
   // language: the message lists the supported ones; a parameter out of range), AbortedError,
   // cbx::Error.
@@ -139,11 +142,11 @@ class MtlPipeline {
   // Wall time of each CFM estimator call (a batch of two) of the last tokens_to_audio, in ms.
   const std::vector<double>& cfm_step_ms() const;
 
-  const ModelConfig& config() const;
-  int sample_rate() const;
-  int n_threads() const;
-  int64_t max_new_tokens() const;
-  std::vector<std::string> languages() const;  // codes, sorted
+  const ModelConfig& config() const override;
+  int n_threads() const override;
+  int64_t max_new_tokens() const override;
+  int64_t chunk_token_limit() const override { return max_new_tokens(); }
+  std::vector<std::string> languages() const override;  // codes, sorted
   GemmPrecision gemm_precision() const;  // MtlLoadParams::gemm (callers driving t3() hold a scope)
   T3Mtl& t3();
 
@@ -151,13 +154,18 @@ class MtlPipeline {
   // check_voice accepts (<= cond_prompt_len T3 prompt tokens, a 10 s S3Gen reference), so
   // switching allocates nothing but the copy. set_voice throws cbx::Error prefixed by `what`
   // for an incompatible voice and keeps the previous one.
-  void set_voice(const Voice& v, const std::string& what = "voice");
-  void reset_voice();  // back to the built-in voice
-  const Voice& voice() const;
-  const Voice& builtin_voice() const;
+  void set_voice(const Voice& v, const std::string& what = "voice") override;
+  void reset_voice() override;  // back to the built-in voice
+  const Voice& voice() const override;
+  const Voice& builtin_voice() const override;
   // The model file and thread pool, e.g. for a VoiceBuilder over the same weights.
-  const GgufFile& gguf() const;
-  ThreadPool& pool();
+  const GgufFile& gguf() const override;
+  ThreadPool& pool() override;
+
+ protected:
+  std::vector<float> synthesize_checked(const std::string& text, const SynthRequest& r, const std::string& language,
+                                        SynthTimings* timings, const SynthAudioFn& on_audio,
+                                        const SynthAbortFn& should_abort) override;
 
  private:
   struct Impl;

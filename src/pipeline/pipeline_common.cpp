@@ -90,6 +90,40 @@ double pipeline_now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+SynthLoop::SynthLoop(int sample_rate, const SynthAudioFn& on_audio, const SynthAbortFn& should_abort)
+    : on_audio_(on_audio), should_abort_(should_abort), t_start_(pipeline_now_ms()) {
+  tm_.sample_rate = sample_rate;
+}
+
+void SynthLoop::check_abort() const {
+  if (abort_requested()) throw AbortedError("synthesis aborted by the caller");
+}
+
+std::vector<std::vector<int32_t>> SynthLoop::tokenize(
+    const std::vector<std::string>& chunks, const std::function<std::vector<int32_t>(const std::string&)>& tokenize) {
+  std::vector<std::vector<int32_t>> ids;
+  for (const std::string& c : chunks) {
+    ids.push_back(tokenize(c));
+    tm_.n_text_tokens += int64_t(ids.back().size());
+  }
+  tm_.n_chunks = int64_t(chunks.size());
+  tm_.text_ms = pipeline_now_ms() - t_start_;
+  return ids;
+}
+
+void SynthLoop::add_chunk(const std::vector<float>& wave, int64_t chunk) {
+  audio_.insert(audio_.end(), wave.begin(), wave.end());
+  if (on_audio_ && !on_audio_(wave.data(), int64_t(wave.size()), chunk, tm_.n_chunks))
+    throw AbortedError("synthesis stopped by the audio callback");
+}
+
+std::vector<float> SynthLoop::finish(SynthTimings* timings) {
+  tm_.n_samples = int64_t(audio_.size());
+  tm_.total_ms = pipeline_now_ms() - t_start_;
+  if (timings) *timings = tm_;
+  return std::move(audio_);
+}
+
 void check_synth_text(const std::string& text) {
   try {
     utf8_check(text);

@@ -1,5 +1,6 @@
 // What the synthesis pipelines (Turbo, Multilingual) share: the error kinds the C API maps to
-// status codes, per-call timings, the callback types, the text checks and the long-text chunker.
+// status codes, per-call timings, the callback types, the text checks, the long-text chunker and
+// the frame of their synthesize loops (SynthLoop).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -74,6 +75,40 @@ struct ChunkRules {
 std::vector<std::string> split_into_chunks(const std::string& norm, int64_t budget,
                                            const std::function<int64_t(const std::string&)>& count_tokens,
                                            const ChunkRules& rules);
+
+// The sampler seed of text chunk k of a call with `seed` (synthesize and pipeline/batch_synth.h).
+inline uint64_t chunk_seed(uint64_t seed, int64_t k) { return seed + uint64_t(k) * 0x9E3779B97F4A7C15ull; }
+
+// The frame of one synthesize call, the same for every variant: the timings (text front end,
+// totals), the abort polling, the output's concatenation and its on_audio calls. The model's own
+// work (T3, S3Gen, streaming) happens between begin_text / text_done and finish.
+class SynthLoop {
+ public:
+  SynthLoop(int sample_rate, const SynthAudioFn& on_audio, const SynthAbortFn& should_abort);
+
+  bool abort_requested() const { return should_abort_ && should_abort_(); }
+  // Throws AbortedError when should_abort says so.
+  void check_abort() const;
+  // The text's chunks tokenized with `tokenize`: counts them and their tokens, and the text time.
+  std::vector<std::vector<int32_t>> tokenize(const std::vector<std::string>& chunks,
+                                             const std::function<std::vector<int32_t>(const std::string&)>& tokenize);
+  int64_t n_chunks() const { return tm_.n_chunks; }
+  // A finished text chunk's audio: appended to the output, then given to on_audio (false ->
+  // AbortedError).
+  void add_chunk(const std::vector<float>& wave, int64_t chunk);
+  SynthTimings& timings() { return tm_; }
+  std::vector<float>& audio() { return audio_; }  // the output so far (streaming appends to it)
+  const SynthAudioFn& on_audio() const { return on_audio_; }
+  // The output; the totals go to *timings when given.
+  std::vector<float> finish(SynthTimings* timings);
+
+ private:
+  const SynthAudioFn& on_audio_;
+  const SynthAbortFn& should_abort_;
+  SynthTimings tm_;
+  std::vector<float> audio_;
+  double t_start_;
+};
 
 // The CFM noise and HiFT source generators' state: a request's chunks draw from them one after
 // the other, so a caller that interleaves several requests' S3Gen runs (pipeline/batch_synth.h)

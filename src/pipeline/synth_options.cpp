@@ -10,6 +10,8 @@
 
 #include "core/cpu.h"
 #include "core/debug_env.h"
+#include "pipeline/mtl_pipeline.h"
+#include "pipeline/turbo_pipeline.h"
 
 namespace cbx {
 

@@ -18,10 +18,16 @@
 
 #include "core/dtype.h"
 #include "models/model_config.h"
-#include "pipeline/mtl_pipeline.h"
-#include "pipeline/turbo_pipeline.h"
+#include "ops/matmul.h"  // GemmPrecision
+#include "pipeline/pipeline_common.h"  // InvalidArgumentError
 
 namespace cbx {
+
+// The pipelines' own parameter structs (pipeline/turbo_pipeline.h, pipeline/mtl_pipeline.h).
+struct TurboSynthParams;
+struct MtlSynthParams;
+struct TurboLoadParams;
+struct MtlLoadParams;
 
 // One parameter: its name, flag and allowed range [lo, hi] (an open end excludes the bound).
 struct ParamSpec {

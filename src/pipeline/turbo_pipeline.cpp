@@ -59,6 +59,7 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
                                 "in the Multilingual pipeline, pipeline/mtl_pipeline.h)");
   CBX_CHECK(c.t3.arch == "gpt2", "%s: T3 arch '%s', the Turbo pipeline needs gpt2", path.c_str(), c.t3.arch.c_str());
   CBX_CHECK(c.cfm.meanflow, "%s: the Turbo pipeline needs the mean-flow CFM (cfm.meanflow)", path.c_str());
+  check_sampler_order(path, c, "turbo");
   CBX_CHECK(p.kv_type == DType::F16 || p.kv_type == DType::F32, "turbo pipeline: KV cache type must be f16 or f32");
   const int n_threads = p.n_threads == 0 ? available_cpus() : p.n_threads;
   check_param(param::kThreads, n_threads);
@@ -94,10 +95,11 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
 TurboPipeline::~TurboPipeline() = default;
 
 const ModelConfig& TurboPipeline::config() const { return m_->cfg; }
-int TurboPipeline::sample_rate() const { return m_->cfg.pipeline.sample_rate; }
 int TurboPipeline::n_threads() const { return m_->pool->size(); }
 int64_t TurboPipeline::max_new_tokens() const { return m_->max_new; }
 GemmPrecision TurboPipeline::gemm_precision() const { return m_->gemm; }
+int64_t TurboPipeline::chunk_token_limit() const { return m_->max_new + 1; }
+std::vector<std::string> TurboPipeline::languages() const { return {"en"}; }
 T3Turbo& TurboPipeline::t3() { return *m_->t3; }
 const std::vector<float>& TurboPipeline::speaker_emb() const { return m_->voice.speaker_emb; }
 double TurboPipeline::prepare_voice() {
@@ -198,15 +200,8 @@ std::vector<std::string> TurboPipeline::split_text(const std::string& text, int6
 
 void TurboPipeline::reseed_s3gen(uint64_t seed) { m_->s3gen->reseed(seed); }
 
-S3GenRngState TurboPipeline::s3gen_rng_state() const {
-  S3GenStage& s = *m_->s3gen;
-  return {s.cfm().generator_seed(), s.cfm().generator_calls(), s.hift().generator_seed(), s.hift().generator_calls()};
-}
-
-void TurboPipeline::set_s3gen_rng_state(const S3GenRngState& st) {
-  m_->s3gen->cfm().set_generator(st.cfm_seed, st.cfm_calls);
-  m_->s3gen->hift().set_generator(st.hift_seed, st.hift_calls);
-}
+S3GenRngState TurboPipeline::s3gen_rng_state() const { return m_->s3gen->rng_state(); }
+void TurboPipeline::set_s3gen_rng_state(const S3GenRngState& st) { m_->s3gen->set_rng_state(st); }
 
 std::vector<float> TurboPipeline::tokens_to_audio(const std::vector<int32_t>& speech, TurboTimings* tm) {
   return m_->s3gen->to_audio(m_->voice, speech, tm);
@@ -238,43 +233,41 @@ SamplerParams TurboPipeline::sampler_params(const TurboSynthParams& p) const {
   return sp;
 }
 
+std::vector<float> TurboPipeline::synthesize_checked(const std::string& text, const SynthRequest& r,
+                                                     const std::string& /*language: always en*/,
+                                                     SynthTimings* timings, const SynthAudioFn& on_audio,
+                                                     const SynthAbortFn& should_abort) {
+  TurboSynthParams p = to_turbo_params(r.options);
+  copy_call_fields(r, p);
+  return synthesize(text, p, timings, on_audio, should_abort);
+}
+
 std::vector<float> TurboPipeline::synthesize(const std::string& text, const TurboSynthParams& p, TurboTimings* timings,
                                              const TurboAudioFn& on_audio, const TurboAbortFn& should_abort) {
   Impl& m = *m_;
   GemmPrecisionScope gemm_scope(m.gemm);  // T3 (S3Gen's models hold their own)
-  TurboTimings tm;
-  tm.sample_rate = sample_rate();
-  const double t_start = pipeline_now_ms();
-  auto check_abort = [&]() {
-    if (should_abort && should_abort()) throw AbortedError("synthesis aborted by the caller");
-  };
-
+  SynthLoop loop(sample_rate(), on_audio, should_abort);
+  SynthTimings& tm = loop.timings();
   SamplerParams sp = sampler_params(p);
-
-  std::vector<std::string> chunks = split_text(text, p.max_chunk_tokens);
-  std::vector<std::vector<int32_t>> ids;
-  for (const std::string& c : chunks) {
-    ids.push_back(tokenize(c));
-    tm.n_text_tokens += int64_t(ids.back().size());
-  }
-  tm.n_chunks = int64_t(chunks.size());
-  tm.text_ms = pipeline_now_ms() - t_start;
+  const std::vector<std::vector<int32_t>> ids =
+      loop.tokenize(split_text(text, p.max_chunk_tokens), [&](const std::string& c) { return tokenize(c); });
+  const int64_t n_chunks = loop.n_chunks();
 
   reseed_s3gen(p.seed);
-  std::vector<float> audio;
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    check_abort();
-    sp.seed = p.seed + uint64_t(k) * 0x9E3779B97F4A7C15ull;
+  for (int64_t k = 0; k < n_chunks; ++k) {
+    loop.check_abort();
+    sp.seed = chunk_seed(p.seed, k);
     int64_t steps = 0;
     // Streaming: S3Gen runs between decode steps on the schedule (stream_synth.h).
-    StreamRun stream(p.stream ? &m.s3gen->stream() : nullptr, m.voice, p.stream_schedule, &tm, audio, on_audio,
-                     int64_t(k), int64_t(chunks.size()));
+    StreamRun stream(p.stream ? &m.s3gen->stream() : nullptr, m.voice, p.stream_schedule, &tm, loop.audio(),
+                     on_audio, k, n_chunks);
     auto on_step = [&](int64_t, const float*, const float*, int32_t tok) {
-      if (p.on_progress) p.on_progress(int64_t(k), int64_t(chunks.size()), ++steps);
-      check_abort();
+      if (p.on_progress) p.on_progress(k, n_chunks, ++steps);
+      loop.check_abort();
       stream.on_token(tok, tok >= 0 && tok < m.cfg.t3.start_speech_token);
     };
-    T3TurboResult r = m.t3->generate(ids[k].data(), int64_t(ids[k].size()), m.voice.speaker_emb.data(),
+    const std::vector<int32_t>& text_ids = ids[size_t(k)];
+    T3TurboResult r = m.t3->generate(text_ids.data(), int64_t(text_ids.size()), m.voice.speaker_emb.data(),
                                      int64_t(m.voice.speaker_emb.size()), m.voice.cond_prompt_tokens.data(),
                                      int64_t(m.voice.cond_prompt_tokens.size()), sp, m.max_new, on_step);
     tm.t3_prefill_ms += r.prefill_ms;
@@ -283,20 +276,13 @@ std::vector<float> TurboPipeline::synthesize(const std::string& text, const Turb
     tm.n_speech_tokens += int64_t(r.tokens.size());
     if (!r.stopped_eos && !r.stopped_all_inf && r.n_decode >= m.max_new) ++tm.chunks_at_limit;
     if (r.prefix_reused) ++tm.chunks_prefix_reused;
-    check_abort();
-    if (p.stream) {
+    loop.check_abort();
+    if (p.stream)
       stream.finish(r.speech_tokens);
-      continue;
-    }
-    std::vector<float> wave = tokens_to_audio(r.speech_tokens, &tm);
-    audio.insert(audio.end(), wave.begin(), wave.end());
-    if (on_audio && !on_audio(wave.data(), int64_t(wave.size()), int64_t(k), int64_t(chunks.size())))
-      throw AbortedError("synthesis stopped by the audio callback");
+    else
+      loop.add_chunk(tokens_to_audio(r.speech_tokens, &tm), k);
   }
-  tm.n_samples = int64_t(audio.size());
-  tm.total_ms = pipeline_now_ms() - t_start;
-  if (timings) *timings = tm;
-  return audio;
+  return loop.finish(timings);
 }
 
 }  // namespace cbx

@@ -34,6 +34,7 @@
 #include "models/model_config.h"
 #include "models/sampler.h"
 #include "ops/matmul.h"
+#include "pipeline/pipeline.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/stream_synth.h"
 
@@ -85,16 +86,18 @@ using TurboTimings = SynthTimings;
 using TurboAudioFn = SynthAudioFn;
 using TurboAbortFn = SynthAbortFn;
 
-class TurboPipeline {
+class TurboPipeline final : public Pipeline {
  public:
   // Throws cbx::Error naming the file on any problem, UnsupportedModelError for a non-Turbo model.
   explicit TurboPipeline(const std::string& gguf_path, const TurboLoadParams& p = {});
-  ~TurboPipeline();
+  ~TurboPipeline() override;
   TurboPipeline(const TurboPipeline&) = delete;
   TurboPipeline& operator=(const TurboPipeline&) = delete;
 
-  // text (UTF-8) -> mono float audio at sample_rate(). Not reentrant: one call at a time.
-  // Throws TextError (empty / invalid UTF-8), AbortedError, cbx::Error.
+  using Pipeline::synthesize;  // the variant-neutral call (pipeline/pipeline.h)
+  // text (UTF-8) -> mono float audio at sample_rate() with Turbo's own parameters. Not
+  // reentrant: one call at a time. Throws TextError (empty / invalid UTF-8), AbortedError,
+  // cbx::Error.
   std::vector<float> synthesize(const std::string& text, const TurboSynthParams& p, TurboTimings* timings = nullptr,
                                 const TurboAudioFn& on_audio = nullptr, const TurboAbortFn& should_abort = nullptr);
 
@@ -121,10 +124,11 @@ class TurboPipeline {
   // seed not set). Throws InvalidArgumentError for a value out of range.
   SamplerParams sampler_params(const TurboSynthParams& p) const;
 
-  const ModelConfig& config() const;
-  int sample_rate() const;
-  int n_threads() const;
-  int64_t max_new_tokens() const;
+  const ModelConfig& config() const override;
+  int n_threads() const override;
+  int64_t max_new_tokens() const override;
+  int64_t chunk_token_limit() const override;  // max_new_tokens() + 1 (the prefill token)
+  std::vector<std::string> languages() const override;  // {"en"}
   GemmPrecision gemm_precision() const;  // TurboLoadParams::gemm (callers driving t3() hold a scope)
   T3Turbo& t3();
   // The voice in use (default: the built-in one, conds.pt) as the pipeline uses it.
@@ -135,26 +139,32 @@ class TurboPipeline {
   // (up to cond_prompt_len T3 prompt tokens, a 10 s S3Gen reference), so switching allocates
   // nothing but the copy. set_voice throws cbx::Error prefixed by `what` for an incompatible
   // voice (variant, sizes) and keeps the previous one.
-  void set_voice(const Voice& v, const std::string& what = "voice");
-  void reset_voice();  // back to the built-in voice
-  const Voice& voice() const;
+  void set_voice(const Voice& v, const std::string& what = "voice") override;
+  void reset_voice() override;  // back to the built-in voice
+  const Voice& voice() const override;
+  bool keeps_voice_prefix() const override { return true; }
   // Computes the T3 voice prefix of the voice in use ahead of the next synthesize
   // (T3Turbo::warm_prefix); returns its ms (0 when already kept).
-  double prepare_voice();
+  double prepare_voice() override;
   // Disk cache of that prefix (pipeline/prefix_cache.h; chatterbox say --prompt-cache).
   // load_prefix_cache keeps the prefix stored in `path` when the file holds the voice in use
   // for these T3 weights, kernels and KV type, and returns true; it returns false, with the
   // reason in *why, when the file is absent, holds another voice / model / kernel path, or
   // is a damaged cache (then save_prefix_cache may overwrite it). Throws cbx::Error when the
   // file exists but is not a prompt cache (never overwrite it) or cannot be read.
-  bool load_prefix_cache(const std::string& path, std::string* why);
+  bool load_prefix_cache(const std::string& path, std::string* why) override;
   // Writes the voice's prefix to `path` (computing it first when not kept); returns the ms
   // spent computing (0 when it was kept). Throws cbx::Error naming the path on failure.
-  double save_prefix_cache(const std::string& path);
-  const Voice& builtin_voice() const;
+  double save_prefix_cache(const std::string& path) override;
+  const Voice& builtin_voice() const override;
   // The model file and thread pool, e.g. for a VoiceBuilder over the same weights.
-  const GgufFile& gguf() const;
-  ThreadPool& pool();
+  const GgufFile& gguf() const override;
+  ThreadPool& pool() override;
+
+ protected:
+  std::vector<float> synthesize_checked(const std::string& text, const SynthRequest& r, const std::string& language,
+                                        SynthTimings* timings, const SynthAudioFn& on_audio,
+                                        const SynthAbortFn& should_abort) override;
 
  private:
   struct Impl;

@@ -120,7 +120,7 @@ int run_batch(const SayOptions& o, const ModelConfig& cfg, const std::string& la
   }
 
   progress.status("loading " + o.model);
-  SayEngine engine(o.model, cfg, o.load);
+  SayEngine engine(o.model, o.load);
   std::vector<std::string> warnings;
   engine.use_voice(o.voice, &warnings);
   bool cached = false;
