@@ -39,11 +39,16 @@ int matmul_weight_slot(DType t) {
 }
 
 const MatmulKernels& matmul_kernels(Isa isa) {
+#if CBX_X86_KERNELS
   switch (isa) {
     case Isa::Avx512: return matmul_kernels_avx512();
     case Isa::Avx2: return matmul_kernels_avx2();
     default: return matmul_kernels_generic();
   }
+#else
+  (void)isa;  // only the generic kernels are compiled in (core/cpu.h)
+  return matmul_kernels_generic();
+#endif
 }
 
 namespace {

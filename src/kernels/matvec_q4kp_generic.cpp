@@ -85,6 +85,13 @@ const DotKernel& q4kp_dot_generic() {
 
 const DotKernel& q4kp_dot_avx512();  // matvec_q4kp_avx512.cpp
 
-const DotKernel* q4kp_dot(Isa isa) { return isa == Isa::Avx512 ? &q4kp_dot_avx512() : nullptr; }
+const DotKernel* q4kp_dot(Isa isa) {
+#if CBX_X86_KERNELS
+  return isa == Isa::Avx512 ? &q4kp_dot_avx512() : nullptr;
+#else
+  (void)isa;
+  return nullptr;
+#endif
+}
 
 }  // namespace cbx
