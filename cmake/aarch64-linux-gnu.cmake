@@ -29,8 +29,12 @@ else()
   set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/${CBX_CROSS_TRIPLE}/pkgconfig:/usr/share/pkgconfig)
 endif()
 
-# qemu-user, with the target's dynamic loader and libraries found under the sysroot.
+# qemu-user runs the programs with Debian's multiarch arm64 runtime: /lib/ld-linux-aarch64.so.1
+# and /usr/lib/aarch64-linux-gnu (libc6:arm64, libstdc++6:arm64 and the libraries above), which
+# are one release. Not -L /usr/aarch64-linux-gnu: that takes the cross toolchain's ld.so while
+# the libraries from the multiarch directories bring the multiarch libc.so.6, and with the two
+# glibc builds mixed the test programs hung in their first pthread_create.
 find_program(CBX_QEMU_AARCH64 NAMES qemu-aarch64 qemu-aarch64-static)
 if(CBX_QEMU_AARCH64)
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${CBX_QEMU_AARCH64} -L /usr/${CBX_CROSS_TRIPLE})
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${CBX_QEMU_AARCH64})
 endif()

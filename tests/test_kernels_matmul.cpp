@@ -36,6 +36,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "core/x86_kernels.h"
 #include "kernels/matmul.h"
 #include "ops/matmul.h"
 

@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "core/x86_kernels.h"
 #include "kernels/matmul.h"
 #include "kernels/matvec_q4p.h"
 #include "ops/matmul.h"

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/x86_kernels.h"
 
 namespace cbx {
 namespace {

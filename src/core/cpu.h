@@ -1,12 +1,6 @@
 // Instruction-set detection, done once. CBX_FORCE_ISA=generic|avx2|avx512 forces a
 // path (at most what the CPU has), so every kernel can be exercised on one machine.
-// Builds without the x86 kernels (CBX_X86_KERNELS=0: not x86-64, or CMake -DCBX_X86_KERNELS=OFF)
-// detect Isa::Generic on every CPU and run the generic kernels only.
 #pragma once
-
-#ifndef CBX_X86_KERNELS  // set by CMakeLists.txt: the AVX2 / AVX-512 / AMX kernel files are compiled in
-#define CBX_X86_KERNELS 0
-#endif
 #include <optional>
 #include <string>
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/x86_kernels.h"
 #include "kernels/matmul.h"
 #include "kernels/matvec_q4k.h"
 
@@ -46,7 +47,7 @@ const MatmulKernels& matmul_kernels(Isa isa) {
     default: return matmul_kernels_generic();
   }
 #else
-  (void)isa;  // only the generic kernels are compiled in (core/cpu.h)
+  (void)isa;  // only the generic kernels are compiled in (core/x86_kernels.h)
   return matmul_kernels_generic();
 #endif
 }

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/x86_kernels.h"
 #include "kernels/matvec_q4k.h"
 #include "kernels/matvec_q4p.h"
 

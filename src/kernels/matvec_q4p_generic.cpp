@@ -2,6 +2,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/x86_kernels.h"
 #include "kernels/matvec_q4p.h"
 
 namespace cbx {

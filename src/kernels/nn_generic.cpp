@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/x86_kernels.h"
 #include "kernels/nn.h"
 
 namespace cbx {
