@@ -10,7 +10,6 @@
 // 3. GEMM for f32 and bf16 weights, against OpenBLAS sgemm on the same shapes when built
 //    with it (CBX_HAVE_OPENBLAS); bf16 also reports ratio_f32 = bf16 gflops / our f32 gflops.
 // Every figure is the median of R repetitions (default 5) unless stated.
-#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>

@@ -7,7 +7,12 @@
 // in the same run: int8_over_bf16 says what lower-precision (int8) numerics could at most gain
 // over the bf16 GEMMs and convs where they run at this peak (docs/benchmarks.md). Median of R
 // (default 5) timings of each. Instructions the CPU lacks are reported as missing.
+#if defined(__x86_64__)
 #include <immintrin.h>
+#define CBX_BENCH_X86 1
+#else
+#define CBX_BENCH_X86 0  // the three instructions are x86's: all reported missing
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -33,6 +38,7 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+#if CBX_BENCH_X86
 // Each returns a value derived from every accumulator, so no chain is optimized away; the
 // empty asm keeps the operand in a register the compiler may not treat as a constant.
 __attribute__((target("avx512f,avx512bf16"), noinline)) float chains_bf16(long n) {
@@ -65,6 +71,7 @@ __attribute__((target("avx512f,avx512vnni"), noinline)) float chains_int8(long n
   for (int i = 0; i < 16; ++i) s += _mm512_reduce_add_epi32(a[i]);
   return float(s);
 }
+#endif  // CBX_BENCH_X86
 
 struct Op {
   const char* name;
@@ -84,10 +91,15 @@ int run_peak(int argc, char** argv) {
       return a == "--help" || a == "-h" ? 0 : 1;
     }
   }
+#if CBX_BENCH_X86
   const bool avx512 = detected_isa() == Isa::Avx512;
   const Op ops[] = {{"vfmadd231ps", 16, fma_chains_avx512, avx512},
                     {"vdpbf16ps", 32, chains_bf16, avx512 && cpu_has_avx512_bf16()},
                     {"vpdpbusd", 64, chains_int8, avx512 && cpu_has_avx512_vnni()}};
+#else
+  const Op ops[] = {{"vfmadd231ps", 16, nullptr, false}, {"vdpbf16ps", 32, nullptr, false},
+                    {"vpdpbusd", 64, nullptr, false}};
+#endif
   double mac_per_ns[3] = {0, 0, 0};
   float sink = 0.f;
   for (int o = 0; o < 3; ++o) {

@@ -27,7 +27,6 @@
 // --ab: steps alternate between the fused one-run decode and the op-by-op path (same
 // logits), and the line adds fused_tok_s, opbyop_tok_s and fused_speedup (their ratio),
 // measured step by step in the same run, so machine load hits both alike.
-#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>

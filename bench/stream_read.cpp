@@ -1,6 +1,11 @@
 #include "stream_read.h"
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#define CBX_BENCH_X86 1
+#else
+#define CBX_BENCH_X86 0  // plain C++ reads (the compiler's vectors), no AVX-512 FMA chains
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +20,31 @@
 namespace cbx::bench {
 namespace {
 
+// The reads below without AVX2 (another architecture, or an x86 CPU without it): eight
+// accumulators, which the compiler keeps in vector registers.
+float sum_plain(const float* p, size_t n) {
+  float a[8] = {};
+  for (size_t i = 0; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) a[j] += p[i + size_t(j)];
+  return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+float sum4_plain(const float* p, size_t n) {
+  const size_t part = n / 4 / 16 * 16;
+  float a[4][8] = {};
+  for (size_t i = 0; i < part; i += 16)
+    for (size_t s = 0; s < 4; ++s) {
+      const float* q = p + s * part + i;
+      __builtin_prefetch(q + 512, 0, 2);
+      for (int j = 0; j < 8; ++j) a[s][j] += q[j] + q[j + 8];
+    }
+  float t = 0.f;
+  for (const auto& v : a)
+    for (float x : v) t += x;
+  return t;
+}
+
+#if CBX_BENCH_X86
 __attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (size_t i = 0; i + 32 <= n; i += 32) {
@@ -45,6 +75,7 @@ __attribute__((target("avx2"))) float sum4_avx2(const float* p, size_t n) {
   _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
   return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
 }
+#endif  // CBX_BENCH_X86
 
 // fma_chains_avx512 with scalar multiply-adds (a CPU without AVX-512).
 __attribute__((noinline)) float fma_chains_scalar(long n) {
@@ -62,8 +93,18 @@ __attribute__((noinline)) float fma_chains_scalar(long n) {
   return s;
 }
 
+// sum_avx2 / sum4_avx2 where the CPU has AVX2, else the plain ones.
+float sum_read(const float* p, size_t n, bool four_streams) {
+#if CBX_BENCH_X86
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return four_streams ? sum4_avx2(p, n) : sum_avx2(p, n);
+#endif
+  return four_streams ? sum4_plain(p, n) : sum_plain(p, n);
+}
+
 }  // namespace
 
+#if CBX_BENCH_X86
 __attribute__((target("avx512f"), noinline)) float fma_chains_avx512(long n) {
   __m512 a[16];
   for (int i = 0; i < 16; ++i) a[i] = _mm512_set1_ps(float(i));
@@ -80,16 +121,21 @@ __attribute__((target("avx512f"), noinline)) float fma_chains_avx512(long n) {
   _mm512_storeu_ps(t, s);
   return t[0] + t[15];
 }
+#endif  // CBX_BENCH_X86
 
 double core_fma_per_cycle() {
-  const bool avx512 = __builtin_cpu_supports("avx512f");
+#if CBX_BENCH_X86
+  float (*const chains)(long) = __builtin_cpu_supports("avx512f") ? fma_chains_avx512 : fma_chains_scalar;
+#else
+  float (*const chains)(long) = fma_chains_scalar;
+#endif
   const double ghz = core_clock_ghz();
   constexpr long kIters = 1 << 13;  // x 16 FMAs: ~65 us a pass at 2 a cycle and 3.5 GHz
   volatile float sink = 0.f;
   double best = 0.0;
   for (int rep = 0; rep < 15; ++rep) {  // the best of ~1 ms of passes
     const double t0 = wall_seconds();
-    sink = sink + (avx512 ? fma_chains_avx512(kIters) : fma_chains_scalar(kIters));
+    sink = sink + chains(kIters);
     const double dt = wall_seconds() - t0;
     if (dt > 0) best = std::max(best, double(kIters) * 16 / dt);
   }
@@ -104,10 +150,19 @@ double core_clock_ghz() {
   constexpr long kIters = 1 << 18, kAdds = 8;  // 2 M dependent adds
   long x = 0;
   const double t0 = wall_seconds();
-  for (long i = 0; i < kIters; ++i)
+  for (long i = 0; i < kIters; ++i) {
+#if CBX_BENCH_X86
     asm volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
                  "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
                  : "+r"(x));
+#elif defined(__aarch64__)
+    asm volatile("add %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1\n\t"
+                 "add %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1"
+                 : "+r"(x));
+#else
+    return 0.0;  // no dependent-add chain written for this architecture
+#endif
+  }
   const double dt = wall_seconds() - t0;
   return dt > 0 && x == kIters * kAdds ? double(kIters * kAdds) / dt / 1e9 : 0.0;
 }
@@ -126,7 +181,7 @@ double stream_read_gbps(ThreadPool& pool, const uint8_t* buf, size_t bytes, int 
         ThreadPool::split(int64_t(nf / 64), ith, nth, &b, &e);
         const float* p = reinterpret_cast<const float*>(buf) + b * 64;
         const size_t n = size_t(e - b) * 64;
-        part[ith] = variant == 0 ? sum_avx2(p, n) : sum4_avx2(p, n);
+        part[ith] = sum_read(p, n, variant == 1);
       });
       const double dt = clock_s() - t0;
       sink = sink + part[0];

@@ -32,9 +32,11 @@ double core_clock_ghz();
 // in which CFM and HiFT took ~1.6x their usual time at an unchanged clock are what this
 // tells apart. Zen 4 issues one 512-bit FMA a cycle.
 double core_fma_per_cycle();
-// n x 16 independent 512-bit FMAs (AVX-512F only); returns a value of every chain, so none
-// is optimized away. core_fma_per_cycle and bench peak time it.
+// n x 16 independent 512-bit FMAs (AVX-512F only; x86-64 builds only); returns a value of
+// every chain, so none is optimized away. core_fma_per_cycle and bench peak time it.
+#if defined(__x86_64__)
 float fma_chains_avx512(long n);
+#endif
 
 // Read bandwidth (GB/s) of `bytes` at `buf` (64-byte aligned) with the pool's threads.
 // `clock_s` measures time (wall by default; bench kernels can pass its CPU clock).

@@ -4,6 +4,8 @@
 #   bash scripts/setup.sh                 everything: build, run, test, benchmark, fuzz (CI)
 #   bash scripts/setup.sh --runtime-only  only what building and running `chatterbox` needs;
 #                                         configure with -DCBX_TESTS=OFF (no GoogleTest then)
+#   bash scripts/setup.sh --cross-aarch64 the aarch64 cross build and qemu-user for
+#                                         scripts/cross_aarch64.sh (adds dpkg's arm64 architecture)
 set -euo pipefail
 
 # Building and running the library, `chatterbox`, `chatterbox-bench` and `chatterbox-mkckpt`.
@@ -26,6 +28,16 @@ TEST_PACKAGES=(
   chromium                                 # tests/test_server_webui.sh: the server's web page, headless
 )
 
+# scripts/cross_aarch64.sh: Debian's cross compiler, qemu-user to run the tests, and the arm64
+# (multiarch, co-installed with the amd64 ones) -dev packages of the libraries the cross-built
+# library and tests link. nlohmann-json3-dev is architecture-independent (RUNTIME_PACKAGES).
+CROSS_AARCH64_PACKAGES=(
+  g++-aarch64-linux-gnu qemu-user
+  libc6:arm64 libstdc++6:arm64             # the runtime qemu-aarch64 loads (cmake/aarch64-linux-gnu.cmake)
+  libicu-dev:arm64 libsndfile1-dev:arm64 libsoxr-dev:arm64 libfftw3-dev:arm64 librubberband-dev:arm64
+  libgtest-dev:arm64
+)
+
 # tests/test_server_openai.sh drives `chatterbox serve` with the openai npm package: node and npm.
 # A Node.js from elsewhere (e.g. NodeSource) brings its own npm, which Debian's npm conflicts with.
 command -v npm > /dev/null 2>&1 || TEST_PACKAGES+=(nodejs npm)
@@ -33,11 +45,18 @@ command -v npm > /dev/null 2>&1 || TEST_PACKAGES+=(nodejs npm)
 case "${1:-}" in
   "") PACKAGES=("${RUNTIME_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
   --runtime-only) PACKAGES=("${RUNTIME_PACKAGES[@]}") ;;
+  --cross-aarch64) PACKAGES=("${CROSS_AARCH64_PACKAGES[@]}") ;;
   -h|--help)
-    sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
     exit 0 ;;
-  *) echo "setup: unknown option '$1' (--runtime-only or none)" >&2; exit 2 ;;
+  *) echo "setup: unknown option '$1' (--runtime-only, --cross-aarch64 or none)" >&2; exit 2 ;;
 esac
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if [ "${1:-}" = --cross-aarch64 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  echo "setup: adding the arm64 architecture (dpkg --add-architecture arm64)"
+  $SUDO dpkg --add-architecture arm64
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -48,8 +67,6 @@ if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 echo "setup: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

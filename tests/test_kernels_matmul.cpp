@@ -36,6 +36,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "core/x86_kernels.h"
 #include "kernels/matmul.h"
 #include "ops/matmul.h"
 
@@ -214,12 +215,14 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MatmulTest,
 // back to elsewhere is checked here through the table without AMX (same tolerances).
 TEST(Matmul, Bf16GemmWithoutAmx) {
   if (forced_isa_unavailable() || active_isa() != Isa::Avx512) GTEST_SKIP() << "AVX-512 only";
+#if CBX_X86_KERNELS
   uint32_t seed = 900;
   for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{65, 576, 300}, {29, 45, 11}, {40, 96, 9}}) {
     Errors e = run_case(DType::BF16, m, k, n, true, true, seed += 10, &matmul_kernels_avx512_no_amx());
     EXPECT_LE(e.max_ref, 4e-3) << "M=" << m << " K=" << k << " N=" << n;
     EXPECT_LE(e.max_gen, 4e-3) << "M=" << m << " K=" << k << " N=" << n;
   }
+#endif
 }
 
 // BF16 GEMM precision for every weight type: per-output bound (see the top), and either a

@@ -1,7 +1,12 @@
 #include "core/cpu.h"
 
-#include <cpuid.h>
 #include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define CBX_HAVE_CPUID 1
+#else
+#define CBX_HAVE_CPUID 0
+#endif
 
 #include <algorithm>
 #include <charconv>
@@ -18,6 +23,7 @@
 
 #include "core/debug_env.h"
 #include "core/log.h"
+#include "core/x86_kernels.h"
 
 namespace cbx {
 namespace {
@@ -28,14 +34,19 @@ struct CpuFeatures {
   bool avx512vnni = false, avx512bf16 = false;
 };
 
+#if CBX_HAVE_CPUID
 uint64_t xgetbv0() {
   uint32_t eax, edx;
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
   return (uint64_t(edx) << 32) | eax;
 }
+#endif
 
+// CPUID leaves 1 and 7 plus the OS's register-state support (XCR0). Off x86 nothing is set:
+// there are no per-ISA kernels to choose between.
 CpuFeatures probe() {
   CpuFeatures f;
+#if CBX_HAVE_CPUID
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   bool osxsave = c & (1u << 27);
@@ -55,6 +66,7 @@ CpuFeatures probe() {
   f.avx512vnni = zmm_os && (c & (1u << 11));
   unsigned a1, b1, c1, d1;
   if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f.avx512bf16 = zmm_os && (a1 & (1u << 5));
+#endif
   return f;
 }
 
@@ -69,6 +81,9 @@ int parse_forced() { return debug_env().force_isa; }
 }  // namespace
 
 Isa detected_isa() {
+#if !CBX_X86_KERNELS
+  return Isa::Generic;  // built without the AVX2 / AVX-512 kernels (not x86-64, or CBX_X86_KERNELS=OFF)
+#else
   const CpuFeatures& f = features();
   // The AVX-512 kernels use F/BW/VL/DQ + VNNI + BF16 (Zen 4, Sapphire Rapids and later).
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx512bf16 &&
@@ -76,6 +91,7 @@ Isa detected_isa() {
     return Isa::Avx512;
   if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
   return Isa::Generic;
+#endif
 }
 
 bool forced_isa_unavailable() {
@@ -107,8 +123,9 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
-bool cpu_has_avx512_vnni() { return features().avx512vnni; }
-bool cpu_has_avx512_bf16() { return features().avx512bf16; }
+// Only where kernels could use them.
+bool cpu_has_avx512_vnni() { return CBX_X86_KERNELS && features().avx512vnni; }
+bool cpu_has_avx512_bf16() { return CBX_X86_KERNELS && features().avx512bf16; }
 
 namespace {
 
@@ -121,6 +138,9 @@ PrefetchLevel probe_prefetch_level() {
 
 bool cpu_is_amd() {
   static const bool amd = [] {
+#if !CBX_HAVE_CPUID
+    return false;
+#else
     unsigned a, b, c, d;
     if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
     char vendor[13];
@@ -129,16 +149,21 @@ bool cpu_is_amd() {
     std::memcpy(vendor + 8, &c, 4);
     vendor[12] = 0;
     return std::strcmp(vendor, "AuthenticAMD") == 0;
+#endif
   }();
   return amd;
 }
 
 int cpu_family() {
+#if !CBX_HAVE_CPUID
+  return 0;
+#else
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
   unsigned family = (a >> 8) & 0xf;
   if (family == 0xf) family += (a >> 20) & 0xff;
   return int(family);
+#endif
 }
 
 PrefetchLevel stream_prefetch_level() {

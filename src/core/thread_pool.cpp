@@ -1,11 +1,18 @@
 #include "core/thread_pool.h"
 
-#include <immintrin.h>
-
 #include "core/error.h"
 
 namespace cbx {
 namespace {
+
+// One spin-wait iteration's hint to the core (a sibling hyper-thread gets the pipeline).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield" ::: "memory");
+#endif
+}
 
 // Spin this many pause iterations (~tens of microseconds) before sleeping on the
 // atomic: decode steps issue ops back to back, so a worker is usually re-armed soon.
@@ -15,7 +22,7 @@ template <typename Pred>
 void spin_then_wait(const std::atomic<uint32_t>& word, uint32_t old, Pred done) {
   for (int i = 0; i < kSpinIters; ++i) {
     if (done()) return;
-    _mm_pause();
+    cpu_relax();
   }
   while (!done()) word.wait(old, std::memory_order_acquire);
 }
@@ -49,7 +56,7 @@ void ThreadPool::run_impl(JobFn fn, void* ctx) {
   // Wait for the workers; pending_ is an int, waited on through its own futex.
   for (int i = 0; i < kSpinIters; ++i) {
     if (pending_.load(std::memory_order_acquire) == 0) return;
-    _mm_pause();
+    cpu_relax();
   }
   int p;
   while ((p = pending_.load(std::memory_order_acquire)) != 0) pending_.wait(p, std::memory_order_acquire);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/x86_kernels.h"
 #include "kernels/matmul.h"
 #include "kernels/matvec_q4k.h"
 
@@ -39,11 +40,16 @@ int matmul_weight_slot(DType t) {
 }
 
 const MatmulKernels& matmul_kernels(Isa isa) {
+#if CBX_X86_KERNELS
   switch (isa) {
     case Isa::Avx512: return matmul_kernels_avx512();
     case Isa::Avx2: return matmul_kernels_avx2();
     default: return matmul_kernels_generic();
   }
+#else
+  (void)isa;  // only the generic kernels are compiled in (core/x86_kernels.h)
+  return matmul_kernels_generic();
+#endif
 }
 
 namespace {

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/x86_kernels.h"
 #include "kernels/matvec_q4k.h"
 #include "kernels/matvec_q4p.h"
 
@@ -85,6 +86,13 @@ const DotKernel& q4kp_dot_generic() {
 
 const DotKernel& q4kp_dot_avx512();  // matvec_q4kp_avx512.cpp
 
-const DotKernel* q4kp_dot(Isa isa) { return isa == Isa::Avx512 ? &q4kp_dot_avx512() : nullptr; }
+const DotKernel* q4kp_dot(Isa isa) {
+#if CBX_X86_KERNELS
+  return isa == Isa::Avx512 ? &q4kp_dot_avx512() : nullptr;
+#else
+  (void)isa;
+  return nullptr;
+#endif
+}
 
 }  // namespace cbx

@@ -2,6 +2,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/x86_kernels.h"
 #include "kernels/matvec_q4p.h"
 
 namespace cbx {
@@ -113,8 +114,10 @@ const DotKernel& planar_dot_generic(DType t) {
 
 const DotKernel* planar_dot(DType t, Isa isa) {
   if (!planar_type(t)) return nullptr;
+#if CBX_X86_KERNELS
   if (isa == Isa::Avx512) return &planar_dot_avx512(t);
   if (isa == Isa::Avx2) return &planar_dot_avx2(t);
+#endif
   return nullptr;
 }
 

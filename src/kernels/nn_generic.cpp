@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/x86_kernels.h"
 #include "kernels/nn.h"
 
 namespace cbx {
@@ -214,11 +215,13 @@ const NnKernels& nn_kernels(Isa isa) {
   // Never hand out a table the CPU cannot run (an explicit isa argument may ask for more).
   static const Isa best = detected_isa();
   if (int(isa) > int(best)) isa = best;
+#if CBX_X86_KERNELS
   switch (isa) {
     case Isa::Avx512: return nn_kernels_avx512();
     case Isa::Avx2: return nn_kernels_avx2();
     case Isa::Generic: break;
   }
+#endif
   return kGeneric;
 }
 
