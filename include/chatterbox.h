@@ -70,7 +70,7 @@ extern "C" {
  * n_threads is the CPUs the process may use (affinity, cgroup quota), not the machine's; Turbo
  * takes language "en" in any case; cbx_version; streaming (cbx_synth_params.stream
  * and its schedule, appended). 5: cbx_log_set (the library writes nothing to stderr on its
- * own any more). 6: cbx_model_params.gemm_precision (appended); the environment variables
+ * own any more). 6: cbx_model_params.gemm_precision and cfm_precision (appended); the environment variables
  * CBX_GEMM, CBX_FORCE_ISA, CBX_NO_AMX, CBX_VDPBF16, CBX_NO_PREPACK, CBX_STREAM_PREFETCH and
  * CBX_S3GEN_SHARED_ARENA are no longer read: GEMM precision is this parameter, the others are
  * debugging switches named CBX_DEBUG_* (README "Debugging switches"), and a bad CBX_DEBUG_*
@@ -103,11 +103,13 @@ typedef enum cbx_kv_type { CBX_KV_F16 = 0, CBX_KV_F32 = 1 } cbx_kv_type;
  * token-by-token decode is not a GEMM). DEFAULT: from the weights, BF16 for a quantized or
  * f16/bf16 GGUF, exact F32 for an f32 GGUF. BF16: operands rounded to bf16, f32 accumulation,
  * faster where the CPU has AMX-BF16 or is an AMD Zen 4 or later (elsewhere it runs the F32
- * GEMM); F32: exact. Other values are reserved. */
+ * GEMM); F32: exact. INT8 (cfm_precision only): weights quantized per output channel, activations
+ * per row, exact int32 sums (vpdpbusd on AVX-512 VNNI; elsewhere a slow scalar kernel). */
 typedef enum cbx_gemm_precision {
   CBX_GEMM_DEFAULT = 0,
   CBX_GEMM_F32 = 1,
-  CBX_GEMM_BF16 = 2
+  CBX_GEMM_BF16 = 2,
+  CBX_GEMM_INT8 = 3
 } cbx_gemm_precision;
 
 typedef struct cbx_model cbx_model; /* opaque */
@@ -125,6 +127,11 @@ typedef struct cbx_model_params {
   int32_t no_repack;        /* nonzero: no planar decode copies of q4_0 / q8_0 matrices (less
                                memory, e.g. ~330 MB for Turbo q8_0; slower decode; same audio) */
   int32_t gemm_precision;   /* cbx_gemm_precision (default CBX_GEMM_DEFAULT); since API 6 */
+  int32_t cfm_precision;    /* cbx_gemm_precision of the S3Gen CFM estimator's transformer
+                               linears, the largest share of S3Gen's time. DEFAULT: INT8 for a
+                               quantized or f16/bf16 GGUF where the CPU has AVX-512 VNNI (mel
+                               ~36-38 dB from the f32 path, docs/quantization.md), else as
+                               gemm_precision; F32 / BF16 / INT8 force one. Since API 6 */
 } cbx_model_params;
 
 /* Per-call parameters. CBX_DEFAULT_INT / CBX_DEFAULT_FLOAT = the model's default (GGUF

@@ -118,6 +118,12 @@ static void test_invalid_params(cbx_model* m, const char* gguf) {
   LOAD_INVALID(gemm_precision, -1,
                "gemm_precision (--gemm-precision) must be CBX_GEMM_DEFAULT, CBX_GEMM_F32 or CBX_GEMM_BF16 (auto, f32 "
                "or bf16), got -1");
+  LOAD_INVALID(cfm_precision, 4,
+               "cfm_precision (--cfm-precision) must be CBX_GEMM_DEFAULT, CBX_GEMM_F32, CBX_GEMM_BF16 or "
+               "CBX_GEMM_INT8 (auto, f32, bf16 or int8), got 4");
+  LOAD_INVALID(cfm_precision, -1,
+               "cfm_precision (--cfm-precision) must be CBX_GEMM_DEFAULT, CBX_GEMM_F32, CBX_GEMM_BF16 or "
+               "CBX_GEMM_INT8 (auto, f32, bf16 or int8), got -1");
 #undef LOAD_INVALID
   /* the model's own limit: its T3 positions, checked at load */
   mp = cbx_model_default_params();
@@ -669,6 +675,21 @@ int main(int argc, char** argv) {
       cbx_audio_free(e);
       cbx_model_free(g);
     }
+    /* cfm_precision INT8 on this f32 GGUF: the estimator's linears in int8 (the default keeps
+     * f32 weights exact): the same tokens, so the same length, other samples */
+    cbx_model_params ip = cbx_model_default_params();
+    ip.n_threads = 2;
+    ip.max_new_tokens = 40;
+    ip.cfm_precision = CBX_GEMM_INT8;
+    cbx_model* g = NULL;
+    CHECK(cbx_model_load(gguf, &ip, &g) == CBX_OK);
+    float* e = NULL;
+    size_t ne = 0;
+    sp.seed = 1;
+    CHECK(g && cbx_synthesize(g, "Hello world.", &sp, &e, &ne, NULL) == CBX_OK);
+    CHECK(ne == na && e && a && memcmp(a, e, na * sizeof(float)) != 0);
+    cbx_audio_free(e);
+    cbx_model_free(g);
   }
   sp.seed = 2;
 

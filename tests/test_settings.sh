@@ -47,7 +47,26 @@ cmp -s "$T/auto.wav" "$T/f32.wav" || fail "f32 GGUF: --gemm-precision auto is no
 for v in auto f32 bf16; do
   "$B" say -m "$T/q.gguf" --max-tokens 20 -t 2 -q --seed 3 "Hello." -o "$T/q-$v.wav" --gemm-precision "$v" 2> /dev/null || fail "q8_0 say $v"
 done
-cmp -s "$T/q-auto.wav" "$T/q-bf16.wav" || fail "q8_0 GGUF: the default precision is not bf16"
+# The default CFM precision of a lossy GGUF is int8 where the VNNI kernel runs it (system-info
+# int8_gemm=vpdpbusd), else the GEMM precision; --cfm-precision reaches the estimator.
+i8=$("$B" system-info | sed -n 's/.*int8_gemm=\([a-z0-9]*\).*/\1/p')
+[ -n "$i8" ] || fail "system-info printed no int8_gemm="
+cfm_default=bf16
+[ "$i8" = vpdpbusd ] && cfm_default=int8
+"$B" say -m "$T/q.gguf" --max-tokens 20 -t 2 -q --seed 3 "Hello." -o "$T/q-bf16-cfmdef.wav" --gemm-precision bf16 \
+  --cfm-precision "$cfm_default" 2> /dev/null || fail "q8_0 say bf16 + cfm $cfm_default"
+cmp -s "$T/q-auto.wav" "$T/q-bf16-cfmdef.wav" || fail "q8_0 GGUF: the default is not bf16 with a $cfm_default CFM"
+"$B" say -m "$T/q.gguf" --max-tokens 20 -t 2 -q --seed 3 "Hello." -o "$T/q-cfm-int8.wav" --cfm-precision int8 \
+  2> /dev/null || fail "q8_0 say --cfm-precision int8"
+"$B" say -m "$T/q.gguf" --max-tokens 20 -t 2 -q --seed 3 "Hello." -o "$T/q-cfm-bf16.wav" --cfm-precision bf16 \
+  2> /dev/null || fail "q8_0 say --cfm-precision bf16"
+cmp -s "$T/q-cfm-int8.wav" "$T/q-cfm-bf16.wav" && fail "--cfm-precision int8 gave the bf16 audio"
+cmp -s "$T/q-cfm-bf16.wav" "$T/q-bf16.wav" || fail "--cfm-precision bf16 is not the bf16 default"
+for v in int4 INT8 ""; do
+  expect_error "chatterbox say: error: --cfm-precision must be auto, f32, bf16 or int8, got '$v'" -- \
+    "$B" say -m "$T/q.gguf" "Hello." -o "$T/x.wav" --cfm-precision "$v"
+done
+[ ! -e "$T/x.wav" ] || fail "a bad --cfm-precision wrote output"
 kind=$("$B" system-info | sed -n 's/.*bf16_gemm=\([a-z0-9]*\).*/\1/p')
 [ -n "$kind" ] || fail "system-info printed no bf16_gemm="
 if [ "$kind" = none ]; then

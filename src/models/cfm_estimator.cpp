@@ -232,8 +232,14 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
   bool lossy = false;
   for (const Tensor* t : {&w.time1_w, &w.time2_w, &w.down.resnet.mlp_w}) lossy |= gemm_weight_is_lossy(t->dtype);
   if (!w.down.blocks.empty()) lossy |= gemm_weight_is_lossy(w.down.blocks[0].to_q.dtype);
-  const bool int8 = resolve_gemm_precision(o.gemm, lossy) == GemmPrecision::Int8;
-  gemm_ = int8 ? GemmPrecision::BF16 : resolve_gemm_precision(o.gemm, lossy);
+  // The default for lossy weights is the int8 linears where the VNNI kernel runs them (mel within
+  // ~36-38 dB of the f32 path on the full-size models, docs/quantization.md); BF16 elsewhere.
+  GemmPrecision req = o.gemm;
+  if (req == GemmPrecision::Auto && gemm_precision_scope() == GemmPrecision::Auto && lossy &&
+      std::strcmp(gemm_int8_kind(), "vpdpbusd") == 0)
+    req = GemmPrecision::Int8;
+  const bool int8 = resolve_gemm_precision(req, lossy) == GemmPrecision::Int8;
+  gemm_ = int8 ? GemmPrecision::BF16 : resolve_gemm_precision(req, lossy);
   linear_ = int8 ? GemmPrecision::Int8 : gemm_;
   const int64_t B = max_batch_, T = max_frames_, C = c.channels;
   const int64_t N = B * T, K = c.conv_kernel;

@@ -97,7 +97,8 @@ struct CfmEstimatorOptions {
   int64_t max_frames = 3000;  // most frames T one forward call takes (prompt + generated)
   int64_t max_batch = 1;      // 2 for the CFG pair
   // GEMM precision of the linears and convolutions (ops/matmul.h); attention stays f32.
-  // Auto: BF16 when the matmul weights are lossy (not F32), else F32.
+  // Auto: F32 for f32 weights; for lossy ones (not F32) Int8 where gemm_int8_kind() is the VNNI
+  // kernel (and no GemmPrecisionScope is held), else BF16.
   // Int8: the transformer linears (q|k|v, out, feed-forward) run the int8 GEMM (weights quantized
   // per channel at construction, activations per row); everything else as BF16.
   GemmPrecision gemm = GemmPrecision::Auto;

@@ -183,6 +183,16 @@ cbx::UserLoadOptions load_options(const cbx_model_params& p) {
           "gemm_precision (--gemm-precision) must be CBX_GEMM_DEFAULT, CBX_GEMM_F32 or CBX_GEMM_BF16 (auto, f32 or "
           "bf16), got " + std::to_string(p.gemm_precision));
   }
+  switch (p.cfm_precision) {
+    case CBX_GEMM_DEFAULT: o.cfm_precision = cbx::GemmPrecision::Auto; break;
+    case CBX_GEMM_F32: o.cfm_precision = cbx::GemmPrecision::F32; break;
+    case CBX_GEMM_BF16: o.cfm_precision = cbx::GemmPrecision::BF16; break;
+    case CBX_GEMM_INT8: o.cfm_precision = cbx::GemmPrecision::Int8; break;
+    default:
+      throw cbx::InvalidArgumentError(
+          "cfm_precision (--cfm-precision) must be CBX_GEMM_DEFAULT, CBX_GEMM_F32, CBX_GEMM_BF16 or CBX_GEMM_INT8 "
+          "(auto, f32, bf16 or int8), got " + std::to_string(p.cfm_precision));
+  }
   cbx::validate(o);
   return o;
 }
@@ -268,6 +278,7 @@ cbx_model_params cbx_model_default_params(void) {
   p.max_new_tokens = CBX_DEFAULT_INT;
   p.no_repack = 0;
   p.gemm_precision = CBX_GEMM_DEFAULT;
+  p.cfm_precision = CBX_GEMM_DEFAULT;
   return p;
 }
 

@@ -120,6 +120,10 @@ void validate(const UserLoadOptions& o) {
       *o.gemm_precision != GemmPrecision::BF16)
     throw InvalidArgumentError("gemm_precision (--gemm-precision) must be auto, f32 or bf16, got " +
                                std::to_string(int(*o.gemm_precision)));
+  if (o.cfm_precision && *o.cfm_precision != GemmPrecision::Auto && *o.cfm_precision != GemmPrecision::F32 &&
+      *o.cfm_precision != GemmPrecision::BF16 && *o.cfm_precision != GemmPrecision::Int8)
+    throw InvalidArgumentError("cfm_precision (--cfm-precision) must be auto, f32, bf16 or int8, got " +
+                               std::to_string(int(*o.cfm_precision)));
   if (!debug_env_error().empty()) throw InvalidArgumentError(debug_env_error());
 }
 
@@ -158,6 +162,7 @@ TurboLoadParams to_turbo_load_params(const UserLoadOptions& o) {
   p.kv_type = o.kv_type.value_or(DType::F16);
   p.repack = o.repack;
   p.gemm = o.gemm_precision.value_or(GemmPrecision::Auto);
+  p.cfm_precision = o.cfm_precision.value_or(GemmPrecision::Auto);
   return p;
 }
 
@@ -169,6 +174,7 @@ MtlLoadParams to_mtl_load_params(const UserLoadOptions& o) {
   p.kv_type = t.kv_type;
   p.repack = t.repack;
   p.gemm = t.gemm;
+  p.cfm_precision = t.cfm_precision;
   return p;
 }
 
@@ -242,6 +248,12 @@ GemmPrecision parse_gemm_precision_flag(const std::string& flag, const std::stri
   if (text == "f32") return GemmPrecision::F32;
   if (text == "bf16") return GemmPrecision::BF16;
   throw_parse(flag, "auto, f32 or bf16", text);
+}
+
+GemmPrecision parse_cfm_precision_flag(const std::string& flag, const std::string& text) {
+  if (text == "int8") return GemmPrecision::Int8;
+  if (text == "auto" || text == "f32" || text == "bf16") return parse_gemm_precision_flag(flag, text);
+  throw_parse(flag, "auto, f32, bf16 or int8", text);
 }
 
 std::optional<std::string> thread_count_warning(int64_t n_threads, int available) {

@@ -90,6 +90,7 @@ struct UserLoadOptions {
   std::optional<DType> kv_type;  // F16 (default) or F32
   bool repack = true;            // TurboLoadParams::repack
   std::optional<GemmPrecision> gemm_precision;  // TurboLoadParams::gemm; default Auto
+  std::optional<GemmPrecision> cfm_precision;   // TurboLoadParams::cfm_precision; default Auto
 };
 
 // Throw InvalidArgumentError (param_error) for the first value out of range, in field order.
@@ -128,6 +129,8 @@ double parse_number(const std::string& flag, const std::string& text);
 DType parse_kv_type(const std::string& flag, const std::string& text);
 // --gemm-precision: "auto", "f32" or "bf16".
 GemmPrecision parse_gemm_precision_flag(const std::string& flag, const std::string& text);
+// --cfm-precision: "auto", "f32", "bf16" or "int8".
+GemmPrecision parse_cfm_precision_flag(const std::string& flag, const std::string& text);
 
 // A warning for n_threads above the CPUs this process may use (nullopt when it fits):
 // every pool barrier then waits for a descheduled thread, many times slower. The CLI prints

@@ -79,6 +79,8 @@ const char* const kSayUsage =
     "  --gemm-precision P       auto, f32 or bf16: precision of the matrix products (default auto: bf16\n"
     "                           for quantized or f16 GGUFs, exact f32 for f32 ones; bf16 is faster with\n"
     "                           AMX or on AMD Zen 4+, elsewhere it runs the f32 products)\n"
+    "  --cfm-precision P        auto, f32, bf16 or int8: the S3Gen CFM estimator's linears (default auto:\n"
+    "                           int8 for quantized or f16 GGUFs with AVX-512 VNNI, else as --gemm-precision)\n"
     "  -v, --verbose            load and per-stage timings on stderr\n"
     "  -q, --quiet              no progress line and no summary (errors and warnings still)\n"
     "  --progress               the progress line even when stderr is not a terminal\n"
@@ -199,6 +201,7 @@ std::optional<SayOptions> parse_say_options(int argc, char** argv) {
     else if (a == "--kv-type") o.load.kv_type = parse_kv_type(a, next());
     else if (a == "--no-repack") o.load.repack = false;
     else if (a == "--gemm-precision") o.load.gemm_precision = parse_gemm_precision_flag(a, next());
+    else if (a == "--cfm-precision") o.load.cfm_precision = parse_cfm_precision_flag(a, next());
     else if (a == "--speed") o.post.speed = ranged("--speed", next(), 0.5, 2.0);
     else if (a == "--pause-ms") o.post.pause_ms = ranged("--pause-ms", next(), 0, 10000);
     else if (a == "--volume") o.post.gain_db = parse_volume(next());

@@ -42,6 +42,8 @@ const char* kUsage =
     "  --max-tokens N          speech tokens per generation (default: the model's, 1000 ~ 40 s)\n"
     "  --gemm-precision P      auto, f32 or bf16: GEMM precision (default auto: bf16 for quantized or\n"
     "                          f16 GGUFs, f32 for f32 ones; bf16 is faster with AMX or on AMD Zen 4+)\n"
+    "  --cfm-precision P       auto, f32, bf16 or int8: the S3Gen CFM estimator's linears (default auto:\n"
+    "                          int8 for quantized or f16 GGUFs with AVX-512 VNNI, else as --gemm-precision)\n"
     "  --cors ORIGIN           send Access-Control-Allow-Origin: ORIGIN (and answer preflights)\n"
     "  --no-ui                 do not serve the web page at GET /\n"
     "  --no-stream-synthesis   hand out audio per text chunk only (default: in pieces while the\n"
@@ -122,6 +124,13 @@ int serve_main(int argc, char** argv) {
         case GemmPrecision::F32: o.gemm_precision = CBX_GEMM_F32; break;
         case GemmPrecision::BF16: o.gemm_precision = CBX_GEMM_BF16; break;
         default: o.gemm_precision = CBX_GEMM_DEFAULT; break;
+      }
+    } else if (a == "--cfm-precision") {
+      switch (parse_cfm_precision_flag(a, next())) {
+        case GemmPrecision::F32: o.cfm_precision = CBX_GEMM_F32; break;
+        case GemmPrecision::BF16: o.cfm_precision = CBX_GEMM_BF16; break;
+        case GemmPrecision::Int8: o.cfm_precision = CBX_GEMM_INT8; break;
+        default: o.cfm_precision = CBX_GEMM_DEFAULT; break;
       }
     } else if (a == "--cors") {
       o.cors = next();

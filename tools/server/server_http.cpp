@@ -217,6 +217,7 @@ void SpeechServer::load() {
     mp.n_threads = opt_.threads;
     mp.max_new_tokens = opt_.max_tokens;
     mp.gemm_precision = opt_.gemm_precision;
+    mp.cfm_precision = opt_.cfm_precision;
     cbx_model* m = nullptr;
     if (cbx_model_load(path.c_str(), &mp, &m) != CBX_OK) fail("serve: %s: %s", path.c_str(), cbx_last_error());
     models_.push_back(m);

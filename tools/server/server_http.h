@@ -28,6 +28,7 @@ struct ServeOptions {
   int32_t threads = CBX_DEFAULT_INT;     // per model; default: the CPUs this process may use
   int32_t max_tokens = CBX_DEFAULT_INT;  // speech tokens per generation (load parameter)
   int32_t gemm_precision = CBX_GEMM_DEFAULT;  // cbx_gemm_precision (load parameter)
+  int32_t cfm_precision = CBX_GEMM_DEFAULT;   // cbx_gemm_precision of the CFM linears (load parameter)
   std::string voices_dir;
   std::string api_key;
   int max_batch = 4;  // Turbo / Nano requests decoded together (1: one at a time)
