@@ -186,7 +186,7 @@ int run_mtl(int argc, char** argv) {
   const double stream_after = stream_read_gbps(pipe.pool(), size_t(args.mb), 5);
   const double stream_4k = stream_read_gbps(pipe.pool(), size_t(args.mb), 5, false);
   const double decode_gbps = (st.weight_bytes_per_step + st.kv_bytes_per_step) * tok_s / 1e9;
-  std::printf("bench mtl model=%s cfm_precision=%s threads=%d kv=%s lang=%s cfg_weight=%g rows=%lld load_ms=%.0f prompt_rows=%lld "
+  std::printf("bench mtl model=%s precision=%s threads=%d kv=%s lang=%s cfg_weight=%g rows=%lld load_ms=%.0f prompt_rows=%lld "
               "tokens=%d folded=%lld audio_s=%.2f t3_prefill_ms=%.1f t3_decode_ms=%.1f t3_tok_s=%.2f "
               "weight_mb_step=%.1f kv_mb_step=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
               "flow_ms=%.1f cfm_ms=%.1f cfm_step_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f cpu_s=%.1f cpu_t3_s=%.1f "
@@ -194,7 +194,7 @@ int run_mtl(int argc, char** argv) {
               "stream_samples=%d stream_lo_gbps=%.2f stream_hi_gbps=%.2f stream_after_gbps=%.2f "
               "stream_4k_gbps=%.2f decode_bw_ratio_4k=%.3f clock_ghz=%.2f clock_after_ghz=%.2f "
               "fma_per_cycle=%.2f fma_after_per_cycle=%.2f\n",
-              args.model.c_str(), gemm_precision_name(cfm_prec), pipe.n_threads(), args.kv.c_str(), lang.c_str(), double(s.cfg_weight),
+              args.model.c_str(), gemm_precision_name(pipe.cfm_precision()), pipe.n_threads(), args.kv.c_str(), lang.c_str(), double(s.cfg_weight),
               (long long)st.n_rows, load_ms, (long long)st.prompt_len, args.tokens, (long long)n_folded, audio_s,
               st.prefill_ms, st.decode_ms, tok_s, st.weight_bytes_per_step / 1e6, st.kv_bytes_per_step / 1e6,
               decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, cfm_step_ms, s3gen_ms, tm.hift_ms,

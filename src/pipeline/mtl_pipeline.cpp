@@ -100,6 +100,7 @@ const ModelConfig& MtlPipeline::config() const { return m_->cfg; }
 int MtlPipeline::n_threads() const { return m_->pool->size(); }
 int64_t MtlPipeline::max_new_tokens() const { return m_->max_new; }
 GemmPrecision MtlPipeline::gemm_precision() const { return m_->gemm; }
+GemmPrecision MtlPipeline::cfm_precision() const { return m_->s3gen->cfm_linear_precision(); }
 std::vector<std::string> MtlPipeline::languages() const { return m_->languages; }
 T3Mtl& MtlPipeline::t3() { return *m_->t3; }
 const Voice& MtlPipeline::voice() const { return m_->voice; }

@@ -147,6 +147,7 @@ class MtlPipeline final : public Pipeline {
   int64_t max_new_tokens() const override;
   int64_t chunk_token_limit() const override { return max_new_tokens(); }
   std::vector<std::string> languages() const override;  // codes, sorted
+  GemmPrecision cfm_precision() const;   // what the CFM estimator's linears run (S3GenStage)
   GemmPrecision gemm_precision() const;  // MtlLoadParams::gemm (callers driving t3() hold a scope)
   T3Mtl& t3();
 

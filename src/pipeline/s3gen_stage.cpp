@@ -50,6 +50,8 @@ S3GenStage::S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool
 
 S3GenStage::~S3GenStage() = default;
 
+GemmPrecision S3GenStage::cfm_linear_precision() const { return cfm_->estimator().linear_precision(); }
+
 void S3GenStage::check_fits(const Voice& v, const std::string& what) const {
   CBX_CHECK(int64_t(v.prompt_token.size()) <= max_prompt_tokens_,
             "%s: %zu S3Gen prompt tokens exceed the %lld the pipeline reserved", what.c_str(), v.prompt_token.size(),

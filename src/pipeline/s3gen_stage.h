@@ -54,6 +54,8 @@ class S3GenStage {
 
   int64_t max_prompt_tokens() const { return max_prompt_tokens_; }
   int64_t max_speech() const { return max_speech_; }
+  // What the CFM estimator's transformer linears run (the load-time choice resolved: F32, BF16, Int8).
+  GemmPrecision cfm_linear_precision() const;
   CfmSolver& cfm() { return *cfm_; }
   FlowEncoder& flow() { return *flow_; }
   HiftVocoder& hift() { return *hift_; }

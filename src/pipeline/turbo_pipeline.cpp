@@ -98,6 +98,7 @@ const ModelConfig& TurboPipeline::config() const { return m_->cfg; }
 int TurboPipeline::n_threads() const { return m_->pool->size(); }
 int64_t TurboPipeline::max_new_tokens() const { return m_->max_new; }
 GemmPrecision TurboPipeline::gemm_precision() const { return m_->gemm; }
+GemmPrecision TurboPipeline::cfm_precision() const { return m_->s3gen->cfm_linear_precision(); }
 int64_t TurboPipeline::chunk_token_limit() const { return m_->max_new + 1; }
 std::vector<std::string> TurboPipeline::languages() const { return {"en"}; }
 T3Turbo& TurboPipeline::t3() { return *m_->t3; }

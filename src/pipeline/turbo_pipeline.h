@@ -129,6 +129,7 @@ class TurboPipeline final : public Pipeline {
   int64_t max_new_tokens() const override;
   int64_t chunk_token_limit() const override;  // max_new_tokens() + 1 (the prefill token)
   std::vector<std::string> languages() const override;  // {"en"}
+  GemmPrecision cfm_precision() const;   // what the CFM estimator's linears run (S3GenStage)
   GemmPrecision gemm_precision() const;  // TurboLoadParams::gemm (callers driving t3() hold a scope)
   T3Turbo& t3();
   // The voice in use (default: the built-in one, conds.pt) as the pipeline uses it.
