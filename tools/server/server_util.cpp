@@ -1,5 +1,7 @@
 #include "server_util.h"
 
+#include <cmath>
+
 namespace cbx::server {
 
 ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_, std::string type_)
@@ -61,8 +63,9 @@ std::optional<int64_t> integer_field(const nlohmann::json& j, const char* name) 
     return v->get<int64_t>();
   }
   if (v->is_number_float()) {
+    // Range first: converting a double outside int64's range is undefined behaviour.
     const double d = v->get<double>();
-    if (d == double(int64_t(d)) && d > -9.2e18 && d < 9.2e18) return int64_t(d);
+    if (d > -9.2e18 && d < 9.2e18 && d == std::trunc(d)) return int64_t(d);
   }
   wrong_type(name, "an integer", *v);
 }
