@@ -8,10 +8,12 @@
 
 #include "kernels/attention_amx.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_int8.h"
 
 namespace cbx {
 
 const Bf16Gemm* matmul_bf16_gemm_avx512(const MatmulKernels&) { return nullptr; }
+const GemmKernel* matmul_int8_gemm_avx512() { return nullptr; }
 
 const AttentionAmxKernels* attention_amx_kernels() { return nullptr; }
 const AttentionAmxKernels* attention_vdpbf16_kernels() { return nullptr; }
