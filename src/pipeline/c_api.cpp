@@ -165,6 +165,18 @@ cbx::UserSynthOptions synth_options(const cbx_synth_params& p) {
 }
 
 // cbx_model_params as the shared validator sees it; throws InvalidArgumentError.
+// cbx_gemm_precision -> GemmPrecision (the same numbering); CBX_GEMM_INT8 only where int8_ok.
+cbx::GemmPrecision gemm_precision_of(int32_t v, bool int8_ok, const char* what) {
+  static_assert(int(cbx::GemmPrecision::Auto) == CBX_GEMM_DEFAULT && int(cbx::GemmPrecision::F32) == CBX_GEMM_F32 &&
+                int(cbx::GemmPrecision::BF16) == CBX_GEMM_BF16 && int(cbx::GemmPrecision::Int8) == CBX_GEMM_INT8);
+  if (v >= CBX_GEMM_DEFAULT && v <= (int8_ok ? CBX_GEMM_INT8 : CBX_GEMM_BF16)) return cbx::GemmPrecision(v);
+  throw cbx::InvalidArgumentError(
+      std::string(what) +
+      (int8_ok ? " must be CBX_GEMM_DEFAULT, CBX_GEMM_F32, CBX_GEMM_BF16 or CBX_GEMM_INT8 (auto, f32, bf16 or int8), got "
+               : " must be CBX_GEMM_DEFAULT, CBX_GEMM_F32 or CBX_GEMM_BF16 (auto, f32 or bf16), got ") +
+      std::to_string(v));
+}
+
 cbx::UserLoadOptions load_options(const cbx_model_params& p) {
   cbx::UserLoadOptions o;
   o.n_threads = given(p.n_threads);
@@ -174,25 +186,8 @@ cbx::UserLoadOptions load_options(const cbx_model_params& p) {
                                     std::to_string(p.kv_type));
   o.kv_type = p.kv_type == CBX_KV_F32 ? cbx::DType::F32 : cbx::DType::F16;
   o.repack = p.no_repack == 0;
-  switch (p.gemm_precision) {
-    case CBX_GEMM_DEFAULT: o.gemm_precision = cbx::GemmPrecision::Auto; break;
-    case CBX_GEMM_F32: o.gemm_precision = cbx::GemmPrecision::F32; break;
-    case CBX_GEMM_BF16: o.gemm_precision = cbx::GemmPrecision::BF16; break;
-    default:
-      throw cbx::InvalidArgumentError(
-          "gemm_precision (--gemm-precision) must be CBX_GEMM_DEFAULT, CBX_GEMM_F32 or CBX_GEMM_BF16 (auto, f32 or "
-          "bf16), got " + std::to_string(p.gemm_precision));
-  }
-  switch (p.cfm_precision) {
-    case CBX_GEMM_DEFAULT: o.cfm_precision = cbx::GemmPrecision::Auto; break;
-    case CBX_GEMM_F32: o.cfm_precision = cbx::GemmPrecision::F32; break;
-    case CBX_GEMM_BF16: o.cfm_precision = cbx::GemmPrecision::BF16; break;
-    case CBX_GEMM_INT8: o.cfm_precision = cbx::GemmPrecision::Int8; break;
-    default:
-      throw cbx::InvalidArgumentError(
-          "cfm_precision (--cfm-precision) must be CBX_GEMM_DEFAULT, CBX_GEMM_F32, CBX_GEMM_BF16 or CBX_GEMM_INT8 "
-          "(auto, f32, bf16 or int8), got " + std::to_string(p.cfm_precision));
-  }
+  o.gemm_precision = gemm_precision_of(p.gemm_precision, false, "gemm_precision (--gemm-precision)");
+  o.cfm_precision = gemm_precision_of(p.cfm_precision, true, "cfm_precision (--cfm-precision)");
   cbx::validate(o);
   return o;
 }
