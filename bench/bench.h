@@ -23,9 +23,7 @@ double clock_seconds(bool cpu, int threads);
 double median(std::vector<double> v);
 
 struct RegisterBench {
-  RegisterBench(const char* name, const char* summary, BenchFn fn) {
-    benches().push_back({name, summary, fn});
-  }
+  RegisterBench(const char* name, const char* summary, BenchFn fn) { benches().push_back({name, summary, fn}); }
 };
 
 }  // namespace cbx::bench

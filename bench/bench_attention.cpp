@@ -49,14 +49,22 @@ int run_attention(int argc, char** argv) {
       CBX_CHECK(i + 1 < argc, "bench attention: %s needs a value", a.c_str());
       return argv[++i];
     };
-    if (a == "--t") T = std::max(1, std::atoi(next()));
-    else if (a == "--tk") Tk = std::max(1, std::atoi(next()));
-    else if (a == "--batch") B = std::max(1, std::atoi(next()));
-    else if (a == "--heads") H = std::max(1, std::atoi(next()));
-    else if (a == "--dim") D = std::max(1, std::atoi(next()));
-    else if (a == "--threads") g_threads = std::max(1, std::atoi(next()));
-    else if (a == "--reps") reps = std::max(3, std::atoi(next()));
-    else if (a == "--clock") g_cpu = std::string(next()) == "cpu";
+    if (a == "--t")
+      T = std::max(1, std::atoi(next()));
+    else if (a == "--tk")
+      Tk = std::max(1, std::atoi(next()));
+    else if (a == "--batch")
+      B = std::max(1, std::atoi(next()));
+    else if (a == "--heads")
+      H = std::max(1, std::atoi(next()));
+    else if (a == "--dim")
+      D = std::max(1, std::atoi(next()));
+    else if (a == "--threads")
+      g_threads = std::max(1, std::atoi(next()));
+    else if (a == "--reps")
+      reps = std::max(3, std::atoi(next()));
+    else if (a == "--clock")
+      g_cpu = std::string(next()) == "cpu";
     else {
       std::fprintf(stderr,
                    "usage: chatterbox-bench attention [--t T] [--tk TK] [--batch B] [--heads H] [--dim D] "
@@ -88,8 +96,9 @@ int run_attention(int argc, char** argv) {
   std::vector<std::unique_ptr<ThreadPool>> solo;
   std::vector<Arena> solo_arena;
   const int64_t Qc = std::min(T, kChunk);
-  const size_t per_thread = size_t(Qc * Tk) * 4 + std::max(matmul_scratch_bytes(DType::F32, Qc, Tk, D, 1),
-                                                           matmul_scratch_bytes(DType::F32, Qc, D, Tk, 1)) + 1024;
+  const size_t per_thread =
+      size_t(Qc * Tk) * 4 +
+      std::max(matmul_scratch_bytes(DType::F32, Qc, Tk, D, 1), matmul_scratch_bytes(DType::F32, Qc, D, Tk, 1)) + 1024;
   for (int i = 0; i < g_threads; ++i) {
     solo.push_back(std::make_unique<ThreadPool>(1));
     solo_arena.emplace_back(per_thread);
@@ -153,8 +162,8 @@ int run_attention(int argc, char** argv) {
   if (fused_ok)
     for (size_t i = 0; i < att_g.size(); ++i) diff = std::max(diff, double(std::fabs(att_g[i] - att_f[i])));
   std::printf("bench attention isa=%s threads=%d B=%lld H=%lld T=%lld Tk=%lld D=%lld reps=%d clock=%s gemm_ms=%.2f",
-              isa_name(active_isa()), g_threads, (long long)B, (long long)H, (long long)T, (long long)Tk,
-              (long long)D, reps, g_cpu ? "cpu" : "wall", median(tg));
+              isa_name(active_isa()), g_threads, (long long)B, (long long)H, (long long)T, (long long)Tk, (long long)D,
+              reps, g_cpu ? "cpu" : "wall", median(tg));
   if (fused_ok)
     std::printf(" fused_ms=%.2f ratio=%.2f max_abs_diff=%.2e\n", median(tf), median(tg) / median(tf), diff);
   else

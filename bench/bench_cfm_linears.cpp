@@ -99,18 +99,15 @@ int run_cfm_linears(int argc, char** argv) {
            : s == "f16"  ? DType::F16
            : s == "q8_0" ? DType::Q8_0
            : s == "q4_0" ? DType::Q4_0
-                         : (fail("cfm-linears: --type %s is not f32, f16, q8_0, q4_0", s.c_str()),
-                            DType::F32);
+                         : (fail("cfm-linears: --type %s is not f32, f16, q8_0, q4_0", s.c_str()), DType::F32);
     } else {
-      std::fprintf(
-          stderr,
-          "usage: chatterbox-bench cfm-linears [--t T] [--batch B] [--type f16|q8_0|q4_0|f32] "
-          "[--threads N] [--reps R] [--clock wall|cpu] [--gemm f32|bf16|int8]\n");
+      std::fprintf(stderr,
+                   "usage: chatterbox-bench cfm-linears [--t T] [--batch B] [--type f16|q8_0|q4_0|f32] "
+                   "[--threads N] [--reps R] [--clock wall|cpu] [--gemm f32|bf16|int8]\n");
       return 2;
     }
   }
-  CBX_CHECK(T >= 1 && B >= 1 && reps >= 1 && g_threads >= 1,
-            "cfm-linears: bad --t / --batch / --reps / --threads");
+  CBX_CHECK(T >= 1 && B >= 1 && reps >= 1 && g_threads >= 1, "cfm-linears: bad --t / --batch / --reps / --threads");
   ThreadPool pool(g_threads);
   GemmPrecisionScope scope(prec);
   std::mt19937 rng(7);
@@ -130,8 +127,7 @@ int run_cfm_linears(int argc, char** argv) {
 
   auto percall = [&] {
     Tensor& q = qkv_a.t;
-    Tensor qs = slice(q, 2, 0, inner), ks = slice(q, 2, inner, inner),
-           vs = slice(q, 2, 2 * inner, inner);
+    Tensor qs = slice(q, 2, 0, inner), ks = slice(q, 2, inner, inner), vs = slice(q, 2, 2 * inner, inner);
     layer_norm(pool, xa.t, l1w.t, l1b.t, 1e-5f, norm.t);
     matmul(pool, wq.t, norm.t, qs);
     matmul(pool, wk.t, norm.t, ks);
@@ -145,8 +141,7 @@ int run_cfm_linears(int argc, char** argv) {
     add(pool, xa.t, tmp.t, xa.t);
   };
   auto packed = [&] {
-    matmul_packed(pool, pqkv, xb.t, qkv_b.t,
-                  MatmulEpilogue{nullptr, MatmulAct::None, nullptr, &l1w.t, &l1b.t, 1e-5f});
+    matmul_packed(pool, pqkv, xb.t, qkv_b.t, MatmulEpilogue{nullptr, MatmulAct::None, nullptr, &l1w.t, &l1b.t, 1e-5f});
     matmul_packed(pool, po, att.t, xb.t, MatmulEpilogue{&bo.t, MatmulAct::None, &xb.t});
     matmul_mlp(pool, p1, MatmulEpilogue{&b1.t, MatmulAct::Gelu, nullptr, &l3w.t, &l3b.t, 1e-5f}, p2,
                MatmulEpilogue{&b2.t, MatmulAct::None, &xb.t}, xb.t, ff_b.t, xb.t);
@@ -165,25 +160,22 @@ int run_cfm_linears(int argc, char** argv) {
       ta.push_back((t1 - t0) * 1e3);
       tb.push_back((t2 - t1) * 1e3);
     }
-    auto eq = [](const Buf& a, const Buf& b) {
-      return std::memcmp(a.v.data(), b.v.data(), a.v.size() * 4) == 0;
-    };
+    auto eq = [](const Buf& a, const Buf& b) { return std::memcmp(a.v.data(), b.v.data(), a.v.size() * 4) == 0; };
     same &= eq(xa, xb) && eq(qkv_a, qkv_b);  // ff_b is not written on the MLP panel path
   }
   std::printf(
       "bench cfm-linears isa=%s threads=%d B=%lld T=%lld type=%s gemm=%s panels=%d reps=%d "
       "clock=%s "
       "percall_ms=%.2f packed_ms=%.2f ratio=%.3f panel_mb=%.2f identical=%d\n",
-      isa_name(active_isa()), g_threads, (long long)B, (long long)T, dtype_name(dt),
-      gemm_precision_name(prec), int(pqkv.has_panels()), reps, g_cpu ? "cpu" : "wall", median(ta),
-      median(tb), median(ta) / median(tb), double(panel) / (1 << 20), int(same));
+      isa_name(active_isa()), g_threads, (long long)B, (long long)T, dtype_name(dt), gemm_precision_name(prec),
+      int(pqkv.has_panels()), reps, g_cpu ? "cpu" : "wall", median(ta), median(tb), median(ta) / median(tb),
+      double(panel) / (1 << 20), int(same));
   return same || prec == GemmPrecision::Int8 ? 0 : 1;
 }
 
-const RegisterBench reg(
-    "cfm-linears",
-    "CFM transformer-block linears: per-call packing vs PackedWeight + fused epilogues",
-    run_cfm_linears);
+const RegisterBench reg("cfm-linears",
+                        "CFM transformer-block linears: per-call packing vs PackedWeight + fused epilogues",
+                        run_cfm_linears);
 
 }  // namespace
 }  // namespace cbx::bench

@@ -23,9 +23,9 @@
 // docs/benchmarks.md), so treat it as a hint, not an estimate.
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,16 +66,23 @@ int run_clone(int argc, char** argv) {
       CBX_CHECK(i + 1 < argc, "bench clone: %s needs a value", a.c_str());
       return argv[++i];
     };
-    if (a == "-m" || a == "--model") model = next();
-    else if (a == "--ref") ref = next();
-    else if (a == "--threads") threads = std::atoi(next());
-    else if (a == "--runs") runs = std::atoi(next());
-    else if (a == "--max-seconds") o.max_seconds = std::atof(next());
+    if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--ref")
+      ref = next();
+    else if (a == "--threads")
+      threads = std::atoi(next());
+    else if (a == "--runs")
+      runs = std::atoi(next());
+    else if (a == "--max-seconds")
+      o.max_seconds = std::atof(next());
     else if (a == "--help" || a == "-h") {
-      std::puts("usage: chatterbox-bench clone -m MODEL.gguf --ref REF [--threads T] [--runs N] [--max-seconds S]"
-                "  (see bench/bench_clone.cpp)");
+      std::puts(
+          "usage: chatterbox-bench clone -m MODEL.gguf --ref REF [--threads T] [--runs N] [--max-seconds S]"
+          "  (see bench/bench_clone.cpp)");
       return 0;
-    } else fail("bench clone: unknown option '%s' (see bench/bench_clone.cpp)", a.c_str());
+    } else
+      fail("bench clone: unknown option '%s' (see bench/bench_clone.cpp)", a.c_str());
   }
   CBX_CHECK(!model.empty() && !ref.empty(), "usage: chatterbox-bench clone -m MODEL.gguf --ref REF [--threads T]");
   CBX_CHECK(threads >= 1 && threads <= 256 && runs >= 1 && runs <= 100, "bench clone: bad --threads / --runs");
@@ -145,8 +152,8 @@ int run_clone(int argc, char** argv) {
     timed(w_s3, c_s3, [&] { tok.tokenize(pool, s3_16.data(), int64_t(s3_16.size())); });
   }
 
-  std::printf("bench clone: %s (%s), ref %s: %d Hz, %d ch, %.2f s used; %d threads, median of %d runs\n",
-              model.c_str(), variant_name(c.variant), ref.c_str(), v.source_sample_rate, v.source_channels,
+  std::printf("bench clone: %s (%s), ref %s: %d Hz, %d ch, %.2f s used; %d threads, median of %d runs\n", model.c_str(),
+              variant_name(c.variant), ref.c_str(), v.source_sample_rate, v.source_channels,
               double(v.ref_samples) / 24000.0, threads, runs);
   std::printf("load_ms=%.1f\n", load_ms);
   std::printf("decode_ms=%.2f resample_24k_ms=%.2f loudness_ms=%.2f resample_16k_ms=%.2f resample_sinc_ms=%.2f\n",
@@ -157,12 +164,13 @@ int run_clone(int argc, char** argv) {
               med(&VoiceBuildTimings::s3gen_mel_ms), med(&VoiceBuildTimings::ve_ms),
               med(&VoiceBuildTimings::campplus_ms), med(&VoiceBuildTimings::s3tok_t3_ms),
               med(&VoiceBuildTimings::s3tok_s3gen_ms));
-  std::printf("fe_ve_mel_ms=%.2f fe_fbank_ms=%.2f fe_s3tok_mel_t3_ms=%.2f fe_s3tok_mel_s3gen_ms=%.2f  (inside the above)\n",
-              median(fe_ve), median(fe_fb), median(fe_t3), median(fe_s3));
-  std::printf("alone: ve_ms=%.1f campplus_ms=%.1f s3tok_t3_ms=%.1f s3tok_s3gen_ms=%.1f\n", median(w_ve),
-              median(w_cp), median(w_t3), median(w_s3));
-  std::printf("alone: cpu_ve_ms=%.1f cpu_campplus_ms=%.1f cpu_s3tok_t3_ms=%.1f cpu_s3tok_s3gen_ms=%.1f\n",
-              median(c_ve), median(c_cp), median(c_t3), median(c_s3));
+  std::printf(
+      "fe_ve_mel_ms=%.2f fe_fbank_ms=%.2f fe_s3tok_mel_t3_ms=%.2f fe_s3tok_mel_s3gen_ms=%.2f  (inside the above)\n",
+      median(fe_ve), median(fe_fb), median(fe_t3), median(fe_s3));
+  std::printf("alone: ve_ms=%.1f campplus_ms=%.1f s3tok_t3_ms=%.1f s3tok_s3gen_ms=%.1f\n", median(w_ve), median(w_cp),
+              median(w_t3), median(w_s3));
+  std::printf("alone: cpu_ve_ms=%.1f cpu_campplus_ms=%.1f cpu_s3tok_t3_ms=%.1f cpu_s3tok_s3gen_ms=%.1f\n", median(c_ve),
+              median(c_cp), median(c_t3), median(c_s3));
   std::printf("tokens: t3_prompt=%zu s3gen_prompt=%zu prompt_frames=%lld\n", v.cond_prompt_tokens.size(),
               v.prompt_token.size(), (long long)v.n_prompt_frames());
   std::printf("clone_cpu_ms=%.1f\n", median(cpu));

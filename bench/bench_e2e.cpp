@@ -1,11 +1,11 @@
 #include "bench_e2e.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-
-#include <sys/resource.h>
 
 #include "core/error.h"
 
@@ -19,14 +19,22 @@ bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage,
       CBX_CHECK(i + 1 < argc, "bench %s: %s needs a value", bench, a.c_str());
       return argv[++i];
     };
-    if (a == "-m" || a == "--model") args.model = next();
-    else if (a == "--tokens") args.tokens = std::atoi(next());
-    else if (a == "--threads") args.threads = std::atoi(next());
-    else if (a == "--kv-type") args.kv = next();
-    else if (a == "--seed") args.seed = std::strtoull(next(), nullptr, 10);
-    else if (a == "--mb") args.mb = std::atoi(next());
-    else if (a == "--sample-mb") args.sample_mb = std::atoi(next());
-    else if (a == "--sample-every") args.sample_every = std::atoi(next());
+    if (a == "-m" || a == "--model")
+      args.model = next();
+    else if (a == "--tokens")
+      args.tokens = std::atoi(next());
+    else if (a == "--threads")
+      args.threads = std::atoi(next());
+    else if (a == "--kv-type")
+      args.kv = next();
+    else if (a == "--seed")
+      args.seed = std::strtoull(next(), nullptr, 10);
+    else if (a == "--mb")
+      args.mb = std::atoi(next());
+    else if (a == "--sample-mb")
+      args.sample_mb = std::atoi(next());
+    else if (a == "--sample-every")
+      args.sample_every = std::atoi(next());
     else if (a == "--help" || a == "-h") {
       std::puts(usage);
       return false;
@@ -35,10 +43,11 @@ bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage,
     }
   }
   CBX_CHECK(!args.model.empty(), "%s", usage);
-  CBX_CHECK(args.tokens >= 1 && args.threads >= 0 && args.mb > 0 && args.sample_mb > 0 &&
-                args.sample_every > 0 && (args.kv == "f16" || args.kv == "f32"),
+  CBX_CHECK(args.tokens >= 1 && args.threads >= 0 && args.mb > 0 && args.sample_mb > 0 && args.sample_every > 0 &&
+                (args.kv == "f16" || args.kv == "f32"),
             "bench %s: bad arguments (--tokens >= 1, --threads >= 0, --mb, --sample-mb, --sample-every > 0, "
-            "--kv-type f16|f32)", bench);
+            "--kv-type f16|f32)",
+            bench);
   return true;
 }
 

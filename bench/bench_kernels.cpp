@@ -22,13 +22,13 @@
 #include <vector>
 
 #include "bench.h"
-#include "stream_read.h"
 #include "core/cpu.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "ops/matmul.h"
+#include "stream_read.h"
 
 #ifdef CBX_HAVE_OPENBLAS
 #include <cblas.h>
@@ -76,8 +76,7 @@ void make_weight(DType t, int64_t m, int64_t k, uint8_t* dst, uint32_t seed) {
   }
 }
 
-double matvec_gbps(ThreadPool& pool, DType t, int64_t m, int64_t k, Buffer& wbuf, size_t working_set,
-                   int reps) {
+double matvec_gbps(ThreadPool& pool, DType t, int64_t m, int64_t k, Buffer& wbuf, size_t working_set, int reps) {
   const size_t bytes = dtype_row_bytes(t, k) * size_t(m);
   const size_t stride = (bytes + 4095) & ~size_t(4095);
   const size_t copies = std::max<size_t>(2, std::min(wbuf.n / stride, (working_set + bytes - 1) / bytes));
@@ -127,8 +126,8 @@ double openblas_gflops(int threads, int64_t m, int64_t k, int64_t n, int reps) {
   for (int r = 0; r < reps + 1; ++r) {
     double t0 = now_s();
     // y[n, m] = x[n, k] . w[m, k]^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(m), int(k), 1.f, xv.data(), int(k),
-                wv.data(), int(k), 0.f, yv.data(), int(m));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(m), int(k), 1.f, xv.data(), int(k), wv.data(),
+                int(k), 0.f, yv.data(), int(m));
     double dt = now_s() - t0;
     if (r > 0) g.push_back(2.0 * double(m) * double(n) * double(k) / dt / 1e9);
   }
@@ -146,10 +145,14 @@ int run_kernels(int argc, char** argv) {
       CBX_CHECK(i + 1 < argc, "bench kernels: %s needs a value", a.c_str());
       return argv[++i];
     };
-    if (a == "--threads") threads = {std::max(1, std::atoi(next()))};
-    else if (a == "--reps") reps = std::max(3, std::atoi(next()));
-    else if (a == "--mb") mb = size_t(std::max(64, std::atoi(next())));
-    else if (a == "--clock") g_cpu_clock = std::string(next()) == "cpu";
+    if (a == "--threads")
+      threads = {std::max(1, std::atoi(next()))};
+    else if (a == "--reps")
+      reps = std::max(3, std::atoi(next()));
+    else if (a == "--mb")
+      mb = size_t(std::max(64, std::atoi(next())));
+    else if (a == "--clock")
+      g_cpu_clock = std::string(next()) == "cpu";
     else {
       std::fprintf(stderr, "usage: chatterbox-bench kernels [--threads N] [--reps R] [--mb MB] [--clock wall|cpu]\n");
       return a == "--help" || a == "-h" ? 0 : 1;
@@ -212,9 +215,10 @@ int run_kernels(int argc, char** argv) {
     for (const GemmShape& s : gshapes) {
       const GemmResult& r = res[i++];
       if (r.openblas > 0)
-        std::printf("kernels op=gemm dtype=f32 m=%lld k=%lld n=%lld threads=%d gflops=%.1f openblas_gflops=%.1f "
-                    "ratio_openblas=%.2f\n",
-                    (long long)s.m, (long long)s.k, (long long)s.n, nt, r.f32, r.openblas, r.f32 / r.openblas);
+        std::printf(
+            "kernels op=gemm dtype=f32 m=%lld k=%lld n=%lld threads=%d gflops=%.1f openblas_gflops=%.1f "
+            "ratio_openblas=%.2f\n",
+            (long long)s.m, (long long)s.k, (long long)s.n, nt, r.f32, r.openblas, r.f32 / r.openblas);
       else
         std::printf("kernels op=gemm dtype=f32 m=%lld k=%lld n=%lld threads=%d gflops=%.1f\n", (long long)s.m,
                     (long long)s.k, (long long)s.n, nt, r.f32);

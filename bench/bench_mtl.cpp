@@ -77,11 +77,16 @@ int run_mtl(int argc, char** argv) {
       "[--chunk N] [--context N] [--prompt N]  (see bench/bench_stream.cpp)";
   StreamBenchArgs sa;
   auto extra = [&](const std::string& a, const std::function<const char*()>& next) {
-    if (a == "--lang") lang = next();
-    else if (a == "--cfg-weight") cfg_weight = float(std::atof(next()));
-    else if (a == "--ab") ab_rounds = std::atoi(next());
-    else if (a == "--cfm-precision") cfm_prec = parse_gemm_precision(next(), "bench mtl: --cfm-precision");
-    else return parse_stream_arg(a, next, sa);
+    if (a == "--lang")
+      lang = next();
+    else if (a == "--cfg-weight")
+      cfg_weight = float(std::atof(next()));
+    else if (a == "--ab")
+      ab_rounds = std::atoi(next());
+    else if (a == "--cfm-precision")
+      cfm_prec = parse_gemm_precision(next(), "bench mtl: --cfm-precision");
+    else
+      return parse_stream_arg(a, next, sa);
     return true;
   };
   if (!parse_e2e_args(argc, argv, "mtl", usage, args, extra)) return 0;
@@ -139,10 +144,11 @@ int run_mtl(int argc, char** argv) {
       return v[v.size() / 2];
     };
     const double t0 = median(tok[0]), t1 = median(tok[1]);
-    std::printf("bench mtl-ab rounds=%d tokens=%d same_tokens=%d opbyop_tok_s=%.2f fused_tok_s=%.2f speedup=%.3f "
-                "opbyop_cpu_ms_step=%.2f fused_cpu_ms_step=%.2f\n",
-                ab_rounds, args.tokens, int(first[0] == first[1]), t0, t1, t0 > 0 ? t1 / t0 : 0.0,
-                median(cpu[0]), median(cpu[1]));
+    std::printf(
+        "bench mtl-ab rounds=%d tokens=%d same_tokens=%d opbyop_tok_s=%.2f fused_tok_s=%.2f speedup=%.3f "
+        "opbyop_cpu_ms_step=%.2f fused_cpu_ms_step=%.2f\n",
+        ab_rounds, args.tokens, int(first[0] == first[1]), t0, t1, t0 > 0 ? t1 / t0 : 0.0, median(cpu[0]),
+        median(cpu[1]));
   }
 
   // Stream reads between decode steps (in the step callback, inside generate's decode clock:
@@ -186,22 +192,22 @@ int run_mtl(int argc, char** argv) {
   const double stream_after = stream_read_gbps(pipe.pool(), size_t(args.mb), 5);
   const double stream_4k = stream_read_gbps(pipe.pool(), size_t(args.mb), 5, false);
   const double decode_gbps = (st.weight_bytes_per_step + st.kv_bytes_per_step) * tok_s / 1e9;
-  std::printf("bench mtl model=%s precision=%s threads=%d kv=%s lang=%s cfg_weight=%g rows=%lld load_ms=%.0f prompt_rows=%lld "
-              "tokens=%d folded=%lld audio_s=%.2f t3_prefill_ms=%.1f t3_decode_ms=%.1f t3_tok_s=%.2f "
-              "weight_mb_step=%.1f kv_mb_step=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
-              "flow_ms=%.1f cfm_ms=%.1f cfm_step_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f cpu_s=%.1f cpu_t3_s=%.1f "
-              "cpu_s3gen_hift_s=%.1f cpu_per_wall=%.2f cpu_rtf=%.3f peak_rss_mb=%.0f packed_mb=%.0f "
-              "stream_samples=%d stream_lo_gbps=%.2f stream_hi_gbps=%.2f stream_after_gbps=%.2f "
-              "stream_4k_gbps=%.2f decode_bw_ratio_4k=%.3f clock_ghz=%.2f clock_after_ghz=%.2f "
-              "fma_per_cycle=%.2f fma_after_per_cycle=%.2f\n",
-              args.model.c_str(), gemm_precision_name(pipe.cfm_precision()), pipe.n_threads(), args.kv.c_str(), lang.c_str(), double(s.cfg_weight),
-              (long long)st.n_rows, load_ms, (long long)st.prompt_len, args.tokens, (long long)n_folded, audio_s,
-              st.prefill_ms, st.decode_ms, tok_s, st.weight_bytes_per_step / 1e6, st.kv_bytes_per_step / 1e6,
-              decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, cfm_step_ms, s3gen_ms, tm.hift_ms,
-              rtf, cpu_s, cpu_t3, cpu_s - cpu_t3, cpu_s / wall_s, cpu_rtf, rss_mb,
-              double(pipe.t3().packed_weight_bytes()) / 1e6, streams.count(), streams.min_gbps(),
-              streams.max_gbps(), stream_after, stream_4k, decode_gbps / stream_4k, streams.mean_clock_ghz(),
-              clock_after, streams.mean_fma_per_cycle(), fma_after);
+  std::printf(
+      "bench mtl model=%s precision=%s threads=%d kv=%s lang=%s cfg_weight=%g rows=%lld load_ms=%.0f prompt_rows=%lld "
+      "tokens=%d folded=%lld audio_s=%.2f t3_prefill_ms=%.1f t3_decode_ms=%.1f t3_tok_s=%.2f "
+      "weight_mb_step=%.1f kv_mb_step=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
+      "flow_ms=%.1f cfm_ms=%.1f cfm_step_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f cpu_s=%.1f cpu_t3_s=%.1f "
+      "cpu_s3gen_hift_s=%.1f cpu_per_wall=%.2f cpu_rtf=%.3f peak_rss_mb=%.0f packed_mb=%.0f "
+      "stream_samples=%d stream_lo_gbps=%.2f stream_hi_gbps=%.2f stream_after_gbps=%.2f "
+      "stream_4k_gbps=%.2f decode_bw_ratio_4k=%.3f clock_ghz=%.2f clock_after_ghz=%.2f "
+      "fma_per_cycle=%.2f fma_after_per_cycle=%.2f\n",
+      args.model.c_str(), gemm_precision_name(pipe.cfm_precision()), pipe.n_threads(), args.kv.c_str(), lang.c_str(),
+      double(s.cfg_weight), (long long)st.n_rows, load_ms, (long long)st.prompt_len, args.tokens, (long long)n_folded,
+      audio_s, st.prefill_ms, st.decode_ms, tok_s, st.weight_bytes_per_step / 1e6, st.kv_bytes_per_step / 1e6,
+      decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, cfm_step_ms, s3gen_ms, tm.hift_ms, rtf, cpu_s,
+      cpu_t3, cpu_s - cpu_t3, cpu_s / wall_s, cpu_rtf, rss_mb, double(pipe.t3().packed_weight_bytes()) / 1e6,
+      streams.count(), streams.min_gbps(), streams.max_gbps(), stream_after, stream_4k, decode_gbps / stream_4k,
+      streams.mean_clock_ghz(), clock_after, streams.mean_fma_per_cycle(), fma_after);
   return 0;
 }
 

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "bench.h"
-#include "stream_read.h"
 #include "core/cpu.h"
 #include "core/error.h"
+#include "stream_read.h"
 
 // GCC 12 reports the undefined start value inside the _mm512_reduce_* intrinsics.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -34,9 +34,7 @@ namespace {
 
 constexpr long kIters = 20000000;  // x 16 instructions: ~0.1 s each at ~3.5 GHz
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 #if CBX_BENCH_X86
 // Each returns a value derived from every accumulator, so no chain is optimized away; the
@@ -97,8 +95,8 @@ int run_peak(int argc, char** argv) {
                     {"vdpbf16ps", 32, chains_bf16, avx512 && cpu_has_avx512_bf16()},
                     {"vpdpbusd", 64, chains_int8, avx512 && cpu_has_avx512_vnni()}};
 #else
-  const Op ops[] = {{"vfmadd231ps", 16, nullptr, false}, {"vdpbf16ps", 32, nullptr, false},
-                    {"vpdpbusd", 64, nullptr, false}};
+  const Op ops[] = {
+      {"vfmadd231ps", 16, nullptr, false}, {"vdpbf16ps", 32, nullptr, false}, {"vpdpbusd", 64, nullptr, false}};
 #endif
   double mac_per_ns[3] = {0, 0, 0};
   float sink = 0.f;
@@ -118,10 +116,8 @@ int run_peak(int argc, char** argv) {
     mac_per_ns[o] = instr_per_ns * ops[o].macs;
     std::printf("peak op=%s threads=1 zmm_per_ns=%.2f macs_per_ns=%.1f\n", ops[o].name, instr_per_ns, mac_per_ns[o]);
   }
-  if (mac_per_ns[1] > 0 && mac_per_ns[0] > 0)
-    std::printf("peak bf16_over_f32=%.2f\n", mac_per_ns[1] / mac_per_ns[0]);
-  if (mac_per_ns[2] > 0 && mac_per_ns[1] > 0)
-    std::printf("peak int8_over_bf16=%.2f\n", mac_per_ns[2] / mac_per_ns[1]);
+  if (mac_per_ns[1] > 0 && mac_per_ns[0] > 0) std::printf("peak bf16_over_f32=%.2f\n", mac_per_ns[1] / mac_per_ns[0]);
+  if (mac_per_ns[2] > 0 && mac_per_ns[1] > 0) std::printf("peak int8_over_bf16=%.2f\n", mac_per_ns[2] / mac_per_ns[1]);
   if (sink == 1.2345f) std::printf(" \n");  // keeps the results alive
   return 0;
 }

@@ -100,8 +100,8 @@ long long int_arg(const std::string& flag, const char* v, long long lo, long lon
 double seconds_arg(const std::string& flag, const char* v) {
   char* end = nullptr;
   const double x = std::strtod(v, &end);
-  CBX_CHECK(end != v && *end == '\0' && x > 0 && x <= 86400, "%s must be seconds in (0, 86400], got '%s'",
-            flag.c_str(), v);
+  CBX_CHECK(end != v && *end == '\0' && x > 0 && x <= 86400, "%s must be seconds in (0, 86400], got '%s'", flag.c_str(),
+            v);
   return x;
 }
 
@@ -114,22 +114,38 @@ Args parse_args(int argc, char** argv) {
       CBX_CHECK(i + 1 < argc, "%s needs a value\n%s", f.c_str(), kUsage);
       return argv[++i];
     };
-    if (f == "-m" || f == "--model") a.model = next();
-    else if (f == "--server-bin") a.server_bin = next();
-    else if (f == "--text") a.text = next(), text_given = true;
-    else if (f == "--voice") a.voice = next();
-    else if (f == "--soak") a.soak = true;
-    else if (f == "--rounds") a.rounds = int(int_arg(f, next(), 1, 1000));
-    else if (f == "--tokens") a.tokens = int(int_arg(f, next(), 2, 100000));
-    else if (f == "--max-batch") a.max_batch = int(int_arg(f, next(), 1, 256));
-    else if (f == "--threads" || f == "-t") a.threads = int(int_arg(f, next(), 1, 1024));
-    else if (f == "--seed") a.seed = uint64_t(int_arg(f, next(), 0, LLONG_MAX));
-    else if (f == "--request-timeout") a.request_timeout = seconds_arg(f, next());
-    else if (f == "--load-timeout") a.load_timeout = seconds_arg(f, next());
-    else if (f == "--warmup") a.warmup = int(int_arg(f, next(), 0, 1000000));
-    else if (f == "--sequential") a.sequential = int(int_arg(f, next(), 0, 1000000));
-    else if (f == "--clients") a.clients = int(int_arg(f, next(), 1, 64));
-    else if (f == "--per-client") a.per_client = int(int_arg(f, next(), 0, 1000000));
+    if (f == "-m" || f == "--model")
+      a.model = next();
+    else if (f == "--server-bin")
+      a.server_bin = next();
+    else if (f == "--text")
+      a.text = next(), text_given = true;
+    else if (f == "--voice")
+      a.voice = next();
+    else if (f == "--soak")
+      a.soak = true;
+    else if (f == "--rounds")
+      a.rounds = int(int_arg(f, next(), 1, 1000));
+    else if (f == "--tokens")
+      a.tokens = int(int_arg(f, next(), 2, 100000));
+    else if (f == "--max-batch")
+      a.max_batch = int(int_arg(f, next(), 1, 256));
+    else if (f == "--threads" || f == "-t")
+      a.threads = int(int_arg(f, next(), 1, 1024));
+    else if (f == "--seed")
+      a.seed = uint64_t(int_arg(f, next(), 0, LLONG_MAX));
+    else if (f == "--request-timeout")
+      a.request_timeout = seconds_arg(f, next());
+    else if (f == "--load-timeout")
+      a.load_timeout = seconds_arg(f, next());
+    else if (f == "--warmup")
+      a.warmup = int(int_arg(f, next(), 0, 1000000));
+    else if (f == "--sequential")
+      a.sequential = int(int_arg(f, next(), 0, 1000000));
+    else if (f == "--clients")
+      a.clients = int(int_arg(f, next(), 1, 64));
+    else if (f == "--per-client")
+      a.per_client = int(int_arg(f, next(), 0, 1000000));
     else if (f == "--formats") {
       a.formats.clear();
       const std::string list = next();
@@ -192,13 +208,26 @@ struct Server {
     CBX_CHECK(::mkdtemp(tmpl), "cannot create a temporary directory in /tmp");
     dir = tmpl;
     // --max-tokens counts the tokens after the prefill one: N tokens in all per chunk.
-    const std::vector<std::string> args{"serve", "-m", a.model, "--host", "127.0.0.1", "--port", "0",
-                                        "-t", std::to_string(a.threads),
-                                        "--max-batch", std::to_string(a.max_batch),
-                                        "--max-tokens", std::to_string(a.tokens - 1),
-                                        "--max-queue", std::to_string(max_queue(a)),
-                                        "--timeout", std::to_string(int(std::ceil(a.request_timeout))),
-                                        "--grace", "2", "--no-ui"};
+    const std::vector<std::string> args{"serve",
+                                        "-m",
+                                        a.model,
+                                        "--host",
+                                        "127.0.0.1",
+                                        "--port",
+                                        "0",
+                                        "-t",
+                                        std::to_string(a.threads),
+                                        "--max-batch",
+                                        std::to_string(a.max_batch),
+                                        "--max-tokens",
+                                        std::to_string(a.tokens - 1),
+                                        "--max-queue",
+                                        std::to_string(max_queue(a)),
+                                        "--timeout",
+                                        std::to_string(int(std::ceil(a.request_timeout))),
+                                        "--grace",
+                                        "2",
+                                        "--no-ui"};
     try {
       proc = std::make_unique<ServerProcess>(a.server_bin, args, dir + "/server.log");
       port = proc->wait_ready(a.load_timeout);
@@ -217,8 +246,8 @@ struct Server {
 };
 
 std::string speech_body(const Args& a, uint64_t seed, const char* format) {
-  return nlohmann::json{{"model", "tts-1"}, {"input", a.text}, {"voice", a.voice}, {"response_format", format},
-                        {"seed", seed}}
+  return nlohmann::json{
+      {"model", "tts-1"}, {"input", a.text}, {"voice", a.voice}, {"response_format", format}, {"seed", seed}}
       .dump();
 }
 
@@ -257,12 +286,13 @@ void report_failure(const SpeechResult& r) { std::fprintf(stderr, "request faile
 
 int run_throughput(const Args& a) {
   Server srv(a);
-  std::printf("# chatterbox-bench serve: model=%s server=%s threads=%d max_batch=%d tokens_limit=%d rounds=%d "
-              "(+1 warm-up) text_chars=%zu seed=%llu format=pcm; audio_s_per_s = audio seconds received / round "
-              "wall time; t3_tok_s_total = speech tokens (GET /metrics) / round wall time (no decode-only time is "
-              "exported, so S3Gen, HiFT and HTTP are included)\n",
-              a.model.c_str(), a.server_bin.c_str(), a.threads, a.max_batch, a.tokens, a.rounds, a.text.size(),
-              (unsigned long long)a.seed);
+  std::printf(
+      "# chatterbox-bench serve: model=%s server=%s threads=%d max_batch=%d tokens_limit=%d rounds=%d "
+      "(+1 warm-up) text_chars=%zu seed=%llu format=pcm; audio_s_per_s = audio seconds received / round "
+      "wall time; t3_tok_s_total = speech tokens (GET /metrics) / round wall time (no decode-only time is "
+      "exported, so S3Gen, HiFT and HTTP are included)\n",
+      a.model.c_str(), a.server_bin.c_str(), a.threads, a.max_batch, a.tokens, a.rounds, a.text.size(),
+      (unsigned long long)a.seed);
   std::fflush(stdout);
   double tok_s_1 = -1, tok_s_4 = -1, audio_1 = -1, audio_4 = -1;
   int total_failures = 0;
@@ -292,15 +322,17 @@ int run_throughput(const Args& a) {
     }
     const ProcessRss rss = process_rss(srv.proc->pid());
     const double audio_rate = audio_s / wall, tok_rate = tokens / wall;
-    std::printf("concurrency=%d audio_s_per_s=%.3f t3_tok_s_total=%.1f ttfa_p50_ms=%.0f ttfa_p95_ms=%.0f "
-                "peak_rss_mb=%.0f rss_mb=%.0f requests=%d failures=%d tokens_per_request=%.1f "
-                "audio_s_per_request=%.2f wall_s=%.2f\n",
-                c, audio_rate, tok_rate, percentile(ttfa, 0.5), percentile(ttfa, 0.95), rss.hwm_mb, rss.rss_mb,
-                requests, failures, tokens / requests, audio_s / std::max(1, requests - failures), wall);
+    std::printf(
+        "concurrency=%d audio_s_per_s=%.3f t3_tok_s_total=%.1f ttfa_p50_ms=%.0f ttfa_p95_ms=%.0f "
+        "peak_rss_mb=%.0f rss_mb=%.0f requests=%d failures=%d tokens_per_request=%.1f "
+        "audio_s_per_request=%.2f wall_s=%.2f\n",
+        c, audio_rate, tok_rate, percentile(ttfa, 0.5), percentile(ttfa, 0.95), rss.hwm_mb, rss.rss_mb, requests,
+        failures, tokens / requests, audio_s / std::max(1, requests - failures), wall);
     if (tokens / requests > a.tokens + 0.5)
-      std::printf("# note: %.1f tokens per request > the %d-token limit per text chunk: this model's tokenizer "
-                  "split the text into several chunks (a shorter --text makes one)\n",
-                  tokens / requests, a.tokens);
+      std::printf(
+          "# note: %.1f tokens per request > the %d-token limit per text chunk: this model's tokenizer "
+          "split the text into several chunks (a shorter --text makes one)\n",
+          tokens / requests, a.tokens);
     std::fflush(stdout);
     total_failures += failures;
     if (c == 1) tok_s_1 = tok_rate, audio_1 = audio_rate;
@@ -345,14 +377,16 @@ int run_soak(const Args& a) {
   const double growth = rss_warm > 0 ? (end.rss_mb - rss_warm) / rss_warm * 100 : std::nan("");
   const int requests = a.sequential + a.clients * a.per_client;
   const int exit_status = srv.proc->stop();
-  std::printf("# chatterbox-bench serve --soak: model=%s threads=%d max_batch=%d tokens_limit=%d warm-up=%d "
-              "sequential + %d concurrent (failed %d); rss_seq_mb=%.1f after the sequential part\n",
-              a.model.c_str(), a.threads, a.max_batch, a.tokens, a.warmup, a.warmup > 0 ? a.clients : 0,
-              warm_failures.load(), rss_seq);
-  std::printf("rss_warm_mb=%.1f rss_end_mb=%.1f rss_growth_pct=%.2f rss_peak_mb=%.1f requests=%d failures=%d "
-              "server_exit=%d wall_s=%.1f\n",
-              rss_warm, end.rss_mb, growth, end.hwm_mb, requests, failures.load() + warm_failures.load(),
-              exit_status, std::chrono::duration<double>(Clock::now() - start).count());
+  std::printf(
+      "# chatterbox-bench serve --soak: model=%s threads=%d max_batch=%d tokens_limit=%d warm-up=%d "
+      "sequential + %d concurrent (failed %d); rss_seq_mb=%.1f after the sequential part\n",
+      a.model.c_str(), a.threads, a.max_batch, a.tokens, a.warmup, a.warmup > 0 ? a.clients : 0, warm_failures.load(),
+      rss_seq);
+  std::printf(
+      "rss_warm_mb=%.1f rss_end_mb=%.1f rss_growth_pct=%.2f rss_peak_mb=%.1f requests=%d failures=%d "
+      "server_exit=%d wall_s=%.1f\n",
+      rss_warm, end.rss_mb, growth, end.hwm_mb, requests, failures.load() + warm_failures.load(), exit_status,
+      std::chrono::duration<double>(Clock::now() - start).count());
   return failures == 0 && warm_failures == 0 && exit_status == 0 ? 0 : 1;
 }
 

@@ -19,6 +19,8 @@
 //                  (same tokens and noise) within 2 frames of a join / elsewhere
 //   dist_all_*     the same with the whole context kept (--context 0 --prompt 0)
 //   dist_alt_*     the same for the alternative schedule first 20, chunk 75
+#include "bench_stream.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -26,14 +28,13 @@
 
 #include "bench.h"
 #include "bench_e2e.h"
-#include "bench_stream.h"
 #include "core/error.h"
 #include "models/sampler.h"
 #include "models/t3_mtl.h"
 #include "models/t3_turbo.h"
 #include "ops/elementwise.h"
-#include "pipeline/stream_synth.h"
 #include "pipeline/mtl_pipeline.h"
+#include "pipeline/stream_synth.h"
 #include "pipeline/turbo_pipeline.h"
 #include "pipeline/voice.h"
 
@@ -54,8 +55,8 @@ struct StreamTarget {
   int64_t token_mel_ratio = 2;
   // Prefill + forced decode with the seed; each token goes to run (when given) as it comes.
   std::function<Decoded(StreamRun* run)> decode;
-  std::function<std::vector<int32_t>(const Decoded&)> speech;  // the tokens S3Gen takes
-  std::function<void()> reseed;                                 // the S3Gen generators
+  std::function<std::vector<int32_t>(const Decoded&)> speech;               // the tokens S3Gen takes
+  std::function<void()> reseed;                                             // the S3Gen generators
   std::function<std::vector<float>(const std::vector<int32_t>&)> to_audio;  // non-streamed S3Gen + HiFT
   std::function<int64_t(const std::vector<int32_t>&)> keep_samples;         // finish's cap (-1: none)
   std::function<std::vector<float>(const std::vector<int32_t>&, const StreamSchedule&, const StreamSink&)>
@@ -174,8 +175,7 @@ int run_stream_bench(const StreamTarget& t, const E2eArgs& args, const StreamBen
     runs = t.stream->runs();
     cfm_frames = t.stream->cfm_frames();
   }
-  const int64_t cfm_ns =
-      t.token_mel_ratio * int64_t(t.voice->prompt_token.size() + speech.size());
+  const int64_t cfm_ns = t.token_mel_ratio * int64_t(t.voice->prompt_token.size() + speech.size());
 
   const StreamDistance dd = stream_logmel_distance(ref.data(), got.data(), int64_t(ref.size()), joins_of(pieces));
   auto distance_for = [&](const StreamSchedule& s) {
@@ -197,17 +197,18 @@ int run_stream_bench(const StreamTarget& t, const E2eArgs& args, const StreamBen
   for (double v : ttfa) all_ttfa += (all_ttfa.empty() ? "" : ",") + std::to_string(int64_t(v + 0.5));
   const size_t mid = size_t(std::distance(ttfa.begin(), std::find(ttfa.begin(), ttfa.end(), median(ttfa))));
   const size_t m = mid < ttfa.size() ? mid : 0;  // the median repetition's breakdown (odd reps)
-  std::printf("bench %s model=%s threads=%d reps=%d first=%lld chunk=%lld context=%lld prompt=%lld "
-              "tokens=%d audio_s=%.2f ttfa_ms=%.0f ttfa_all=%s ttfa_prefill_ms=%.0f ttfa_decode_ms=%.0f "
-              "ttfa_flow_ms=%.0f ttfa_cfm_ms=%.0f ttfa_hift_ms=%.0f rtf=%.3f rtf_nonstream=%.3f rtf_ratio=%.3f "
-              "runs=%lld pieces=%zu cfm_frames=%lld cfm_frames_nonstream=%lld dist_join=%.4f dist_else=%.4f "
-              "dist_all_join=%.4f dist_all_else=%.4f dist_alt_join=%.4f dist_alt_else=%.4f\n",
-              t.name, args.model.c_str(), t.n_threads, sa.reps, (long long)sa.sched.first_tokens,
-              (long long)sa.sched.chunk_tokens, (long long)sa.sched.context_tokens, (long long)sa.sched.prompt_tokens,
-              args.tokens, audio_s, median(ttfa), all_ttfa.c_str(), b_prefill[m], b_decode[m], b_flow[m], b_cfm[m],
-              b_hift[m], median(rtf_s), median(rtf_ns), median(rtf_s) / median(rtf_ns), (long long)runs,
-              pieces.size(), (long long)cfm_frames, (long long)cfm_ns, dd.near_joins, dd.elsewhere, da.near_joins,
-              da.elsewhere, dl.near_joins, dl.elsewhere);
+  std::printf(
+      "bench %s model=%s threads=%d reps=%d first=%lld chunk=%lld context=%lld prompt=%lld "
+      "tokens=%d audio_s=%.2f ttfa_ms=%.0f ttfa_all=%s ttfa_prefill_ms=%.0f ttfa_decode_ms=%.0f "
+      "ttfa_flow_ms=%.0f ttfa_cfm_ms=%.0f ttfa_hift_ms=%.0f rtf=%.3f rtf_nonstream=%.3f rtf_ratio=%.3f "
+      "runs=%lld pieces=%zu cfm_frames=%lld cfm_frames_nonstream=%lld dist_join=%.4f dist_else=%.4f "
+      "dist_all_join=%.4f dist_all_else=%.4f dist_alt_join=%.4f dist_alt_else=%.4f\n",
+      t.name, args.model.c_str(), t.n_threads, sa.reps, (long long)sa.sched.first_tokens,
+      (long long)sa.sched.chunk_tokens, (long long)sa.sched.context_tokens, (long long)sa.sched.prompt_tokens,
+      args.tokens, audio_s, median(ttfa), all_ttfa.c_str(), b_prefill[m], b_decode[m], b_flow[m], b_cfm[m], b_hift[m],
+      median(rtf_s), median(rtf_ns), median(rtf_s) / median(rtf_ns), (long long)runs, pieces.size(),
+      (long long)cfm_frames, (long long)cfm_ns, dd.near_joins, dd.elsewhere, da.near_joins, da.elsewhere, dl.near_joins,
+      dl.elsewhere);
   return 0;
 }
 
@@ -215,13 +216,20 @@ int run_stream_bench(const StreamTarget& t, const E2eArgs& args, const StreamBen
 
 bool parse_stream_arg(const std::string& a, const std::function<const char*()>& next, StreamBenchArgs& sa) {
   auto num = [&]() { return std::stoll(next()); };
-  if (a == "--stream") sa.on = true;
-  else if (a == "--reps") sa.reps = int(num());
-  else if (a == "--first") sa.sched.first_tokens = num(), sa.given |= 1;
-  else if (a == "--chunk") sa.sched.chunk_tokens = num(), sa.given |= 2;
-  else if (a == "--context") sa.sched.context_tokens = num(), sa.given |= 4;
-  else if (a == "--prompt") sa.sched.prompt_tokens = num(), sa.given |= 8;
-  else return false;
+  if (a == "--stream")
+    sa.on = true;
+  else if (a == "--reps")
+    sa.reps = int(num());
+  else if (a == "--first")
+    sa.sched.first_tokens = num(), sa.given |= 1;
+  else if (a == "--chunk")
+    sa.sched.chunk_tokens = num(), sa.given |= 2;
+  else if (a == "--context")
+    sa.sched.context_tokens = num(), sa.given |= 4;
+  else if (a == "--prompt")
+    sa.sched.prompt_tokens = num(), sa.given |= 8;
+  else
+    return false;
   return true;
 }
 

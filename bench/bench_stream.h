@@ -12,8 +12,8 @@ namespace cbx::bench {
 struct StreamBenchArgs {
   bool on = false;
   int reps = 3;
-  StreamSchedule sched;   // the given fields over the variant's default_stream_schedule
-  unsigned given = 0;     // bits: 1 first, 2 chunk, 4 context, 8 prompt
+  StreamSchedule sched;  // the given fields over the variant's default_stream_schedule
+  unsigned given = 0;    // bits: 1 first, 2 chunk, 4 context, 8 prompt
 };
 
 // The stream options both benches take (--stream, --reps, --first, --chunk, --context,

@@ -39,13 +39,13 @@
 #include <vector>
 
 #include "bench.h"
-#include "stream_read.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
 #include "models/sampler.h"
 #include "models/t3_turbo.h"
 #include "ops/elementwise.h"
+#include "stream_read.h"
 
 namespace cbx::bench {
 namespace {
@@ -56,9 +56,7 @@ double cpu_s() {
   return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 int run_t3(int argc, char** argv) {
   std::string model, kv = "f16";
@@ -72,18 +70,30 @@ int run_t3(int argc, char** argv) {
       CBX_CHECK(i + 1 < argc, "bench t3: %s needs a value", a.c_str());
       return argv[++i];
     };
-    if (a == "-m" || a == "--model") model = next();
-    else if (a == "--threads") threads = std::atoi(next());
-    else if (a == "--steps") steps = std::atoi(next());
-    else if (a == "--prompt") prompt = std::atoi(next());
-    else if (a == "--text") text = std::atoi(next());
-    else if (a == "--kv-type") kv = next();
-    else if (a == "--mb") mb = std::atoi(next());
-    else if (a == "--seed") seed = std::strtoull(next(), nullptr, 10);
-    else if (a == "--ab") ab = true;
-    else if (a == "--no-pack") pack_planar = false;
-    else if (a == "--row-prefill") row_prefill = std::atoi(next());
-    else fail("bench t3: unknown option '%s' (see bench/bench_t3.cpp)", a.c_str());
+    if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--threads")
+      threads = std::atoi(next());
+    else if (a == "--steps")
+      steps = std::atoi(next());
+    else if (a == "--prompt")
+      prompt = std::atoi(next());
+    else if (a == "--text")
+      text = std::atoi(next());
+    else if (a == "--kv-type")
+      kv = next();
+    else if (a == "--mb")
+      mb = std::atoi(next());
+    else if (a == "--seed")
+      seed = std::strtoull(next(), nullptr, 10);
+    else if (a == "--ab")
+      ab = true;
+    else if (a == "--no-pack")
+      pack_planar = false;
+    else if (a == "--row-prefill")
+      row_prefill = std::atoi(next());
+    else
+      fail("bench t3: unknown option '%s' (see bench/bench_t3.cpp)", a.c_str());
   }
   CBX_CHECK(!model.empty(), "usage: chatterbox-bench t3 -m MODEL.gguf [--threads N] [--steps S] [--prompt P]");
   CBX_CHECK(threads > 0 && steps > 0 && prompt >= 0 && text >= 0 && mb > 0, "bench t3: bad arguments");
@@ -165,12 +175,13 @@ int run_t3(int argc, char** argv) {
   const double avg_keys = double(n_prompt_rows) + 1.0 + (steps - 1) / 2.0;
   const double kvbytes = 2.0 * c.n_layer * double(c.n_head) * c.head_dim * es * avg_keys;
   const double decode_gbps = (wbytes + kvbytes) * tok_s / 1e9;
-  std::printf("bench t3 model=%s threads=%d kv=%s prompt_rows=%lld steps=%d t3_prefill_ms=%.1f t3_tok_s=%.2f "
-              "weight_mb_per_tok=%.1f kv_mb_per_tok=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
-              "cpu_ms_per_tok=%.2f packed_mb=%.1f clock_ghz=%.2f fma_per_cycle=%.2f\n",
-              model.c_str(), threads, kv.c_str(), (long long)n_prompt_rows, steps, prefill_ms, tok_s, wbytes / 1e6,
-              kvbytes / 1e6, decode_gbps, stream, decode_gbps / stream, cpu_ms,
-              double(gpt.packed_weight_bytes()) / 1e6, streams.mean_clock_ghz(), streams.mean_fma_per_cycle());
+  std::printf(
+      "bench t3 model=%s threads=%d kv=%s prompt_rows=%lld steps=%d t3_prefill_ms=%.1f t3_tok_s=%.2f "
+      "weight_mb_per_tok=%.1f kv_mb_per_tok=%.1f decode_gbps=%.2f stream_gbps=%.2f decode_bw_ratio=%.3f "
+      "cpu_ms_per_tok=%.2f packed_mb=%.1f clock_ghz=%.2f fma_per_cycle=%.2f\n",
+      model.c_str(), threads, kv.c_str(), (long long)n_prompt_rows, steps, prefill_ms, tok_s, wbytes / 1e6,
+      kvbytes / 1e6, decode_gbps, stream, decode_gbps / stream, cpu_ms, double(gpt.packed_weight_bytes()) / 1e6,
+      streams.mean_clock_ghz(), streams.mean_fma_per_cycle());
   if (ab && mode_n[0] > 0 && mode_n[1] > 0) {
     const double f = mode_n[0] / mode_s[0], u = mode_n[1] / mode_s[1];
     std::printf("bench t3 ab fused_tok_s=%.2f opbyop_tok_s=%.2f fused_speedup=%.3f\n", f, u, f / u);

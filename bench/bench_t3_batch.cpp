@@ -14,9 +14,9 @@
 //   runs            every round's t3_tok_s_total
 #include <algorithm>
 #include <chrono>
-#include <memory>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -35,9 +35,7 @@
 namespace cbx::bench {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -56,16 +54,26 @@ int run_t3_batch(int argc, char** argv) {
       CBX_CHECK(i + 1 < argc, "bench t3-batch: %s needs a value", a.c_str());
       return argv[++i];
     };
-    if (a == "-m" || a == "--model") model = next();
-    else if (a == "--threads") threads = std::atoi(next());
-    else if (a == "--steps") steps = std::atoi(next());
-    else if (a == "--prompt") prompt = std::atoi(next());
-    else if (a == "--text") text = std::atoi(next());
-    else if (a == "--batch") sizes = next();
-    else if (a == "--rounds") rounds = std::atoi(next());
-    else if (a == "--seed") seed = std::strtoull(next(), nullptr, 10);
-    else if (a == "--mtl") mtl = true;
-    else fail("bench t3-batch: unknown option '%s' (see bench/bench_t3_batch.cpp)", a.c_str());
+    if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--threads")
+      threads = std::atoi(next());
+    else if (a == "--steps")
+      steps = std::atoi(next());
+    else if (a == "--prompt")
+      prompt = std::atoi(next());
+    else if (a == "--text")
+      text = std::atoi(next());
+    else if (a == "--batch")
+      sizes = next();
+    else if (a == "--rounds")
+      rounds = std::atoi(next());
+    else if (a == "--seed")
+      seed = std::strtoull(next(), nullptr, 10);
+    else if (a == "--mtl")
+      mtl = true;
+    else
+      fail("bench t3-batch: unknown option '%s' (see bench/bench_t3_batch.cpp)", a.c_str());
   }
   CBX_CHECK(!model.empty(), "usage: chatterbox-bench t3-batch -m MODEL.gguf [--batch 1,2,4,8] [--steps S]");
   std::vector<int> ns;
@@ -153,10 +161,11 @@ int run_t3_batch(int argc, char** argv) {
     const double m = median(runs[k]);
     std::string all;
     for (double v : runs[k]) all += (all.empty() ? "" : ",") + std::to_string(v).substr(0, 6);
-    std::printf("bench t3-batch%s model=%s threads=%d prompt=%d text=%d steps=%d batch=%d t3_tok_s_total=%.2f "
-                "t3_tok_s_row=%.2f speedup=%.2f runs=%s\n",
-                mtl ? " mtl" : "", model.c_str(), threads, prompt, text, steps, ns[k], m, m / ns[k], base > 0 ? m / base : 0.0,
-                all.c_str());
+    std::printf(
+        "bench t3-batch%s model=%s threads=%d prompt=%d text=%d steps=%d batch=%d t3_tok_s_total=%.2f "
+        "t3_tok_s_row=%.2f speedup=%.2f runs=%s\n",
+        mtl ? " mtl" : "", model.c_str(), threads, prompt, text, steps, ns[k], m, m / ns[k], base > 0 ? m / base : 0.0,
+        all.c_str());
   }
   return 0;
 }

@@ -44,13 +44,13 @@
 #include "bench.h"
 #include "bench_e2e.h"
 #include "bench_stream.h"
-#include "stream_read.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "models/sampler.h"
 #include "models/t3_turbo.h"
 #include "ops/elementwise.h"
 #include "pipeline/turbo_pipeline.h"
+#include "stream_read.h"
 
 namespace cbx::bench {
 namespace {
@@ -125,7 +125,8 @@ int run_turbo(int argc, char** argv) {
                                   prompt.data(), int64_t(prompt.size()));
   const int64_t n_prompt_rows = embeds.shape[0];
   bool reused = false;
-  const Tensor& lg0 = t3.prefill(embeds, spk.data(), int64_t(spk.size()), prompt.data(), int64_t(prompt.size()), &reused);
+  const Tensor& lg0 =
+      t3.prefill(embeds, spk.data(), int64_t(spk.size()), prompt.data(), int64_t(prompt.size()), &reused);
   CBX_CHECK(reused, "bench turbo: the warmed voice prefix was not reused");
   const int32_t bos = c.start_speech_token;
   int32_t tok = sampler.sample(lg0.ptr<float>(), &bos, 1);
@@ -174,17 +175,18 @@ int run_turbo(int argc, char** argv) {
   const double avg_keys = double(n_prompt_rows) + 1.0 + std::max(0, steps - 1) / 2.0;
   const double kvbytes = 2.0 * c.n_layer * double(c.n_head) * c.head_dim * es * avg_keys;
   const double decode_gbps = (wbytes + kvbytes) * tok_s / 1e9;
-  std::printf("bench turbo model=%s precision=%s threads=%d kv=%s load_ms=%.0f prompt_rows=%lld tokens=%d s3gen_tokens=%zu "
-              "audio_s=%.2f t3_prefill_ms=%.1f t3_tok_s=%.2f decode_gbps=%.2f stream_gbps=%.2f "
-              "decode_bw_ratio=%.3f flow_ms=%.1f cfm_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f peak_rss_mb=%.0f "
-              "stream_samples=%d stream_lo_gbps=%.2f stream_hi_gbps=%.2f stream_after_gbps=%.2f stream_4k_gbps=%.2f "
-              "decode_bw_ratio_4k=%.3f t3_prefix_ms=%.1f rtf_cold=%.3f clock_ghz=%.2f clock_after_ghz=%.2f "
-              "fma_per_cycle=%.2f fma_after_per_cycle=%.2f\n",
-              model.c_str(), gemm_precision_name(pipe.cfm_precision()), pipe.n_threads(), kv.c_str(), load_ms, (long long)n_prompt_rows, tokens, speech.size(),
-              audio_s, prefill_ms, tok_s, decode_gbps, stream, decode_gbps / stream, tm.flow_ms, tm.cfm_ms, s3gen_ms,
-              tm.hift_ms, rtf, rss_mb, streams.count(), streams.min_gbps(), streams.max_gbps(), stream_after,
-              stream_4k, decode_gbps / stream_4k, prefix_ms, rtf_cold, streams.mean_clock_ghz(), clock_after,
-              streams.mean_fma_per_cycle(), fma_after);
+  std::printf(
+      "bench turbo model=%s precision=%s threads=%d kv=%s load_ms=%.0f prompt_rows=%lld tokens=%d s3gen_tokens=%zu "
+      "audio_s=%.2f t3_prefill_ms=%.1f t3_tok_s=%.2f decode_gbps=%.2f stream_gbps=%.2f "
+      "decode_bw_ratio=%.3f flow_ms=%.1f cfm_ms=%.1f s3gen_ms=%.1f hift_ms=%.1f rtf=%.3f peak_rss_mb=%.0f "
+      "stream_samples=%d stream_lo_gbps=%.2f stream_hi_gbps=%.2f stream_after_gbps=%.2f stream_4k_gbps=%.2f "
+      "decode_bw_ratio_4k=%.3f t3_prefix_ms=%.1f rtf_cold=%.3f clock_ghz=%.2f clock_after_ghz=%.2f "
+      "fma_per_cycle=%.2f fma_after_per_cycle=%.2f\n",
+      model.c_str(), gemm_precision_name(pipe.cfm_precision()), pipe.n_threads(), kv.c_str(), load_ms,
+      (long long)n_prompt_rows, tokens, speech.size(), audio_s, prefill_ms, tok_s, decode_gbps, stream,
+      decode_gbps / stream, tm.flow_ms, tm.cfm_ms, s3gen_ms, tm.hift_ms, rtf, rss_mb, streams.count(),
+      streams.min_gbps(), streams.max_gbps(), stream_after, stream_4k, decode_gbps / stream_4k, prefix_ms, rtf_cold,
+      streams.mean_clock_ghz(), clock_after, streams.mean_fma_per_cycle(), fma_after);
   return 0;
 }
 

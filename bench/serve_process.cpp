@@ -102,8 +102,7 @@ int ServerProcess::wait_ready(double timeout_s) {
   const Clock::time_point t0 = Clock::now();
   const std::string needle = std::string("listening on http://") + kHost + ":";
   while (port_ == 0) {
-    if (exited())
-      fail("the server exited (status %d) before listening; its log:\n%s", status_, log_tail().c_str());
+    if (exited()) fail("the server exited (status %d) before listening; its log:\n%s", status_, log_tail().c_str());
     const std::string log = read_file(log_path_);
     if (const size_t at = log.find(needle); at != std::string::npos) {
       port_ = std::atoi(log.c_str() + at + needle.size());
@@ -120,8 +119,8 @@ int ServerProcess::wait_ready(double timeout_s) {
     if (exited()) fail("the server exited (status %d) while loading; its log:\n%s", status_, log_tail().c_str());
     const httplib::Result r = c.Get("/health");
     if (r && r->status == 200) return port_;
-    CBX_CHECK(seconds_since(t0) < timeout_s, "GET /health was not 200 within %.0f s; the server's log:\n%s",
-              timeout_s, log_tail().c_str());
+    CBX_CHECK(seconds_since(t0) < timeout_s, "GET /health was not 200 within %.0f s; the server's log:\n%s", timeout_s,
+              log_tail().c_str());
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }

@@ -56,12 +56,12 @@ std::string http_get(int port, const std::string& path, double timeout_s = 10);
 
 // One POST /v1/audio/speech, its body read as it arrives.
 struct SpeechResult {
-  bool ok = false;          // 200, audio received, the response complete
-  int status = 0;           // HTTP status (0: no response)
-  size_t bytes = 0;         // audio bytes received
-  double ttfa_s = -1;       // request sent -> first audio byte
-  double total_s = 0;       // request sent -> response complete
-  std::string error;        // why not ok
+  bool ok = false;     // 200, audio received, the response complete
+  int status = 0;      // HTTP status (0: no response)
+  size_t bytes = 0;    // audio bytes received
+  double ttfa_s = -1;  // request sent -> first audio byte
+  double total_s = 0;  // request sent -> response complete
+  std::string error;   // why not ok
 };
 // timeout_s bounds the whole request (a response still arriving then is cut off and not ok).
 SpeechResult post_speech(int port, const std::string& json_body, double timeout_s);

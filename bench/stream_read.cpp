@@ -152,13 +152,15 @@ double core_clock_ghz() {
   const double t0 = wall_seconds();
   for (long i = 0; i < kIters; ++i) {
 #if CBX_BENCH_X86
-    asm volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-                 "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
-                 : "+r"(x));
+    asm volatile(
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+        : "+r"(x));
 #elif defined(__aarch64__)
-    asm volatile("add %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1\n\t"
-                 "add %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1"
-                 : "+r"(x));
+    asm volatile(
+        "add %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1\n\t"
+        "add %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1\n\tadd %0, %0, #1"
+        : "+r"(x));
 #else
     return 0.0;  // no dependent-add chain written for this architecture
 #endif
@@ -167,8 +169,7 @@ double core_clock_ghz() {
   return dt > 0 && x == kIters * kAdds ? double(kIters * kAdds) / dt / 1e9 : 0.0;
 }
 
-double stream_read_gbps(ThreadPool& pool, const uint8_t* buf, size_t bytes, int reps,
-                        double (*clock_s)()) {
+double stream_read_gbps(ThreadPool& pool, const uint8_t* buf, size_t bytes, int reps, double (*clock_s)()) {
   const size_t nf = bytes / 4;
   volatile float sink = 0.f;
   double best = 0;
@@ -241,13 +242,9 @@ double StreamSampler::mean_fma_per_cycle() const {
   return fma_.empty() ? 0.0 : s / double(fma_.size());
 }
 
-double StreamSampler::min_gbps() const {
-  return gbps_.empty() ? 0.0 : *std::min_element(gbps_.begin(), gbps_.end());
-}
+double StreamSampler::min_gbps() const { return gbps_.empty() ? 0.0 : *std::min_element(gbps_.begin(), gbps_.end()); }
 
-double StreamSampler::max_gbps() const {
-  return gbps_.empty() ? 0.0 : *std::max_element(gbps_.begin(), gbps_.end());
-}
+double StreamSampler::max_gbps() const { return gbps_.empty() ? 0.0 : *std::max_element(gbps_.begin(), gbps_.end()); }
 
 double peak_rss_without(const StreamSampler& s, double before_mb, double now_mb) {
   return std::max(before_mb, now_mb - double(s.bytes()) / double(1 << 20));

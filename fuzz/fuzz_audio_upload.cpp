@@ -178,8 +178,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t nl = in.find('\n');
   const std::string boundary = in.substr(0, std::min(nl, size_t(200)));
   const std::string body = nl == std::string::npos ? "" : in.substr(nl + 1);
-  std::string req = "POST /v1/audio/voices HTTP/1.1\r\nHost: localhost\r\nContent-Type: multipart/form-data; boundary=" +
-                    boundary + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::string req =
+      "POST /v1/audio/voices HTTP/1.1\r\nHost: localhost\r\nContent-Type: multipart/form-data; boundary=" + boundary +
+      "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   s.server.handle(req);
   return 0;
 }

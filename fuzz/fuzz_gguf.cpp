@@ -19,7 +19,8 @@ volatile uint64_t g_sink;
   std::abort();
 }
 
-template <typename F> void may_throw(F f) {
+template <typename F>
+void may_throw(F f) {
   try {
     f();
   } catch (const cbx::Error&) {
@@ -45,8 +46,7 @@ void round_trip(const cbx::GgufFile& g) {
   for (const std::string& k : g.keys()) w.set_value(k, g.get(k));
   for (const cbx::GgufTensorInfo& ti : g.tensors()) {
     cbx::Tensor t = g.tensor(ti);
-    w.add_tensor(ti.name, ti.dtype, std::vector<int64_t>(ti.shape, ti.shape + ti.ndim), t.data,
-                 ti.nbytes);
+    w.add_tensor(ti.name, ti.dtype, std::vector<int64_t>(ti.shape, ti.shape + ti.ndim), t.data, ti.nbytes);
   }
   std::vector<uint8_t> bytes = w.to_bytes();
   auto h = cbx::GgufFile::from_memory(bytes.data(), bytes.size(), "rewritten");
@@ -58,8 +58,7 @@ void round_trip(const cbx::GgufFile& g) {
   for (size_t i = 0; i < g.tensors().size(); ++i) {
     const cbx::GgufTensorInfo& a = g.tensors()[i];
     const cbx::GgufTensorInfo& b = h->tensors()[i];
-    if (a.name != b.name || a.dtype != b.dtype || a.ndim != b.ndim || a.nbytes != b.nbytes)
-      finding("tensor info");
+    if (a.name != b.name || a.dtype != b.dtype || a.ndim != b.ndim || a.nbytes != b.nbytes) finding("tensor info");
     for (int d = 0; d < a.ndim; ++d)
       if (a.shape[d] != b.shape[d]) finding("tensor shape");
     if (std::memcmp(g.tensor(a).data, h->tensor(b).data, a.nbytes) != 0) finding("tensor data");

@@ -4,6 +4,8 @@
 // a length the input gives; bit 1 then re-seals its checksum, so that the header checks behind
 // it are reached. Whatever the image: parse_prefix_cache must return without reading outside
 // it, a Match must point at K/V bytes inside it, anything else must say why and give no K/V.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -13,8 +15,6 @@
 #include <iterator>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "pipeline/prefix_cache.h"
 

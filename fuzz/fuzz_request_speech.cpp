@@ -93,10 +93,12 @@ void check_request(const SpeechRequest& r, const RequestContext& ctx, const std:
   }
   // The C API validates the float parameters again, with the same ranges: what the server
   // accepted must pass there too (after the conversion to float).
-  const std::pair<const cbx::ParamSpec&, float> ps[] = {
-      {cbx::param::kTemperature, r.params.temperature}, {cbx::param::kTopP, r.params.top_p},
-      {cbx::param::kMinP, r.params.min_p}, {cbx::param::kRepetitionPenalty, r.params.repetition_penalty},
-      {cbx::param::kExaggeration, r.params.exaggeration}, {cbx::param::kCfgWeight, r.params.cfg_weight}};
+  const std::pair<const cbx::ParamSpec&, float> ps[] = {{cbx::param::kTemperature, r.params.temperature},
+                                                        {cbx::param::kTopP, r.params.top_p},
+                                                        {cbx::param::kMinP, r.params.min_p},
+                                                        {cbx::param::kRepetitionPenalty, r.params.repetition_penalty},
+                                                        {cbx::param::kExaggeration, r.params.exaggeration},
+                                                        {cbx::param::kCfgWeight, r.params.cfg_weight}};
   for (const auto& [spec, v] : ps) {
     if (v == CBX_DEFAULT_FLOAT) continue;
     try {

@@ -23,9 +23,8 @@ volatile uint64_t g_sink;
 }
 
 void round_trip(const cbx::SafetensorsFile& f, const std::vector<cbx::CkptTensor>& ts) {
-  static const std::string path =
-      std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/fuzz_safetensors_" +
-      std::to_string(getpid()) + ".safetensors";
+  static const std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
+                                  "/fuzz_safetensors_" + std::to_string(getpid()) + ".safetensors";
   std::vector<const cbx::CkptTensor*> ptrs;
   for (const auto& t : ts) ptrs.push_back(&t);
   // What the reader accepted, the writer must write and the reader read back: a library error

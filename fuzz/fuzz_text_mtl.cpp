@@ -44,12 +44,35 @@ std::string builtin_json() {
   for (const char* s : {"[STOP]", "[UNK]", "[SPACE]", "[START]"}) add_special(s);
   for (const char* c : kCodes)
     if (std::string(c) != "xx") add_special(std::string("[") + c + "]");
-  for (const char* c : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r",
-                        "s", "t", "u", "v", "w", "x", "y", "z", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "."})
+  for (const char* c : {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s",
+                        "t", "u", "v", "w", "x", "y", "z", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "."})
     add_special(std::string("[cj_") + c + "]");
-  const char* chars[] = {"a", "b", "c", "d", "e", "n", "o", "r", "s", "t", "1", "2", ",", ".", "!", "?",
-                         "\xcc\x81", "\xce\xb1", "\xd0\xb0", "\xd7\x90", "\xd8\xa7", "\xe0\xa4\x95",
-                         "\xe1\x84\x80", "\xe1\x85\xa1", "\xe3\x81\x82", "\xe4\xbd\xa0"};
+  const char* chars[] = {"a",
+                         "b",
+                         "c",
+                         "d",
+                         "e",
+                         "n",
+                         "o",
+                         "r",
+                         "s",
+                         "t",
+                         "1",
+                         "2",
+                         ",",
+                         ".",
+                         "!",
+                         "?",
+                         "\xcc\x81",
+                         "\xce\xb1",
+                         "\xd0\xb0",
+                         "\xd7\x90",
+                         "\xd8\xa7",
+                         "\xe0\xa4\x95",
+                         "\xe1\x84\x80",
+                         "\xe1\x85\xa1",
+                         "\xe3\x81\x82",
+                         "\xe4\xbd\xa0"};
   for (const char* c : chars) add_vocab(c), ++id;
   for (const char* m : {"a b", "ab c", "e n", "o n", "r e", "s t"}) {
     std::string s(m);
@@ -89,7 +112,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     const cbx::HfTokenizer hf = cbx::HfTokenizer::from_json(rest, "fuzz.json");
-    const std::vector<int32_t> ids = hf.encode("Hello, w\xc3\xb6rld 12 \xd0\xbf\xd1\x80\xd0\xb8 \xe4\xbd\xa0\xe5\xa5\xbd [x]");
+    const std::vector<int32_t> ids =
+        hf.encode("Hello, w\xc3\xb6rld 12 \xd0\xbf\xd1\x80\xd0\xb8 \xe4\xbd\xa0\xe5\xa5\xbd [x]");
     for (int32_t i : ids)
       if (i < 0 || size_t(i) >= hf.vocab_size()) finding("id outside the vocab (JSON mode)");
   } catch (const cbx::Error&) {

@@ -53,8 +53,7 @@ bool same(const cbx::PyObject& a, const cbx::PyObject& b, Seen& seen) {
     case K::Dict:
       if (a.dict.size() != b.dict.size()) return false;
       for (size_t i = 0; i < a.dict.size(); ++i)
-        if (!same(*a.dict[i].first, *b.dict[i].first, seen) ||
-            !same(*a.dict[i].second, *b.dict[i].second, seen))
+        if (!same(*a.dict[i].first, *b.dict[i].first, seen) || !same(*a.dict[i].second, *b.dict[i].second, seen))
           return false;
       return true;
     case K::Tensor:
@@ -69,9 +68,8 @@ void exercise(const cbx::PyObject& root) {
     g_sink = g_sink + cbx::flatten_state_dict(root).size();
   } catch (const cbx::Error&) {
   }
-  static const std::string path =
-      std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/fuzz_torch_pt_" +
-      std::to_string(getpid()) + ".pt";
+  static const std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") +
+                                  "/fuzz_torch_pt_" + std::to_string(getpid()) + ".pt";
   try {
     cbx::save_torch_pt(path, root);
   } catch (const cbx::Error&) {
@@ -98,8 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       static uint8_t storage[256];
       for (size_t i = 0; i < sizeof(storage); ++i) storage[i] = uint8_t(i * 37);
       cbx::StorageFetch fetch = [](const std::string& key) {
-        if (key.size() != 1 || key[0] < '0' || key[0] > '9')
-          cbx::fail("fuzz: no storage '%s'", key.c_str());
+        if (key.size() != 1 || key[0] < '0' || key[0] > '9') cbx::fail("fuzz: no storage '%s'", key.c_str());
         return cbx::StorageBytes{storage, sizeof(storage) - size_t(key[0] - '0') * 16};
       };
       cbx::UnpickleOptions o;

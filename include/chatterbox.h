@@ -90,11 +90,11 @@ typedef enum cbx_status {
   CBX_ERR_TEXT = 4,              /* empty text or invalid UTF-8 */
   CBX_ERR_ABORTED = 5,           /* the abort or audio callback asked to stop */
   CBX_ERR_OUT_OF_MEMORY = 6,
-  CBX_ERR_INTERNAL = 7,          /* anything else; see cbx_last_error() */
-  CBX_ERR_AUDIO = 8,             /* reference audio missing, unreadable, unsupported, too short or silent */
-  CBX_ERR_VOICE = 9,             /* not a (readable) .voice file, or a voice the model cannot use */
-  CBX_ERR_FILE = 10              /* a prompt cache file that cannot be read or written, or a file
-                                    that is not one (left untouched) */
+  CBX_ERR_INTERNAL = 7, /* anything else; see cbx_last_error() */
+  CBX_ERR_AUDIO = 8,    /* reference audio missing, unreadable, unsupported, too short or silent */
+  CBX_ERR_VOICE = 9,    /* not a (readable) .voice file, or a voice the model cannot use */
+  CBX_ERR_FILE = 10     /* a prompt cache file that cannot be read or written, or a file
+                           that is not one (left untouched) */
 } cbx_status;
 
 typedef enum cbx_kv_type { CBX_KV_F16 = 0, CBX_KV_F32 = 1 } cbx_kv_type;
@@ -116,22 +116,22 @@ typedef struct cbx_model cbx_model; /* opaque */
 
 /* Load-time parameters: the thread pool and every buffer are reserved once per model. */
 typedef struct cbx_model_params {
-  size_t struct_size;       /* sizeof(cbx_model_params) */
-  int32_t n_threads;        /* [1, 1024]; default: the CPUs this process may use (its CPU affinity
-                               and cgroup quota). More threads than CPUs run many times slower;
-                               the CLI warns, the C API cannot print and does not. */
-  int32_t kv_type;          /* cbx_kv_type: the T3 KV cache (default F16) */
-  int32_t max_new_tokens;   /* speech tokens per generation, from 1 to what the model's T3
-                               positions hold (the error message gives it); default: the
-                               model's (1000, ~40 s) */
-  int32_t no_repack;        /* nonzero: no planar decode copies of q4_0 / q8_0 matrices (less
-                               memory, e.g. ~330 MB for Turbo q8_0; slower decode; same audio) */
-  int32_t gemm_precision;   /* cbx_gemm_precision (default CBX_GEMM_DEFAULT); since API 6 */
-  int32_t cfm_precision;    /* cbx_gemm_precision of the S3Gen CFM estimator's transformer
-                               linears, the largest share of S3Gen's time. DEFAULT: INT8 for a
-                               quantized or f16/bf16 GGUF where the CPU has AVX-512 VNNI (mel
-                               ~36-38 dB from the f32 path, docs/quantization.md), else as
-                               gemm_precision; F32 / BF16 / INT8 force one. Since API 6 */
+  size_t struct_size;     /* sizeof(cbx_model_params) */
+  int32_t n_threads;      /* [1, 1024]; default: the CPUs this process may use (its CPU affinity
+                             and cgroup quota). More threads than CPUs run many times slower;
+                             the CLI warns, the C API cannot print and does not. */
+  int32_t kv_type;        /* cbx_kv_type: the T3 KV cache (default F16) */
+  int32_t max_new_tokens; /* speech tokens per generation, from 1 to what the model's T3
+                             positions hold (the error message gives it); default: the
+                             model's (1000, ~40 s) */
+  int32_t no_repack;      /* nonzero: no planar decode copies of q4_0 / q8_0 matrices (less
+                             memory, e.g. ~330 MB for Turbo q8_0; slower decode; same audio) */
+  int32_t gemm_precision; /* cbx_gemm_precision (default CBX_GEMM_DEFAULT); since API 6 */
+  int32_t cfm_precision;  /* cbx_gemm_precision of the S3Gen CFM estimator's transformer
+                             linears, the largest share of S3Gen's time. DEFAULT: INT8 for a
+                             quantized or f16/bf16 GGUF where the CPU has AVX-512 VNNI (mel
+                             ~36-38 dB from the f32 path, docs/quantization.md), else as
+                             gemm_precision; F32 / BF16 / INT8 force one. Since API 6 */
 } cbx_model_params;
 
 /* Per-call parameters. CBX_DEFAULT_INT / CBX_DEFAULT_FLOAT = the model's default (GGUF
@@ -147,10 +147,10 @@ typedef struct cbx_synth_params {
                                takes (the error message gives it); default: Turbo 80, MTL 150 */
   /* Multilingual only (Turbo ignores min_p, cfg_weight and exaggeration, as upstream does;
    * Multilingual ignores top_k); still checked on every model. */
-  const char* language;     /* language code ("fr"), case-insensitive; required for Multilingual */
-  float min_p;              /* [0, 1]; default 0.05 */
-  float cfg_weight;         /* T3 classifier-free guidance, [0, 100]; default 0.5 */
-  float exaggeration;       /* emotion exaggeration, [0, 100]; default 0.5 */
+  const char* language; /* language code ("fr"), case-insensitive; required for Multilingual */
+  float min_p;          /* [0, 1]; default 0.05 */
+  float cfg_weight;     /* T3 classifier-free guidance, [0, 100]; default 0.5 */
+  float exaggeration;   /* emotion exaggeration, [0, 100]; default 0.5 */
   /* Streaming (docs/streaming.md; every model): nonzero = on_audio gets each text chunk's
    * audio in pieces while T3 is still decoding (the concatenation has the non-streamed length;
    * should_abort is honoured between pieces). The schedule, in speech tokens (25 per second);
@@ -172,7 +172,7 @@ typedef int (*cbx_audio_callback)(const float* samples, size_t n_samples, int32_
 typedef int (*cbx_abort_callback)(void* user_data);
 
 typedef struct cbx_callbacks {
-  size_t struct_size;       /* sizeof(cbx_callbacks) */
+  size_t struct_size; /* sizeof(cbx_callbacks) */
   cbx_audio_callback on_audio;
   cbx_abort_callback should_abort;
   void* user_data;
@@ -180,12 +180,12 @@ typedef struct cbx_callbacks {
 
 /* Wall times of the last successful cbx_synthesize on a model, in ms. */
 typedef struct cbx_timings {
-  size_t struct_size;       /* sizeof(cbx_timings) */
+  size_t struct_size; /* sizeof(cbx_timings) */
   double text_ms, t3_prefill_ms, t3_decode_ms, flow_ms, cfm_ms, hift_ms, total_ms;
   int64_t n_chunks, n_text_tokens, n_speech_tokens;
-  int64_t chunks_at_limit;  /* chunks whose generation hit max_new_tokens without EOS */
+  int64_t chunks_at_limit; /* chunks whose generation hit max_new_tokens without EOS */
   int64_t n_samples;
-  double rtf;               /* total_ms / audio duration */
+  double rtf;                   /* total_ms / audio duration */
   int64_t chunks_prefix_reused; /* Turbo chunks whose T3 voice prefix came from the cache (see
                                    cbx_model_prepare_voice); always 0 for Multilingual */
 } cbx_timings;
@@ -200,7 +200,7 @@ CBX_API cbx_synth_params cbx_synth_default_params(void);
 
 /* params may be NULL (defaults). On failure *model is set to NULL. */
 CBX_API cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_model** model);
-CBX_API void cbx_model_free(cbx_model* model); /* NULL is fine */
+CBX_API void cbx_model_free(cbx_model* model);                 /* NULL is fine */
 CBX_API int32_t cbx_model_sample_rate(const cbx_model* model); /* 24000; 0 for NULL */
 /* "turbo", "nano" or "mtl"; NULL for NULL. */
 CBX_API const char* cbx_model_variant(const cbx_model* model);
@@ -230,10 +230,10 @@ CBX_API cbx_status cbx_model_last_timings(const cbx_model* model, cbx_timings* t
 typedef struct cbx_voice cbx_voice; /* opaque */
 
 typedef struct cbx_voice_params {
-  size_t struct_size;      /* sizeof(cbx_voice_params) */
-  float exaggeration;      /* stored emotion_adv, [0, 100]; default: the model's (Turbo 0, MTL 0.5) */
-  int32_t norm_loudness;   /* Turbo: 1 = normalise to -27 LUFS as upstream (default), 0 = skip */
-  float max_seconds;       /* decode at most this much of the reference, [10, 600]; default 30 */
+  size_t struct_size;    /* sizeof(cbx_voice_params) */
+  float exaggeration;    /* stored emotion_adv, [0, 100]; default: the model's (Turbo 0, MTL 0.5) */
+  int32_t norm_loudness; /* Turbo: 1 = normalise to -27 LUFS as upstream (default), 0 = skip */
+  float max_seconds;     /* decode at most this much of the reference, [10, 600]; default 30 */
 } cbx_voice_params;
 
 CBX_API cbx_voice_params cbx_voice_default_params(void);
@@ -288,12 +288,7 @@ CBX_API cbx_status cbx_model_load_voice_prefix(cbx_model* model, const cbx_voice
  * newline, valid during the call only. Process-wide; the callback may run on any thread (the
  * library's workers included), one message at a time, and must not call cbx_log_set.
  * callback NULL: drop messages again. */
-typedef enum cbx_log_level {
-  CBX_LOG_DEBUG = 0,
-  CBX_LOG_INFO = 1,
-  CBX_LOG_WARN = 2,
-  CBX_LOG_ERROR = 3
-} cbx_log_level;
+typedef enum cbx_log_level { CBX_LOG_DEBUG = 0, CBX_LOG_INFO = 1, CBX_LOG_WARN = 2, CBX_LOG_ERROR = 3 } cbx_log_level;
 typedef void (*cbx_log_callback)(cbx_log_level level, const char* message, void* user_data);
 CBX_API void cbx_log_set(cbx_log_callback callback, void* user_data);
 

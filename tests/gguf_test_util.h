@@ -37,8 +37,8 @@ inline bool apply_edits(const std::vector<Edit>& edits, const std::string& name,
 }
 
 // Adds F32 values as a tensor of dtype `dt` (encoded when not F32).
-inline void add_tensor_as(cbx::GgufWriter& w, const std::string& name, cbx::DType dt,
-                          const std::vector<int64_t>& shape, const std::vector<float>& v) {
+inline void add_tensor_as(cbx::GgufWriter& w, const std::string& name, cbx::DType dt, const std::vector<int64_t>& shape,
+                          const std::vector<float>& v) {
   if (dt == cbx::DType::F32) {
     w.add_tensor(name, dt, shape, v.data(), v.size() * 4);
   } else {

@@ -12,8 +12,8 @@
 
 namespace nn_test {
 
-#define CBX_SKIP_IF_ISA_UNAVAILABLE()                                   \
-  do {                                                                  \
+#define CBX_SKIP_IF_ISA_UNAVAILABLE()                                         \
+  do {                                                                        \
     if (cbx::forced_isa_unavailable()) GTEST_SKIP() << "ISA not on this CPU"; \
   } while (0)
 

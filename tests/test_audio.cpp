@@ -33,8 +33,7 @@ std::string tmp_path(const std::string& name) {
 
 std::vector<float> sine(double freq, double amp, int sr, size_t n, double phase = 0.0) {
   std::vector<float> x(n);
-  for (size_t i = 0; i < n; ++i)
-    x[i] = float(amp * std::sin(2 * M_PI * freq * double(i) / sr + phase));
+  for (size_t i = 0; i < n; ++i) x[i] = float(amp * std::sin(2 * M_PI * freq * double(i) / sr + phase));
   return x;
 }
 
@@ -44,8 +43,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 }
 
 // Write a multi-channel file with libsndfile (interleaved frames).
-void write_sf(const std::string& path, int format, int channels, int sr,
-              const std::vector<float>& inter) {
+void write_sf(const std::string& path, int format, int channels, int sr, const std::vector<float>& inter) {
   SF_INFO info{};
   info.samplerate = sr;
   info.channels = channels;
@@ -114,8 +112,7 @@ TEST(AudioFile, BufferMatchesFileAndDecodesFromMemory) {
   ASSERT_EQ(h.size(), 44u);
   EXPECT_EQ(h[4], 0xFF);
   EXPECT_EQ(h[43], 0xFF);
-  std::vector<uint8_t> c1 = encode_pcm16(x.data(), 600),
-                       c2 = encode_pcm16(x.data() + 600, x.size() - 600);
+  std::vector<uint8_t> c1 = encode_pcm16(x.data(), 600), c2 = encode_pcm16(x.data() + 600, x.size() - 600);
   std::vector<uint8_t> all = encode_pcm16(x.data(), x.size());
   c1.insert(c1.end(), c2.begin(), c2.end());
   EXPECT_EQ(c1, all);
@@ -136,8 +133,7 @@ TEST(AudioFile, StereoMixesToMonoAndFlacDecodes) {
     probe.channels = 2;
     probe.format = fmt;
     if (!sf_format_check(&probe)) continue;
-    const std::string p =
-        tmp_path((fmt & SF_FORMAT_TYPEMASK) == SF_FORMAT_FLAC ? "st.flac" : "st.wav");
+    const std::string p = tmp_path((fmt & SF_FORMAT_TYPEMASK) == SF_FORMAT_FLAC ? "st.flac" : "st.wav");
     write_sf(p, fmt, 2, sr, inter);
     AudioData a = read_audio(p);
     EXPECT_EQ(a.file_channels, 2);
@@ -153,14 +149,12 @@ TEST(AudioFile, LossyFormatsDecode) {
   const int sr = 24000;
   const size_t n = 24000;
   std::vector<float> inter(2 * n);
-  for (size_t i = 0; i < n; ++i)
-    inter[2 * i] = inter[2 * i + 1] = 0.4f * std::sin(2 * M_PI * 440.0 * double(i) / sr);
+  for (size_t i = 0; i < n; ++i) inter[2 * i] = inter[2 * i + 1] = 0.4f * std::sin(2 * M_PI * 440.0 * double(i) / sr);
   struct F {
     int fmt;
     const char* name;
   };
-  for (F f : {F{SF_FORMAT_OGG | SF_FORMAT_VORBIS, "v.ogg"},
-              F{SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III, "m.mp3"}}) {
+  for (F f : {F{SF_FORMAT_OGG | SF_FORMAT_VORBIS, "v.ogg"}, F{SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III, "m.mp3"}}) {
     SF_INFO probe{};
     probe.samplerate = sr;
     probe.channels = 2;
@@ -232,8 +226,7 @@ TEST(AudioFile, ClearErrorsNameTheFile) {
 // ---------------- resampling ----------------
 
 TEST(Resample, SoxrKeepsFrequencyAndAmplitude) {
-  for (auto [in, out] :
-       {std::pair{24000, 16000}, std::pair{44100, 24000}, std::pair{16000, 24000}}) {
+  for (auto [in, out] : {std::pair{24000, 16000}, std::pair{44100, 24000}, std::pair{16000, 24000}}) {
     std::vector<float> x = sine(1000.0, 0.5, in, size_t(in));
     std::vector<float> y = resample_soxr(x.data(), x.size(), in, out);
     // librosa's length rule, ceil(n * (out / in)) in double: 44100 -> 24000 on 1 s gives 24001.
@@ -275,8 +268,7 @@ TEST(Fft, MatchesNaiveDftAndInverts) {
     double maxerr = 0, scale = 0;
     for (int k = 0; k < fft.bins(); ++k) {
       std::complex<double> s = 0;
-      for (int t = 0; t < n; ++t)
-        s += double(x[t]) * std::polar(1.0, -2 * M_PI * double(k) * t / n);
+      for (int t = 0; t < n; ++t) s += double(x[t]) * std::polar(1.0, -2 * M_PI * double(k) * t / n);
       maxerr = std::max(maxerr, std::abs(s - std::complex<double>(X[k])));
       scale = std::max(scale, std::abs(s));
     }
@@ -294,9 +286,8 @@ TEST(Stft, IstftReconstructs) {
     int n_fft, hop;
     WindowKind w;
   };
-  for (Cfg c :
-       {Cfg{16, 4, WindowKind::HannPeriodic}, Cfg{400, 160, WindowKind::HannPeriodic},
-        Cfg{1920, 480, WindowKind::HannPeriodic}, Cfg{512, 128, WindowKind::HannSymmetric}}) {
+  for (Cfg c : {Cfg{16, 4, WindowKind::HannPeriodic}, Cfg{400, 160, WindowKind::HannPeriodic},
+                Cfg{1920, 480, WindowKind::HannPeriodic}, Cfg{512, 128, WindowKind::HannSymmetric}}) {
     const size_t n = size_t(c.hop) * 300;  // istft's default length is hop * (frames - 1)
     std::vector<float> x(n);
     for (float& v : x) v = ud(rng);
@@ -350,8 +341,7 @@ TEST(Mel, ScalesAndFilterbank) {
   EXPECT_NEAR(hz_to_mel(500.0, MelScale::Slaney), 7.5, 1e-12);
   EXPECT_NEAR(hz_to_mel(1000.0, MelScale::Htk), 999.9855, 1e-3);
   for (double f : {0.0, 300.0, 1000.0, 4321.0, 8000.0})
-    for (MelScale s : {MelScale::Slaney, MelScale::Htk})
-      EXPECT_NEAR(mel_to_hz(hz_to_mel(f, s), s), f, 1e-9);
+    for (MelScale s : {MelScale::Slaney, MelScale::Htk}) EXPECT_NEAR(mel_to_hz(hz_to_mel(f, s), s), f, 1e-9);
   // Slaney-normalised filters have unit area in Hz (triangle of height 2/(hi-lo)), so the sum of
   // weights times the bin width is ~1 for filters wide enough to be well sampled.
   std::vector<float> fb = mel_filterbank(16000, 400, 40, 0, 8000);

@@ -45,8 +45,7 @@ std::vector<double> peak_freqs(const std::vector<float>& y, int sr, int count) {
   EXPECT_GE(y.size(), size_t(n));
   size_t start = (y.size() - n) / 2;
   std::vector<float> w(n);
-  for (int i = 0; i < n; ++i)
-    w[i] = y[start + i] * float(0.5 - 0.5 * std::cos(2 * M_PI * i / (n - 1)));
+  for (int i = 0; i < n; ++i) w[i] = y[start + i] * float(0.5 - 0.5 * std::cos(2 * M_PI * i / (n - 1)));
   RealFft fft(n);
   std::vector<std::complex<float>> X(fft.bins());
   fft.forward(w.data(), X.data());
@@ -155,6 +154,5 @@ TEST(AudioLevel, PeakNormalize) {
     EXPECT_NE(e.find("outside [-60, 0] dBFS"), std::string::npos) << t << ": " << e;
   }
   std::vector<float> bad = {0.1f, std::nanf("")};
-  EXPECT_NE(error_of([&] { peak_normalize(bad.data(), bad.size(), -1.0); }).find("index 1"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { peak_normalize(bad.data(), bad.size(), -1.0); }).find("index 1"), std::string::npos);
 }

@@ -22,9 +22,8 @@ namespace {
 constexpr int kRate = 24000;
 const size_t kLen = size_t(1.7 * kRate);  // 40800 samples
 
-const AudioFormat kAll[] = {AudioFormat::Wav,       AudioFormat::WavFloat, AudioFormat::Flac,
-                            AudioFormat::OggVorbis, AudioFormat::Opus,     AudioFormat::Mp3,
-                            AudioFormat::Pcm16};
+const AudioFormat kAll[] = {AudioFormat::Wav,  AudioFormat::WavFloat, AudioFormat::Flac, AudioFormat::OggVorbis,
+                            AudioFormat::Opus, AudioFormat::Mp3,      AudioFormat::Pcm16};
 
 std::string error_of(const std::function<void()>& fn) {
   try {
@@ -48,8 +47,8 @@ std::vector<float> chirp(size_t n, int sr) {
 
 // Best normalised cross-correlation of y against x over lags in [min_lag, max_lag] (y[i + lag]
 // vs x[i]); returns the correlation and stores the lag.
-double best_correlation(const std::vector<float>& x, const std::vector<float>& y, int min_lag,
-                        int max_lag, int* lag_out) {
+double best_correlation(const std::vector<float>& x, const std::vector<float>& y, int min_lag, int max_lag,
+                        int* lag_out) {
   double best = -2;
   for (int lag = min_lag; lag <= max_lag; ++lag) {
     double xy = 0, xx = 0, yy = 0;
@@ -75,8 +74,7 @@ AudioData decode(const std::vector<uint8_t>& bytes, AudioFormat f) {
 // Raw 16-bit LE -> float the way libsndfile's normalised reads scale (1/32768).
 std::vector<float> decode_pcm16(const std::vector<uint8_t>& b) {
   std::vector<float> y(b.size() / 2);
-  for (size_t i = 0; i < y.size(); ++i)
-    y[i] = float(int16_t(uint16_t(b[2 * i] | (b[2 * i + 1] << 8)))) / 32768.0f;
+  for (size_t i = 0; i < y.size(); ++i) y[i] = float(int16_t(uint16_t(b[2 * i] | (b[2 * i + 1] << 8)))) / 32768.0f;
   return y;
 }
 
@@ -179,9 +177,7 @@ TEST(AudioEncode, LossyRoundTrip) {
     AudioFormat f;
     long len_tol;
     double min_corr;
-  } cases[] = {{AudioFormat::OggVorbis, 0, 0.98},
-               {AudioFormat::Opus, 0, 0.90},
-               {AudioFormat::Mp3, 576, 0.98}};
+  } cases[] = {{AudioFormat::OggVorbis, 0, 0.98}, {AudioFormat::Opus, 0, 0.90}, {AudioFormat::Mp3, 576, 0.98}};
   for (const Case& c : cases) {
     std::vector<uint8_t> b = encode_audio(x.data(), x.size(), kRate, c.f);
     AudioData d = decode(b, c.f);
@@ -244,8 +240,7 @@ TEST(AudioEncode, BadInput) {
   }
   // Other rates work where the codec has them.
   for (int sr : {16000, 48000}) {
-    AudioData d =
-        decode(encode_audio(x.data(), x.size(), sr, AudioFormat::Opus), AudioFormat::Opus);
+    AudioData d = decode(encode_audio(x.data(), x.size(), sr, AudioFormat::Opus), AudioFormat::Opus);
     EXPECT_EQ(d.sample_rate, sr);
   }
   AudioData d = decode(encode_audio(x.data(), x.size(), 44100, AudioFormat::Mp3), AudioFormat::Mp3);
@@ -261,10 +256,8 @@ TEST(AudioEncode, WriteAudioFile) {
   AudioData d = read_audio(path);
   EXPECT_EQ(d.samples.size(), kLen);
   std::remove(path.c_str());
-  std::string e = error_of([&] {
-    write_audio(std::string(dir) + "/no/such/dir/x.wav", x.data(), x.size(), kRate,
-                AudioFormat::Wav);
-  });
+  std::string e = error_of(
+      [&] { write_audio(std::string(dir) + "/no/such/dir/x.wav", x.data(), x.size(), kRate, AudioFormat::Wav); });
   EXPECT_NE(e.find("cannot create"), std::string::npos) << e;
   rmdir(dir);
 }

@@ -5,27 +5,26 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "chatterbox.h"
 
 static int g_failures = 0;
-#define CHECK(cond)                                                              \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              cbx_last_error());                                                 \
-      ++g_failures;                                                              \
-    }                                                                            \
+#define CHECK(cond)                                                                                               \
+  do {                                                                                                            \
+    if (!(cond)) {                                                                                                \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, cbx_last_error()); \
+      ++g_failures;                                                                                               \
+    }                                                                                                             \
   } while (0)
 
 typedef struct {
   size_t n_samples;
   int calls;
-  int abort_after;  /* polls before aborting; < 0 = never */
+  int abort_after; /* polls before aborting; < 0 = never */
   int polls;
 } cb_state;
 
@@ -69,9 +68,9 @@ static void test_invalid_params(cbx_model* m, const char* gguf) {
   CHECK(dm.n_threads == CBX_DEFAULT_INT && dm.max_new_tokens == CBX_DEFAULT_INT && dm.kv_type == CBX_KV_F16);
 
   cbx_synth_params sp;
-#define SYNTH_INVALID(field, value, want)     \
-  sp = cbx_synth_default_params();            \
-  sp.field = value;                           \
+#define SYNTH_INVALID(field, value, want) \
+  sp = cbx_synth_default_params();        \
+  sp.field = value;                       \
   expect_invalid(synth_once(m, &sp), want, __LINE__)
   SYNTH_INVALID(temperature, -1, "temperature (--temperature) must be in (0, 10], got -1");
   SYNTH_INVALID(temperature, NAN, "temperature (--temperature) must be in (0, 10], got nan");
@@ -102,9 +101,9 @@ static void test_invalid_params(cbx_model* m, const char* gguf) {
 #undef SYNTH_INVALID
 
   cbx_model_params mp;
-#define LOAD_INVALID(field, value, want)  \
-  mp = cbx_model_default_params();        \
-  mp.field = value;                       \
+#define LOAD_INVALID(field, value, want) \
+  mp = cbx_model_default_params();       \
+  mp.field = value;                      \
   expect_invalid(load_once(gguf, &mp), want, __LINE__)
   LOAD_INVALID(n_threads, 0, "n_threads (--threads) must be in [1, 1024], got 0");
   LOAD_INVALID(n_threads, -1, "n_threads (--threads) must be in [1, 1024], got -1");
@@ -137,9 +136,9 @@ static void test_invalid_params(cbx_model* m, const char* gguf) {
   /* voices: the same rule */
   cbx_voice_params vp;
   cbx_voice* v = NULL;
-#define VOICE_INVALID(field, value, want)                                  \
-  vp = cbx_voice_default_params();                                         \
-  vp.field = value;                                                        \
+#define VOICE_INVALID(field, value, want)                                           \
+  vp = cbx_voice_default_params();                                                  \
+  vp.field = value;                                                                 \
   expect_invalid(cbx_voice_create(m, "/nonexistent.wav", &vp, &v), want, __LINE__); \
   CHECK(v == NULL)
   CHECK(cbx_voice_default_params().exaggeration == CBX_DEFAULT_FLOAT &&
@@ -562,8 +561,9 @@ int main(int argc, char** argv) {
   if (argc == 3 && strcmp(argv[1], "--bad-debug-env") == 0) { /* the child of the CBX_DEBUG_* check */
     cbx_model* bad = (cbx_model*)1;
     CHECK(cbx_model_load(argv[2], NULL, &bad) == CBX_ERR_INVALID_ARGUMENT && bad == NULL);
-    CHECK(strcmp(cbx_last_error(), "environment variable CBX_DEBUG_NO_AMX=yes is not one of 0, 1 (a debugging "
-                                   "switch; unset it for the default)") == 0);
+    CHECK(strcmp(cbx_last_error(),
+                 "environment variable CBX_DEBUG_NO_AMX=yes is not one of 0, 1 (a debugging "
+                 "switch; unset it for the default)") == 0);
     /* the same error on every load, never a half-loaded model */
     CHECK(cbx_model_load(argv[2], NULL, &bad) == CBX_ERR_INVALID_ARGUMENT && bad == NULL);
     return g_failures == 0 ? 0 : 1;
@@ -662,8 +662,10 @@ int main(int argc, char** argv) {
       cbx_model_params gp = cbx_model_default_params();
       gp.n_threads = 2;
       gp.max_new_tokens = 40;
-      if (precs[i] == -2) gp.struct_size = offsetof(cbx_model_params, gemm_precision);
-      else gp.gemm_precision = precs[i];
+      if (precs[i] == -2)
+        gp.struct_size = offsetof(cbx_model_params, gemm_precision);
+      else
+        gp.gemm_precision = precs[i];
       cbx_model* g = NULL;
       CHECK(cbx_model_load(gguf, &gp, &g) == CBX_OK);
       float* e = NULL;
@@ -704,7 +706,10 @@ int main(int argc, char** argv) {
   CHECK(cbx_synthesize(m, "", &sp, &e, &ne, NULL) == CBX_ERR_TEXT && e == NULL && ne == 0);
   CHECK(strstr(cbx_last_error(), "empty") != NULL);
   CHECK(cbx_synthesize(m, "  \n\t ", &sp, &e, &ne, NULL) == CBX_ERR_TEXT);
-  CHECK(cbx_synthesize(m, "ab\xff" "cd", &sp, &e, &ne, NULL) == CBX_ERR_TEXT);
+  CHECK(cbx_synthesize(m,
+                       "ab\xff"
+                       "cd",
+                       &sp, &e, &ne, NULL) == CBX_ERR_TEXT);
   CHECK(strstr(cbx_last_error(), "UTF-8") != NULL);
   CHECK(cbx_synthesize(m, NULL, &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);
   CHECK(cbx_synthesize(NULL, "x", &sp, &e, &ne, NULL) == CBX_ERR_INVALID_ARGUMENT);

@@ -2,6 +2,7 @@
 // malformed input is a cbx::Error that names the file (and the tensor where there is one).
 // Interop with real PyTorch is tests/test_torch_pt_interop.sh.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,8 +18,6 @@
 #include "convert/pickle.h"
 #include "convert/safetensors.h"
 #include "convert/torch_pt.h"
-#include <unistd.h>
-
 #include "convert/zip_archive.h"
 #include "core/error.h"
 
@@ -33,8 +32,7 @@ std::string tmp_path(const std::string& name) {
 
 std::vector<uint8_t> read_all(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)),
-                              std::istreambuf_iterator<char>());
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
 void write_all(const std::string& path, const std::vector<uint8_t>& b) {
@@ -56,8 +54,7 @@ void expect_error(Fn fn, std::initializer_list<std::string> needles) {
 }
 
 template <typename T>
-CkptTensor make_tensor(const std::string& name, DType dt, std::vector<int64_t> shape,
-                       const std::vector<T>& v) {
+CkptTensor make_tensor(const std::string& name, DType dt, std::vector<int64_t> shape, const std::vector<T>& v) {
   CkptTensor t;
   t.name = name;
   t.dtype = dt;
@@ -70,10 +67,8 @@ CkptTensor make_tensor(const std::string& name, DType dt, std::vector<int64_t> s
 std::vector<CkptTensor> sample_tensors() {
   std::vector<CkptTensor> ts;
   ts.push_back(make_tensor<float>("enc.w", DType::F32, {2, 3}, {1, -2, 3.5f, 0, 1e-8f, -7}));
-  ts.push_back(
-      make_tensor<uint16_t>("enc.h", DType::F16, {3}, {f32_to_f16(1.5f), f32_to_f16(-2), 0}));
-  ts.push_back(
-      make_tensor<uint16_t>("enc.b", DType::BF16, {1, 2}, {f32_to_bf16(3), f32_to_bf16(-0.25f)}));
+  ts.push_back(make_tensor<uint16_t>("enc.h", DType::F16, {3}, {f32_to_f16(1.5f), f32_to_f16(-2), 0}));
+  ts.push_back(make_tensor<uint16_t>("enc.b", DType::BF16, {1, 2}, {f32_to_bf16(3), f32_to_bf16(-0.25f)}));
   ts.push_back(make_tensor<double>("d", DType::F64, {2}, {1.0 / 3, -1e300}));
   ts.push_back(make_tensor<int64_t>("tok", DType::I64, {1, 3}, {INT64_MIN, 0, INT64_MAX}));
   ts.push_back(make_tensor<int32_t>("i32", DType::I32, {2}, {-5, 70000}));
@@ -151,11 +146,7 @@ TEST(Safetensors, WriterRejectsBadInput) {
   CkptTensor bad = ts[0];
   bad.data.resize(5);
   expect_error([&] { write_safetensors(tmp_path("bad.safetensors"), {&bad}); }, {"enc.w"});
-  expect_error(
-      [&] {
-        write_safetensors(tmp_path("dup.safetensors"), {&ts[0], &ts[0]});
-      },
-      {"duplicate", "enc.w"});
+  expect_error([&] { write_safetensors(tmp_path("dup.safetensors"), {&ts[0], &ts[0]}); }, {"duplicate", "enc.w"});
   CkptTensor q = ts[0];
   q.dtype = DType::Q8_0;
   expect_error([&] { write_safetensors(tmp_path("q.safetensors"), {&q}); }, {"q8_0"});
@@ -173,12 +164,10 @@ std::vector<uint8_t> st_bytes(const std::string& header, size_t data_bytes) {
   b.resize(b.size() + data_bytes, 0xab);
   return b;
 }
-void st_expect_error(const std::string& header, size_t data_bytes,
-                     std::initializer_list<std::string> needles) {
+void st_expect_error(const std::string& header, size_t data_bytes, std::initializer_list<std::string> needles) {
   auto b = st_bytes(header, data_bytes);
   SCOPED_TRACE(header);
-  expect_error([&] { SafetensorsFile::from_memory(b.data(), b.size(), "bad.safetensors"); },
-               needles);
+  expect_error([&] { SafetensorsFile::from_memory(b.data(), b.size(), "bad.safetensors"); }, needles);
 }
 }  // namespace
 
@@ -188,8 +177,8 @@ TEST(Safetensors, EmptyTensorNameRefusedByReaderAndWriter) {
   st_expect_error(R"({"":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8,
                   {"bad.safetensors", "a tensor with an empty name"});
   const char* env = std::getenv("CBX_SOURCE_DIR");
-  const std::string repro = std::string(env && *env ? env : CBX_SOURCE_DIR) +
-                            "/../shared/data/fuzz/safetensors-empty-name.safetensors";
+  const std::string repro =
+      std::string(env && *env ? env : CBX_SOURCE_DIR) + "/../shared/data/fuzz/safetensors-empty-name.safetensors";
   ASSERT_TRUE(std::ifstream(repro).good()) << "missing reproducer " << repro;
   try {
     SafetensorsFile::open(repro);
@@ -212,25 +201,19 @@ TEST(Safetensors, MalformedHeadersNameFileAndTensor) {
   st_expect_error(R"([1,2])", 0, {"bad.safetensors", "not a JSON object"});
   st_expect_error(R"({"w":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", 2,
                   {"bad.safetensors", "'w'", "F8_E4M3"});
-  st_expect_error(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8,
-                  {"bad.safetensors", "'w'", "shape"});
+  st_expect_error(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, {"bad.safetensors", "'w'", "shape"});
   st_expect_error(R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8,
                   {"bad.safetensors", "'w'", "shape"});
-  st_expect_error(R"({"w":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", 8,
-                  {"bad.safetensors", "'w'", "shape"});
-  st_expect_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8,
-                  {"bad.safetensors", "'w'", "begin"});
+  st_expect_error(R"({"w":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", 8, {"bad.safetensors", "'w'", "shape"});
+  st_expect_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8, {"bad.safetensors", "'w'", "begin"});
   st_expect_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8,
                   {"bad.safetensors", "'w'", "data_offsets"});
   st_expect_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", 8,
                   {"bad.safetensors", "'w'", "data_offsets"});
-  st_expect_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", 8,
-                  {"bad.safetensors", "'w'", "past"});
-  st_expect_error(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8,
-                  {"bad.safetensors", "'w'", "need"});
-  st_expect_error(
-      R"({"w":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904],"data_offsets":[0,8]}})",
-      8, {"bad.safetensors", "'w'", "overflow"});
+  st_expect_error(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", 8, {"bad.safetensors", "'w'", "past"});
+  st_expect_error(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, {"bad.safetensors", "'w'", "need"});
+  st_expect_error(R"({"w":{"dtype":"F32","shape":[4611686018427387904,4611686018427387904],"data_offsets":[0,8]}})", 8,
+                  {"bad.safetensors", "'w'", "overflow"});
   st_expect_error(
       R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
       8, {"bad.safetensors", "duplicate key 'w'"});
@@ -239,8 +222,7 @@ TEST(Safetensors, MalformedHeadersNameFileAndTensor) {
       8, {"bad.safetensors", "'a'", "'b'", "overlap"});
   st_expect_error(R"({"__metadata__":{"k":1}})", 0, {"bad.safetensors", "__metadata__"});
   st_expect_error(R"({"w":7})", 0, {"bad.safetensors", "'w'"});
-  st_expect_error(R"({"w":{"shape":[2],"data_offsets":[0,8]}})", 8,
-                  {"bad.safetensors", "'w'", "dtype"});
+  st_expect_error(R"({"w":{"shape":[2],"data_offsets":[0,8]}})", 8, {"bad.safetensors", "'w'", "dtype"});
   std::string deep(100, '[');
   st_expect_error(R"({"w":)" + deep, 0, {"bad.safetensors"});
 
@@ -251,8 +233,7 @@ TEST(Safetensors, MalformedHeadersNameFileAndTensor) {
                {"long.safetensors", "truncated"});
   expect_error([&] { SafetensorsFile::from_memory(b.data(), 5, "tiny.safetensors"); },
                {"tiny.safetensors", "truncated"});
-  expect_error([&] { SafetensorsFile::open(tmp_path("does-not-exist.safetensors")); },
-               {"does-not-exist.safetensors"});
+  expect_error([&] { SafetensorsFile::open(tmp_path("does-not-exist.safetensors")); }, {"does-not-exist.safetensors"});
 }
 
 TEST(Safetensors, EveryTruncationRejectedWithFileName) {
@@ -327,22 +308,19 @@ PyRef sample_tree() {
   bytes->s = std::string("\x00\xff\x80z", 4);
   PyRef shared = py_tensor(ts[0]);
   return py_dict({
-      {"t3", py_dict({{"speaker_emb",
-                       py_tensor(make_tensor<float>("", DType::F32, {1, 4}, {1, 2, 3, 4}))},
-                      {"clap_emb", py_none()},
-                      {"cond_prompt_speech_tokens",
-                       py_tensor(make_tensor<int64_t>("", DType::I64, {1, 3}, {5, 6, 7}))}})},
+      {"t3",
+       py_dict({{"speaker_emb", py_tensor(make_tensor<float>("", DType::F32, {1, 4}, {1, 2, 3, 4}))},
+                {"clap_emb", py_none()},
+                {"cond_prompt_speech_tokens", py_tensor(make_tensor<int64_t>("", DType::I64, {1, 3}, {5, 6, 7}))}})},
       {"sd", py_dict(std::move(sd))},
       {"ints",
-       py_list({py_int(0), py_int(255), py_int(256), py_int(65535), py_int(65536), py_int(-1),
-                py_int(INT32_MIN), py_int(INT32_MAX), py_int(int64_t(INT32_MAX) + 1),
-                py_int(int64_t(INT32_MIN) - 1), py_int(INT64_MIN), py_int(INT64_MAX),
-                py_int(int64_t(1) << 40), py_int(-(int64_t(1) << 47))})},
-      {"misc",
-       py_tuple({py_bool(true), py_bool(false), py_float(-0.1), py_str("h\xc3\xa9llo"), bytes})},
-      {"tuples", py_list({py_tuple({}), py_tuple({py_int(1)}), py_tuple({py_int(1), py_int(2)}),
-                          py_tuple({py_int(1), py_int(2), py_int(3)}),
-                          py_tuple({py_int(1), py_int(2), py_int(3), py_int(4)})})},
+       py_list({py_int(0), py_int(255), py_int(256), py_int(65535), py_int(65536), py_int(-1), py_int(INT32_MIN),
+                py_int(INT32_MAX), py_int(int64_t(INT32_MAX) + 1), py_int(int64_t(INT32_MIN) - 1), py_int(INT64_MIN),
+                py_int(INT64_MAX), py_int(int64_t(1) << 40), py_int(-(int64_t(1) << 47))})},
+      {"misc", py_tuple({py_bool(true), py_bool(false), py_float(-0.1), py_str("h\xc3\xa9llo"), bytes})},
+      {"tuples",
+       py_list({py_tuple({}), py_tuple({py_int(1)}), py_tuple({py_int(1), py_int(2)}),
+                py_tuple({py_int(1), py_int(2), py_int(3)}), py_tuple({py_int(1), py_int(2), py_int(3), py_int(4)})})},
       {"empty", py_list({py_list({}), py_dict({})})},
       {"shared", py_list({shared, shared})},
   });
@@ -412,8 +390,8 @@ TEST(TorchPt, FlattenAndGet) {
   EXPECT_TRUE(flat.count("sd.enc.w"));
   EXPECT_TRUE(flat.count("shared.1"));
   EXPECT_FALSE(flat.count("t3.clap_emb"));
-  PyRef dup = py_dict({{"a.b", py_tensor(sample_tensors()[0])},
-                       {"a", py_dict({{"b", py_tensor(sample_tensors()[0])}})}});
+  PyRef dup =
+      py_dict({{"a.b", py_tensor(sample_tensors()[0])}, {"a", py_dict({{"b", py_tensor(sample_tensors()[0])}})}});
   expect_error([&] { flatten_state_dict(*dup); }, {"duplicate key 'a.b'"});
 }
 
@@ -491,8 +469,7 @@ std::string floats(int n) {  // storage holding 0, 1, ..., n-1 as f32
   return s;
 }
 
-PyRef load_pkl(const std::string& pkl,
-               const std::vector<std::pair<std::string, std::string>>& records = {}) {
+PyRef load_pkl(const std::string& pkl, const std::vector<std::pair<std::string, std::string>>& records = {}) {
   auto raw = archive(pkl, records);
   return load_torch_pt_memory(raw.data(), raw.size(), "hand.pt");
 }
@@ -517,8 +494,7 @@ TEST(TorchPt, StridedViewsMaterialisedContiguous) {
                          .done(),
                      st);
   ASSERT_EQ(r->kind, PyObject::Kind::List);
-  EXPECT_EQ(r->items[0]->tensor->to_f32(),
-            (std::vector<float>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+  EXPECT_EQ(r->items[0]->tensor->to_f32(), (std::vector<float>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
   EXPECT_EQ(r->items[1]->tensor->to_f32(), (std::vector<float>{1, 5, 9, 2, 6, 10}));
   EXPECT_EQ(r->items[2]->tensor->to_f32(), (std::vector<float>{5, 6, 5, 6, 5, 6}));
   EXPECT_EQ(r->items[3]->tensor->to_f32(), (std::vector<float>{11}));
@@ -590,22 +566,19 @@ TEST(TorchPt, MalformedPicklesNameFileAndCause) {
   const auto st = std::vector<std::pair<std::string, std::string>>{{"data/0", floats(12)}};
   pkl_expect_error(Pk().global("os", "system").str("true").op(0x85).op('R').done(),
                    {"hand.pt", "refused global 'os.system'"});
-  pkl_expect_error(Pk().global("builtins", "eval").done(),
-                   {"hand.pt", "refused global 'builtins.eval'"});
+  pkl_expect_error(Pk().global("builtins", "eval").done(), {"hand.pt", "refused global 'builtins.eval'"});
   pkl_expect_error(Pk().op(0x8c).op(2).raw("os").op(0x8c).op(6).raw("system").op(0x93).done(),
                    {"refused global 'os.system'"});
   pkl_expect_error(Pk().global("torch", "float32").op(')').op('R').done(), {"not callable"});
   pkl_expect_error(Pk().global("collections", "OrderedDict").op(')').op(0x81).done(),
                    {"NEWOBJ", "collections.OrderedDict"});
-  pkl_expect_error(Pk().raw("i__main__\nX\n").done(),
-                   {"hand.pt", "unsupported pickle opcode 0x69"});
+  pkl_expect_error(Pk().raw("i__main__\nX\n").done(), {"hand.pt", "unsupported pickle opcode 0x69"});
   pkl_expect_error(Pk().op('a').done(), {"hand.pt", "stack underflow"});
   pkl_expect_error(Pk().op('(').op('a').done(), {"stack underflow"});
   pkl_expect_error(Pk().op('e').done(), {"MARK"});
   pkl_expect_error(Pk().op('h').op(3).done(), {"memo key 3"});
   pkl_expect_error(Pk().op(']').op('q').op(0).op('h').op(0).op('a').done(), {"recursive"});
-  pkl_expect_error(Pk().op(0x8a).op(9).raw(std::string("\0\0\0\0\0\0\0\0\x01", 9)).done(),
-                   {"64 bits"});
+  pkl_expect_error(Pk().op(0x8a).op(9).raw(std::string("\0\0\0\0\0\0\0\0\x01", 9)).done(), {"64 bits"});
   pkl_expect_error(Pk().op('X').u32(1000).raw("abc").done(), {"hand.pt", "truncated"});
   pkl_expect_error(Pk().op(']').done().substr(0, 3) + "", {"hand.pt", "truncated"});
   pkl_expect_error(Pk().op('N').op('N').done(), {"left on the stack"});
@@ -619,40 +592,22 @@ TEST(TorchPt, MalformedPicklesNameFileAndCause) {
     pkl_expect_error(deep.done(), {"nesting deeper"});
   }
   // Tensors that do not fit their storage, or name storages that are not there.
-  pkl_expect_error(Pk().tensor("FloatStorage", "0", 12, 1, {12}, {1}).done(),
-                   {"hand.pt", "exceeds its storage"}, st);
-  pkl_expect_error(Pk().tensor("FloatStorage", "0", 12, 0, {4, 4}, {4, 1}).done(),
-                   {"exceeds its storage"}, st);
+  pkl_expect_error(Pk().tensor("FloatStorage", "0", 12, 1, {12}, {1}).done(), {"hand.pt", "exceeds its storage"}, st);
+  pkl_expect_error(Pk().tensor("FloatStorage", "0", 12, 0, {4, 4}, {4, 1}).done(), {"exceeds its storage"}, st);
   pkl_expect_error(Pk().tensor("FloatStorage", "0", 12, 0, {2, 2}, {0x7fffffff, 0x7fffffff}).done(),
                    {"exceeds its storage"}, st);
   pkl_expect_error(Pk().tensor("FloatStorage", "0", 12, 0, {2}, {-1}).done(), {"negative"}, st);
-  pkl_expect_error(Pk().tensor("FloatStorage", "0", 13, 0, {2}, {1}).done(),
-                   {"storage '0'", "fewer than 13"}, st);
+  pkl_expect_error(Pk().tensor("FloatStorage", "0", 13, 0, {2}, {1}).done(), {"storage '0'", "fewer than 13"}, st);
   pkl_expect_error(Pk().tensor("FloatStorage", "7", 1, 0, {1}, {1}).done(),
                    {"hand.pt", "storage record 'arc/data/7' is missing"}, st);
-  pkl_expect_error(Pk().tensor("FloatStorage", "0", 12, 0, {1 << 30, 1 << 30}, {0, 0}).done(),
-                   {"expand"}, st);
+  pkl_expect_error(Pk().tensor("FloatStorage", "0", 12, 0, {1 << 30, 1 << 30}, {0, 0}).done(), {"expand"}, st);
   pkl_expect_error(Pk().tensor("FloatStorage", "0", 12, 0, {2, 3}, {1}).done(), {"ranks"}, st);
-  pkl_expect_error(Pk().op('(')
-                       .str("module")
-                       .global("torch", "FloatStorage")
-                       .str("0")
-                       .str("cpu")
-                       .i(1)
-                       .op('t')
-                       .op('Q')
-                       .done(),
-                   {"storage"}, st);
-  pkl_expect_error(Pk().op('(')
-                       .str("storage")
-                       .global("collections", "OrderedDict")
-                       .str("0")
-                       .str("cpu")
-                       .i(1)
-                       .op('t')
-                       .op('Q')
-                       .done(),
-                   {"not a storage type"}, st);
+  pkl_expect_error(
+      Pk().op('(').str("module").global("torch", "FloatStorage").str("0").str("cpu").i(1).op('t').op('Q').done(),
+      {"storage"}, st);
+  pkl_expect_error(
+      Pk().op('(').str("storage").global("collections", "OrderedDict").str("0").str("cpu").i(1).op('t').op('Q').done(),
+      {"not a storage type"}, st);
   pkl_expect_error(Pk().storage("FloatStorage", "0", 12).done(), {"bare storage"}, st);
 }
 
@@ -677,8 +632,7 @@ TEST(TorchPt, MalformedArchivesNameFile) {
     ASSERT_TRUE(e);
     auto b = raw;
     b[e->offset] ^= 1;
-    expect_error([&] { load_torch_pt_memory(b.data(), b.size(), "crc.pt"); },
-                 {"crc.pt", "archive/data/0", "CRC"});
+    expect_error([&] { load_torch_pt_memory(b.data(), b.size(), "crc.pt"); }, {"crc.pt", "archive/data/0", "CRC"});
   }
   {  // method 8 (deflate) in the central directory
     auto b = raw;
@@ -711,17 +665,14 @@ TEST(TorchPt, MalformedArchivesNameFile) {
     }
     auto b = read_all(p2);
     std::remove(p2.c_str());
-    expect_error([&] { load_torch_pt_memory(b.data(), b.size(), "nopkl.pt"); },
-                 {"nopkl.pt", "data.pkl"});
+    expect_error([&] { load_torch_pt_memory(b.data(), b.size(), "nopkl.pt"); }, {"nopkl.pt", "data.pkl"});
   }
   const std::string legacy =
       "\x80\x02\x8a\x0a"
       "abcdefgh";
-  expect_error([&] { load_torch_pt_memory(legacy.data(), legacy.size(), "old.pt"); },
-               {"old.pt", "legacy"});
+  expect_error([&] { load_torch_pt_memory(legacy.data(), legacy.size(), "old.pt"); }, {"old.pt", "legacy"});
   const std::string junk(100, 'x');
-  expect_error([&] { load_torch_pt_memory(junk.data(), junk.size(), "junk.pt"); },
-               {"junk.pt", "not a zip"});
+  expect_error([&] { load_torch_pt_memory(junk.data(), junk.size(), "junk.pt"); }, {"junk.pt", "not a zip"});
   expect_error([&] { load_torch_pt(tmp_path("missing.pt")); }, {"missing.pt"});
 }
 
@@ -731,11 +682,7 @@ TEST(TorchPt, WriterRejectsBadInput) {
   expect_error([&] { save_torch_pt(tmp_path("q.pt"), *py_dict({{"q", py_tensor(q)}})); }, {"q4_0"});
   CkptTensor bad = sample_tensors()[0];
   bad.data.pop_back();
-  expect_error(
-      [&] {
-        save_torch_pt(tmp_path("b.pt"), *py_dict({{"w", py_tensor(bad)}}));
-      },
-      {"enc.w"});
+  expect_error([&] { save_torch_pt(tmp_path("b.pt"), *py_dict({{"w", py_tensor(bad)}})); }, {"enc.w"});
   PyRef cyc = py_list({});
   cyc->items.push_back(cyc);
   expect_error([&] { save_torch_pt(tmp_path("c.pt"), *cyc); }, {"cyclic"});

@@ -10,9 +10,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "convert/convert.h"
@@ -72,7 +72,10 @@ std::vector<float> gguf_f32(const GgufFile& f, const std::string& name) {
 // one step of amax/8 at the clamped end; F16: 2^-11 relative; F32: exact).
 void expect_close_for(DType dt, const std::vector<float>& got, const std::vector<float>& ref, const std::string& what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
-  double rel = dt == DType::F32 ? 0 : dt == DType::F16 ? 1.0 / 2048 : dt == DType::Q8_0 ? 1.0 / 254 + 2e-3 : 1.0 / 8 + 1e-2;
+  double rel = dt == DType::F32    ? 0
+               : dt == DType::F16  ? 1.0 / 2048
+               : dt == DType::Q8_0 ? 1.0 / 254 + 2e-3
+                                   : 1.0 / 8 + 1e-2;
   double err2 = 0, ref2 = 0;
   for (size_t b = 0; b < ref.size(); b += 32) {
     size_t e = std::min(ref.size(), b + 32);
@@ -199,7 +202,8 @@ TEST(ConvertRecipes, WeightNormBatchNormTranspose) {
 
 TEST(ConvertRecipes, UnpairedWeightNormIsAnError) {
   TempDir tmp;
-  std::vector<CkptTensor> ts = {make_f32("mel2wav.conv_post.parametrizations.weight.original1", {2, 2, 1}, randn(4, 5))};
+  std::vector<CkptTensor> ts = {
+      make_f32("mel2wav.conv_post.parametrizations.weight.original1", {2, 2, 1}, randn(4, 5))};
   write_safetensors(tmp.path + "/s.safetensors", {&ts[0]});
   auto src = SourceFile::open(tmp.path + "/s.safetensors");
   std::map<std::string, Recipe> rs;
@@ -229,7 +233,8 @@ TEST(ConvertPolicy, DtypeChoices) {
 
   // By role: S3Gen (flow encoder, CFM estimator, HiFT) stays F16 whatever --type says, unless
   // --s3gen-type overrides it; T3 follows --type alone.
-  const std::string cfm_q = "cfm.down_blocks.0.1.0.attn1.to_q.weight", ff = "flow.encoder.encoders.0.feed_forward.w_1.weight";
+  const std::string cfm_q = "cfm.down_blocks.0.1.0.attn1.to_q.weight",
+                    ff = "flow.encoder.encoders.0.feed_forward.w_1.weight";
   for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0}) {
     EXPECT_EQ(policy_dtype(cfm_q, big, C::Matmul, false, t), DType::F16) << dtype_name(t);
     EXPECT_EQ(policy_dtype(ff, big, C::Matmul, false, t), DType::F16) << dtype_name(t);
@@ -243,9 +248,9 @@ TEST(ConvertPolicy, DtypeChoices) {
             DType::F32);
   EXPECT_EQ(policy_dtype("t3.tfmr.h.0.mlp.c_fc.weight", big, C::Matmul, false, QuantTypes(DType::Q4_0, DType::F32)),
             DType::Q4_0);
-  EXPECT_EQ(policy_dtype("s3tok.encoder.blocks.0.mlp.0.weight", big, C::Matmul, false,
-                         QuantTypes(DType::Q4_0, DType::Q4_0)),
-            DType::F16);
+  EXPECT_EQ(
+      policy_dtype("s3tok.encoder.blocks.0.mlp.0.weight", big, C::Matmul, false, QuantTypes(DType::Q4_0, DType::Q4_0)),
+      DType::F16);
   EXPECT_EQ(QuantTypes(DType::Q4_0).s3gen_type(), DType::F16);
   EXPECT_EQ(QuantTypes(DType::F32).s3gen_type(), DType::F32);
   EXPECT_EQ(quant_part("hift.conv_pre.weight"), QuantPart::S3Gen);
@@ -399,8 +404,7 @@ TEST_P(ConvertTiny, EveryTensorShapesAndValues) {
           EXPECT_FALSE(type_traits(ti.dtype).is_quantized) << ti.name << " is " << dtype_name(ti.dtype);
           n_s3gen_f16 += ti.dtype == DType::F16 && s.role == TensorClass::Matmul;
         }
-        if (quant_part(ti.name) == QuantPart::T3 && s.role == TensorClass::Matmul &&
-            policy_matmul_eligible(s.shape)) {
+        if (quant_part(ti.name) == QuantPart::T3 && s.role == TensorClass::Matmul && policy_matmul_eligible(s.shape)) {
           EXPECT_EQ(ti.dtype, target) << ti.name;
         }
       }
@@ -409,17 +413,17 @@ TEST_P(ConvertTiny, EveryTensorShapesAndValues) {
     }
 
     // Values: plain, transposed (GPT-2) and weight-normed tensors against the sources.
-    std::vector<std::pair<std::string, std::string>> plain = {{"t3.speech_emb.weight", "speech_emb.weight"},
-                                                              {"t3.speech_head.weight", "speech_head.weight"},
-                                                              {"t3.cond_enc.spkr_enc.weight", "cond_enc.spkr_enc.weight"}};
+    std::vector<std::pair<std::string, std::string>> plain = {
+        {"t3.speech_emb.weight", "speech_emb.weight"},
+        {"t3.speech_head.weight", "speech_head.weight"},
+        {"t3.cond_enc.spkr_enc.weight", "cond_enc.spkr_enc.weight"}};
     if (variant == "turbo") {
       plain.push_back({"t3.tfmr.h.0.ln_1.weight", "tfmr.h.0.ln_1.weight"});
     } else {
       plain.push_back({"t3.tfmr.layers.1.mlp.down_proj.weight", "tfmr.layers.1.mlp.down_proj.weight"});
       plain.push_back({"t3.cond_enc.perceiver.attn.to_q.weight", "cond_enc.perceiver.attn.to_q.weight"});
     }
-    for (const auto& [g, u] : plain)
-      expect_close_for(f->find_tensor(g)->dtype, gguf_f32(*f, g), t3->read_f32(u), g);
+    for (const auto& [g, u] : plain) expect_close_for(f->find_tensor(g)->dtype, gguf_f32(*f, g), t3->read_f32(u), g);
     for (const auto& [g, u] : std::vector<std::pair<std::string, std::string>>{
              {"cfm.down_blocks.0.1.0.attn1.to_q.weight", "flow.decoder.estimator.down_blocks.0.1.0.attn1.to_q.weight"},
              {"flow.encoder.encoders.0.feed_forward.w_1.weight", "flow.encoder.encoders.0.feed_forward.w_1.weight"},
@@ -477,9 +481,10 @@ TEST_P(ConvertTiny, EveryTensorShapesAndValues) {
   }
 
   // quantize(f32 file) gives the same tensor bytes as converting straight to the type.
-  std::vector<std::pair<QuantTypes, std::string>> cases = {
-      {DType::F16, out[DType::F16]}, {DType::Q8_0, out[DType::Q8_0]}, {DType::Q4_0, out[DType::Q4_0]},
-      {QuantTypes(DType::Q4_0, DType::Q4_0), o.out}};
+  std::vector<std::pair<QuantTypes, std::string>> cases = {{DType::F16, out[DType::F16]},
+                                                           {DType::Q8_0, out[DType::Q8_0]},
+                                                           {DType::Q4_0, out[DType::Q4_0]},
+                                                           {QuantTypes(DType::Q4_0, DType::Q4_0), o.out}};
   for (const auto& [t, ref] : cases) {
     SCOPED_TRACE(ref);
     std::string q = tmp.path + "/requant.gguf";

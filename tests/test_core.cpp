@@ -40,8 +40,8 @@ TEST(DType, F16RoundTripAllValues) {
   EXPECT_EQ(f32_to_f16(65520.f), 0x7c00);  // rounds to inf
   EXPECT_EQ(f32_to_f16(65519.f), 0x7bff);
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.f, -24));
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.f, -25)), 0);        // tie to even -> 0
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);  // above the tie
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.f, -25)), 0);              // tie to even -> 0
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);        // above the tie
   EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.f, -11)), 0x3c00);  // tie to even
 }
 

@@ -1,7 +1,6 @@
 // GGUF reader/writer: round trips of every metadata type and tensor type, alignment,
 // lazy tensors, and a table of malformed files that must throw cbx::Error (never crash).
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,7 +33,8 @@ bool file_exists(const std::string& p) {
 // independently of GgufWriter.
 struct Bytes {
   std::vector<uint8_t> b;
-  template <typename T> Bytes& v(T x) {
+  template <typename T>
+  Bytes& v(T x) {
     uint8_t tmp[sizeof(T)];
     std::memcpy(tmp, &x, sizeof(T));
     b.insert(b.end(), tmp, tmp + sizeof(T));
@@ -52,8 +52,7 @@ struct Bytes {
     return raw("GGUF").u32(version).u64(n_tensors).u64(n_kv);
   }
   Bytes& kv_u32(const std::string& k, uint32_t x) { return str(k).u32(4).u32(x); }
-  Bytes& tinfo(const std::string& name, std::vector<uint64_t> dims_inner_first, uint32_t type,
-               uint64_t offset) {
+  Bytes& tinfo(const std::string& name, std::vector<uint64_t> dims_inner_first, uint32_t type, uint64_t offset) {
     str(name).u32(uint32_t(dims_inner_first.size()));
     for (uint64_t d : dims_inner_first) u64(d);
     return u32(type).u64(offset);
@@ -119,9 +118,9 @@ std::vector<std::pair<std::string, GgufValue>> all_metadata() {
       {"t.arr_bool", A(GgufType::BOOL, {B(true), B(false), B(true)})},
       {"t.arr_str", A(GgufType::STRING, {S("a"), S(""), S("ccc")})},
       {"t.arr_empty", A(GgufType::I64, {})},
-      {"t.arr_nested", A(GgufType::ARRAY, {A(GgufType::STRING, {S("x"), S("yy")}),
-                                           A(GgufType::U32, {U(GgufType::U32, 1)}),
-                                           A(GgufType::ARRAY, {A(GgufType::F32, {F(GgufType::F32, 2)})})})},
+      {"t.arr_nested",
+       A(GgufType::ARRAY, {A(GgufType::STRING, {S("x"), S("yy")}), A(GgufType::U32, {U(GgufType::U32, 1)}),
+                           A(GgufType::ARRAY, {A(GgufType::F32, {F(GgufType::F32, 2)})})})},
   };
 }
 
@@ -207,9 +206,12 @@ TEST(Gguf, TensorRoundTripAllTypesViaFile) {
     std::vector<int64_t> shape;
   };
   std::vector<Case> cases = {
-      {"f32", DType::F32, {3, 5}},          {"f16", DType::F16, {2, 3, 7}},
-      {"bf16", DType::BF16, {1, 2, 3, 4}},  {"q8_0", DType::Q8_0, {4, 64}},
-      {"q4_0", DType::Q4_0, {3, 96}},       {"i32", DType::I32, {11}},
+      {"f32", DType::F32, {3, 5}},
+      {"f16", DType::F16, {2, 3, 7}},
+      {"bf16", DType::BF16, {1, 2, 3, 4}},
+      {"q8_0", DType::Q8_0, {4, 64}},
+      {"q4_0", DType::Q4_0, {3, 96}},
+      {"i32", DType::I32, {11}},
       {"blk.0.attn_q.weight", DType::F32, {1}},
   };
   std::vector<std::vector<uint8_t>> data;
@@ -361,9 +363,9 @@ TEST(Gguf, WriterRejectsBadInput) {
   for (int i = 0; i < kGgufMaxArrayDepth; ++i) deep = A(GgufType::ARRAY, {deep});
   EXPECT_THROW(w.set_value("v", deep), Error);
   w.add_tensor("t", DType::F32, {4}, x, 16);
-  EXPECT_THROW(w.add_tensor("t", DType::F32, {4}, x, 16), Error);    // duplicate name
-  EXPECT_THROW(w.add_tensor("u", DType::F32, {4}, x, 12), Error);    // wrong size
-  EXPECT_THROW(w.add_tensor("u", DType::F32, {}, x, 4), Error);      // 0-D
+  EXPECT_THROW(w.add_tensor("t", DType::F32, {4}, x, 16), Error);  // duplicate name
+  EXPECT_THROW(w.add_tensor("u", DType::F32, {4}, x, 12), Error);  // wrong size
+  EXPECT_THROW(w.add_tensor("u", DType::F32, {}, x, 4), Error);    // 0-D
   EXPECT_THROW(w.add_tensor("u", DType::F32, {1, 1, 1, 1, 1}, x, 4), Error);
   EXPECT_THROW(w.add_tensor("u", DType::F32, {0, 4}, x, 0), Error);
   EXPECT_THROW(w.add_tensor("u", DType::Q8_0, {16}, x, 16), Error);  // not whole blocks
@@ -504,8 +506,8 @@ TEST(Gguf, MalformedFilesTable) {
   add("alignment 0", Bytes().header(0, 1).kv_u32("general.alignment", 0), "power of two");
   add("alignment 2^31", Bytes().header(0, 1).kv_u32("general.alignment", 1u << 31), "power of two");
   add("alignment u64", Bytes().header(0, 1).str("general.alignment").u32(10).u64(32), "u32");
-  auto one_tensor = [&](const char* what, const std::string& name, std::vector<uint64_t> dims,
-                        uint32_t type, uint64_t off, const char* word) {
+  auto one_tensor = [&](const char* what, const std::string& name, std::vector<uint64_t> dims, uint32_t type,
+                        uint64_t off, const char* word) {
     Bytes b;
     b.header(1, 0).tinfo(name, std::move(dims), type, off);
     valid_tail(b);

@@ -201,8 +201,8 @@ TEST(NonFinite, FileScanPlainAndPooled) {
 
   const std::string msg = gguf_test::error_of([&] { check_finite_weights(*fx.f); });
   EXPECT_NE(msg.find("mem.gguf"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("tensor 'a.big' (f32) has 2 NaN and 1 Inf values, the first at element 150000"),
-            std::string::npos) << msg;
+  EXPECT_NE(msg.find("tensor 'a.big' (f32) has 2 NaN and 1 Inf values, the first at element 150000"), std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("2 more tensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("chatterbox info --check mem.gguf"), std::string::npos) << msg;
 
@@ -340,7 +340,8 @@ TEST(NonFiniteModel, ConvertQuantizeRefuseInfoCheckReports) {
   msg = gguf_test::error_of([&] { convert_checkpoint(o); });
   EXPECT_NE(msg.find("convert: tensor 've.proj.bias' (f32) has 1 NaN and 0 Inf values, the first at element 1 "
                      "in the checkpoint (ve.safetensors 'proj.bias')"),
-            std::string::npos) << msg;
+            std::string::npos)
+      << msg;
   EXPECT_FALSE(fs::exists(o.out));
   fs::remove(dir + "/ve.safetensors");
   fs::copy_file(tmp.path + "/ve.bak", dir + "/ve.safetensors");
@@ -354,7 +355,8 @@ TEST(NonFiniteModel, ConvertQuantizeRefuseInfoCheckReports) {
   msg = gguf_test::error_of([&] { convert_checkpoint(o); });
   EXPECT_NE(msg.find("convert: tensor 't3.tfmr.wpe.weight' (f16) has 0 NaN and 1 Inf values, the first at element 1 "
                      "after encoding as f16 (values beyond its range)"),
-            std::string::npos) << msg;
+            std::string::npos)
+      << msg;
   EXPECT_FALSE(fs::exists(o.out));
 }
 

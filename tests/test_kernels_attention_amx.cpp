@@ -197,8 +197,10 @@ TEST(AttentionAmx, ThreadCountsGiveTheSameBits) {
     Arena scratch(attention_bf16_scratch_bytes(1, 4, 90, 64, threads));
     attention_bf16(tp, q.t, k.t, v.t, o.t, 0.125f, scratch);
     for (float x : o.v) ASSERT_NE(x, kGuard) << threads << " threads left an output unwritten";
-    if (want.empty()) want = o.v;
-    else ASSERT_EQ(o.v, want) << threads << " threads";
+    if (want.empty())
+      want = o.v;
+    else
+      ASSERT_EQ(o.v, want) << threads << " threads";
   }
 }
 
@@ -278,8 +280,8 @@ TEST(AttentionAmx, RelativePositionsMatchTheBiasPath) {
     if (!attention_bf16_relpos_available(D)) GTEST_SKIP() << "no in-kernel position term with this ISA / CPU";
     for (const int64_t T : {8, 17, 45, 70, 130}) {
       const int64_t H = 3, d = H * D, P = 2 * T - 1;
-      nn_test::Buf q({T, d}, 21), k({T, d}, 22), v({T, d}, 23), qv({T, d}, 24), p({P, d}, 25), o({T, d}),
-          o2({T, d}), bd({T, P});
+      nn_test::Buf q({T, d}, 21), k({T, d}, 22), v({T, d}, 23), qv({T, d}, 24), p({P, d}, 25), o({T, d}), o2({T, d}),
+          bd({T, P});
       for (float& x : qv.v) x *= 3.f;
       for (float& x : p.v) x *= 2.f;
       const int64_t hs[3] = {H, T, D}, st[3] = {D * 4, d * 4, 4}, ps[3] = {H, P, D};
@@ -322,9 +324,9 @@ TEST(AttentionAmx, RelativePositionsBadInputs) {
     }
     return "";
   };
-  EXPECT_NE(msg(k.t, q.t, p16.t).find("need Tq == Tk"), std::string::npos);    // 8 queries, 9 keys
-  EXPECT_NE(msg(k8.t, q.t, p16.t).find("need Tq == Tk"), std::string::npos);   // p rows 16, not 15
-  EXPECT_NE(msg(k8.t, k.t, p.t).find("qv"), std::string::npos);                // qv of another shape
+  EXPECT_NE(msg(k.t, q.t, p16.t).find("need Tq == Tk"), std::string::npos);   // 8 queries, 9 keys
+  EXPECT_NE(msg(k8.t, q.t, p16.t).find("need Tq == Tk"), std::string::npos);  // p rows 16, not 15
+  EXPECT_NE(msg(k8.t, k.t, p.t).find("qv"), std::string::npos);               // qv of another shape
   EXPECT_EQ(msg(k8.t, q.t, p.t), "");
 }
 

@@ -108,15 +108,16 @@ Mat make_mat(int64_t rows, int64_t cols, int64_t pad, uint32_t seed) {
 
 double tol_ref(DType t, bool gemm_path) {
   switch (t) {
-    case DType::BF16: return 4e-3;
+    case DType::BF16:
+      return 4e-3;
     case DType::Q8_0:
-    case DType::Q4_0: return gemm_path ? 1e-5 : 2.5e-2;
-    default: return 1e-5;
+    case DType::Q4_0:
+      return gemm_path ? 1e-5 : 2.5e-2;
+    default:
+      return 1e-5;
   }
 }
-double tol_generic(DType t) {
-  return (t == DType::BF16 && active_isa() == Isa::Avx512) ? 4e-3 : 1e-5;
-}
+double tol_generic(DType t) { return (t == DType::BF16 && active_isa() == Isa::Avx512) ? 4e-3 : 1e-5; }
 
 struct Errors {
   double max_ref = 0, rms_ref = 0, max_gen = 0;
@@ -133,9 +134,12 @@ Errors run_case(DType t, int64_t m, int64_t k, int64_t n, bool bias, bool stride
   for (int64_t i = 0; i < m; ++i) bv[size_t(i)] = 0.1f * float(i % 7) - 0.3f;
   Tensor bt = make_tensor(DType::F32, {m}, bv.data(), bv.size() * 4);
 
-  if (op) matmul_with(*op, pool(), w.t, bias ? &bt : nullptr, x.t, y.t);
-  else if (bias) matmul_bias(pool(), w.t, bt, x.t, y.t);
-  else matmul(pool(), w.t, x.t, y.t);
+  if (op)
+    matmul_with(*op, pool(), w.t, bias ? &bt : nullptr, x.t, y.t);
+  else if (bias)
+    matmul_bias(pool(), w.t, bt, x.t, y.t);
+  else
+    matmul(pool(), w.t, x.t, y.t);
   matmul_with(matmul_kernels(Isa::Generic), pool(), w.t, bias ? &bt : nullptr, x.t, yg.t);
 
   Errors e;
@@ -178,13 +182,12 @@ TEST_P(MatmulTest, AgreesWithGenericAndReference) {
     bool bias, strided;
   };
   std::vector<Shape> shapes = {
-      {37, 64, 1, false, false},     // odd M, tail blocks only
-      {67, 1024, 1, true, true},     // 2 full 16-block groups, strided rows
-      {33, 544, 7, false, true},     // group + tail blocks, N = 7 (dot path)
-      {19, 160, 3, true, false},
-      {21, 1056, 2, true, true},     // N = 2 (a CFG decode step): 2 groups + 1 tail block
-      {65, 576, 300, true, true},    // GEMM path, K > one k block, edge tiles
-      {40, 96, 9, false, false},     // GEMM path, small
+      {37, 64, 1, false, false},                              // odd M, tail blocks only
+      {67, 1024, 1, true, true},                              // 2 full 16-block groups, strided rows
+      {33, 544, 7, false, true},                              // group + tail blocks, N = 7 (dot path)
+      {19, 160, 3, true, false},  {21, 1056, 2, true, true},  // N = 2 (a CFG decode step): 2 groups + 1 tail block
+      {65, 576, 300, true, true},                             // GEMM path, K > one k block, edge tiles
+      {40, 96, 9, false, false},                              // GEMM path, small
   };
   if (!quant) {
     shapes.push_back({13, 37, 1, true, false});   // odd K: masked / scalar tails
@@ -233,8 +236,8 @@ TEST_P(MatmulTest, Bf16PrecisionBoundAndFallback) {
   const MatmulKernels& kern = matmul_kernels(active_isa());
   const bool have = gemm_bf16_available();
   uint32_t seed = 2000;
-  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{65, 576, 300}, {40, 96, 9}, {33, 1088, 70},
-                         {100, 64, 33}}) {
+  for (auto [m, k, n] :
+       {std::tuple<int64_t, int64_t, int64_t>{65, 576, 300}, {40, 96, 9}, {33, 1088, 70}, {100, 64, 33}}) {
     SCOPED_TRACE(testing::Message() << dtype_name(t) << " M=" << m << " K=" << k << " N=" << n
                                     << " isa=" << isa_name(active_isa()) << " bf16 gemm=" << have);
     Weight w = make_weight(t, m, k, seed += 10, 64);
@@ -318,7 +321,9 @@ TEST(Matmul, PrecisionPolicy) {
 TEST(Matmul, Bf16KMajorGemm) {
   if (forced_isa_unavailable()) GTEST_SKIP();
   for (auto [m, n, k, use_off] : {std::tuple<int64_t, int64_t, int64_t, bool>{70, 301, 600, true},
-                                  {32, 64, 32, false}, {5, 7, 1100, true}, {64, 1000, 96, false}}) {
+                                  {32, 64, 32, false},
+                                  {5, 7, 1100, true},
+                                  {64, 1000, 96, false}}) {
     SCOPED_TRACE(testing::Message() << "m=" << m << " n=" << n << " k=" << k);
     Mat a = make_mat(m, k, 3, uint32_t(m + n));
     const int64_t b_rs = n + 9;

@@ -120,12 +120,12 @@ TEST_F(Int8Test, MatchesReferenceOfSameQuantization) {
     DType t;
     int64_t m, k, n;
   };
-  const std::vector<Case> cases = {{DType::F32, 1, 1, 8},     {DType::F32, 17, 3, 13},   {DType::F16, 33, 37, 29},
+  const std::vector<Case> cases = {{DType::F32, 1, 1, 8},      {DType::F32, 17, 3, 13},   {DType::F16, 33, 37, 29},
                                    {DType::BF16, 70, 130, 45}, {DType::F32, 64, 256, 14}, {DType::Q8_0, 40, 96, 31},
                                    {DType::F16, 96, 1024, 57}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(testing::Message() << dtype_name(c.t) << " M=" << c.m << " K=" << c.k << " N=" << c.n << " isa="
-                                    << isa_name(isa) << " kernel=" << matmul_int8_kind(isa));
+    SCOPED_TRACE(testing::Message() << dtype_name(c.t) << " M=" << c.m << " K=" << c.k << " N=" << c.n
+                                    << " isa=" << isa_name(isa) << " kernel=" << matmul_int8_kind(isa));
     Buf w = make_weight(c.t, c.m, c.k, seed += 3, c.m > 2);
     std::vector<float> xv = randn(size_t(c.n * c.k), seed + 1);
     for (int64_t j = 0; j < c.k; ++j) xv[size_t(c.k + j)] = 0.f;  // an all-zero activation row
@@ -195,7 +195,8 @@ TEST_F(Int8Test, EpiloguesAndMlpEqualUnfused) {
     EXPECT_EQ(std::memcmp(&ys[size_t(i * (m1 + m2) + m1)], &yb[size_t(i * m2)], size_t(m2) * 4), 0) << i;
   }
   // Bias + GELU + residual (y itself), with a LayerNorm prologue.
-  std::vector<float> bias = randn(size_t(m1), 14, 0.1f), lw = randn(size_t(k), 15, 0.1f), lb = randn(size_t(k), 16, 0.1f);
+  std::vector<float> bias = randn(size_t(m1), 14, 0.1f), lw = randn(size_t(k), 15, 0.1f),
+                     lb = randn(size_t(k), 16, 0.1f);
   for (auto& v : lw) v += 1.f;
   Tensor bt = f32(bias, {m1}), lwt = f32(lw, {k}), lbt = f32(lb, {k});
   std::vector<float> res = randn(size_t(n * m1), 17), fused = res, ref(size_t(n * m1)), xln(size_t(n * k));

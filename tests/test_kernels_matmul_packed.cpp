@@ -98,8 +98,8 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // The unfused reference: matmul_bias per part into column slices of y, gelu, y = residual + y.
-void unfused(const std::vector<const Tensor*>& parts, const Tensor* bias, const Tensor& x,
-             Tensor& y, bool gelu_act, const Tensor* residual) {
+void unfused(const std::vector<const Tensor*>& parts, const Tensor* bias, const Tensor& x, Tensor& y, bool gelu_act,
+             const Tensor* residual) {
   int64_t o = 0;
   for (const Tensor* p : parts) {
     Tensor yi = cols_of(y, o, p->shape[0]);
@@ -135,9 +135,8 @@ TEST_P(PackedTest, EqualsPerCallBitForBit) {
                                    {{96, 96, 96}, 256, 37, 2},       {{31}, 64, 9, 0},
                                    {{64, 7}, quant ? 32 : 3, 33, 0}, {{100}, 512, 5, 0}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(testing::Message()
-                 << dtype_name(t) << " prec=" << gemm_precision_name(prec) << " K=" << c.k
-                 << " N=" << c.n << " B=" << c.batch << " parts=" << c.rows.size());
+    SCOPED_TRACE(testing::Message() << dtype_name(t) << " prec=" << gemm_precision_name(prec) << " K=" << c.k
+                                    << " N=" << c.n << " B=" << c.batch << " parts=" << c.rows.size());
     std::vector<Weight> ws;
     std::vector<const Tensor*> parts;
     int64_t m = 0;
@@ -176,12 +175,10 @@ TEST_P(PackedTest, EpiloguesEqualUnfused) {
   const auto [t, prec] = GetParam();
   GemmPrecisionScope scope(prec);
   uint32_t seed = 500;
-  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{256, 1024, 300},
-                         {1024, 256, 97},
-                         {70, 96, 40},
-                         {48, 64, 6}}) {
-    SCOPED_TRACE(testing::Message() << dtype_name(t) << " prec=" << gemm_precision_name(prec)
-                                    << " M=" << m << " K=" << k << " N=" << n);
+  for (auto [m, k, n] :
+       {std::tuple<int64_t, int64_t, int64_t>{256, 1024, 300}, {1024, 256, 97}, {70, 96, 40}, {48, 64, 6}}) {
+    SCOPED_TRACE(testing::Message() << dtype_name(t) << " prec=" << gemm_precision_name(prec) << " M=" << m
+                                    << " K=" << k << " N=" << n);
     Weight w = make_weight(t, m, k, seed += 11);
     const PackedWeight pw = pack_weight(pool(), {&w.t}, GemmPrecision::Auto, "test");
     Mat x = make_mat(0, n, k, 0, seed + 1);
@@ -202,8 +199,7 @@ TEST_P(PackedTest, EpiloguesEqualUnfused) {
     // residual = y
     for (int mode = 0; mode < 6; ++mode) {
       SCOPED_TRACE(testing::Message() << "mode " << mode);
-      const bool act = mode == 0 || mode == 3 || mode == 4,
-                 alias = mode == 2 || mode == 3 || mode == 5;
+      const bool act = mode == 0 || mode == 3 || mode == 4, alias = mode == 2 || mode == 3 || mode == 5;
       const bool ln = mode >= 4, with_res = mode != 0 && mode != 4;
       Mat res = make_mat(0, n, m, 2, seed + 2);
       Mat y = make_mat(0, n, m, 2, seed + 2);  // = res
@@ -231,15 +227,14 @@ TEST_P(PackedTest, MlpEqualsUnfused) {
   const auto [t, prec] = GetParam();
   GemmPrecisionScope scope(prec);
   uint32_t seed = 900;
-  for (auto [c, f, n] :
-       {std::tuple<int64_t, int64_t, int64_t>{256, 1024, 300}, {64, 96, 45}, {96, 64, 7}}) {
-    SCOPED_TRACE(testing::Message() << dtype_name(t) << " prec=" << gemm_precision_name(prec)
-                                    << " C=" << c << " F=" << f << " N=" << n);
+  for (auto [c, f, n] : {std::tuple<int64_t, int64_t, int64_t>{256, 1024, 300}, {64, 96, 45}, {96, 64, 7}}) {
+    SCOPED_TRACE(testing::Message() << dtype_name(t) << " prec=" << gemm_precision_name(prec) << " C=" << c
+                                    << " F=" << f << " N=" << n);
     Weight w1 = make_weight(t, f, c, seed += 3), w2 = make_weight(t, c, f, seed += 3);
     const PackedWeight p1 = pack_weight(pool(), {&w1.t}, GemmPrecision::Auto, "ff1");
     const PackedWeight p2 = pack_weight(pool(), {&w2.t}, GemmPrecision::Auto, "ff2");
-    std::vector<float> b1(static_cast<size_t>(f)), b2(static_cast<size_t>(c)),
-        lw(static_cast<size_t>(c)), lb(static_cast<size_t>(c));
+    std::vector<float> b1(static_cast<size_t>(f)), b2(static_cast<size_t>(c)), lw(static_cast<size_t>(c)),
+        lb(static_cast<size_t>(c));
     for (size_t i = 0; i < b1.size(); ++i) b1[i] = 0.03f * float(i % 11) - 0.1f;
     for (size_t i = 0; i < b2.size(); ++i) {
       b2[i] = 0.02f * float(i % 7) - 0.05f;
@@ -259,10 +254,8 @@ TEST_P(PackedTest, MlpEqualsUnfused) {
       Mat other = make_mat(0, n, c, 0, seed + 2), hid = make_mat(0, n, f, 0, seed + 4);
       Tensor& xin = in_place ? y.t : other.t;
       // Reference: from copies of the same inputs.
-      Mat rx = make_mat(0, n, c, in_place ? 3 : 0, in_place ? seed + 1 : seed + 2),
-          ry = make_mat(0, n, c, 3, seed + 1);
-      Mat rn = make_mat(0, n, c, 0, seed + 5), rh = make_mat(0, n, f, 0, seed + 6),
-          rt = make_mat(0, n, c, 0, seed + 7);
+      Mat rx = make_mat(0, n, c, in_place ? 3 : 0, in_place ? seed + 1 : seed + 2), ry = make_mat(0, n, c, 3, seed + 1);
+      Mat rn = make_mat(0, n, c, 0, seed + 5), rh = make_mat(0, n, f, 0, seed + 6), rt = make_mat(0, n, c, 0, seed + 7);
       layer_norm(pool(), rx.t, lwt, lbt, 1e-5f, rn.t);
       matmul_bias(pool(), w1.t, b1t, rn.t, rh.t);
       if (act == MatmulAct::Gelu)
@@ -281,10 +274,9 @@ TEST_P(PackedTest, MlpEqualsUnfused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedTest,
-                         ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16,
-                                                              DType::Q8_0, DType::Q4_0),
-                                            ::testing::Values(GemmPrecision::F32,
-                                                              GemmPrecision::BF16)),
+                         ::testing::Combine(::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0,
+                                                              DType::Q4_0),
+                                            ::testing::Values(GemmPrecision::F32, GemmPrecision::BF16)),
                          [](const auto& info) {
                            return std::string(dtype_name(std::get<0>(info.param))) + "_" +
                                   gemm_precision_name(std::get<1>(info.param));
@@ -330,8 +322,7 @@ TEST(Packed, PanelsFollowTheCallsPrecision) {
   Weight w = make_weight(DType::Q4_0, 96, 256, 7);
   const PackedWeight pw = pack_weight(pool(), {&w.t}, GemmPrecision::BF16, "test");
   EXPECT_EQ(pw.has_panels(), panels_possible());
-  Mat x = make_mat(0, 64, 256, 0, 8), y = make_mat(0, 64, 96, 0, 9),
-      yr = make_mat(0, 64, 96, 0, 10);
+  Mat x = make_mat(0, 64, 256, 0, 8), y = make_mat(0, 64, 96, 0, 9), yr = make_mat(0, 64, 96, 0, 10);
   GemmPrecisionScope f32(GemmPrecision::F32);
   matmul_packed(pool(), pw, x.t, y.t);
   matmul(pool(), w.t, x.t, yr.t);
@@ -340,8 +331,7 @@ TEST(Packed, PanelsFollowTheCallsPrecision) {
   // scratch.
   std::vector<float> bv(96, 0.25f);
   Tensor bt = make_tensor(DType::F32, {96}, bv.data(), bv.size() * 4);
-  Mat r = make_mat(0, 64, 96, 0, 11), r2 = make_mat(0, 64, 96, 0, 11),
-      tmp = make_mat(0, 64, 96, 0, 12);
+  Mat r = make_mat(0, 64, 96, 0, 11), r2 = make_mat(0, 64, 96, 0, 11), tmp = make_mat(0, 64, 96, 0, 12);
   matmul_packed(pool(), pw, x.t, r.t, MatmulEpilogue{&bt, MatmulAct::None, &r.t});
   matmul_bias(pool(), w.t, bt, x.t, tmp.t);
   add(pool(), r2.t, tmp.t, r2.t);

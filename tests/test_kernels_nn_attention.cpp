@@ -13,8 +13,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "nn_test_util.h"
 #include "kernels/nn.h"
+#include "nn_test_util.h"
 #include "ops/attention.h"
 
 using namespace cbx;
@@ -64,9 +64,9 @@ void run_case(const Case& c, uint32_t seed) {
   Tensor k = slice(kc, 1, 0, c.Tk), v = slice(vc, 1, 0, c.Tk);
   const float ninf = -std::numeric_limits<float>::infinity();
   Buf mask2({c.Tq, c.Tk}, seed + 3, -2, 2), mask3({c.H, c.Tq, c.Tk}, seed + 4, -2, 2);
-  for (int64_t j = 0; j < c.Tk; j += 3) mask2.v[size_t(j)] = ninf;            // row 0 partly masked
+  for (int64_t j = 0; j < c.Tk; j += 3) mask2.v[size_t(j)] = ninf;  // row 0 partly masked
   if (c.Tq > 1)
-    for (int64_t j = 0; j < c.Tk; ++j) mask2.v[size_t(c.Tk + j)] = ninf;      // row 1 fully masked
+    for (int64_t j = 0; j < c.Tk; ++j) mask2.v[size_t(c.Tk + j)] = ninf;  // row 1 fully masked
   Tensor mask = c.mask_kind == 1 ? mask2.t : c.mask_kind == 2 ? mask3.t : Tensor{};
 
   Buf ob({c.H, c.Tq, c.D}), gb({c.H, c.Tq, c.D}), ot({c.Tq, c.H, c.D});
@@ -77,7 +77,8 @@ void run_case(const Case& c, uint32_t seed) {
   if (c.bshd) {
     for (int64_t h = 0; h < c.H; ++h)
       for (int64_t t = 0; t < c.Tq; ++t)
-        for (int64_t d = 0; d < c.D; ++d) qt.v[size_t((t * c.H + h) * c.D + d)] = qb.v[size_t((h * c.Tq + t) * c.D + d)];
+        for (int64_t d = 0; d < c.D; ++d)
+          qt.v[size_t((t * c.H + h) * c.D + d)] = qb.v[size_t((h * c.Tq + t) * c.D + d)];
     q = transpose(qt.t, 0, 1);
     out = transpose(ot.t, 0, 1);
   }
@@ -124,14 +125,14 @@ void run_case(const Case& c, uint32_t seed) {
 TEST(NnAttention, PrefillDecodeMasksLayouts) {
   CBX_SKIP_IF_ISA_UNAVAILABLE();
   const Case cases[] = {
-      {4, 2, 37, 37, 64, true, 0, DType::F32, 0, false},      // GQA causal prefill
-      {16, 16, 1, 1400, 64, true, 1399, DType::F16, 0, false}, // decode over a KV-cache slice
-      {2, 1, 1, 300, 64, true, 299, DType::F32, 0, false},    // decode, MQA
-      {3, 3, 5, 70, 36, false, 0, DType::F32, 1, false},      // broadcast mask, odd D
-      {2, 2, 9, 130, 20, false, 0, DType::F16, 2, true},      // per-head mask, [T, H*D] views
-      {2, 1, 7, 20, 64, true, 13, DType::F32, 1, true},       // chunked decode with offset
-      {2, 2, 150, 150, 64, true, 0, DType::F32, 0, false},    // threaded, several key tiles
-      {1, 1, 3, 5, 8, true, 0, DType::F32, 0, false},         // tiny
+      {4, 2, 37, 37, 64, true, 0, DType::F32, 0, false},        // GQA causal prefill
+      {16, 16, 1, 1400, 64, true, 1399, DType::F16, 0, false},  // decode over a KV-cache slice
+      {2, 1, 1, 300, 64, true, 299, DType::F32, 0, false},      // decode, MQA
+      {3, 3, 5, 70, 36, false, 0, DType::F32, 1, false},        // broadcast mask, odd D
+      {2, 2, 9, 130, 20, false, 0, DType::F16, 2, true},        // per-head mask, [T, H*D] views
+      {2, 1, 7, 20, 64, true, 13, DType::F32, 1, true},         // chunked decode with offset
+      {2, 2, 150, 150, 64, true, 0, DType::F32, 0, false},      // threaded, several key tiles
+      {1, 1, 3, 5, 8, true, 0, DType::F32, 0, false},           // tiny
       // One query (the single-query kernel): odd D, masks, Tk below one key group,
       // causal limit inside the slice, D below the lane width.
       {3, 3, 1, 70, 36, false, 0, DType::F16, 1, false},
@@ -150,8 +151,8 @@ TEST(NnAttention, KvTransposeMatchesGenericOnEveryIsa) {
   struct Shape {
     int64_t tk, d, k_rs, c0, c1;
   };
-  const Shape shapes[] = {{1, 8, 8, 0, 8},       {7, 64, 64, 0, 64},    {17, 64, 1024, 0, 64},
-                          {130, 20, 40, 3, 17},  {64, 136, 136, 0, 136}, {33, 200, 256, 70, 190}};
+  const Shape shapes[] = {{1, 8, 8, 0, 8},      {7, 64, 64, 0, 64},     {17, 64, 1024, 0, 64},
+                          {130, 20, 40, 3, 17}, {64, 136, 136, 0, 136}, {33, 200, 256, 70, 190}};
   uint32_t seed = 5;
   for (const Shape& sh : shapes)
     for (DType dt : {DType::F32, DType::F16}) {
@@ -165,9 +166,9 @@ TEST(NnAttention, KvTransposeMatchesGenericOnEveryIsa) {
       for (int64_t c = 0; c < sh.d; ++c)
         for (int64_t j = 0; j < kt_rs; ++j) {
           const float e = c < sh.c0 || c >= sh.c1 ? -7.f
-                          : j >= sh.tk        ? 0.f
-                          : dt == DType::F16  ? f16_to_f32(h[size_t(j * sh.k_rs + c)])
-                                              : src.v[size_t(j * sh.k_rs + c)];
+                          : j >= sh.tk            ? 0.f
+                          : dt == DType::F16      ? f16_to_f32(h[size_t(j * sh.k_rs + c)])
+                                                  : src.v[size_t(j * sh.k_rs + c)];
           ASSERT_EQ(want[size_t(c * kt_rs + j)], e) << "generic c " << c << " j " << j;
         }
       for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
@@ -175,8 +176,8 @@ TEST(NnAttention, KvTransposeMatchesGenericOnEveryIsa) {
         std::vector<float> got(want.size(), -7.f);
         nn_kernels(isa).kv_transpose(k, dt, sh.k_rs, sh.tk, sh.c0, sh.c1, got.data(), kt_rs);
         EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
-            << isa_name(isa) << " " << dtype_name(dt) << " tk " << sh.tk << " d " << sh.d << " dims [" << sh.c0
-            << ", " << sh.c1 << ")";
+            << isa_name(isa) << " " << dtype_name(dt) << " tk " << sh.tk << " d " << sh.d << " dims [" << sh.c0 << ", "
+            << sh.c1 << ")";
       }
     }
 }
@@ -296,9 +297,9 @@ TEST(NnAttention, SplitMultiMatchesEachQueryAloneBitwise) {
               qb.emplace_back(std::initializer_list<int64_t>{H, 1, D}, seed + 100 + uint32_t(r), -1.5f, 1.5f);
               oa.emplace_back(std::initializer_list<int64_t>{H, 1, D});
               ob.emplace_back(std::initializer_list<int64_t>{H, 1, D});
-              int64_t qo = P + own - 1;      // the decode step: the last key is the query's own
-              if (r % 4 == 2) qo += 5;       // the causal end past the keys
-              if (r % 4 == 3) qo = P / 2;    // the causal end inside the prefix
+              int64_t qo = P + own - 1;    // the decode step: the last key is the query's own
+              if (r % 4 == 2) qo += 5;     // the causal end past the keys
+              if (r % 4 == 3) qo = P / 2;  // the causal end inside the prefix
               qs[size_t(r)].q_offset = qo;
             }
             for (int r = 0; r < nq; ++r) {
@@ -311,16 +312,16 @@ TEST(NnAttention, SplitMultiMatchesEachQueryAloneBitwise) {
             p.causal = true;
             for (int r = 0; r < nq; ++r) {
               p.q_offset = qs[size_t(r)].q_offset;
-              attention_part_split(0, 1, qb[size_t(r)].t, k0, v0, ks[size_t(r)], vs[size_t(r)], oa[size_t(r)].t, p,
-                                   0, -1, isa);
+              attention_part_split(0, 1, qb[size_t(r)].t, k0, v0, ks[size_t(r)], vs[size_t(r)], oa[size_t(r)].t, p, 0,
+                                   -1, isa);
             }
             // Two threads' halves of the heads, as a decode step splits them.
             for (int ith = 0; ith < 2; ++ith) attention_part_split_multi(ith, 2, k0, v0, qs.data(), nq, p, 0, -1, isa);
             for (int r = 0; r < nq; ++r)
               for (size_t i = 0; i < oa[size_t(r)].size(); ++i)
                 ASSERT_EQ(oa[size_t(r)].v[i], ob[size_t(r)].v[i])
-                    << isa_name(isa) << " " << dtype_name(kv) << " D " << D << " P " << P << " nq " << nq
-                    << " query " << r << " at " << i;
+                    << isa_name(isa) << " " << dtype_name(kv) << " D " << D << " P " << P << " nq " << nq << " query "
+                    << r << " at " << i;
           }
 }
 
@@ -331,16 +332,16 @@ TEST(NnAttention, SplitMultiRejectsBadInput) {
   AttentionParams p;
   p.causal = true;
   EXPECT_NO_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, &a, 1, p));
-  EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, &a, 0, p), Error);               // no query
+  EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, &a, 0, p), Error);  // no query
   AttnSplitQuery bad[2] = {a, a};
-  bad[1].k = &kd.t;                                                                            // own keys' D differs
+  bad[1].k = &kd.t;  // own keys' D differs
   EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, bad, 2, p), Error);
   bad[1] = a;
-  bad[1].q = &q2.t;                                                                            // two queries in one
+  bad[1].q = &q2.t;  // two queries in one
   EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, bad, 2, p), Error);
   bad[1] = a;
   bad[1].out = nullptr;
   EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, bad, 2, p), Error);
-  EXPECT_THROW(attention_part_split_multi(0, 1, kd.t, v0.t, &a, 1, p), Error);               // prefix D differs
-  EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, &a, 1, p, 0, 3), Error);         // heads past H
+  EXPECT_THROW(attention_part_split_multi(0, 1, kd.t, v0.t, &a, 1, p), Error);        // prefix D differs
+  EXPECT_THROW(attention_part_split_multi(0, 1, k0.t, v0.t, &a, 1, p, 0, 3), Error);  // heads past H
 }

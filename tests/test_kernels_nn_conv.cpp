@@ -75,9 +75,8 @@ void run_conv1d(const C1& c, uint32_t seed, double tol = kConvTol) {
         chk.add(y.v[at], g.v[at], acc, mag);
       }
     }
-  EXPECT_LE(chk.worst_ref, tol) << "vs reference: Cin " << c.Cin << " Cout " << c.Cout << " T " << c.T
-                                << " K " << c.K << " s " << c.p.stride << " d " << c.p.dilation
-                                << " g " << c.p.groups;
+  EXPECT_LE(chk.worst_ref, tol) << "vs reference: Cin " << c.Cin << " Cout " << c.Cout << " T " << c.T << " K " << c.K
+                                << " s " << c.p.stride << " d " << c.p.dilation << " g " << c.p.groups;
   EXPECT_LE(chk.worst_gen, tol + kConvTol) << "vs generic: Cin " << c.Cin << " T " << c.T;
   if (tol > kConvTol && gemm_bf16_available()) {  // the bf16 GEMM ran: not the f32 result
     EXPECT_GT(chk.worst_gen, 0.0) << "BF16 precision gave the f32 result: Cin " << c.Cin << " T " << c.T;
@@ -99,18 +98,18 @@ Conv1dParams P(int64_t s, int64_t d, int64_t pl, int64_t pr, int64_t g) {
 TEST(NnConv, Conv1dShapes) {
   CBX_SKIP_IF_ISA_UNAVAILABLE();
   const C1 cases[] = {
-      {1, 3, 5, 17, 3, P(1, 1, 1, 1, 1), true},        // same padding
-      {2, 7, 11, 40, 4, P(1, 1, 0, 3, 1), true},       // right pad 3 (pre-lookahead k=4)
-      {1, 9, 13, 50, 5, P(1, 3, 6, 6, 1), false},      // dilated ResBlock conv
-      {1, 6, 6, 33, 3, P(1, 1, 2, 0, 6), true},        // depthwise causal
-      {1, 8, 12, 29, 3, P(1, 2, 4, 0, 4), true},       // grouped, dilated causal
-      {1, 18, 10, 301, 30, P(15, 1, 7, 7, 1), true},   // HiFT source_downs[0]
-      {2, 10, 7, 51, 5, P(2, 1, 2, 2, 1), false},      // tdnn k=5 s=2
-      {1, 5, 4, 9, 3, P(2, 2, 1, 1, 1), true},         // strided + dilated
-      {1, 3, 2, 5, 7, P(1, 1, 3, 3, 1), true},         // kernel longer than input
-      {1, 67, 100, 600, 7, P(1, 1, 3, 3, 1), true},    // several M and N tiles, threaded
-      {1, 40, 50, 1000, 3, P(2, 1, 1, 1, 1), true},    // strided, threaded im2col
-      {1, 20, 8, 1, 1, P(1, 1, 0, 0, 1), true},        // T = 1 (1x1 conv)
+      {1, 3, 5, 17, 3, P(1, 1, 1, 1, 1), true},       // same padding
+      {2, 7, 11, 40, 4, P(1, 1, 0, 3, 1), true},      // right pad 3 (pre-lookahead k=4)
+      {1, 9, 13, 50, 5, P(1, 3, 6, 6, 1), false},     // dilated ResBlock conv
+      {1, 6, 6, 33, 3, P(1, 1, 2, 0, 6), true},       // depthwise causal
+      {1, 8, 12, 29, 3, P(1, 2, 4, 0, 4), true},      // grouped, dilated causal
+      {1, 18, 10, 301, 30, P(15, 1, 7, 7, 1), true},  // HiFT source_downs[0]
+      {2, 10, 7, 51, 5, P(2, 1, 2, 2, 1), false},     // tdnn k=5 s=2
+      {1, 5, 4, 9, 3, P(2, 2, 1, 1, 1), true},        // strided + dilated
+      {1, 3, 2, 5, 7, P(1, 1, 3, 3, 1), true},        // kernel longer than input
+      {1, 67, 100, 600, 7, P(1, 1, 3, 3, 1), true},   // several M and N tiles, threaded
+      {1, 40, 50, 1000, 3, P(2, 1, 1, 1, 1), true},   // strided, threaded im2col
+      {1, 20, 8, 1, 1, P(1, 1, 0, 0, 1), true},       // T = 1 (1x1 conv)
   };
   uint32_t seed = 1;
   for (const C1& c : cases) run_conv1d(c, seed += 10);
@@ -145,9 +144,11 @@ TEST(NnConv, Conv1dBf16Precision) {
 // conv_transpose1d on HiFT upsampling shapes vs a double reference and the generic ISA;
 // tol > kConvTol: BF16 precision (then the bf16 GEMM must have run where it exists).
 static void run_conv_transpose1d_cases(double tol) {
-  struct Ct { int64_t Cin, Cout, T, K, s, pad, opad; };
-  const Ct cases[] = {{16, 8, 13, 16, 8, 4, 0},  {8, 6, 21, 11, 5, 3, 0},   {6, 4, 30, 7, 3, 2, 0},
-                      {3, 5, 7, 4, 2, 1, 1},     {5, 3, 1, 3, 1, 0, 0},     {40, 24, 300, 16, 8, 4, 0},
+  struct Ct {
+    int64_t Cin, Cout, T, K, s, pad, opad;
+  };
+  const Ct cases[] = {{16, 8, 13, 16, 8, 4, 0},   {8, 6, 21, 11, 5, 3, 0}, {6, 4, 30, 7, 3, 2, 0},
+                      {3, 5, 7, 4, 2, 1, 1},      {5, 3, 1, 3, 1, 0, 0},   {40, 24, 300, 16, 8, 4, 0},
                       {64, 32, 2100, 16, 8, 4, 0}};  // several column chunks, threaded
   uint32_t seed = 100;
   for (const Ct& c : cases) {
@@ -164,7 +165,8 @@ static void run_conv_transpose1d_cases(double tol) {
     conv_transpose1d(pool(), x.t, w.t, b.t, g.t, p, nullptr, Isa::Generic);
     std::vector<double> ref(size_t(c.Cout * Tout)), mag(ref.size());
     for (int64_t o = 0; o < c.Cout; ++o)
-      for (int64_t t = 0; t < Tout; ++t) ref[size_t(o * Tout + t)] = b.v[size_t(o)], mag[size_t(o * Tout + t)] = std::fabs(b.v[size_t(o)]);
+      for (int64_t t = 0; t < Tout; ++t)
+        ref[size_t(o * Tout + t)] = b.v[size_t(o)], mag[size_t(o * Tout + t)] = std::fabs(b.v[size_t(o)]);
     for (int64_t ci = 0; ci < c.Cin; ++ci)
       for (int64_t t = 0; t < c.T; ++t)
         for (int64_t o = 0; o < c.Cout; ++o)
@@ -199,9 +201,14 @@ TEST(NnConv, ConvTranspose1dBf16Precision) {
 
 TEST(NnConv, Conv2dCampplusShapes) {
   CBX_SKIP_IF_ISA_UNAVAILABLE();
-  struct C2 { int64_t Cin, Cout, H, W, kh, kw, sh, sw, ph, pw; bool bias; };
-  const C2 cases[] = {{1, 4, 20, 31, 3, 3, 1, 1, 1, 1, false}, {4, 4, 20, 31, 3, 3, 2, 1, 1, 1, true},
-                      {3, 5, 9, 7, 1, 1, 2, 1, 0, 0, true},    {2, 3, 5, 6, 3, 2, 1, 2, 0, 1, true},
+  struct C2 {
+    int64_t Cin, Cout, H, W, kh, kw, sh, sw, ph, pw;
+    bool bias;
+  };
+  const C2 cases[] = {{1, 4, 20, 31, 3, 3, 1, 1, 1, 1, false},
+                      {4, 4, 20, 31, 3, 3, 2, 1, 1, 1, true},
+                      {3, 5, 9, 7, 1, 1, 2, 1, 0, 0, true},
+                      {2, 3, 5, 6, 3, 2, 1, 2, 0, 1, true},
                       {8, 16, 40, 250, 3, 3, 2, 1, 1, 1, false}};
   uint32_t seed = 200;
   for (const C2& c : cases) {
@@ -272,8 +279,12 @@ TEST(NnConv, Conv1dSnakeFusedMatchesComposedOps) {
     EXPECT_THROW(conv1d_snake(pool(), x.t, a.t, w.t, Tensor{}, Tensor{}, y.t, P(1, 1, 1, 1, 1)), Error);
     GTEST_SKIP() << "no fused bf16 direct conv on this CPU / precision";
   }
-  struct Case { int64_t Cin, Cout, T, K; Conv1dParams p; };
-  const Case cases[] = {{64, 64, 2100, 5, pd}, {40, 24, 333, 11, P(1, 5, 25, 25, 1)}, {96, 96, 70, 3, P(1, 1, 1, 1, 1)}};
+  struct Case {
+    int64_t Cin, Cout, T, K;
+    Conv1dParams p;
+  };
+  const Case cases[] = {
+      {64, 64, 2100, 5, pd}, {40, 24, 333, 11, P(1, 5, 25, 25, 1)}, {96, 96, 70, 3, P(1, 1, 1, 1, 1)}};
   uint32_t seed = 900;
   for (const Case& c : cases) {
     const int64_t Tout = conv1d_out_len(c.T, c.K, c.p);
@@ -334,7 +345,11 @@ TEST(NnConv, Conv1dSnakeThreadCountsGiveTheSameBits) {
 TEST(NnConv, Conv1dPackedWeightsMatchPerCallPacking) {
   CBX_SKIP_IF_ISA_UNAVAILABLE();
   GemmPrecisionScope bf16(GemmPrecision::BF16);
-  struct Case { int64_t B, Cin, Cout, T, K; Conv1dParams p; bool bias; };
+  struct Case {
+    int64_t B, Cin, Cout, T, K;
+    Conv1dParams p;
+    bool bias;
+  };
   const Case cases[] = {{1, 64, 64, 700, 11, P(1, 5, 25, 25, 1), true},
                         {2, 40, 24, 333, 3, P(1, 1, 2, 0, 1), false},
                         {1, 80, 512, 90, 7, P(1, 1, 3, 3, 1), true},

@@ -13,8 +13,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "nn_test_util.h"
 #include "kernels/nn.h"
+#include "nn_test_util.h"
 #include "ops/elementwise.h"
 
 using namespace cbx;
@@ -37,9 +37,7 @@ struct UnaryCase {
 };
 
 double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
-double gelu_tanh_ref(double x) {
-  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-}
+double gelu_tanh_ref(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
 double softplus_ref(double x) { return x > 20 ? x : std::log1p(std::exp(x)); }
 double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
 
@@ -67,8 +65,8 @@ void check_unary(const UnaryCase& c, int64_t rows, int64_t cols, uint32_t seed) 
 std::vector<UnaryCase> unary_cases() {
   auto& P = pool();
   return {
-      {"relu", [&](const Tensor& x, Tensor& y, Isa i) { relu(P, x, y, i); },
-       [](double x) { return x > 0 ? x : 0; }, -5, 5},
+      {"relu", [&](const Tensor& x, Tensor& y, Isa i) { relu(P, x, y, i); }, [](double x) { return x > 0 ? x : 0; }, -5,
+       5},
       {"leaky_relu", [&](const Tensor& x, Tensor& y, Isa i) { leaky_relu(P, x, y, 0.1f, i); },
        [](double x) { return x >= 0 ? x : double(0.1f) * x; }, -5, 5},
       {"elu", [&](const Tensor& x, Tensor& y, Isa i) { elu(P, x, y, 1.f, i); },
@@ -79,24 +77,23 @@ std::vector<UnaryCase> unary_cases() {
        [](double x) { return x * sigmoid_ref(x); }, -30, 30},
       {"mish", [&](const Tensor& x, Tensor& y, Isa i) { mish(P, x, y, i); },
        [](double x) { return x * std::tanh(softplus_ref(x)); }, -30, 30},
-      {"tanh", [&](const Tensor& x, Tensor& y, Isa i) { tanh_op(P, x, y, i); },
-       [](double x) { return std::tanh(x); }, -12, 12},
+      {"tanh", [&](const Tensor& x, Tensor& y, Isa i) { tanh_op(P, x, y, i); }, [](double x) { return std::tanh(x); },
+       -12, 12},
       {"sigmoid", [&](const Tensor& x, Tensor& y, Isa i) { sigmoid(P, x, y, i); }, sigmoid_ref, -40, 40},
       {"softplus", [&](const Tensor& x, Tensor& y, Isa i) { softplus(P, x, y, i); }, softplus_ref, -30, 30},
-      {"exp", [&](const Tensor& x, Tensor& y, Isa i) { exp_op(P, x, y, i); },
-       [](double x) { return std::exp(x); }, -80, 4},
-      {"sin", [&](const Tensor& x, Tensor& y, Isa i) { sin_op(P, x, y, i); },
-       [](double x) { return std::sin(x); }, -200, 200},
+      {"exp", [&](const Tensor& x, Tensor& y, Isa i) { exp_op(P, x, y, i); }, [](double x) { return std::exp(x); }, -80,
+       4},
+      {"sin", [&](const Tensor& x, Tensor& y, Isa i) { sin_op(P, x, y, i); }, [](double x) { return std::sin(x); },
+       -200, 200},
       {"scale", [&](const Tensor& x, Tensor& y, Isa i) { scale(P, x, y, 0.37f, i); },
        [](double x) { return double(0.37f) * x; }, -5, 5},
       {"affine", [&](const Tensor& x, Tensor& y, Isa i) { affine(P, x, y, 2.f, -0.5f, i); },
        [](double x) { return 2 * x - 0.5; }, -5, 5},
       {"clamp", [&](const Tensor& x, Tensor& y, Isa i) { clamp(P, x, y, -0.99f, 0.99f, i); },
        [](double x) { return std::min(std::max(x, double(-0.99f)), double(0.99f)); }, -2, 2},
-      {"abs", [&](const Tensor& x, Tensor& y, Isa i) { abs_op(P, x, y, i); },
-       [](double x) { return std::fabs(x); }, -3, 3},
-      {"copy", [&](const Tensor& x, Tensor& y, Isa i) { copy_tensor(P, x, y, i); },
-       [](double x) { return x; }, -5, 5},
+      {"abs", [&](const Tensor& x, Tensor& y, Isa i) { abs_op(P, x, y, i); }, [](double x) { return std::fabs(x); }, -3,
+       3},
+      {"copy", [&](const Tensor& x, Tensor& y, Isa i) { copy_tensor(P, x, y, i); }, [](double x) { return x; }, -5, 5},
   };
 }
 
@@ -160,7 +157,9 @@ TEST(NnElementwise, BinaryBroadcasting) {
   CBX_SKIP_IF_ISA_UNAVAILABLE();
   const int64_t B = 2, R = 3, C = 37;
   Buf a({B, R, C}, 11);
-  struct BCase { std::initializer_list<int64_t> shape; };
+  struct BCase {
+    std::initializer_list<int64_t> shape;
+  };
   const std::vector<std::vector<int64_t>> shapes = {{B, R, C}, {C}, {R, 1}, {1}, {B, 1, C}, {B, R, 1}};
   for (const auto& sh : shapes) {
     std::vector<float> bv;
@@ -232,8 +231,7 @@ TEST(NnElementwise, ConcatAnyDim) {
   Buf c({2, 3, 1}, 33), out2({2, 3, 5});
   concat({a.t, c.t}, -1, out2.t);
   for (int i = 0; i < 6; ++i)
-    for (int k = 0; k < 5; ++k)
-      EXPECT_EQ(out2.v[size_t(i * 5 + k)], k < 4 ? a.v[size_t(i * 4 + k)] : c.v[size_t(i)]);
+    for (int k = 0; k < 5; ++k) EXPECT_EQ(out2.v[size_t(i * 5 + k)], k < 4 ? a.v[size_t(i * 4 + k)] : c.v[size_t(i)]);
   Buf bad({2, 8, 3});
   EXPECT_THROW(concat({a.t, b.t}, 1, bad.t), Error);
 }
@@ -264,7 +262,7 @@ TEST(NnElementwise, Pad1dModes) {
     pad1d(x.t, L, R, m, y.t);
     for (int r = 0; r < 2; ++r)
       for (int i = 0; i < 9; ++i) {
-        float want = m == PadMode::Zero ? (i >= L && i < L + 5 ? x.v[size_t(r * 5 + i - L)] : 0.f)
+        float want = m == PadMode::Zero      ? (i >= L && i < L + 5 ? x.v[size_t(r * 5 + i - L)] : 0.f)
                      : m == PadMode::Reflect ? x.v[size_t(r * 5 + reflect_idx[i])]
                                              : x.v[size_t(r * 5 + replicate_idx[i])];
         EXPECT_EQ(y.v[size_t(r * 9 + i)], want) << int(m) << " " << i;
@@ -326,7 +324,8 @@ TEST(NnElementwise, ToF16MatchesScalarOnEveryIsa) {
   for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
     if (int(isa) > int(detected_isa())) continue;
     const NnKernels& k = nn_kernels(isa);
-    for (size_t i = 0; i < x.size(); i += 1007) k.to_f16(x.data() + i, y.data() + i, int64_t(std::min<size_t>(1007, x.size() - i)));
+    for (size_t i = 0; i < x.size(); i += 1007)
+      k.to_f16(x.data() + i, y.data() + i, int64_t(std::min<size_t>(1007, x.size() - i)));
     int64_t bad = 0;
     for (size_t i = 0; i < x.size(); ++i) {
       if (std::isnan(x[i])) {

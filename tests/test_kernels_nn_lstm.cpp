@@ -92,7 +92,9 @@ TEST(NnLstm, CellMatchesLayerStep) {
 TEST(NnLstm, BatchMatchesPerSequenceLayers) {
   CBX_SKIP_IF_ISA_UNAVAILABLE();
   for (auto [B, T, In, H] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 5, 7, 5},
-                             {13, 30, 40, 64}, {4, 12, 64, 256}, {2, 9, 16, 21}}) {
+                             {13, 30, 40, 64},
+                             {4, 12, 64, 256},
+                             {2, 9, 16, 21}}) {
     const float ws = 1.f / std::sqrt(float(H));
     Buf x({B, T, In}, 21), wih({4 * H, In}, 22, -ws, ws), whh({4 * H, H}, 23, -ws, ws);
     Buf bih({4 * H}, 24, -ws, ws), bhh({4 * H}, 25, -ws, ws);

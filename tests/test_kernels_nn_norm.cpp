@@ -24,8 +24,7 @@ ThreadPool& pool() {
 // against double sums; the SIMD kernels sum in a different order than the generic one).
 constexpr double kNormTol = 2e-5;
 
-void ref_layer_norm(const float* x, double* y, int64_t n, const float* w, const float* b,
-                    double eps) {
+void ref_layer_norm(const float* x, double* y, int64_t n, const float* w, const float* b, double eps) {
   double m = 0, v = 0;
   for (int64_t i = 0; i < n; ++i) m += x[i];
   m /= double(n);

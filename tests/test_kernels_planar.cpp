@@ -55,7 +55,9 @@ struct QRows {
     for (float& v : x) v = nd(g);
   }
   // Quant byte j and scale of block b of GGUF row r (Q8_0 bytes as signed weights).
-  const uint8_t* block(int64_t r, int64_t b) const { return gguf.data() + size_t(r) * rb + size_t(b) * (rb / size_t(k / 32)); }
+  const uint8_t* block(int64_t r, int64_t b) const {
+    return gguf.data() + size_t(r) * rb + size_t(b) * (rb / size_t(k / 32));
+  }
   uint16_t scale(int64_t r, int64_t b) const {
     uint16_t d;
     std::memcpy(&d, block(r, b), 2);
@@ -138,7 +140,8 @@ TEST(KernelsPlanar, DotMatchesGenericGguf) {
       const auto* qx = q8_act_qs(a8.data());
       for (int64_t r = 0; r < m; ++r) {
         double mag = 0;
-        for (int64_t b = 0; b < k / 32; ++b) mag += std::fabs(double(f16_to_f32(w.scale(r, b))) * dx[b] * w.isum(r, b, qx));
+        for (int64_t b = 0; b < k / 32; ++b)
+          mag += std::fabs(double(f16_to_f32(w.scale(r, b))) * dx[b] * w.isum(r, b, qx));
         EXPECT_NEAR(got[size_t(r)], ref[size_t(r)], 1e-5 * mag + 1e-6) << "row " << r;
       }
     }
@@ -255,8 +258,8 @@ TEST(KernelsPlanar, PrefetchLevelsGiveTheSameBits) {
           std::vector<float> got(size_t(m), NAN);
           d.fn(w.planar.data(), w.pb, 0, m, act.data(), 0, 1, k, got.data(), m);
           for (int64_t r = 0; r < m; ++r)
-            ASSERT_EQ(got[size_t(r)], ref[size_t(r)]) << isa_name(isa) << " " << dtype_name(t) << " level "
-                                                      << int(level) << " k " << k << " row " << r;
+            ASSERT_EQ(got[size_t(r)], ref[size_t(r)])
+                << isa_name(isa) << " " << dtype_name(t) << " level " << int(level) << " k " << k << " row " << r;
         }
       }
     }

@@ -88,8 +88,7 @@ TEST(Q4KFormat, HandMadeBlockDecodes) {
   std::vector<float> out(256);
   type_traits(DType::Q4_K).to_float(&b, out.data(), 256);
   for (int e = 0; e < 256; ++e)
-    EXPECT_EQ(out[size_t(e)], 0.5f * float(kSc[e / 32]) * float(ref_nibble(b.qs, e)) - 0.25f * float(kMn[e / 32]))
-        << e;
+    EXPECT_EQ(out[size_t(e)], 0.5f * float(kSc[e / 32]) * float(ref_nibble(b.qs, e)) - 0.25f * float(kMn[e / 32])) << e;
   // Spot values: element 0 = byte 0 low nibble (3), sub-block 0; element 32 = byte 0 high (0).
   EXPECT_EQ(out[0], 0.5f * 1 * 3 - 0.f);
   EXPECT_EQ(out[32], 0.5f * 2 * 0 - 0.25f * 5);
@@ -159,7 +158,7 @@ TEST(Q4KQuantizer, BeatsQ4_0AndIsDeterministic) {
 TEST(Q4KQuantizer, EdgeBlocks) {
   std::vector<float> x(512, 0.f);
   EXPECT_EQ(round_trip(DType::Q4_K, x), x);
-  for (size_t i = 0; i < 256; ++i) x[i] = 1.5f;           // constant positive
+  for (size_t i = 0; i < 256; ++i) x[i] = 1.5f;                       // constant positive
   for (size_t i = 256; i < 512; ++i) x[i] = -float(i - 255) / 256.f;  // negative ramp
   const std::vector<float> y = round_trip(DType::Q4_K, x);
   for (size_t i = 0; i < 256; ++i) EXPECT_NEAR(y[i], 1.5f, 1.5f / 63 / 2 + 1e-3f) << i;
@@ -226,12 +225,13 @@ class Q4KKernel : public ::testing::Test {
 // 2 and 3 threads (row splits that end mid-chunk).
 TEST_F(Q4KKernel, MatmulAgreesWithGenericAndReference) {
   const std::vector<Case> cases = {
-      {37, 256, 1, false, 2}, {67, 1024, 1, true, 3}, {33, 4096, 2, false, 2}, {19, 768, 3, true, 3},
+      {37, 256, 1, false, 2},  {67, 1024, 1, true, 3},  {33, 4096, 2, false, 2}, {19, 768, 3, true, 3},
       {130, 1024, 7, true, 2}, {65, 512, 300, true, 3}, {40, 256, 9, false, 2},
   };
   uint32_t seed = 11;
   for (const Case& c : cases) {
-    SCOPED_TRACE(testing::Message() << "M=" << c.m << " K=" << c.k << " N=" << c.n << " isa=" << isa_name(active_isa()));
+    SCOPED_TRACE(testing::Message() << "M=" << c.m << " K=" << c.k << " N=" << c.n
+                                    << " isa=" << isa_name(active_isa()));
     GemmPrecisionScope exact(GemmPrecision::F32);
     std::mt19937 rng(seed += 7);
     std::normal_distribution<float> nd(0.f, 1.f);
@@ -353,7 +353,8 @@ TEST_F(Q4KKernel, Q4kpLayoutMatchesGguf) {
     simd->convert(xv.data(), k, lane.data());
     simd->fn(pk.data(), pb, 0, m, lane.data(), 0, 1, k, got.data(), 0);
     for (int64_t i = 0; i < m; ++i)
-      EXPECT_LE(std::fabs(double(got[size_t(i)]) - ref[size_t(i)]), sum_abs_terms(wb.data() + size_t(i) * rb, q8.data(), k))
+      EXPECT_LE(std::fabs(double(got[size_t(i)]) - ref[size_t(i)]),
+                sum_abs_terms(wb.data() + size_t(i) * rb, q8.data(), k))
           << i;
   }
 }

@@ -27,8 +27,8 @@ void record(cbx_log_level level, const char* message, void* user_data) {
 
 // A BPE model that sets "dropout": the tokenizer ignores it with a warning (src/text/hf_bpe.cpp).
 void make_bpe_with_dropout() {
-  nlohmann::json model = {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}}}, {"merges", nlohmann::json::array()},
-                          {"dropout", 0.1}};
+  nlohmann::json model = {
+      {"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}}}, {"merges", nlohmann::json::array()}, {"dropout", 0.1}};
   cbx::HfBpe bpe(model, "test.json");
 }
 

@@ -30,7 +30,11 @@ std::map<std::string, std::vector<int64_t>> shapes(const std::vector<UpstreamTen
 }
 
 TEST(UpstreamLayout, FullSizeCountsAndUniqueNames) {
-  struct Case { CkptFile f; CkptVariant v; size_t n; } cases[] = {
+  struct Case {
+    CkptFile f;
+    CkptVariant v;
+    size_t n;
+  } cases[] = {
       {CkptFile::T3, CkptVariant::Turbo, 299},  // matches a third-party header dump
       {CkptFile::T3, CkptVariant::Mtl, 292},
       {CkptFile::T3, CkptVariant::Nano, 155},  // GPT-2 small: 12 layers x 12 + 11
@@ -99,8 +103,7 @@ TEST(UpstreamLayout, FullSizeShapesConfirmedUpstream) {
 TEST(MkckptFiles, TinyFilesMatchTable) {
   const std::string bin = std::string(CBX_BINARY_DIR) + "/bin/chatterbox-mkckpt";
   if (access(bin.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << bin;
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("cbx_mkckpt_layout_" + std::to_string(getpid()));
+  const auto dir = std::filesystem::temp_directory_path() / ("cbx_mkckpt_layout_" + std::to_string(getpid()));
   for (CkptVariant v : {CkptVariant::Turbo, CkptVariant::Nano, CkptVariant::Mtl}) {
     const std::string vname = v == CkptVariant::Turbo ? "turbo" : v == CkptVariant::Nano ? "nano" : "mtl";
     const std::string out = (dir / vname).string();

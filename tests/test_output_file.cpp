@@ -2,6 +2,7 @@
 // device nodes and FIFOs, inputs never replaced, temporary files removed on errors and signals.
 // Device nodes are made in the test's own directory (mknod; a FIFO where that is not allowed).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -15,8 +16,6 @@
 #include <iterator>
 #include <string>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "core/output_file.h"

@@ -75,7 +75,7 @@ TEST(Chunks, LongSentenceIsCutAtClausesThenWordsThenRuns) {
   const int64_t budget = 12;
   const auto chunks = split_into_chunks(t, budget, count_cps, marked({}));
   ASSERT_GE(chunks.size(), 4u);
-  EXPECT_EQ(chunks[0], "alpha beta,");  // clause, ends with its own ","
+  EXPECT_EQ(chunks[0], "alpha beta,");    // clause, ends with its own ","
   EXPECT_EQ(chunks[1], "gamma delta;|");  // ";" is not a chunk ender: continuation mark
   for (const std::string& c : chunks) {
     std::string body = c;
@@ -96,8 +96,9 @@ TEST(Chunks, OverlongWordKeepsEveryCodePoint) {
 
 TEST(Chunks, CjkEndersCutWithoutSpaces) {
   // 你好。我很好，谢谢。再见！ (no spaces at all)
-  const std::string t = "\xE4\xBD\xA0\xE5\xA5\xBD\xE3\x80\x82\xE6\x88\x91\xE5\xBE\x88\xE5\xA5\xBD\xEF\xBC\x8C"
-                        "\xE8\xB0\xA2\xE8\xB0\xA2\xE3\x80\x82\xE5\x86\x8D\xE8\xA7\x81\xEF\xBC\x81";
+  const std::string t =
+      "\xE4\xBD\xA0\xE5\xA5\xBD\xE3\x80\x82\xE6\x88\x91\xE5\xBE\x88\xE5\xA5\xBD\xEF\xBC\x8C"
+      "\xE8\xB0\xA2\xE8\xB0\xA2\xE3\x80\x82\xE5\x86\x8D\xE8\xA7\x81\xEF\xBC\x81";
   const auto chunks = split_into_chunks(t, 4, count_cps, cjk_rules());
   ASSERT_EQ(chunks.size(), 4u);
   EXPECT_EQ(chunks[0], "\xE4\xBD\xA0\xE5\xA5\xBD\xE3\x80\x82");              // 你好。
@@ -130,12 +131,12 @@ TEST(TextCheck, EmptyBlankAndInvalid) {
 TEST(MtlPostprocess, DropInvalidTokensAndFilter) {
   T3Config c;  // SOS 6561, EOS 6562
   using V = std::vector<int32_t>;
-  EXPECT_EQ(MtlPipeline::postprocess(V{1, 2, 3, 6562}, c), (V{1, 2, 3}));          // EOS cut
-  EXPECT_EQ(MtlPipeline::postprocess(V{1, 6561, 2, 3, 6562, 4}, c), (V{2, 3}));    // after SOS, before EOS
-  EXPECT_EQ(MtlPipeline::postprocess(V{5, 7000, 8193, 6}, c), (V{5, 6}));          // ids S3Gen cannot take
-  EXPECT_EQ(MtlPipeline::postprocess(V{6562, 1, 2}, c), V{});                      // EOS first: nothing
+  EXPECT_EQ(MtlPipeline::postprocess(V{1, 2, 3, 6562}, c), (V{1, 2, 3}));        // EOS cut
+  EXPECT_EQ(MtlPipeline::postprocess(V{1, 6561, 2, 3, 6562, 4}, c), (V{2, 3}));  // after SOS, before EOS
+  EXPECT_EQ(MtlPipeline::postprocess(V{5, 7000, 8193, 6}, c), (V{5, 6}));        // ids S3Gen cannot take
+  EXPECT_EQ(MtlPipeline::postprocess(V{6562, 1, 2}, c), V{});                    // EOS first: nothing
   EXPECT_EQ(MtlPipeline::postprocess(V{}, c), V{});
-  EXPECT_EQ(MtlPipeline::postprocess(V{0, 6560}, c), (V{0, 6560}));                // no limit hit
+  EXPECT_EQ(MtlPipeline::postprocess(V{0, 6560}, c), (V{0, 6560}));  // no limit hit
 }
 
 TEST(MtlLanguage, CheckListsTheSupportedOnes) {

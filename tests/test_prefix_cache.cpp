@@ -2,6 +2,7 @@
 // file can fail to match: another model, kernel path, voice, version (Mismatch), truncation,
 // resizing, a flipped byte, absurd header sizes (Damaged), no magic (NotOurs).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -9,8 +10,6 @@
 #include <iterator>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "core/error.h"
 #include "pipeline/prefix_cache.h"

@@ -9,8 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <new>
 #include <functional>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,10 +18,9 @@
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
+#include "gguf_test_util.h"
 #include "models/model_config.h"
 #include "models/s3_tokenizer.h"
-
-#include "gguf_test_util.h"
 
 // Counts heap allocations (all threads) while g_counting is set. GCC's -Wmismatched-new-delete
 // cannot see that these replacements pair malloc with free.
@@ -81,8 +80,9 @@ std::vector<float> test_wave(int64_t n, uint32_t seed) {
   std::vector<float> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const double t = double(i) / 16000.0;
-    x[size_t(i)] = float(0.3 * std::sin(2 * M_PI * (150 + 50 * std::sin(3 * t)) * t) *
-                         (0.6 + 0.4 * std::sin(2 * M_PI * 3 * t))) + g(rng);
+    x[size_t(i)] =
+        float(0.3 * std::sin(2 * M_PI * (150 + 50 * std::sin(3 * t)) * t) * (0.6 + 0.4 * std::sin(2 * M_PI * 3 * t))) +
+        g(rng);
   }
   return x;
 }
@@ -127,8 +127,8 @@ TEST_F(S3TokTest, TokensCountsRangeAndIntermediates) {
   ASSERT_EQ(int64_t(t.size()), S3Tokenizer::num_tokens(48000));
   ASSERT_EQ(t.size(), 75u);
   for (int32_t v : t) EXPECT_TRUE(v >= 0 && v < 6561) << v;
-  const std::vector<std::string> want = {"s3tok.mel", "s3tok.conv1", "s3tok.conv2", "s3tok.block0.out",
-                                         "s3tok.block1.out", "s3tok.project_down"};
+  const std::vector<std::string> want = {"s3tok.mel",        "s3tok.conv1",      "s3tok.conv2",
+                                         "s3tok.block0.out", "s3tok.block1.out", "s3tok.project_down"};
   EXPECT_EQ(names, want);
   ASSERT_EQ(shapes.size(), want.size());
   EXPECT_EQ(shapes[0], (std::vector<int64_t>{128, 300}));
@@ -178,11 +178,11 @@ TEST_F(S3TokTest, InputErrors) {
   S3Tokenizer tok(*file, cfg, 16000);
   ThreadPool pool(1);
   std::vector<float> wav = test_wave(16001, 4);
-  EXPECT_NE(error_of([&] { tok.tokenize(pool, wav.data(), 16001); }).find("16001 samples exceed the reserved "
-                                                                          "max_samples 16000"),
+  EXPECT_NE(error_of([&] { tok.tokenize(pool, wav.data(), 16001); })
+                .find("16001 samples exceed the reserved "
+                      "max_samples 16000"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { tok.tokenize(pool, wav.data(), 200); }).find("200 samples is too short"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { tok.tokenize(pool, wav.data(), 200); }).find("200 samples is too short"), std::string::npos);
   EXPECT_NE(error_of([&] { tok.tokenize(pool, wav.data(), 16000, 0); }).find("max_tokens must be > 0"),
             std::string::npos);
   EXPECT_NE(error_of([&] { tok.tokenize(pool, nullptr, 16000); }).find("null wave"), std::string::npos);
@@ -191,8 +191,7 @@ TEST_F(S3TokTest, InputErrors) {
   // Over 30 s of mel frames after the cut: upstream's long-audio path is not ported.
   S3Tokenizer big(*file, cfg, 16000 * 31);
   std::vector<float> longw = test_wave(16000 * 31, 5);
-  EXPECT_NE(error_of([&] { big.tokenize(pool, longw.data(), 16000 * 31); }).find("3100 mel frames"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { big.tokenize(pool, longw.data(), 16000 * 31); }).find("3100 mel frames"), std::string::npos);
   EXPECT_EQ(big.tokenize(pool, longw.data(), 16000 * 31, 10).size(), 10u);
 }
 

@@ -46,8 +46,10 @@ std::vector<float> reference(std::vector<float> s, const SamplerParams& p, const
     double cum = 0;
     for (size_t j = 0; j + 1 < ord.size(); ++j) {
       cum += double(e[j] * inv);
-      if (float(cum) <= thr) s[size_t(ord[j])] = kNegInf;
-      else break;
+      if (float(cum) <= thr)
+        s[size_t(ord[j])] = kNegInf;
+      else
+        break;
     }
   }
   if (p.repetition_penalty != 1.f) {

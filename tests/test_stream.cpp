@@ -158,8 +158,8 @@ TEST_F(Stream, JoinsAreContinuous) {
   HiftDraws d;
   d.phases = phases.data();
   d.noise = noise.data();
-  Tensor mel = make_tensor(DType::F32, {80, st.mel_stride()}, const_cast<float*>(st.mel()),
-                           size_t(80 * st.mel_stride()) * 4);
+  Tensor mel =
+      make_tensor(DType::F32, {80, st.mel_stride()}, const_cast<float*>(st.mel()), size_t(80 * st.mel_stride()) * 4);
   const Tensor& w = h.forward(slice(mel, 1, 0, T), &d);
   std::vector<float> ref(w.ptr<float>(), w.ptr<float>() + w.numel());
   hift_trim_fade(ref.data(), int64_t(ref.size()), pipe_->config().pipeline.trim_fade_samples);
@@ -233,9 +233,9 @@ TEST_F(Stream, SynthesizeStreamsAndAborts) {
   EXPECT_EQ(total, int64_t(b.size()));
   EXPECT_GE(pieces, 3);
   int64_t calls = 0;
-  EXPECT_THROW(pipe_->synthesize(text, p, nullptr,
-                                 [&](const float*, int64_t, int64_t, int64_t) { return ++calls < 1; }),
-               AbortedError);
+  EXPECT_THROW(
+      pipe_->synthesize(text, p, nullptr, [&](const float*, int64_t, int64_t, int64_t) { return ++calls < 1; }),
+      AbortedError);
   EXPECT_EQ(calls, 1);
   // should_abort after the first piece: aborted before a second.
   calls = 0;

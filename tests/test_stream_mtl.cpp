@@ -213,9 +213,9 @@ TEST_F(MtlStream, SynthesizeStreamsAndAborts) {
   EXPECT_GE(pieces, 3);
   EXPECT_EQ(pipe_->synthesize(text, p), b);
   int64_t calls = 0;
-  EXPECT_THROW(pipe_->synthesize(text, p, nullptr,
-                                 [&](const float*, int64_t, int64_t, int64_t) { return ++calls < 1; }),
-               AbortedError);
+  EXPECT_THROW(
+      pipe_->synthesize(text, p, nullptr, [&](const float*, int64_t, int64_t, int64_t) { return ++calls < 1; }),
+      AbortedError);
   EXPECT_EQ(calls, 1);
   calls = 0;
   EXPECT_THROW(pipe_->synthesize(

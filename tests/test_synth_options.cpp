@@ -45,23 +45,17 @@ TEST(SynthOptions, EachBadValueNamesParameterFlagRangeAndValue) {
             "temperature (--temperature) must be in (0, 10], got 0");
   EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.temperature = std::nan(""); }),
             "temperature (--temperature) must be in (0, 10], got nan");
-  EXPECT_EQ(synth_error([](UserSynthOptions& o) {
-              o.temperature = -std::numeric_limits<double>::infinity();
-            }),
+  EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.temperature = -std::numeric_limits<double>::infinity(); }),
             "temperature (--temperature) must be in (0, 10], got -inf");
   // Stored as a float: a positive double that rounds to a float 0 is no temperature.
   EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.temperature = 1e-50; }),
             "temperature (--temperature) must be in (0, 10], got 1e-50");
-  EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.top_p = -0.5; }),
-            "top_p (--top-p) must be in (0, 1], got -0.5");
-  EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.top_p = 1.5; }),
-            "top_p (--top-p) must be in (0, 1], got 1.5");
-  EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.top_k = -5; }),
-            "top_k (--top-k) must be in [0, 100000], got -5");
+  EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.top_p = -0.5; }), "top_p (--top-p) must be in (0, 1], got -0.5");
+  EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.top_p = 1.5; }), "top_p (--top-p) must be in (0, 1], got 1.5");
+  EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.top_k = -5; }), "top_k (--top-k) must be in [0, 100000], got -5");
   EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.repetition_penalty = -2; }),
             "repetition_penalty (--repetition-penalty) must be in (0, 10], got -2");
-  EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.min_p = 1.25; }),
-            "min_p (--min-p) must be in [0, 1], got 1.25");
+  EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.min_p = 1.25; }), "min_p (--min-p) must be in [0, 1], got 1.25");
   EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.cfg_weight = -1; }),
             "cfg_weight (--cfg-weight) must be in [0, 100], got -1");
   EXPECT_EQ(synth_error([](UserSynthOptions& o) { o.exaggeration = -3; }),
@@ -71,15 +65,12 @@ TEST(SynthOptions, EachBadValueNamesParameterFlagRangeAndValue) {
 
   UserLoadOptions l;
   l.n_threads = 0;
-  EXPECT_EQ(error_of([&] { cbx::validate(l); }),
-            "n_threads (--threads) must be in [1, 1024], got 0");
+  EXPECT_EQ(error_of([&] { cbx::validate(l); }), "n_threads (--threads) must be in [1, 1024], got 0");
   l.n_threads = 1000000000000;
-  EXPECT_EQ(error_of([&] { cbx::validate(l); }),
-            "n_threads (--threads) must be in [1, 1024], got 1000000000000");
+  EXPECT_EQ(error_of([&] { cbx::validate(l); }), "n_threads (--threads) must be in [1, 1024], got 1000000000000");
   l.n_threads = 1024;
   l.max_new_tokens = 0;
-  EXPECT_EQ(error_of([&] { cbx::validate(l); }),
-            "max_new_tokens (--max-tokens) must be in [1, 100000], got 0");
+  EXPECT_EQ(error_of([&] { cbx::validate(l); }), "max_new_tokens (--max-tokens) must be in [1, 100000], got 0");
 }
 
 TEST(SynthOptions, ValidValuesAndTheRangeEndsPass) {
@@ -103,16 +94,14 @@ TEST(SynthOptions, ValidValuesAndTheRangeEndsPass) {
 
 TEST(SynthOptions, ModelLimitInTheMessage) {
   const cbx::ParamSpec s = cbx::param::kMaxNewTokens.limited(6794, "this model's T3 positions");
-  EXPECT_EQ(
-      error_of([&] { cbx::check_param(s, 7000); }),
-      "max_new_tokens (--max-tokens) must be in [1, 6794] (this model's T3 positions), got 7000");
+  EXPECT_EQ(error_of([&] { cbx::check_param(s, 7000); }),
+            "max_new_tokens (--max-tokens) must be in [1, 6794] (this model's T3 positions), got 7000");
   EXPECT_EQ(error_of([&] { cbx::check_param(s, 6794); }), "");
   // A model limit above the static one keeps the static range.
   EXPECT_EQ(cbx::param::kMaxNewTokens.limited(1e9, "x").range(), "[1, 100000]");
   EXPECT_EQ(error_of([&] { cbx::check_param(cbx::param::kTopK, 2.5); }),
             "top_k (--top-k) must be in [0, 100000], got 2.5");
-  EXPECT_EQ(cbx::param_error(cbx::param::kTopP, 0.95 + 1),
-            "top_p (--top-p) must be in (0, 1], got 1.95");
+  EXPECT_EQ(cbx::param_error(cbx::param::kTopP, 0.95 + 1), "top_p (--top-p) must be in (0, 1], got 1.95");
 }
 
 TEST(SynthOptions, ConversionsKeepTheInternalDefaults) {
@@ -174,8 +163,7 @@ TEST(SynthOptions, ConversionsKeepTheInternalDefaults) {
   EXPECT_EQ(lm.kv_type, cbx::DType::F32);
   EXPECT_FALSE(lm.repack);
   l.kv_type = cbx::DType::Q8_0;
-  EXPECT_EQ(error_of([&] { cbx::validate(l); }),
-            "kv_type (--kv-type) must be f16 or f32, got q8_0");
+  EXPECT_EQ(error_of([&] { cbx::validate(l); }), "kv_type (--kv-type) must be f16 or f32, got q8_0");
 }
 
 TEST(SynthOptions, IgnoredOptionsPerVariant) {
@@ -183,8 +171,7 @@ TEST(SynthOptions, IgnoredOptionsPerVariant) {
   o.top_k = 5;
   o.min_p = 0.1;
   o.exaggeration = 1;
-  EXPECT_EQ(cbx::ignored_options(cbx::Variant::Turbo, o),
-            (std::vector<std::string>{"--min-p", "--exaggeration"}));
+  EXPECT_EQ(cbx::ignored_options(cbx::Variant::Turbo, o), (std::vector<std::string>{"--min-p", "--exaggeration"}));
   EXPECT_EQ(cbx::ignored_options(cbx::Variant::Mtl, o), (std::vector<std::string>{"--top-k"}));
   EXPECT_TRUE(cbx::ignored_options(cbx::Variant::Nano, UserSynthOptions{}).empty());
 }
@@ -198,17 +185,14 @@ TEST(SynthOptions, LanguageIsCaseInsensitiveEverywhere) {
   }
   EXPECT_EQ(cbx::resolve_language(cbx::Variant::Turbo, en, std::nullopt), "en");
   EXPECT_EQ(cbx::resolve_language(cbx::Variant::Turbo, en, std::string()), "en");
-  EXPECT_EQ(
-      error_of([&] { cbx::resolve_language(cbx::Variant::Turbo, en, std::string("fr")); }),
-      "language (--lang): a turbo model speaks English only (en); 'fr' needs a Multilingual model");
+  EXPECT_EQ(error_of([&] { cbx::resolve_language(cbx::Variant::Turbo, en, std::string("fr")); }),
+            "language (--lang): a turbo model speaks English only (en); 'fr' needs a Multilingual model");
   EXPECT_EQ(cbx::resolve_language(cbx::Variant::Mtl, mtl, std::string("FR")), "fr");
   EXPECT_NE(error_of([&] {
               cbx::resolve_language(cbx::Variant::Mtl, mtl, std::nullopt);
             }).find("language (--lang): a Multilingual model needs a language; supported:"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
-              cbx::resolve_language(cbx::Variant::Mtl, mtl, std::string("xx"));
-            }).find("'xx'"),
+  EXPECT_NE(error_of([&] { cbx::resolve_language(cbx::Variant::Mtl, mtl, std::string("xx")); }).find("'xx'"),
             std::string::npos);
 }
 
@@ -217,9 +201,8 @@ TEST(SynthOptions, ParseU64AcceptsDigitsOnly) {
   EXPECT_EQ(cbx::parse_u64("--seed", "007"), 7u);
   EXPECT_EQ(cbx::parse_u64("--seed", "18446744073709551615"), std::numeric_limits<uint64_t>::max());
   for (const char* bad : {"abc", "-5", "", "1e3", " 5", "5 ", "+5", "18446744073709551616", "0x10"})
-    EXPECT_EQ(
-        error_of([&] { cbx::parse_u64("--seed", bad); }),
-        std::string("--seed must be an integer in [0, 18446744073709551615], got '") + bad + "'")
+    EXPECT_EQ(error_of([&] { cbx::parse_u64("--seed", bad); }),
+              std::string("--seed must be an integer in [0, 18446744073709551615], got '") + bad + "'")
         << bad;
 }
 
@@ -242,14 +225,13 @@ TEST(SynthOptions, ParseNumberRejectsNonFiniteAndJunk) {
   EXPECT_EQ(cbx::parse_number("--temperature", "1e-3"), 1e-3);
   EXPECT_EQ(cbx::parse_number("--temperature", "2E+1"), 20.0);
   EXPECT_EQ(cbx::parse_number("--temperature", "5."), 5.0);
-  for (const char* bad : {"nan", "NaN", "inf", "-inf", "infinity", "1e999", "0x10", "1.5x", "",
-                          " 1", "1 ", "+1", "--1", "1..2", "e5"})
+  for (const char* bad :
+       {"nan", "NaN", "inf", "-inf", "infinity", "1e999", "0x10", "1.5x", "", " 1", "1 ", "+1", "--1", "1..2", "e5"})
     EXPECT_EQ(error_of([&] { cbx::parse_number("--temperature", bad); }),
               std::string("--temperature must be a finite decimal number, got '") + bad + "'")
         << bad;
   EXPECT_EQ(cbx::parse_kv_type("--kv-type", "f32"), cbx::DType::F32);
-  EXPECT_EQ(error_of([] { cbx::parse_kv_type("--kv-type", "q8_0"); }),
-            "--kv-type must be f16 or f32, got 'q8_0'");
+  EXPECT_EQ(error_of([] { cbx::parse_kv_type("--kv-type", "q8_0"); }), "--kv-type must be f16 or f32, got 'q8_0'");
 }
 
 TEST(SynthOptions, ThreadCountWarning) {
@@ -257,8 +239,7 @@ TEST(SynthOptions, ThreadCountWarning) {
   EXPECT_FALSE(cbx::thread_count_warning(1, 4));
   const std::optional<std::string> w = cbx::thread_count_warning(64, 2);
   ASSERT_TRUE(w);
-  EXPECT_NE(w->find("n_threads (--threads) 64 is more than the 2 CPUs this process may use"),
-            std::string::npos);
+  EXPECT_NE(w->find("n_threads (--threads) 64 is more than the 2 CPUs this process may use"), std::string::npos);
   EXPECT_NE(cbx::thread_count_warning(2, 1)->find("the 1 CPU this"), std::string::npos);
   EXPECT_FALSE(cbx::thread_count_warning(cbx::available_cpus()));
 }

@@ -15,12 +15,12 @@
 
 #include "core/cpu.h"
 #include "core/dtype.h"
-#include "core/tensor.h"
-#include "kernels/matvec_q4p.h"
-#include "core/thread_pool.h"
 #include "core/error.h"
-#include "weight_store_test_util.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/matvec_q4p.h"
 #include "models/t3_gpt2.h"
+#include "weight_store_test_util.h"
 
 using namespace cbx;
 
@@ -132,11 +132,14 @@ TEST(T3Decode, FusedMatchesOpByOp) {
           run(c, w, threads, kv, true, 0, true, &packed_on);
           EXPECT_EQ(packed_off, 0u);
           EXPECT_EQ(packed_on > 0, planar_dot(mt, active_isa()) != nullptr);
-          EXPECT_EQ(plain, got) << "planar re-layout changed the logits, " << dtype_name(mt) << " kv " << dtype_name(kv);
+          EXPECT_EQ(plain, got) << "planar re-layout changed the logits, " << dtype_name(mt) << " kv "
+                                << dtype_name(kv);
         }
-        if (threads == 1) fused1 = got;
-        else EXPECT_EQ(got, fused1) << "fused logits depend on the thread count: " << dtype_name(mt) << " threads "
-                                    << threads;
+        if (threads == 1)
+          fused1 = got;
+        else
+          EXPECT_EQ(got, fused1) << "fused logits depend on the thread count: " << dtype_name(mt) << " threads "
+                                 << threads;
       }
     }
   }

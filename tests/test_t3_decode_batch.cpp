@@ -33,8 +33,8 @@ class T3BatchTest : public ::testing::Test {
     char tmpl[] = "/tmp/cbx_t3batch_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     g_dir = tmpl;
-    std::string cmd = "'" + bin + "chatterbox-mkckpt' --variant turbo --size tiny --seed 3 '" + g_dir +
-                      "/ckpt' > /dev/null 2>&1";
+    std::string cmd =
+        "'" + bin + "chatterbox-mkckpt' --variant turbo --size tiny --seed 3 '" + g_dir + "/ckpt' > /dev/null 2>&1";
     for (const char* t : {"f32", "q4_0"})
       cmd += std::string(" && '") + bin + "chatterbox' convert '" + g_dir + "/ckpt' --type " + t + " -o '" + g_dir +
              "/" + t + ".gguf' > /dev/null 2>&1";
@@ -75,8 +75,12 @@ void check_model(const std::string& path, int threads, int max_batch) {
   voices[1].prompt.resize(voices[1].prompt.size() / 2 + 1);
   for (size_t i = 0; i < voices[1].prompt.size(); ++i) voices[1].prompt[i] = int32_t((i * 37 + 11) % 6561);
 
-  const char* texts[] = {"Hello there.", "A somewhat longer sentence, with a clause.", "Short.",
-                         "Numbers and words go here, one by one.", "The quick brown fox.", "Yes!",
+  const char* texts[] = {"Hello there.",
+                         "A somewhat longer sentence, with a clause.",
+                         "Short.",
+                         "Numbers and words go here, one by one.",
+                         "The quick brown fox.",
+                         "Yes!",
                          "Another voice speaks now."};
   std::vector<Request> reqs;
   for (int i = 0; i < 7; ++i) {

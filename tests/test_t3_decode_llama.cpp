@@ -16,10 +16,10 @@
 #include "core/cpu.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
-#include "kernels/matvec_q4p.h"
 #include "core/thread_pool.h"
-#include "weight_store_test_util.h"
+#include "kernels/matvec_q4p.h"
 #include "models/t3_llama.h"
+#include "weight_store_test_util.h"
 
 using namespace cbx;
 
@@ -54,8 +54,7 @@ T3Config tiny_config(int n_kv_head) {
 }
 
 void fill_weights(const T3Config& c, DType mt, Store& st, T3LlamaWeights& w) {
-  const int64_t d = c.n_embd, ff = c.n_ff, q = int64_t(c.n_head) * c.head_dim,
-                kv = int64_t(c.n_kv_head) * c.head_dim;
+  const int64_t d = c.n_embd, ff = c.n_ff, q = int64_t(c.n_head) * c.head_dim, kv = int64_t(c.n_kv_head) * c.head_dim;
   w.layers.resize(size_t(c.n_layer));
   for (T3LlamaLayer& L : w.layers) {
     L.attn_norm = st.make(DType::F32, {d}, 0.2f, 1.f);
@@ -79,8 +78,8 @@ struct RunOut {
 
 // As T3Mtl: a 5-token shared prefix (sequence 0, copied to the others), 4 tokens of each of the
 // B sequences, then `steps` one-token calls with different embeddings per sequence.
-RunOut run(const T3Config& c, const T3LlamaWeights& w, int threads, DType kv, int64_t B, bool fused,
-           int steps, bool pack_planar = true) {
+RunOut run(const T3Config& c, const T3LlamaWeights& w, int threads, DType kv, int64_t B, bool fused, int steps,
+           bool pack_planar = true) {
   ThreadPool pool(threads);
   T3LlamaOptions o;
   o.max_ctx = 32;
@@ -138,14 +137,12 @@ TEST(T3DecodeLlama, FusedMatchesOpByOpBitExact) {
           EXPECT_GT(scale, 0.0);
           if (B == 2) {  // the two sequences got different inputs: their logits differ
             const std::vector<float>& last = ref.logits.back();
-            EXPECT_FALSE(std::equal(last.begin(), last.begin() + c.speech_vocab,
-                                    last.begin() + c.speech_vocab));
+            EXPECT_FALSE(std::equal(last.begin(), last.begin() + c.speech_vocab, last.begin() + c.speech_vocab));
           }
           for (int threads : {1, 2, 3}) {
             const RunOut got = run(c, w, threads, kv, B, true, 12);
-            EXPECT_EQ(got.logits, ref.logits)
-                << dtype_name(mt) << " kv " << dtype_name(kv) << " B " << B << " n_kv_head " << n_kv
-                << " threads " << threads;
+            EXPECT_EQ(got.logits, ref.logits) << dtype_name(mt) << " kv " << dtype_name(kv) << " B " << B
+                                              << " n_kv_head " << n_kv << " threads " << threads;
           }
           if (mt == DType::Q4_0 || mt == DType::Q8_0) {
             const RunOut plain = run(c, w, 2, kv, B, true, 12, false);

@@ -71,8 +71,12 @@ void check_model(const std::string& path, int threads, int max_batch) {
     voices[1].cond_prompt_tokens[i] = int32_t((i * 37 + 11) % 6561);
   voices[1].exaggeration = 0.8f;
 
-  const char* texts[] = {"Hello there.", "Une phrase un peu plus longue, avec une virgule.", "Short.",
-                         "Numbers and words go here, one by one.", "The quick brown fox.", "Ja!"};
+  const char* texts[] = {"Hello there.",
+                         "Une phrase un peu plus longue, avec une virgule.",
+                         "Short.",
+                         "Numbers and words go here, one by one.",
+                         "The quick brown fox.",
+                         "Ja!"};
   const char* langs[] = {"en", "fr", "en", "en", "en", "de"};
   const float cfgs[] = {0.5f, 0.f, 1.0f, 0.3f, 0.f, 0.5f};
   std::vector<Request> reqs;

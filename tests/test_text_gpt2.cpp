@@ -1,6 +1,7 @@
 // Text front-end for Chatterbox Turbo: punc_norm (both flavours) and the GPT-2 byte-level BPE
 // tokenizer against the golden tokenizations in ../shared/data/gpt2 (read in place).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,8 +11,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "core/error.h"
 #include "text/gpt2_tokenizer.h"
@@ -34,8 +33,7 @@ bool have_data(std::string* why) {
   const std::string d = gpt2_dir();
   for (const char* f : {"vocab.json", "merges.txt", "added_tokens.json", "golden.jsonl"}) {
     if (!std::filesystem::exists(d + "/" + f)) {
-      *why = "missing test data " + d + "/" + f +
-             " (the shared/ directory must sit beside the repository checkout)";
+      *why = "missing test data " + d + "/" + f + " (the shared/ directory must sit beside the repository checkout)";
       return false;
     }
   }
@@ -118,8 +116,7 @@ TEST(Gpt2Tokenizer, InMemoryConstructorMatchesGolden) {
   const std::string d = gpt2_dir();
   nlohmann::json vocab = nlohmann::json::parse(std::ifstream(d + "/vocab.json"));
   std::vector<std::string> tokens(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it)
-    tokens[it.value().get<size_t>()] = it.key();
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) tokens[it.value().get<size_t>()] = it.key();
   std::vector<std::string> merges;
   {
     std::ifstream in(d + "/merges.txt");
@@ -131,8 +128,7 @@ TEST(Gpt2Tokenizer, InMemoryConstructorMatchesGolden) {
   ASSERT_EQ(merges.size(), 50000u);
   std::vector<cbx::Gpt2AddedToken> added;
   nlohmann::json at = nlohmann::json::parse(std::ifstream(d + "/added_tokens.json"));
-  for (auto it = at.begin(); it != at.end(); ++it)
-    added.push_back({it.key(), it.value().get<int32_t>()});
+  for (auto it = at.begin(); it != at.end(); ++it) added.push_back({it.key(), it.value().get<int32_t>()});
 
   Gpt2Tokenizer tok(std::move(tokens), merges, std::move(added), 1024);
   EXPECT_EQ(tok.size(), 50276u);
@@ -175,15 +171,14 @@ TEST(Gpt2Tokenizer, Truncation) {
 
 TEST(Gpt2Tokenizer, TokenizerConfig) {
   REQUIRE_DATA();
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("cbx_test_text_gpt2_cfg_" + std::to_string(::getpid()));
+  const auto dir = std::filesystem::temp_directory_path() / ("cbx_test_text_gpt2_cfg_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string cfg = (dir / "tokenizer_config.json").string();
   std::ofstream(cfg) << R"({"model_max_length": 8, "eos_token": "<|endoftext|>",
     "added_tokens_decoder": {"50256": {"content": "<|endoftext|>", "special": true}}})";
   const std::string d = gpt2_dir();
-  const Gpt2Tokenizer tok = Gpt2Tokenizer::from_files(d + "/vocab.json", d + "/merges.txt",
-                                                      d + "/added_tokens.json", cfg);
+  const Gpt2Tokenizer tok =
+      Gpt2Tokenizer::from_files(d + "/vocab.json", d + "/merges.txt", d + "/added_tokens.json", cfg);
   std::filesystem::remove_all(dir);
   EXPECT_EQ(tok.model_max_length(), 8u);
   EXPECT_EQ(tok.size(), 50276u);
@@ -229,19 +224,10 @@ TEST(Gpt2Tokenizer, SyntheticMergesAndTags) {
 }
 
 TEST(Gpt2Tokenizer, ConstructorValidation) {
-  EXPECT_NE(error_of([] {
-              Gpt2Tokenizer({"a", "a"}, {});
-            }).find("appears twice"),
-            std::string::npos);
+  EXPECT_NE(error_of([] { Gpt2Tokenizer({"a", "a"}, {}); }).find("appears twice"), std::string::npos);
   EXPECT_NE(error_of([] { Gpt2Tokenizer({"a"}, {"a"}); }).find("is not 'a b'"), std::string::npos);
-  EXPECT_NE(error_of([] {
-              Gpt2Tokenizer({"a"}, {}, {{"<x>", 3}});
-            }).find("neither"),
-            std::string::npos);
-  EXPECT_NE(error_of([] {
-              Gpt2Tokenizer({"a"}, {}, {{"<x>", 1}, {"<y>", 1}});
-            }).find("share id"),
-            std::string::npos);
+  EXPECT_NE(error_of([] { Gpt2Tokenizer({"a"}, {}, {{"<x>", 3}}); }).find("neither"), std::string::npos);
+  EXPECT_NE(error_of([] { Gpt2Tokenizer({"a"}, {}, {{"<x>", 1}, {"<y>", 1}}); }).find("share id"), std::string::npos);
   EXPECT_NE(error_of([] { Gpt2Tokenizer({"a b"}, {}); }).find("byte-level"), std::string::npos);
 }
 
@@ -266,7 +252,7 @@ TEST(PuncNorm, CapitalisesFirstCharacter) {
   EXPECT_EQ(turbo("\xC7\x86"
                   "a"),
             "\xC7\x84"
-            "a.");  // ǆ -> Ǆ (upper, not title)
+            "a.");                                                            // ǆ -> Ǆ (upper, not title)
   EXPECT_EQ(turbo("\xD0\xBF\xD1\x80\xD0\xB8"), "\xD0\x9F\xD1\x80\xD0\xB8.");  // при -> При
   EXPECT_EQ(turbo("Already"), "Already.");
   EXPECT_EQ(turbo("1st"), "1st.");
@@ -354,8 +340,7 @@ TEST(PuncNorm, SentenceEnders) {
   EXPECT_EQ(turbo("Hi   "), "Hi.");
   EXPECT_EQ(turbo("Hi\""), "Hi\".");
   // CJK enders count only for the multilingual flavour.
-  for (const char* e :
-       {"\xE3\x80\x81", "\xEF\xBC\x8C", "\xE3\x80\x82", "\xEF\xBC\x9F", "\xEF\xBC\x81"}) {
+  for (const char* e : {"\xE3\x80\x81", "\xEF\xBC\x8C", "\xE3\x80\x82", "\xEF\xBC\x9F", "\xEF\xBC\x81"}) {
     const std::string s = std::string("\xE4\xBD\xA0\xE5\xA5\xBD") + e;  // 你好 + ender
     EXPECT_EQ(mtl(s), s);
     EXPECT_EQ(turbo(s), s + ".");

@@ -5,6 +5,7 @@
 // Chinese: segmentation differs by design (ICU, not pkuseg); the reference is given our
 // segmentation (checked to only insert spaces) and everything after it is compared.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -17,8 +18,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/gguf.h"
@@ -219,8 +218,8 @@ TEST_F(MtlTokenizerTest, AllLanguagesOtherTokenizerDir) {
 // digraphs, dotted I, capital sharp s): 3000 random strings through prepare() and the reference.
 TEST_F(MtlTokenizerTest, LowerCaseInContextMatchesPython) {
   const MtlTokenizer tok = MtlTokenizer::from_files(json_path(), cangjie_path());
-  const char* alpha[] = {"Σ", "σ", "Α", "ς", "'", "\u0301", ".", " ", "a", "B", "İ", "I", "\u00ad", "\u2019",
-                         "1", "Ω", "ǅ", "ẞ", "Ⅻ", "Ꭰ", "\u0345", "-", "Ώ"};
+  const char* alpha[] = {"Σ",      "σ",      "Α", "ς", "'", "\u0301", ".", " ", "a",      "B", "İ", "I",
+                         "\u00ad", "\u2019", "1", "Ω", "ǅ", "ẞ",      "Ⅻ", "Ꭰ", "\u0345", "-", "Ώ"};
   uint64_t state = 12345;
   auto next = [&](uint64_t n) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
@@ -269,17 +268,29 @@ TEST_F(MtlTokenizerTest, TokenizerJsonVariantsMatchPythonReference) {
                             {{"type", "Digits"}, {"individual_digits", true}}}}};
     j["model"]["fuse_unk"] = true;
     const int64_t n = int64_t(base["model"]["vocab"].size()) + 10;
-    j["added_tokens"].push_back({{"id", n}, {"content", "hello"}, {"single_word", true}, {"lstrip", false},
-                                 {"rstrip", false}, {"normalized", true}, {"special", false}});
-    j["added_tokens"].push_back({{"id", n + 1}, {"content", "<b>"}, {"single_word", false}, {"lstrip", true},
-                                 {"rstrip", true}, {"normalized", false}, {"special", false}});
+    j["added_tokens"].push_back({{"id", n},
+                                 {"content", "hello"},
+                                 {"single_word", true},
+                                 {"lstrip", false},
+                                 {"rstrip", false},
+                                 {"normalized", true},
+                                 {"special", false}});
+    j["added_tokens"].push_back({{"id", n + 1},
+                                 {"content", "<b>"},
+                                 {"single_word", false},
+                                 {"lstrip", true},
+                                 {"rstrip", true},
+                                 {"normalized", false},
+                                 {"special", false}});
     j["post_processor"] = {{"type", "TemplateProcessing"},
-                           {"single", {{{"SpecialToken", {{"id", "[START]"}, {"type_id", 0}}}},
-                                       {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                                       {{"SpecialToken", {{"id", "[STOP]"}, {"type_id", 0}}}}}},
+                           {"single",
+                            {{{"SpecialToken", {{"id", "[START]"}, {"type_id", 0}}}},
+                             {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                             {{"SpecialToken", {{"id", "[STOP]"}, {"type_id", 0}}}}}},
                            {"pair", json::array()},
-                           {"special_tokens", {{"[START]", {{"id", "[START]"}, {"ids", {255}}, {"tokens", {"[START]"}}}},
-                                               {"[STOP]", {{"id", "[STOP]"}, {"ids", {0}}, {"tokens", {"[STOP]"}}}}}}};
+                           {"special_tokens",
+                            {{"[START]", {{"id", "[START]"}, {"ids", {255}}, {"tokens", {"[START]"}}}},
+                             {"[STOP]", {{"id", "[STOP]"}, {"ids", {0}}, {"tokens", {"[STOP]"}}}}}}};
     variants.push_back(j);
   }
   {
@@ -353,7 +364,8 @@ TEST_F(MtlTokenizerTest, LanguagesAndBadInput) {
   EXPECT_NE(e.find("ar, da, de"), std::string::npos) << e;
   EXPECT_NE(e.find("zh"), std::string::npos) << e;
   EXPECT_NE(error_of([&] { tok.encode("Hallo", ""); }).find("unsupported language ''"), std::string::npos);
-  EXPECT_NE(error_of([&] { tok.encode("bad \xC3\x28 byte", "en"); }).find("invalid UTF-8 at byte 4"), std::string::npos);
+  EXPECT_NE(error_of([&] { tok.encode("bad \xC3\x28 byte", "en"); }).find("invalid UTF-8 at byte 4"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { tok.encode("\xED\xA0\x80", "en"); }).find("invalid UTF-8"), std::string::npos);
   // Upper-case codes are accepted (upstream lower-cases language_id).
   EXPECT_EQ(tok.encode("Hallo", "DE"), tok.encode("Hallo", "de"));
@@ -468,8 +480,8 @@ TEST(MtlTextUnicode, EveryCodePointAgainstPython) {
 TEST(MtlTextSteps, LowerNfkdKoreanCangjie) {
   EXPECT_EQ(cbx::py_lower("ΟΔΟΣ ΑΘΗΝΩΝ"), "οδος αθηνων");  // final sigma
   EXPECT_EQ(cbx::py_lower("Σ"), "σ");
-  EXPECT_EQ(cbx::py_lower("İ"), "i\xcc\x87");               // full mapping, root locale
-  EXPECT_EQ(cbx::rust_lower("ΟΔΟΣ"), "οδοσ");               // HF Lowercase: no context
+  EXPECT_EQ(cbx::py_lower("İ"), "i\xcc\x87");  // full mapping, root locale
+  EXPECT_EQ(cbx::rust_lower("ΟΔΟΣ"), "οδοσ");  // HF Lowercase: no context
   EXPECT_EQ(cbx::unicode_normalize("é", cbx::UnicodeForm::NFKD), "e\xcc\x81");
   EXPECT_EQ(cbx::unicode_normalize("ｆｕｌｌ，", cbx::UnicodeForm::NFKD), "full,");
   EXPECT_EQ(cbx::unicode_normalize("ガ", cbx::UnicodeForm::NFKD), "カ\xe3\x82\x99");
@@ -496,7 +508,8 @@ TEST(MtlTextSteps, LowerNfkdKoreanCangjie) {
   // Segmentation only inserts single spaces between segments and drops whitespace.
   const std::string seg = cbx::zh_segment("  我们在北京见面,\t今天  ");
   std::string joined;
-  for (char c : seg) if (c != ' ') joined += c;
+  for (char c : seg)
+    if (c != ' ') joined += c;
   EXPECT_EQ(joined, "我们在北京见面,今天");
   EXPECT_EQ(seg.front(), "我"[0]);
   EXPECT_NE(seg.find(' '), std::string::npos) << seg;
@@ -511,8 +524,8 @@ TEST(MtlTextSteps, BpeRankOrder) {
     "merges": ["b c", "a b", "a bc", "a a"]},
     "pre_tokenizer": {"type": "Whitespace"}})";
   const cbx::HfTokenizer t = cbx::HfTokenizer::from_json(j);
-  EXPECT_EQ(t.encode("abc"), (std::vector<int32_t>{6}));      // b c first, then a bc
-  EXPECT_EQ(t.encode("aaa"), (std::vector<int32_t>{7, 1}));   // leftmost pair first
+  EXPECT_EQ(t.encode("abc"), (std::vector<int32_t>{6}));     // b c first, then a bc
+  EXPECT_EQ(t.encode("aaa"), (std::vector<int32_t>{7, 1}));  // leftmost pair first
   EXPECT_EQ(t.encode("abab x"), (std::vector<int32_t>{4, 4, 0}));
   EXPECT_EQ(t.encode("a,b"), (std::vector<int32_t>{1, 0, 2}));  // ',' is its own piece, unknown
   EXPECT_EQ(t.vocab_size(), 8u);
@@ -522,20 +535,20 @@ TEST(MtlTextSteps, BpeRankOrder) {
     "padding": {"strategy": "BatchLongest", "direction": "Left", "pad_to_multiple_of": 4, "pad_id": 9},
     "truncation": {"max_length": 5, "direction": "Left"}})";
   const cbx::HfTokenizer tp = cbx::HfTokenizer::from_json(jp);
-  EXPECT_EQ(tp.encode("ab"), (std::vector<int32_t>{2, 0, 1, 3}));  // already a multiple of 4
+  EXPECT_EQ(tp.encode("ab"), (std::vector<int32_t>{2, 0, 1, 3}));                // already a multiple of 4
   EXPECT_EQ(tp.encode("abab"), (std::vector<int32_t>{9, 9, 9, 2, 1, 0, 1, 3}));  // truncated from the left to 3
-  EXPECT_EQ(tp.vocab_size(), 10u);                                                // pad id counts
+  EXPECT_EQ(tp.vocab_size(), 10u);                                               // pad id counts
   std::string bad = jp;
   bad.replace(bad.find("\"pad_to_multiple_of\": 4"), 23, "\"pad_to_multiple_of\": 99999999");
   EXPECT_NE(error_of([&] { cbx::HfTokenizer::from_json(bad); }).find("implausible"), std::string::npos);
   // Integer fields that are floats, negative or too large (a fuzzer's 5.5e72 as an id) are errors.
-  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"[\"[CLS]\", 2]", "[\"[CLS]\", 5.5e72]"},
-           {"[\"[SEP]\", 3]", "[\"[SEP]\", -3]"},
-           {"\"pad_id\": 9", "\"pad_id\": 2.5"},
-           {"\"pad_id\": 9", "\"pad_id\": 4294967296"},
-           {"\"max_length\": 5", "\"max_length\": 1e30"},
-           {"\"pad_to_multiple_of\": 4", "\"pad_to_multiple_of\": -4"}}) {
+  for (const auto& [from, to] :
+       std::vector<std::pair<std::string, std::string>>{{"[\"[CLS]\", 2]", "[\"[CLS]\", 5.5e72]"},
+                                                        {"[\"[SEP]\", 3]", "[\"[SEP]\", -3]"},
+                                                        {"\"pad_id\": 9", "\"pad_id\": 2.5"},
+                                                        {"\"pad_id\": 9", "\"pad_id\": 4294967296"},
+                                                        {"\"max_length\": 5", "\"max_length\": 1e30"},
+                                                        {"\"pad_to_multiple_of\": 4", "\"pad_to_multiple_of\": -4"}}) {
     std::string b = jp;
     b.replace(b.find(from), from.size(), to);
     EXPECT_NE(error_of([&] { cbx::HfTokenizer::from_json(b); }).find("must be an integer in [0, "), std::string::npos)
@@ -545,8 +558,9 @@ TEST(MtlTextSteps, BpeRankOrder) {
               cbx::HfTokenizer::from_json(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})");
             }).find("missing from the vocab"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { cbx::HfTokenizer::from_json(R"({"model": {"type": "WordPiece", "vocab": {}}})"); })
-                .find("model type 'WordPiece' is not supported"),
+  EXPECT_NE(error_of([&] {
+              cbx::HfTokenizer::from_json(R"({"model": {"type": "WordPiece", "vocab": {}}})");
+            }).find("model type 'WordPiece' is not supported"),
             std::string::npos);
 }
 

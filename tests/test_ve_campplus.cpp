@@ -19,11 +19,10 @@
 #include "core/gguf.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "gguf_test_util.h"
 #include "models/campplus.h"
 #include "models/model_config.h"
 #include "models/voice_encoder.h"
-
-#include "gguf_test_util.h"
 
 // Counts heap allocations (all threads) while g_counting is set. GCC's -Wmismatched-new-delete
 // cannot see that these replacements pair malloc with free.
@@ -90,7 +89,8 @@ std::vector<float> test_wave(int64_t n, uint32_t seed) {
   for (int64_t i = 0; i < n; ++i) {
     const double t = double(i) / 16000.0;
     x[size_t(i)] = float(0.3 * std::sin(2 * M_PI * (140 + 40 * std::sin(2 * t)) * t) *
-                         (0.6 + 0.4 * std::sin(2 * M_PI * 2.5 * t))) + g(rng);
+                         (0.6 + 0.4 * std::sin(2 * M_PI * 2.5 * t))) +
+                   g(rng);
   }
   return x;
 }
@@ -201,17 +201,17 @@ TEST_F(VoiceNetsTest, CampPlusIntermediatesAndFbankPath) {
   std::vector<float> e = cam.embed(pool, wav.data(), n);
   cam.set_capture(nullptr);
   ASSERT_EQ(e.size(), 12u);
-  const std::vector<std::string> want = {"fbank", "head", "tdnn", "block1", "transit1", "block2",
-                                         "transit2", "block3", "transit3", "stats"};
+  const std::vector<std::string> want = {"fbank",  "head",     "tdnn",   "block1",   "transit1",
+                                         "block2", "transit2", "block3", "transit3", "stats"};
   EXPECT_EQ(names, want);
   ASSERT_EQ(shapes.size(), want.size());
   EXPECT_EQ(shapes[0], (std::vector<int64_t>{298, 80}));
-  EXPECT_EQ(shapes[1], (std::vector<int64_t>{40, 298}));   // 4 channels x 10 frequencies
+  EXPECT_EQ(shapes[1], (std::vector<int64_t>{40, 298}));  // 4 channels x 10 frequencies
   EXPECT_EQ(shapes[2], (std::vector<int64_t>{16, 149}));
-  EXPECT_EQ(shapes[3], (std::vector<int64_t>{32, 149}));   // 16 + 2 x 8
+  EXPECT_EQ(shapes[3], (std::vector<int64_t>{32, 149}));  // 16 + 2 x 8
   EXPECT_EQ(shapes[4], (std::vector<int64_t>{16, 149}));
-  EXPECT_EQ(shapes[5], (std::vector<int64_t>{40, 149}));   // 16 + 3 x 8
-  EXPECT_EQ(shapes[8], (std::vector<int64_t>{18, 149}));   // (20 + 16) / 2
+  EXPECT_EQ(shapes[5], (std::vector<int64_t>{40, 149}));  // 16 + 3 x 8
+  EXPECT_EQ(shapes[8], (std::vector<int64_t>{18, 149}));  // (20 + 16) / 2
   EXPECT_EQ(shapes[9], (std::vector<int64_t>{36}));
   EXPECT_EQ(cam.num_frames(n), 298);
   // The network alone on the same features gives the same x-vector.
@@ -264,22 +264,28 @@ TEST(VoiceNetsWeights, ErrorsNameTheTensor) {
   };
   const std::vector<Case> cases = {
       {{{"ve.lstm.weight_hh_l2", true, {}, DType::F32}}, true, "missing tensor 've.lstm.weight_hh_l2' [128, 32]"},
-      {{{"ve.proj.weight", false, {24, 16}, DType::F32}}, true,
+      {{{"ve.proj.weight", false, {24, 16}, DType::F32}},
+       true,
        "tensor 've.proj.weight' has shape [24, 16], expected [24, 32]"},
       {{{"ve.lstm.weight_ih_l0", false, {}, DType::F16}}, true, "tensor 've.lstm.weight_ih_l0' is f16"},
-      {{{"campplus.block2.tdnnd3.cam_layer.linear_local.weight", true, {}, DType::F32}}, false,
+      {{{"campplus.block2.tdnnd3.cam_layer.linear_local.weight", true, {}, DType::F32}},
+       false,
        "missing tensor 'campplus.block2.tdnnd3.cam_layer.linear_local.weight' [8, 16, 3]"},
-      {{{"campplus.head.layer2.0.shortcut.1.scale", false, {5}, DType::F32}}, false,
+      {{{"campplus.head.layer2.0.shortcut.1.scale", false, {5}, DType::F32}},
+       false,
        "tensor 'campplus.head.layer2.0.shortcut.1.scale' has shape [5], expected [4]"},
-      {{{"campplus.dense.linear.weight", false, {}, DType::F16}}, false,
+      {{{"campplus.dense.linear.weight", false, {}, DType::F16}},
+       false,
        "tensor 'campplus.dense.linear.weight' is f16"},
   };
   for (const Case& c : cases) {
     const std::string p = write_gguf(cfg, c.edits);
     auto f = GgufFile::open(p);
     const std::string err = error_of([&] {
-      if (c.ve) VoiceEncoder v(*f, cfg, 16000);
-      else CampPlus k(*f, cfg, 16000);
+      if (c.ve)
+        VoiceEncoder v(*f, cfg, 16000);
+      else
+        CampPlus k(*f, cfg, 16000);
     });
     EXPECT_NE(err.find(c.want), std::string::npos) << "got: " << err;
     std::remove(p.c_str());

@@ -3,7 +3,6 @@
 // non-finite values, prompt mel / token mismatch, not a voice file, newer format, missing or
 // ill-typed tensors, corrupt bytes).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -248,8 +247,8 @@ TEST(Voice, LoadRefusesWhatIsNotAVoice) {
   expect_error([&] { from_bytes(rewrite(good, "chatterbox.voice.variant", "")); },
                {"missing metadata 'chatterbox.voice.variant'"});
   // Missing tensors are named.
-  for (const char* t : {"voice.speaker_emb", "voice.cond_prompt_tokens", "voice.emotion_adv", "voice.prompt_token",
-                        "voice.embedding"})
+  for (const char* t :
+       {"voice.speaker_emb", "voice.cond_prompt_tokens", "voice.emotion_adv", "voice.prompt_token", "voice.embedding"})
     expect_error([&] { from_bytes(rewrite(good, "", t)); }, {"missing tensor", t});
   // Corrupt bytes: the GGUF reader refuses them by name.
   std::vector<uint8_t> cut(good.begin(), good.begin() + long(good.size() / 2));

@@ -37,16 +37,13 @@ const FormatInfo kFormats[] = {
 const struct {
   const char* alias;
   AudioFormat format;
-} kNameAliases[] = {{"wav32f", AudioFormat::WavFloat},
-                    {"vorbis", AudioFormat::OggVorbis},
-                    {"raw", AudioFormat::Pcm16}};
+} kNameAliases[] = {{"wav32f", AudioFormat::WavFloat}, {"vorbis", AudioFormat::OggVorbis}, {"raw", AudioFormat::Pcm16}};
 
 const struct {
   const char* ext;
   AudioFormat format;
-} kExtensions[] = {{".wav", AudioFormat::Wav},       {".flac", AudioFormat::Flac},
-                   {".ogg", AudioFormat::OggVorbis}, {".oga", AudioFormat::OggVorbis},
-                   {".opus", AudioFormat::Opus},     {".mp3", AudioFormat::Mp3},
+} kExtensions[] = {{".wav", AudioFormat::Wav},       {".flac", AudioFormat::Flac}, {".ogg", AudioFormat::OggVorbis},
+                   {".oga", AudioFormat::OggVorbis}, {".opus", AudioFormat::Opus}, {".mp3", AudioFormat::Mp3},
                    {".pcm", AudioFormat::Pcm16},     {".raw", AudioFormat::Pcm16}};
 
 const FormatInfo& info_of(AudioFormat f) {
@@ -79,8 +76,8 @@ double mp3_cbr_level(int sample_rate) {
 }
 
 void check_rate(AudioFormat f, int sample_rate) {
-  CBX_CHECK(sample_rate > 0 && sample_rate <= 655350, "%s encoder: bad sample rate %d Hz",
-            audio_format_name(f), sample_rate);
+  CBX_CHECK(sample_rate > 0 && sample_rate <= 655350, "%s encoder: bad sample rate %d Hz", audio_format_name(f),
+            sample_rate);
   if (f == AudioFormat::Opus) {
     const int ok[] = {8000, 12000, 16000, 24000, 48000};
     CBX_CHECK(std::find(std::begin(ok), std::end(ok), sample_rate) != std::end(ok),
@@ -150,15 +147,13 @@ class SfWriter {
   SfWriter(AudioFormat f, int sample_rate, bool streaming) : format_(f) {
     check_rate(f, sample_rate);
     const char* name = audio_format_name(f);
-    CBX_CHECK(audio_format_available(f),
-              "%s encoder: the linked libsndfile (%s) was built without this format", name,
+    CBX_CHECK(audio_format_available(f), "%s encoder: the linked libsndfile (%s) was built without this format", name,
               sf_version_string());
     SF_INFO info{};
     info.samplerate = sample_rate;
     info.channels = 1;
     info.format = info_of(f).sf_format;
-    CBX_CHECK(sf_format_check(&info), "%s encoder: libsndfile rejects mono at %d Hz", name,
-              sample_rate);
+    CBX_CHECK(sf_format_check(&info), "%s encoder: libsndfile rejects mono at %d Hz", name, sample_rate);
     io_ = SF_VIRTUAL_IO{sink_len, sink_seek, sink_read, sink_write, sink_tell};
     sf_ = sf_open_virtual(&io_, SFM_WRITE, &info, &sink_);
     if (!sf_) fail("%s encoder: cannot open at %d Hz: %s", name, sample_rate, sf_strerror(nullptr));
@@ -179,8 +174,7 @@ class SfWriter {
       default:
         break;
     }
-    if (level >= 0.0)
-      command(SFC_SET_COMPRESSION_LEVEL, &level, sizeof(level), "compression level");
+    if (level >= 0.0) command(SFC_SET_COMPRESSION_LEVEL, &level, sizeof(level), "compression level");
     if (streaming && f == AudioFormat::Mp3) {
       // After the level: libsndfile re-reads the saved level as a bitrate when the mode changes.
       int mode = SF_BITRATE_MODE_CONSTANT;
@@ -219,8 +213,7 @@ class SfWriter {
     flush_block();
     int err = sf_close(sf_);
     sf_ = nullptr;
-    CBX_CHECK(err == 0, "%s encoder: closing failed: %s", audio_format_name(format_),
-              sf_error_number(err));
+    CBX_CHECK(err == 0, "%s encoder: closing failed: %s", audio_format_name(format_), sf_error_number(err));
   }
 
  private:
@@ -245,8 +238,8 @@ class SfWriter {
       for (float& v : pending_) v = v == v ? std::min(1.0f, std::max(-1.0f, v)) : 0.0f;
       wrote = sf_writef_float(sf_, pending_.data(), sf_count_t(m));
     }
-    CBX_CHECK(wrote == sf_count_t(m), "%s encoder: write failed after %lld samples: %s",
-              audio_format_name(format_), (long long)written_, sf_strerror(sf_));
+    CBX_CHECK(wrote == sf_count_t(m), "%s encoder: write failed after %lld samples: %s", audio_format_name(format_),
+              (long long)written_, sf_strerror(sf_));
     written_ += int64_t(m);
     pending_.clear();
   }
@@ -278,8 +271,7 @@ AudioFormat audio_format_from_name(const std::string& name) {
     if (n == i.name) return i.format;
   for (const auto& a : kNameAliases)
     if (n == a.alias) return a.format;
-  fail("unknown audio format '%s' (supported: wav, wav-float, flac, ogg, opus, mp3, pcm)",
-       name.c_str());
+  fail("unknown audio format '%s' (supported: wav, wav-float, flac, ogg, opus, mp3, pcm)", name.c_str());
 }
 
 AudioFormat audio_format_from_path(const std::string& path) {
@@ -324,16 +316,13 @@ std::vector<uint8_t> encode_audio(const float* x, size_t n, int sample_rate, Aud
   return w.take();
 }
 
-void write_audio(const std::string& path, const float* x, size_t n, int sample_rate,
-                 AudioFormat f) {
+void write_audio(const std::string& path, const float* x, size_t n, int sample_rate, AudioFormat f) {
   OutputFile out(path, {}, audio_format_name(f));  // checked before the encoding
   out.write(encode_audio(x, n, sample_rate, f));
   out.commit();
 }
 
-std::vector<uint8_t> wav_stream_header(int sample_rate) {
-  return wav_header_pcm16(sample_rate, -1);
-}
+std::vector<uint8_t> wav_stream_header(int sample_rate) { return wav_header_pcm16(sample_rate, -1); }
 
 bool audio_format_streamable(AudioFormat f) { return f != AudioFormat::WavFloat; }
 
@@ -345,8 +334,7 @@ struct AudioStreamEncoder::Impl {
   std::unique_ptr<SfWriter> sf;  // the libsndfile formats
 };
 
-AudioStreamEncoder::AudioStreamEncoder(AudioFormat f, int sample_rate)
-    : format_(f), impl_(new Impl) {
+AudioStreamEncoder::AudioStreamEncoder(AudioFormat f, int sample_rate) : format_(f), impl_(new Impl) {
   CBX_CHECK(audio_format_streamable(f),
             "%s cannot be streamed (its header needs the final length; use wav, pcm, flac, ogg, "
             "opus or mp3)",
@@ -354,8 +342,7 @@ AudioStreamEncoder::AudioStreamEncoder(AudioFormat f, int sample_rate)
   CBX_CHECK(sample_rate > 0 && sample_rate <= kMaxSampleRate, "%s stream: bad sample rate %d Hz (1 to %d)",
             audio_format_name(f), sample_rate, kMaxSampleRate);
   impl_->sample_rate = sample_rate;
-  if (f != AudioFormat::Wav && f != AudioFormat::Pcm16)
-    impl_->sf = std::make_unique<SfWriter>(f, sample_rate, true);
+  if (f != AudioFormat::Wav && f != AudioFormat::Pcm16) impl_->sf = std::make_unique<SfWriter>(f, sample_rate, true);
 }
 
 AudioStreamEncoder::~AudioStreamEncoder() = default;

@@ -26,8 +26,7 @@ using SfPtr = std::unique_ptr<SNDFILE, SfCloser>;
 constexpr sf_count_t kChunkFrames = 16384;
 
 AudioData decode(SNDFILE* sf, const SF_INFO& info, const std::string& name, double max_seconds) {
-  CBX_CHECK(info.channels > 0 && info.channels <= 256, "audio '%s': bad channel count %d",
-            name.c_str(), info.channels);
+  CBX_CHECK(info.channels > 0 && info.channels <= 256, "audio '%s': bad channel count %d", name.c_str(), info.channels);
   CBX_CHECK(info.samplerate > 0 && info.samplerate <= kMaxSampleRate, "audio '%s': bad sample rate %d Hz (1 to %d)",
             name.c_str(), info.samplerate, kMaxSampleRate);
   AudioData out;
@@ -67,11 +66,10 @@ AudioData decode(SNDFILE* sf, const SF_INFO& info, const std::string& name, doub
     }
   }
   int err = sf_error(sf);
-  CBX_CHECK(err == SF_ERR_NO_ERROR, "audio '%s': decode error after %zu frames: %s", name.c_str(),
-            out.samples.size(), sf_error_number(err));
+  CBX_CHECK(err == SF_ERR_NO_ERROR, "audio '%s': decode error after %zu frames: %s", name.c_str(), out.samples.size(),
+            sf_error_number(err));
   CBX_CHECK(!out.samples.empty(), "audio '%s': file holds no audio samples", name.c_str());
-  for (float v : out.samples)
-    CBX_CHECK(std::isfinite(v), "audio '%s': non-finite sample value", name.c_str());
+  for (float v : out.samples) CBX_CHECK(std::isfinite(v), "audio '%s': non-finite sample value", name.c_str());
   return out;
 }
 
@@ -113,28 +111,22 @@ void put_u32(std::vector<uint8_t>& b, uint32_t v) {
 
 AudioData read_audio(const std::string& path, double max_seconds) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
-    fail("audio '%s': cannot open: %s", path.c_str(), std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0) fail("audio '%s': cannot open: %s", path.c_str(), std::strerror(errno));
   CBX_CHECK(S_ISREG(st.st_mode), "audio '%s': not a regular file", path.c_str());
   CBX_CHECK(st.st_size > 0, "audio '%s': file is empty (0 bytes)", path.c_str());
   SF_INFO info{};
   SfPtr sf(sf_open(path.c_str(), SFM_READ, &info));
-  if (!sf)
-    fail("audio '%s': cannot decode (corrupt or unsupported format): %s", path.c_str(),
-         sf_strerror(nullptr));
+  if (!sf) fail("audio '%s': cannot decode (corrupt or unsupported format): %s", path.c_str(), sf_strerror(nullptr));
   return decode(sf.get(), info, path, max_seconds);
 }
 
-AudioData read_audio_memory(const void* data, size_t size, const std::string& name,
-                            double max_seconds) {
+AudioData read_audio_memory(const void* data, size_t size, const std::string& name, double max_seconds) {
   CBX_CHECK(data && size > 0, "audio '%s': empty buffer", name.c_str());
   MemFile m{static_cast<const uint8_t*>(data), sf_count_t(size), 0};
   SF_VIRTUAL_IO io{mem_len, mem_seek, mem_read, mem_write, mem_tell};
   SF_INFO info{};
   SfPtr sf(sf_open_virtual(&io, SFM_READ, &info, &m));
-  if (!sf)
-    fail("audio '%s': cannot decode (corrupt or unsupported format): %s", name.c_str(),
-         sf_strerror(nullptr));
+  if (!sf) fail("audio '%s': cannot decode (corrupt or unsupported format): %s", name.c_str(), sf_strerror(nullptr));
   return decode(sf.get(), info, name, max_seconds);
 }
 
@@ -162,8 +154,8 @@ std::vector<uint8_t> wav_header_pcm16(int sample_rate, int64_t num_samples) {
             kMaxSampleRate);
   uint32_t data_bytes = 0xFFFFFFFFu, riff_bytes = 0xFFFFFFFFu;
   if (num_samples >= 0) {
-    CBX_CHECK(num_samples <= (int64_t(0xFFFFFFFFu) - 36) / 2,
-              "wav: %lld samples exceed the 4 GiB RIFF limit", (long long)num_samples);
+    CBX_CHECK(num_samples <= (int64_t(0xFFFFFFFFu) - 36) / 2, "wav: %lld samples exceed the 4 GiB RIFF limit",
+              (long long)num_samples);
     data_bytes = uint32_t(num_samples * 2);
     riff_bytes = 36 + data_bytes;
   }

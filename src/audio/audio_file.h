@@ -28,8 +28,7 @@ struct AudioData {
 // unreadable, corrupt, in an unsupported format, or holds no samples.
 AudioData read_audio(const std::string& path, double max_seconds = 0.0);
 // Same, from an in-memory file image (e.g. an HTTP upload); `name` appears in errors.
-AudioData read_audio_memory(const void* data, size_t size, const std::string& name,
-                            double max_seconds = 0.0);
+AudioData read_audio_memory(const void* data, size_t size, const std::string& name, double max_seconds = 0.0);
 
 // librosa.load(path, sr=target_rate): read_audio, then resample_soxr (soxr HQ) when the file
 // rate differs. max_seconds > 0 bounds the decode at the file rate first; the last ~1 ms of

@@ -52,8 +52,8 @@ void apply(const Biquad& f, std::vector<float>& x) {
 double integrated_loudness(const float* x, size_t n, int sample_rate) {
   CBX_CHECK(sample_rate > 0, "loudness: bad sample rate %d", sample_rate);
   const double block = 0.400, overlap = 0.75, step = 1.0 - overlap;
-  CBX_CHECK(double(n) >= block * sample_rate,
-            "loudness: %zu samples at %d Hz is shorter than one 400 ms block", n, sample_rate);
+  CBX_CHECK(double(n) >= block * sample_rate, "loudness: %zu samples at %d Hz is shorter than one 400 ms block", n,
+            sample_rate);
   std::vector<float> y(x, x + n);
   apply(high_shelf(4.0, 1.0 / std::sqrt(2.0), 1500.0, sample_rate), y);
   apply(high_pass(0.5, 38.0, sample_rate), y);

@@ -18,22 +18,20 @@ const double kSlaneyLogStep = std::log(6.4) / 27.0;
 
 double hz_to_mel(double hz, MelScale scale) {
   if (scale == MelScale::Htk) return 2595.0 * std::log10(1.0 + hz / 700.0);
-  if (hz >= kSlaneyMinLogHz)
-    return kSlaneyMinLogMel + std::log(hz / kSlaneyMinLogHz) / kSlaneyLogStep;
+  if (hz >= kSlaneyMinLogHz) return kSlaneyMinLogMel + std::log(hz / kSlaneyMinLogHz) / kSlaneyLogStep;
   return hz / kSlaneyFsp;
 }
 
 double mel_to_hz(double mel, MelScale scale) {
   if (scale == MelScale::Htk) return 700.0 * (std::pow(10.0, mel / 2595.0) - 1.0);
-  if (mel >= kSlaneyMinLogMel)
-    return kSlaneyMinLogHz * std::exp(kSlaneyLogStep * (mel - kSlaneyMinLogMel));
+  if (mel >= kSlaneyMinLogMel) return kSlaneyMinLogHz * std::exp(kSlaneyLogStep * (mel - kSlaneyMinLogMel));
   return kSlaneyFsp * mel;
 }
 
-std::vector<float> mel_filterbank(int sample_rate, int n_fft, int n_mels, double fmin, double fmax,
-                                  MelScale scale, MelNorm norm) {
-  CBX_CHECK(sample_rate > 0 && n_fft >= 2 && n_mels >= 1,
-            "mel_filterbank: bad sr %d n_fft %d n_mels %d", sample_rate, n_fft, n_mels);
+std::vector<float> mel_filterbank(int sample_rate, int n_fft, int n_mels, double fmin, double fmax, MelScale scale,
+                                  MelNorm norm) {
+  CBX_CHECK(sample_rate > 0 && n_fft >= 2 && n_mels >= 1, "mel_filterbank: bad sr %d n_fft %d n_mels %d", sample_rate,
+            n_fft, n_mels);
   if (fmax <= 0) fmax = sample_rate / 2.0;
   CBX_CHECK(fmin >= 0 && fmin < fmax && fmax <= sample_rate / 2.0,
             "mel_filterbank: bad range fmin %g fmax %g for sr %d", fmin, fmax, sample_rate);
@@ -59,14 +57,12 @@ std::vector<float> mel_filterbank(int sample_rate, int n_fft, int n_mels, double
   return w;
 }
 
-std::vector<float> kaldi_mel_banks(int n_bins, int padded_window, double sample_rate,
-                                   double low_freq, double high_freq) {
-  CBX_CHECK(n_bins > 3 && padded_window % 2 == 0, "kaldi_mel_banks: bad n_bins %d / window %d",
-            n_bins, padded_window);
+std::vector<float> kaldi_mel_banks(int n_bins, int padded_window, double sample_rate, double low_freq,
+                                   double high_freq) {
+  CBX_CHECK(n_bins > 3 && padded_window % 2 == 0, "kaldi_mel_banks: bad n_bins %d / window %d", n_bins, padded_window);
   const double nyquist = 0.5 * sample_rate;
   if (high_freq <= 0.0) high_freq += nyquist;
-  CBX_CHECK(low_freq >= 0.0 && low_freq < nyquist && high_freq > 0.0 && high_freq <= nyquist &&
-                low_freq < high_freq,
+  CBX_CHECK(low_freq >= 0.0 && low_freq < nyquist && high_freq > 0.0 && high_freq <= nyquist && low_freq < high_freq,
             "kaldi_mel_banks: bad low %g / high %g vs nyquist %g", low_freq, high_freq, nyquist);
   auto mel = [](double f) { return 1127.0 * std::log(1.0 + f / 700.0); };
   const int n_fft_bins = padded_window / 2;
@@ -85,8 +81,7 @@ std::vector<float> kaldi_mel_banks(int n_bins, int padded_window, double sample_
   return w;
 }
 
-MelMatrix::MelMatrix(std::vector<float> weights, int r, int c)
-    : rows(r), cols(c), w(std::move(weights)) {
+MelMatrix::MelMatrix(std::vector<float> weights, int r, int c) : rows(r), cols(c), w(std::move(weights)) {
   CBX_ASSERT(w.size() == size_t(r) * c);
   span.resize(size_t(r));
   for (int i = 0; i < r; ++i) {
@@ -108,8 +103,8 @@ float MelMatrix::dot_row(int r, const float* x) const {
 // ---- (a) S3 tokenizer ----
 S3TokenizerMel::S3TokenizerMel()
     : stft_(kNFft, kHop, make_window(WindowKind::HannPeriodic, kNFft), true, StftPad::Reflect),
-      mel_(mel_filterbank(kSampleRate, kNFft, kMels, 0.0, 0.0, MelScale::Slaney, MelNorm::Slaney),
-           kMels, kNFft / 2 + 1) {}
+      mel_(mel_filterbank(kSampleRate, kNFft, kMels, 0.0, 0.0, MelScale::Slaney, MelNorm::Slaney), kMels,
+           kNFft / 2 + 1) {}
 
 std::vector<float> S3TokenizerMel::compute(const float* x, size_t n, int64_t* n_frames) {
   stft_.check_input(n);
@@ -142,15 +137,13 @@ constexpr int kS3GenPad = (S3GenMel::kNFft - S3GenMel::kHop) / 2;  // 720
 
 S3GenMel::S3GenMel()
     : stft_(kNFft, kHop, make_window(WindowKind::HannPeriodic, kNFft), false, StftPad::Constant),
-      mel_(
-          mel_filterbank(kSampleRate, kNFft, kMels, 0.0, 8000.0, MelScale::Slaney, MelNorm::Slaney),
-          kMels, kNFft / 2 + 1) {}
+      mel_(mel_filterbank(kSampleRate, kNFft, kMels, 0.0, 8000.0, MelScale::Slaney, MelNorm::Slaney), kMels,
+           kNFft / 2 + 1) {}
 
 int64_t S3GenMel::num_frames(size_t n) const { return stft_.num_frames(n + 2 * kS3GenPad); }
 
 std::vector<float> S3GenMel::compute(const float* x, size_t n, int64_t* n_frames) {
-  CBX_CHECK(n > size_t(kS3GenPad),
-            "s3gen mel: reflect padding of %d needs more than %d samples, got %zu", kS3GenPad,
+  CBX_CHECK(n > size_t(kS3GenPad), "s3gen mel: reflect padding of %d needs more than %d samples, got %zu", kS3GenPad,
             kS3GenPad, n);
   const size_t pn = n + 2 * kS3GenPad;
   padded_.resize(pn);
@@ -170,8 +163,7 @@ std::vector<float> S3GenMel::compute(const float* x, size_t n, int64_t* n_frames
       const float re = spec_[size_t(k)].real(), im = spec_[size_t(k)].imag();
       mag[size_t(k)] = std::sqrt(re * re + im * im + 1e-9f);
     }
-    for (int m = 0; m < kMels; ++m)
-      out[size_t(f) * kMels + m] = std::log(std::max(mel_.dot_row(m, mag.data()), 1e-5f));
+    for (int m = 0; m < kMels; ++m) out[size_t(f) * kMels + m] = std::log(std::max(mel_.dot_row(m, mag.data()), 1e-5f));
   }
   if (n_frames) *n_frames = T;
   return out;
@@ -186,14 +178,10 @@ KaldiFbank::KaldiFbank()
       power_(kNFft / 2 + 1),
       spec_(kNFft / 2 + 1) {}
 
-int64_t KaldiFbank::num_frames(size_t n) const {
-  return n < size_t(kWin) ? 0 : 1 + (int64_t(n) - kWin) / kHop;
-}
+int64_t KaldiFbank::num_frames(size_t n) const { return n < size_t(kWin) ? 0 : 1 + (int64_t(n) - kWin) / kHop; }
 
-std::vector<float> KaldiFbank::compute(const float* x, size_t n, bool mean_norm,
-                                       int64_t* n_frames) {
-  CBX_CHECK(n >= size_t(kWin), "kaldi fbank: need at least %d samples (one 25 ms frame), got %zu",
-            kWin, n);
+std::vector<float> KaldiFbank::compute(const float* x, size_t n, bool mean_norm, int64_t* n_frames) {
+  CBX_CHECK(n >= size_t(kWin), "kaldi fbank: need at least %d samples (one 25 ms frame), got %zu", kWin, n);
   const int64_t T = num_frames(n);
   std::vector<float> out(size_t(T) * kMels);
   compute_into(x, n, mean_norm, out.data());
@@ -202,8 +190,7 @@ std::vector<float> KaldiFbank::compute(const float* x, size_t n, bool mean_norm,
 }
 
 void KaldiFbank::compute_into(const float* x, size_t n, bool mean_norm, float* out) {
-  CBX_CHECK(n >= size_t(kWin), "kaldi fbank: need at least %d samples (one 25 ms frame), got %zu",
-            kWin, n);
+  CBX_CHECK(n >= size_t(kWin), "kaldi fbank: need at least %d samples (one 25 ms frame), got %zu", kWin, n);
   const int64_t T = num_frames(n);
   const int nb = kNFft / 2 + 1;
   for (int64_t f = 0; f < T; ++f) {
@@ -236,9 +223,8 @@ void KaldiFbank::compute_into(const float* x, size_t n, bool mean_norm, float* o
 // ---- (d) voice encoder ----
 VoiceEncoderMel::VoiceEncoderMel()
     : stft_(kNFft, kHop, make_window(WindowKind::HannPeriodic, kNFft), true, StftPad::Reflect),
-      mel_(
-          mel_filterbank(kSampleRate, kNFft, kMels, 0.0, 8000.0, MelScale::Slaney, MelNorm::Slaney),
-          kMels, kNFft / 2 + 1),
+      mel_(mel_filterbank(kSampleRate, kNFft, kMels, 0.0, 8000.0, MelScale::Slaney, MelNorm::Slaney), kMels,
+           kNFft / 2 + 1),
       spec_(kNFft / 2 + 1),
       power_(kNFft / 2 + 1) {}
 
@@ -262,10 +248,8 @@ void VoiceEncoderMel::compute_into(const float* x, size_t n, float* out) {
   }
 }
 
-std::pair<size_t, size_t> trim_silence(const float* x, size_t n, double top_db, int frame_length,
-                                       int hop_length) {
-  CBX_CHECK(frame_length > 0 && hop_length > 0, "trim_silence: bad frame %d / hop %d", frame_length,
-            hop_length);
+std::pair<size_t, size_t> trim_silence(const float* x, size_t n, double top_db, int frame_length, int hop_length) {
+  CBX_CHECK(frame_length > 0 && hop_length > 0, "trim_silence: bad frame %d / hop %d", frame_length, hop_length);
   if (n == 0) return {0, 0};
   const int64_t half = frame_length / 2;
   // Centred frames over the zero-padded signal: 1 + n / hop of them.
@@ -273,8 +257,7 @@ std::pair<size_t, size_t> trim_silence(const float* x, size_t n, double top_db, 
   auto mean_square = [&](int64_t f) {  // rms^2 of frame f
     double s = 0.0;
     const int64_t a = f * hop_length - half;
-    for (int64_t p = std::max<int64_t>(a, 0); p < std::min<int64_t>(a + frame_length, int64_t(n));
-         ++p)
+    for (int64_t p = std::max<int64_t>(a, 0); p < std::min<int64_t>(a + frame_length, int64_t(n)); ++p)
       s += double(x[p]) * x[p];
     return s / frame_length;
   };

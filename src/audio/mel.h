@@ -27,15 +27,14 @@ double mel_to_hz(double mel, MelScale scale);
 // Triangular filters [n_mels, n_fft/2 + 1] row-major over linear bins 0..sr/2, as
 // librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax, htk, norm) (float32 result) and
 // torchaudio.functional.melscale_fbanks(...).T. fmax <= 0 means sr/2.
-std::vector<float> mel_filterbank(int sample_rate, int n_fft, int n_mels, double fmin = 0.0,
-                                  double fmax = 0.0, MelScale scale = MelScale::Slaney,
-                                  MelNorm norm = MelNorm::Slaney);
+std::vector<float> mel_filterbank(int sample_rate, int n_fft, int n_mels, double fmin = 0.0, double fmax = 0.0,
+                                  MelScale scale = MelScale::Slaney, MelNorm norm = MelNorm::Slaney);
 
 // Kaldi/torchaudio.compliance.kaldi.get_mel_banks (no VTLN): [n_bins, padded_window/2 + 1],
 // mel = 1127 ln(1 + f/700), the Nyquist column is zero. high_freq <= 0 is an offset from
 // Nyquist.
-std::vector<float> kaldi_mel_banks(int n_bins, int padded_window, double sample_rate,
-                                   double low_freq = 20.0, double high_freq = 0.0);
+std::vector<float> kaldi_mel_banks(int n_bins, int padded_window, double sample_rate, double low_freq = 20.0,
+                                   double high_freq = 0.0);
 
 // Sparse view of a filterbank: for each row the [begin, end) range of non-zero columns.
 struct MelMatrix {
@@ -91,8 +90,7 @@ class KaldiFbank {
   static constexpr int kSampleRate = 16000, kWin = 400, kHop = 160, kNFft = 512, kMels = 80;
   KaldiFbank();
   int64_t num_frames(size_t n) const;
-  std::vector<float> compute(const float* wav16k, size_t n, bool mean_norm = true,
-                             int64_t* n_frames = nullptr);
+  std::vector<float> compute(const float* wav16k, size_t n, bool mean_norm = true, int64_t* n_frames = nullptr);
   // The same into caller memory: out holds num_frames(n) * kMels floats. Allocates nothing.
   void compute_into(const float* wav16k, size_t n, bool mean_norm, float* out);
 
@@ -127,7 +125,7 @@ class VoiceEncoderMel {
 // calls it: frame RMS (centred, zero padded) in dB relative to the loudest frame; keeps
 // [first, last] frames above -top_db. Returns the [begin, end) sample range ({0, 0} if all
 // silent). Allocates nothing (the frame energies are computed twice).
-std::pair<size_t, size_t> trim_silence(const float* x, size_t n, double top_db = 20.0,
-                                       int frame_length = 2048, int hop_length = 512);
+std::pair<size_t, size_t> trim_silence(const float* x, size_t n, double top_db = 20.0, int frame_length = 2048,
+                                       int hop_length = 512);
 
 }  // namespace cbx

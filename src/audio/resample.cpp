@@ -10,8 +10,7 @@
 
 namespace cbx {
 
-std::vector<float> resample_soxr(const float* x, size_t n, double in_rate, double out_rate,
-                                 SoxrQuality quality) {
+std::vector<float> resample_soxr(const float* x, size_t n, double in_rate, double out_rate, SoxrQuality quality) {
   CBX_CHECK(in_rate > 0 && out_rate > 0, "resample_soxr: bad rates %g -> %g", in_rate, out_rate);
   if (in_rate == out_rate) return std::vector<float>(x, x + n);
   const size_t target = size_t(std::ceil(double(n) * (out_rate / in_rate)));
@@ -39,8 +38,7 @@ std::vector<float> resample_soxr(const float* x, size_t n, double in_rate, doubl
   soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
   soxr_quality_spec_t q = soxr_quality_spec(recipe, 0);
   soxr_t s = soxr_create(in_rate, out_rate, 1, &err, &io, &q, nullptr);
-  CBX_CHECK(s && !err, "resample_soxr: soxr_create(%g -> %g) failed: %s", in_rate, out_rate,
-            err ? err : "?");
+  CBX_CHECK(s && !err, "resample_soxr: soxr_create(%g -> %g) failed: %s", in_rate, out_rate, err ? err : "?");
   // Room for what soxr may emit (n * ratio + filter delay); trimmed/padded afterwards.
   size_t cap = size_t(double(n) * out_rate / in_rate) + 1;
   y.resize(cap);
@@ -48,8 +46,7 @@ std::vector<float> resample_soxr(const float* x, size_t n, double in_rate, doubl
   const size_t chunk = std::max<size_t>(1000, size_t(48000 * in_rate / out_rate));
   for (size_t i = 0; i < n && !err; i += chunk) {
     size_t odone = 0;
-    err = soxr_process(s, x + i, std::min(chunk, n - i), nullptr, y.data() + opos, cap - opos,
-                       &odone);
+    err = soxr_process(s, x + i, std::min(chunk, n - i), nullptr, y.data() + opos, cap - opos, &odone);
     opos += odone;
   }
   while (!err) {  // flush
@@ -69,8 +66,7 @@ std::vector<float> resample_soxr(const float* x, size_t n, double in_rate, doubl
 SincResampler::SincResampler(int in_rate, int out_rate, int lowpass_filter_width, double rolloff) {
   CBX_CHECK(in_rate > 0 && out_rate > 0, "SincResampler: bad rates %d -> %d", in_rate, out_rate);
   CBX_CHECK(lowpass_filter_width > 0 && rolloff > 0 && rolloff <= 1.0,
-            "SincResampler: bad lowpass_filter_width %d / rolloff %g", lowpass_filter_width,
-            rolloff);
+            "SincResampler: bad lowpass_filter_width %d / rolloff %g", lowpass_filter_width, rolloff);
   int g = std::gcd(in_rate, out_rate);
   in_ = in_rate / g;
   out_ = out_rate / g;
@@ -95,9 +91,7 @@ SincResampler::SincResampler(int in_rate, int out_rate, int lowpass_filter_width
   }
 }
 
-size_t SincResampler::output_length(size_t n) const {
-  return size_t((uint64_t(n) * out_ + in_ - 1) / in_);
-}
+size_t SincResampler::output_length(size_t n) const { return size_t((uint64_t(n) * out_ + in_ - 1) / in_); }
 
 std::vector<float> SincResampler::process(const float* x, size_t n) const {
   if (in_ == out_) return std::vector<float>(x, x + n);

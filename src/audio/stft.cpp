@@ -36,8 +36,8 @@ std::vector<float> make_window(WindowKind kind, int length) {
 
 namespace {
 std::vector<float> pad_window(const std::vector<float>& w, int n_fft, const char* who) {
-  CBX_CHECK(!w.empty() && int(w.size()) <= n_fft, "%s: window length %zu must be in [1, n_fft=%d]",
-            who, w.size(), n_fft);
+  CBX_CHECK(!w.empty() && int(w.size()) <= n_fft, "%s: window length %zu must be in [1, n_fft=%d]", who, w.size(),
+            n_fft);
   std::vector<float> out(size_t(n_fft), 0.0f);
   size_t left = (size_t(n_fft) - w.size()) / 2;
   for (size_t i = 0; i < w.size(); ++i) out[left + i] = w[i];
@@ -62,9 +62,8 @@ int64_t Stft::num_frames(size_t n) const {
 
 void Stft::check_input(size_t n) const {
   if (center_ && pad_ == StftPad::Reflect)
-    CBX_CHECK(n > size_t(n_fft_ / 2),
-              "stft: reflect padding of %d needs more than %d input samples, got %zu", n_fft_ / 2,
-              n_fft_ / 2, n);
+    CBX_CHECK(n > size_t(n_fft_ / 2), "stft: reflect padding of %d needs more than %d input samples, got %zu",
+              n_fft_ / 2, n_fft_ / 2, n);
 }
 
 void Stft::frame(const float* x, size_t n, int64_t f, std::complex<float>* out) {
@@ -87,8 +86,7 @@ void Stft::frame(const float* x, size_t n, int64_t f, std::complex<float>* out) 
   fft_->forward(buf_.data(), out);
 }
 
-void Stft::forward(const float* x, size_t n, std::complex<float>* out, ptrdiff_t frame_stride,
-                   ptrdiff_t bin_stride) {
+void Stft::forward(const float* x, size_t n, std::complex<float>* out, ptrdiff_t frame_stride, ptrdiff_t bin_stride) {
   check_input(n);
   const int64_t frames = num_frames(n);
   const int nb = bins();
@@ -175,10 +173,9 @@ void Istft::run(Get get, int64_t frames, float* out, size_t length) {
   }
 }
 
-void Istft::inverse(const std::complex<float>* spec, int64_t frames, ptrdiff_t frame_stride,
-                    ptrdiff_t bin_stride, float* out, size_t length) {
-  run([&](int64_t f, int k) { return spec[f * frame_stride + k * bin_stride]; }, frames, out,
-      length);
+void Istft::inverse(const std::complex<float>* spec, int64_t frames, ptrdiff_t frame_stride, ptrdiff_t bin_stride,
+                    float* out, size_t length) {
+  run([&](int64_t f, int k) { return spec[f * frame_stride + k * bin_stride]; }, frames, out, length);
 }
 
 void Istft::inverse_planar(const float* re, const float* im, int64_t frames, ptrdiff_t frame_stride,

@@ -34,8 +34,7 @@ enum class StftPad { Reflect, Constant };
 
 class Stft {
  public:
-  Stft(int n_fft, int hop, const std::vector<float>& window, bool center = true,
-       StftPad pad = StftPad::Reflect);
+  Stft(int n_fft, int hop, const std::vector<float>& window, bool center = true, StftPad pad = StftPad::Reflect);
   int n_fft() const { return n_fft_; }
   int hop() const { return hop_; }
   int bins() const { return n_fft_ / 2 + 1; }
@@ -46,12 +45,10 @@ class Stft {
   // Complex spectrum, element (frame f, bin k) written to out[f * frame_stride + k * bin_stride].
   // [frames, bins] row-major: frame_stride = bins(), bin_stride = 1 (torch.stft(...).T);
   // [bins, frames] (torch layout): frame_stride = 1, bin_stride = frames.
-  void forward(const float* x, size_t n, std::complex<float>* out, ptrdiff_t frame_stride,
-               ptrdiff_t bin_stride);
+  void forward(const float* x, size_t n, std::complex<float>* out, ptrdiff_t frame_stride, ptrdiff_t bin_stride);
   // Real and imaginary parts into separate planes with the same stride convention
   // (HiFT's s_stft: re at [k, f], im at [bins + k, f]).
-  void forward_planar(const float* x, size_t n, float* re, float* im, ptrdiff_t frame_stride,
-                      ptrdiff_t bin_stride);
+  void forward_planar(const float* x, size_t n, float* re, float* im, ptrdiff_t frame_stride, ptrdiff_t bin_stride);
   // |X|^2 as [frames, bins] row-major.
   void power(const float* x, size_t n, float* out);
   // One frame: windowed, zero-extended to n_fft, transformed (bins() values).
@@ -74,10 +71,10 @@ class Istft {
   size_t default_length(int64_t frames) const;
   // spec element (f, k) read from spec[f * frame_stride + k * bin_stride]; writes `length`
   // samples (use default_length(frames) for torch.istft's default).
-  void inverse(const std::complex<float>* spec, int64_t frames, ptrdiff_t frame_stride,
-               ptrdiff_t bin_stride, float* out, size_t length);
-  void inverse_planar(const float* re, const float* im, int64_t frames, ptrdiff_t frame_stride,
-                      ptrdiff_t bin_stride, float* out, size_t length);
+  void inverse(const std::complex<float>* spec, int64_t frames, ptrdiff_t frame_stride, ptrdiff_t bin_stride,
+               float* out, size_t length);
+  void inverse_planar(const float* re, const float* im, int64_t frames, ptrdiff_t frame_stride, ptrdiff_t bin_stride,
+                      float* out, size_t length);
 
  private:
   template <typename Get>

@@ -19,8 +19,8 @@ std::vector<float> time_stretch(const float* x, size_t n, int sample_rate, doubl
   using RB = RubberBand::RubberBandStretcher;
   // Offline + R3 engine (best quality); formants preserved keeps voices from sounding
   // chipmunk-like or hollow; one thread so results do not depend on scheduling.
-  const RB::Options opts = RB::OptionProcessOffline | RB::OptionEngineFiner |
-                           RB::OptionFormantPreserved | RB::OptionThreadingNever;
+  const RB::Options opts =
+      RB::OptionProcessOffline | RB::OptionEngineFiner | RB::OptionFormantPreserved | RB::OptionThreadingNever;
   RB rb(size_t(sample_rate), 1, opts, 1.0 / speed, 1.0);
   CBX_CHECK(rb.getEngineVersion() == 3, "time stretch: Rubber Band R3 engine unavailable (got R%d)",
             rb.getEngineVersion());
@@ -46,8 +46,7 @@ std::vector<float> time_stretch(const float* x, size_t n, int sample_rate, doubl
     drain();
   }
   drain();
-  CBX_CHECK(rb.available() == -1, "time stretch: Rubber Band did not finish (%d samples pending)",
-            rb.available());
+  CBX_CHECK(rb.available() == -1, "time stretch: Rubber Band did not finish (%d samples pending)", rb.available());
   return out;
 }
 

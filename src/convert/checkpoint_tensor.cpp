@@ -46,8 +46,8 @@ namespace {
 void check_size(const CkptTensor& t) {
   size_t es = ckpt_elem_size(t.dtype);
   int64_t n = ckpt_numel(t.shape, "tensor '" + t.name + "'", es);
-  CBX_CHECK(t.data.size() == size_t(n) * es, "tensor '%s': %zu data bytes for %lld elements of %s",
-            t.name.c_str(), t.data.size(), (long long)n, dtype_name(t.dtype));
+  CBX_CHECK(t.data.size() == size_t(n) * es, "tensor '%s': %zu data bytes for %lld elements of %s", t.name.c_str(),
+            t.data.size(), (long long)n, dtype_name(t.dtype));
 }
 
 template <typename T>

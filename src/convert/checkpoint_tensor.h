@@ -23,7 +23,6 @@ struct CkptTensor {
 size_t ckpt_elem_size(DType t);
 // Product of the dims; throws naming `what` if a dim is negative or the product (times
 // the element size, when given) overflows int64.
-int64_t ckpt_numel(const std::vector<int64_t>& shape, const std::string& what,
-                   size_t elem_size = 1);
+int64_t ckpt_numel(const std::vector<int64_t>& shape, const std::string& what, size_t elem_size = 1);
 
 }  // namespace cbx

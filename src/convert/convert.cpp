@@ -23,23 +23,25 @@ bool is_file(const std::string& p) {
 
 const char* variant_title(Variant v) {
   switch (v) {
-    case Variant::Turbo: return "Turbo";
-    case Variant::Nano: return "Nano";
-    case Variant::Mtl: return "Multilingual";
+    case Variant::Turbo:
+      return "Turbo";
+    case Variant::Nano:
+      return "Nano";
+    case Variant::Mtl:
+      return "Multilingual";
   }
   return "?";
 }
 
 // First candidate present in dir, or "" (optional) / an error naming the files.
-std::string pick(const std::string& dir, std::initializer_list<const char*> names, Variant v,
-                 const char* what, bool required = true) {
+std::string pick(const std::string& dir, std::initializer_list<const char*> names, Variant v, const char* what,
+                 bool required = true) {
   for (const char* n : names)
     if (is_file(dir + "/" + n)) return dir + "/" + n;
   if (!required) return "";
   std::string list;
   for (const char* n : names) list += (list.empty() ? "" : " or ") + std::string(n);
-  fail("%s: missing %s (%s of the Chatterbox %s checkpoint)", dir.c_str(), list.c_str(), what,
-       variant_title(v));
+  fail("%s: missing %s (%s of the Chatterbox %s checkpoint)", dir.c_str(), list.c_str(), what, variant_title(v));
 }
 
 }  // namespace
@@ -55,16 +57,19 @@ CheckpointFiles detect_checkpoint(const std::string& dir_in, const std::string& 
     std::string name = base_name(t3_file);
     f.t3 = t3_file.find('/') == std::string::npos ? dir + "/" + t3_file : t3_file;
     CBX_CHECK(is_file(f.t3), "%s: no such T3 checkpoint", f.t3.c_str());
-    if (name.find("turbo") != std::string::npos) f.variant = Variant::Turbo;
-    else if (name.find("nano") != std::string::npos) f.variant = Variant::Nano;
-    else if (name.find("mtl") != std::string::npos) f.variant = Variant::Mtl;
-    else fail("%s: cannot tell the variant from the name (expected t3_turbo_*, t3_nano_* or t3_mtl*)", name.c_str());
+    if (name.find("turbo") != std::string::npos)
+      f.variant = Variant::Turbo;
+    else if (name.find("nano") != std::string::npos)
+      f.variant = Variant::Nano;
+    else if (name.find("mtl") != std::string::npos)
+      f.variant = Variant::Mtl;
+    else
+      fail("%s: cannot tell the variant from the name (expected t3_turbo_*, t3_nano_* or t3_mtl*)", name.c_str());
   } else {
     std::vector<std::pair<Variant, std::string>> found;
-    for (auto [v, n] : {std::pair{Variant::Turbo, "t3_turbo_v1.safetensors"},
-                        std::pair{Variant::Nano, "t3_nano_v1.safetensors"},
-                        std::pair{Variant::Mtl, "t3_mtl23ls_v2.safetensors"},
-                        std::pair{Variant::Mtl, "t3_mtl23ls_v3.safetensors"}})
+    for (auto [v, n] :
+         {std::pair{Variant::Turbo, "t3_turbo_v1.safetensors"}, std::pair{Variant::Nano, "t3_nano_v1.safetensors"},
+          std::pair{Variant::Mtl, "t3_mtl23ls_v2.safetensors"}, std::pair{Variant::Mtl, "t3_mtl23ls_v3.safetensors"}})
       if (is_file(dir + "/" + n)) found.push_back({v, dir + "/" + n});
     CBX_CHECK(!found.empty(),
               "%s: unknown checkpoint: no T3 weights found (expected t3_turbo_v1.safetensors for Turbo, "
@@ -84,8 +89,8 @@ CheckpointFiles detect_checkpoint(const std::string& dir_in, const std::string& 
   if (v == Variant::Mtl) {
     f.s3gen = pick(dir, {"s3gen.pt", "s3gen.safetensors"}, v, "S3Gen weights");
     f.ve = pick(dir, {"ve.pt", "ve.safetensors"}, v, "voice encoder weights");
-    f.mtl_tokenizer = pick(dir, {"grapheme_mtl_merged_expanded_v1.json", "mtl_tokenizer.json", "tokenizer.json"},
-                           v, "text tokenizer");
+    f.mtl_tokenizer = pick(dir, {"grapheme_mtl_merged_expanded_v1.json", "mtl_tokenizer.json", "tokenizer.json"}, v,
+                           "text tokenizer");
     f.cangjie = pick(dir, {"Cangjie5_TC.json"}, v, "Chinese Cangjie table");
   } else {
     f.s3gen = pick(dir, {"s3gen_meanflow.safetensors"}, v, "S3Gen mean-flow weights");
@@ -210,7 +215,11 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
   std::set<std::string> matched;
   for (const TensorSpec& spec : specs) {
     const DType dt = policy_dtype(spec.name, spec.shape, spec.role, spec.is_int, types);
-    const int64_t numel = [&] { int64_t n = 1; for (int64_t d : spec.shape) n *= d; return n; }();
+    const int64_t numel = [&] {
+      int64_t n = 1;
+      for (int64_t d : spec.shape) n *= d;
+      return n;
+    }();
     const size_t bytes = dtype_row_bytes(dt, numel);
     stats.n_tensors++;
     stats.tensor_bytes += bytes;
@@ -225,7 +234,7 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
         CBX_ASSERT(int64_t(d.size()) == numel);
         w.add_tensor(n, dt, spec.shape, d.data(), d.size() * 4);
       } else {
-        const std::vector<float>& d = n == "voice.speaker_emb" ? v.speaker_emb
+        const std::vector<float>& d = n == "voice.speaker_emb"   ? v.speaker_emb
                                       : n == "voice.emotion_adv" ? v.emotion_adv
                                       : n == "voice.prompt_feat" ? v.prompt_feat
                                                                  : v.embedding;
@@ -243,11 +252,12 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
            upstream_name(spec.name, *pm).c_str(), variant_title(cfg.variant), spec.name.c_str());
     }
     const Recipe& r = it->second;
-    CBX_CHECK(r.shape == spec.shape, "%s: tensor '%s' has shape %s, expected %s from the inferred config",
-              r.src->file().c_str(), r.inputs.back().c_str(),
-              shape_to_string(r.xf == Xform::Transpose ? std::vector<int64_t>{r.shape[1], r.shape[0]} : r.shape).c_str(),
-              shape_to_string(r.xf == Xform::Transpose ? std::vector<int64_t>{spec.shape[1], spec.shape[0]}
-                                                       : spec.shape).c_str());
+    CBX_CHECK(
+        r.shape == spec.shape, "%s: tensor '%s' has shape %s, expected %s from the inferred config",
+        r.src->file().c_str(), r.inputs.back().c_str(),
+        shape_to_string(r.xf == Xform::Transpose ? std::vector<int64_t>{r.shape[1], r.shape[0]} : r.shape).c_str(),
+        shape_to_string(r.xf == Xform::Transpose ? std::vector<int64_t>{spec.shape[1], spec.shape[0]} : spec.shape)
+            .c_str());
     for (const std::string& in : r.inputs) {
       if (in.empty()) continue;
       DType sd = r.src->dtype(in);
@@ -262,27 +272,27 @@ ConvertStats convert_checkpoint(const ConvertOptions& opt) {
     ++n_lazy;
     const int64_t* total = &n_lazy;  // final by the time w.write runs the lambdas
     const ProgressFn& on_progress = opt.on_progress;
-    w.add_tensor_lazy(spec.name, dt, spec.shape,
-                      [rp, dt, numel, gname, uses, done, total, &on_progress](void* dst, size_t nbytes) {
-      std::vector<float> data = run_recipe(*rp);
-      CBX_CHECK(int64_t(data.size()) == numel, "convert: '%s' produced %zu values, expected %lld", gname.c_str(),
-                data.size(), (long long)numel);
-      CBX_CHECK(nbytes == dtype_row_bytes(dt, numel), "convert: '%s' size mismatch", gname.c_str());
-      // NaN / Inf weights silently corrupt the audio, and loading does not scan for them (too dear
-      // next to the load, core/gguf_check.h): refuse them here, in the checkpoint and after
-      // encoding (an f32 value beyond the f16 range becomes Inf).
-      check_finite_tensor(gname, DType::F32, data.data(), numel, "convert",
-                          "in the checkpoint (" + rp->src->file() + " '" + rp->inputs.back() +
-                              "'); refusing to write a model with NaN / Inf weights");
-      encode_f32(data.data(), numel, dt, dst);
-      if (dt != DType::F32)
-        check_finite_tensor(gname, dt, dst, numel, "convert",
-                            std::string("after encoding as ") + dtype_name(dt) +
-                                " (values beyond its range); refusing to write a model with NaN / Inf weights");
-      for (const std::string& in : rp->inputs)
-        if (!in.empty() && --(*uses)[{rp->src, in}] == 0) rp->src->release(in);
-      report(on_progress, "tensor", ++*done, *total, gname);
-    });
+    w.add_tensor_lazy(
+        spec.name, dt, spec.shape, [rp, dt, numel, gname, uses, done, total, &on_progress](void* dst, size_t nbytes) {
+          std::vector<float> data = run_recipe(*rp);
+          CBX_CHECK(int64_t(data.size()) == numel, "convert: '%s' produced %zu values, expected %lld", gname.c_str(),
+                    data.size(), (long long)numel);
+          CBX_CHECK(nbytes == dtype_row_bytes(dt, numel), "convert: '%s' size mismatch", gname.c_str());
+          // NaN / Inf weights silently corrupt the audio, and loading does not scan for them (too dear
+          // next to the load, core/gguf_check.h): refuse them here, in the checkpoint and after
+          // encoding (an f32 value beyond the f16 range becomes Inf).
+          check_finite_tensor(gname, DType::F32, data.data(), numel, "convert",
+                              "in the checkpoint (" + rp->src->file() + " '" + rp->inputs.back() +
+                                  "'); refusing to write a model with NaN / Inf weights");
+          encode_f32(data.data(), numel, dt, dst);
+          if (dt != DType::F32)
+            check_finite_tensor(gname, dt, dst, numel, "convert",
+                                std::string("after encoding as ") + dtype_name(dt) +
+                                    " (values beyond its range); refusing to write a model with NaN / Inf weights");
+          for (const std::string& in : rp->inputs)
+            if (!in.empty() && --(*uses)[{rp->src, in}] == 0) rp->src->release(in);
+          report(on_progress, "tensor", ++*done, *total, gname);
+        });
   }
   for (const auto& [g, r] : recipes)
     CBX_CHECK(matched.count(g), "%s: unexpected tensor '%s' (not in the Chatterbox %s layout)", r.src->file().c_str(),

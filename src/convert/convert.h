@@ -34,9 +34,9 @@ CheckpointFiles detect_checkpoint(const std::string& dir, const std::string& t3_
 struct ConvertOptions {
   std::string dir;
   std::string out;
-  DType type = DType::F32;  // f32 | f16 | q8_0 | q4_k | q4_0: the T3 matrices (see quant_policy.h)
+  DType type = DType::F32;          // f32 | f16 | q8_0 | q4_k | q4_0: the T3 matrices (see quant_policy.h)
   std::optional<DType> s3gen_type;  // override of S3Gen's F16 (--s3gen-type; smaller, less precise)
-  std::string t3_file;      // optional T3 checkpoint override
+  std::string t3_file;              // optional T3 checkpoint override
   // Optional: called as the source files are read ("reading", item = file name) and as each
   // tensor is encoded ("tensor", done / total, item = GGUF tensor name).
   ProgressFn on_progress;

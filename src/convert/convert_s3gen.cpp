@@ -32,8 +32,7 @@ void infer_s3gen(const SourceFile& f, ModelConfig& c) {
   s.n_ff = i32(f.dim("tokenizer.encoder.blocks.0.mlp.0.weight", 0));
   s.fsmn_kernel = i32(f.dim("tokenizer.encoder.blocks.0.attn.fsmn_block.weight", 2));
   s.codebook_dim = i32(f.dim("tokenizer.quantizer._codebook.project_down.weight", 0));
-  CBX_CHECK(s.n_state % kHeadDim == 0, "%s: S3 tokenizer width %d not a multiple of %d", fn, s.n_state,
-            kHeadDim);
+  CBX_CHECK(s.n_state % kHeadDim == 0, "%s: S3 tokenizer width %d not a multiple of %d", fn, s.n_state, kHeadDim);
   s.n_head = s.n_state / kHeadDim;
 
   // ---- CAMPPlus ----
@@ -73,8 +72,8 @@ void infer_s3gen(const SourceFile& f, ModelConfig& c) {
   w.n_up_encoders = count_indexed(f, "flow.encoder.up_encoders.", ".norm_mha.weight");
   w.pre_lookahead_len = i32(f.dim("flow.encoder.pre_lookahead_layer.conv1.weight", 2)) - 1;
   w.up_kernel = i32(f.dim("flow.encoder.up_layer.conv.weight", 2));
-  CBX_CHECK(int64_t(w.n_head) * w.head_dim == w.d_model, "%s: flow encoder %d heads x %d != width %d", fn,
-            w.n_head, w.head_dim, w.d_model);
+  CBX_CHECK(int64_t(w.n_head) * w.head_dim == w.d_model, "%s: flow encoder %d heads x %d != width %d", fn, w.n_head,
+            w.head_dim, w.d_model);
 
   // ---- CFM estimator ----
   CfmConfig& m = c.cfm;
@@ -88,8 +87,7 @@ void infer_s3gen(const SourceFile& f, ModelConfig& c) {
   m.n_blocks = count_indexed(f, e + "down_blocks.0.1.", ".norm1.weight");
   m.n_mid_blocks = count_indexed(f, e + "mid_blocks.", ".0.block1.block.0.weight");
   int64_t inner = f.dim(e + "down_blocks.0.1.0.attn1.to_q.weight", 0);
-  CBX_CHECK(inner % kHeadDim == 0, "%s: CFM attention width %lld not a multiple of %d", fn,
-            (long long)inner, kHeadDim);
+  CBX_CHECK(inner % kHeadDim == 0, "%s: CFM attention width %lld not a multiple of %d", fn, (long long)inner, kHeadDim);
   m.head_dim = kHeadDim;
   m.n_head = i32(inner / kHeadDim);
   m.ff_dim = i32(f.dim(e + "down_blocks.0.1.0.ff.net.0.proj.weight", 0));
@@ -114,8 +112,7 @@ void infer_s3gen(const SourceFile& f, ModelConfig& c) {
     int n = 0;
     for (;; ++n) {
       std::string b = prefix + std::to_string(n);
-      if (!f.has(b + ".parametrizations.weight.original1") && !f.has(b + ".weight_v") && !f.has(b + ".weight"))
-        break;
+      if (!f.has(b + ".parametrizations.weight.original1") && !f.has(b + ".weight_v") && !f.has(b + ".weight")) break;
     }
     return n;
   };
@@ -125,8 +122,8 @@ void infer_s3gen(const SourceFile& f, ModelConfig& c) {
   h.nb_harmonics = i32(f.dim(v + "m_source.l_linear.weight", 1)) - 1;
   h.n_fft = i32(wshape(v + "conv_post")[0]) - 2;
   int n_up = count_wn(v + "ups.");
-  CBX_CHECK(n_up == int(h.upsample_rates.size()), "%s: HiFT has %d upsampling layers, expected %zu", fn,
-            n_up, h.upsample_rates.size());
+  CBX_CHECK(n_up == int(h.upsample_rates.size()), "%s: HiFT has %d upsampling layers, expected %zu", fn, n_up,
+            h.upsample_rates.size());
   for (int i = 0; i < n_up; ++i) h.upsample_kernels[i] = i32(wshape(v + "ups." + std::to_string(i))[2]);
   int n_res = count_indexed(f, v + "resblocks.", ".activations1.0.alpha");
   CBX_CHECK(n_up > 0 && n_res % n_up == 0, "%s: %d HiFT resblocks for %d upsampling layers", fn, n_res, n_up);
@@ -143,8 +140,7 @@ void infer_s3gen(const SourceFile& f, ModelConfig& c) {
   h.f0_layers = 0;
   while (true) {
     std::string b = v + "f0_predictor.condnet." + std::to_string(2 * h.f0_layers);
-    if (!f.has(b + ".parametrizations.weight.original1") && !f.has(b + ".weight_v") && !f.has(b + ".weight"))
-      break;
+    if (!f.has(b + ".parametrizations.weight.original1") && !f.has(b + ".weight_v") && !f.has(b + ".weight")) break;
     ++h.f0_layers;
   }
   CBX_CHECK(h.f0_layers > 0, "%s: missing tensor 'mel2wav.f0_predictor.condnet.0.*'", fn);
@@ -167,8 +163,8 @@ const PrefixMap& s3gen_prefixes() {
 
 // Deterministic DSP buffers the runtime computes itself (spec §13.2).
 const std::set<std::string>& s3gen_dropped() {
-  static const std::set<std::string> s{"tokenizer._mel_filters", "tokenizer.window",
-                                       "mel2wav.stft_window", "trim_fade"};
+  static const std::set<std::string> s{"tokenizer._mel_filters", "tokenizer.window", "mel2wav.stft_window",
+                                       "trim_fade"};
   return s;
 }
 

@@ -23,9 +23,7 @@ namespace {
 bool ends_with(const std::string& s, const std::string& x) {
   return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
 }
-bool is_float_type(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64;
-}
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64; }
 }  // namespace
 
 std::unique_ptr<SourceFile> SourceFile::open(const std::string& path) {
@@ -72,20 +70,19 @@ DType SourceFile::dtype(const std::string& n) const {
 int64_t SourceFile::dim(const std::string& n, int axis) const {
   const auto& s = shape(n);
   int a = axis < 0 ? int(s.size()) + axis : axis;
-  CBX_CHECK(a >= 0 && a < int(s.size()), "%s: tensor '%s' has shape %s, expected at least %d dims",
-            file_.c_str(), n.c_str(), shape_to_string(s).c_str(), axis < 0 ? -axis : axis + 1);
+  CBX_CHECK(a >= 0 && a < int(s.size()), "%s: tensor '%s' has shape %s, expected at least %d dims", file_.c_str(),
+            n.c_str(), shape_to_string(s).c_str(), axis < 0 ? -axis : axis + 1);
   return s[a];
 }
 
 std::vector<float> SourceFile::read_f32(const std::string& n) const {
   DType t = dtype(n);
-  CBX_CHECK(is_float_type(t), "%s: tensor '%s' has dtype %s, expected a float type", file_.c_str(),
-            n.c_str(), dtype_name(t));
+  CBX_CHECK(is_float_type(t), "%s: tensor '%s' has dtype %s, expected a float type", file_.c_str(), n.c_str(),
+            dtype_name(t));
   try {
     if (st_) return st_->read(n).to_f32();
     auto it = pt_.find(n);
-    CBX_CHECK(it != pt_.end() && it->second, "%s: tensor '%s' was already released", file_.c_str(),
-              n.c_str());
+    CBX_CHECK(it != pt_.end() && it->second, "%s: tensor '%s' was already released", file_.c_str(), n.c_str());
     return it->second->to_f32();
   } catch (const Error& e) {
     fail("%s: tensor '%s': %s", file_.c_str(), n.c_str(), e.what());
@@ -129,15 +126,18 @@ void collect_recipes(SourceFile& src, const PrefixMap& prefixes, const std::set<
   std::set<std::string> used;
   auto add = [&](const std::string& up_base, Recipe r, const std::string& suffix) {
     std::string g = map_prefix(up_base, prefixes);
-    CBX_CHECK(!g.empty(), "%s: unexpected tensor '%s' (not part of a chatterbox checkpoint)",
-              src.file().c_str(), r.inputs.back().c_str());
+    CBX_CHECK(!g.empty(), "%s: unexpected tensor '%s' (not part of a chatterbox checkpoint)", src.file().c_str(),
+              r.inputs.back().c_str());
     r.gguf_name = g + suffix;
     r.src = &src;
-    CBX_CHECK(!out.count(r.gguf_name), "%s: tensor '%s' maps to '%s' twice", src.file().c_str(),
-              up_base.c_str(), r.gguf_name.c_str());
+    CBX_CHECK(!out.count(r.gguf_name), "%s: tensor '%s' maps to '%s' twice", src.file().c_str(), up_base.c_str(),
+              r.gguf_name.c_str());
     out[r.gguf_name] = std::move(r);
   };
-  auto use = [&](const std::string& n) { used.insert(n); return n; };
+  auto use = [&](const std::string& n) {
+    used.insert(n);
+    return n;
+  };
 
   for (const std::string& n : src.names()) {
     if (used.count(n) || drop.count(n) || ends_with(n, ".num_batches_tracked")) continue;
@@ -151,16 +151,16 @@ void collect_recipes(SourceFile& src, const PrefixMap& prefixes, const std::set<
       g = base + ".weight_g", v = base + ".weight_v";
     }
     if (!base.empty()) {
-      CBX_CHECK(src.has(g) && src.has(v), "%s: weight-norm tensor '%s' without its pair '%s'",
-                src.file().c_str(), n.c_str(), src.has(g) ? v.c_str() : g.c_str());
+      CBX_CHECK(src.has(g) && src.has(v), "%s: weight-norm tensor '%s' without its pair '%s'", src.file().c_str(),
+                n.c_str(), src.has(g) ? v.c_str() : g.c_str());
       const auto& vs = src.shape(v);
       const auto& gs = src.shape(g);
       int64_t gn = 1;
       for (int64_t d : gs) gn *= d;
       CBX_CHECK(!vs.empty() && gn == vs[0] && gs.size() == vs.size(),
                 "%s: weight-norm magnitude '%s' has shape %s, expected [%lld, 1, ...] for direction %s",
-                src.file().c_str(), g.c_str(), shape_to_string(gs).c_str(),
-                (long long)(vs.empty() ? 0 : vs[0]), shape_to_string(vs).c_str());
+                src.file().c_str(), g.c_str(), shape_to_string(gs).c_str(), (long long)(vs.empty() ? 0 : vs[0]),
+                shape_to_string(vs).c_str());
       Recipe r;
       r.xf = Xform::WeightNorm;
       r.inputs = {use(g), use(v)};
@@ -194,8 +194,8 @@ void collect_recipes(SourceFile& src, const PrefixMap& prefixes, const std::set<
     r.inputs = {use(n)};
     r.shape = src.shape(n);
     if (transpose && transpose(n)) {
-      CBX_CHECK(r.shape.size() == 2, "%s: tensor '%s' has shape %s, expected 2 dims (GPT-2 Conv1D)",
-                src.file().c_str(), n.c_str(), shape_to_string(r.shape).c_str());
+      CBX_CHECK(r.shape.size() == 2, "%s: tensor '%s' has shape %s, expected 2 dims (GPT-2 Conv1D)", src.file().c_str(),
+                n.c_str(), shape_to_string(r.shape).c_str());
       r.xf = Xform::Transpose;
       r.shape = {r.shape[1], r.shape[0]};
     }
@@ -216,7 +216,8 @@ void collect_recipes(SourceFile& src, const PrefixMap& prefixes, const std::set<
 std::vector<float> run_recipe(const Recipe& r) {
   const SourceFile& s = *r.src;
   switch (r.xf) {
-    case Xform::Plain: return s.read_f32(r.inputs[0]);
+    case Xform::Plain:
+      return s.read_f32(r.inputs[0]);
     case Xform::Transpose: {
       std::vector<float> a = s.read_f32(r.inputs[0]);
       const int64_t rows = r.shape[1], cols = r.shape[0];  // source [rows, cols] -> [cols, rows]

@@ -16,8 +16,7 @@ constexpr int kT3HeadDim = 64;
 void infer_t3(const SourceFile& f, Variant v, T3Config& t) {
   const char* fn = f.file().c_str();
   if (f.has("tfmr.wpe.weight") || f.has("tfmr.h.0.ln_1.weight")) {
-    CBX_CHECK(v != Variant::Mtl, "%s: a GPT-2 T3 checkpoint, but the directory holds multilingual files",
-              fn);
+    CBX_CHECK(v != Variant::Mtl, "%s: a GPT-2 T3 checkpoint, but the directory holds multilingual files", fn);
     t.arch = "gpt2";
     t.n_layer = count_indexed(f, "tfmr.h.", ".ln_1.weight");
     t.n_embd = int32_t(f.dim("tfmr.wpe.weight", 1));
@@ -43,26 +42,23 @@ void infer_t3(const SourceFile& f, Variant v, T3Config& t) {
     fail("%s: not a T3 checkpoint (neither tfmr.h.0.* (GPT-2) nor tfmr.layers.0.* (Llama) found)", fn);
   }
   CBX_CHECK(t.n_layer > 0, "%s: no transformer layers found", fn);
-  CBX_CHECK(t.n_embd % kT3HeadDim == 0, "%s: width %d is not a multiple of the head size %d", fn,
-            t.n_embd, kT3HeadDim);
+  CBX_CHECK(t.n_embd % kT3HeadDim == 0, "%s: width %d is not a multiple of the head size %d", fn, t.n_embd, kT3HeadDim);
   t.head_dim = kT3HeadDim;
   t.n_head = t.n_embd / kT3HeadDim;
-  t.n_kv_head = t.arch == "llama" ? int32_t(f.dim("tfmr.layers.0.self_attn.k_proj.weight", 0)) / kT3HeadDim
-                                  : t.n_head;
+  t.n_kv_head = t.arch == "llama" ? int32_t(f.dim("tfmr.layers.0.self_attn.k_proj.weight", 0)) / kT3HeadDim : t.n_head;
   t.text_vocab = int32_t(f.dim("text_emb.weight", 0));
   t.speech_vocab = int32_t(f.dim("speech_emb.weight", 0));
   t.speaker_embed_size = int32_t(f.dim("cond_enc.spkr_enc.weight", 1));
   CBX_CHECK(t.stop_speech_token < t.speech_vocab,
-            "%s: speech vocabulary %d too small for the start/stop speech tokens %d/%d", fn,
-            t.speech_vocab, t.start_speech_token, t.stop_speech_token);
+            "%s: speech vocabulary %d too small for the start/stop speech tokens %d/%d", fn, t.speech_vocab,
+            t.start_speech_token, t.stop_speech_token);
   if (t.arch == "llama")
-    CBX_CHECK(t.start_text_token < t.text_vocab, "%s: text vocabulary %d too small for SOT %d", fn,
-              t.text_vocab, t.start_text_token);
+    CBX_CHECK(t.start_text_token < t.text_vocab, "%s: text vocabulary %d too small for SOT %d", fn, t.text_vocab,
+              t.start_text_token);
   if (t.perceiver) {
     // The perceiver's AttentionBlock2 uses 4 heads at every width (perceiver.py).
     t.perceiver_n_head = 4;
-    CBX_CHECK(t.n_embd % t.perceiver_n_head == 0, "%s: width %d not divisible by 4 perceiver heads", fn,
-              t.n_embd);
+    CBX_CHECK(t.n_embd % t.perceiver_n_head == 0, "%s: width %d not divisible by 4 perceiver heads", fn, t.n_embd);
   }
 }
 

@@ -44,8 +44,8 @@ struct Vocab {
   std::vector<int32_t> types;
   std::vector<bool> set;
   void put(int64_t id, const std::string& tok, int32_t type, const std::string& file) {
-    CBX_CHECK(id >= 0 && id < (int64_t(1) << 24), "%s: token '%s' has id %lld out of range", file.c_str(),
-              tok.c_str(), (long long)id);
+    CBX_CHECK(id >= 0 && id < (int64_t(1) << 24), "%s: token '%s' has id %lld out of range", file.c_str(), tok.c_str(),
+              (long long)id);
     if (size_t(id) >= tokens.size()) {
       tokens.resize(size_t(id) + 1), types.resize(size_t(id) + 1, kTokUnused), set.resize(size_t(id) + 1);
     }
@@ -160,8 +160,8 @@ void write_mtl(const CheckpointFiles& f, GgufWriter& w) {
   std::vector<int32_t> added_ids, added_special;
   if (tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
     for (const json& a : tj["added_tokens"]) {
-      CBX_CHECK(a.is_object() && a.contains("id") && a.contains("content"),
-                "%s: malformed entry in 'added_tokens'", tf.c_str());
+      CBX_CHECK(a.is_object() && a.contains("id") && a.contains("content"), "%s: malformed entry in 'added_tokens'",
+                tf.c_str());
       bool special = a.value("special", false);
       v.put(a["id"].get<int64_t>(), a["content"].get<std::string>(), special ? kTokControl : kTokUserDefined, tf);
       added_tok.push_back(a["content"].get<std::string>());
@@ -197,7 +197,8 @@ void write_mtl(const CheckpointFiles& f, GgufWriter& w) {
   w.set_string_array("tokenizer.ggml.tokens", v.tokens);
   w.set_i32_array("tokenizer.ggml.token_type", v.types);
   w.set_string_array("tokenizer.ggml.merges", merges);
-  if (model["vocab"].contains("[UNK]")) w.set_u32("tokenizer.ggml.unknown_token_id", model["vocab"]["[UNK]"].get<uint32_t>());
+  if (model["vocab"].contains("[UNK]"))
+    w.set_u32("tokenizer.ggml.unknown_token_id", model["vocab"]["[UNK]"].get<uint32_t>());
   w.set_bool("tokenizer.ggml.add_bos_token", false);
   w.set_bool("tokenizer.ggml.add_eos_token", false);
   w.set_string_array("chatterbox.tokenizer.added_tokens", added_tok);

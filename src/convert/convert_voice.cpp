@@ -12,8 +12,7 @@ namespace {
 const CkptTensor& need_tensor(const PyObject& d, const char* group, const char* key, const std::string& file) {
   const PyObject* o = d.get(key);
   CBX_CHECK(o, "%s: missing '%s.%s'", file.c_str(), group, key);
-  CBX_CHECK(o->kind == PyObject::Kind::Tensor && o->tensor, "%s: '%s.%s' is not a tensor", file.c_str(),
-            group, key);
+  CBX_CHECK(o->kind == PyObject::Kind::Tensor && o->tensor, "%s: '%s.%s' is not a tensor", file.c_str(), group, key);
   return *o->tensor;
 }
 
@@ -42,8 +41,8 @@ std::vector<int32_t> tokens(const CkptTensor& t, const char* what, int64_t vocab
   CBX_CHECK(!v.empty(), "%s: '%s' is empty", file.c_str(), what);
   std::vector<int32_t> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
-    CBX_CHECK(v[i] >= 0 && v[i] < vocab, "%s: '%s'[%zu] = %lld outside the speech vocabulary [0, %lld)",
-              file.c_str(), what, i, (long long)v[i], (long long)vocab);
+    CBX_CHECK(v[i] >= 0 && v[i] < vocab, "%s: '%s'[%zu] = %lld outside the speech vocabulary [0, %lld)", file.c_str(),
+              what, i, (long long)v[i], (long long)vocab);
     r[i] = int32_t(v[i]);
   }
   return r;
@@ -54,8 +53,7 @@ std::vector<int32_t> tokens(const CkptTensor& t, const char* what, int64_t vocab
 VoiceTensors read_voice(const std::string& path, ModelConfig& c, const WarningFn& warn) {
   const std::string file = base_name(path);
   PyRef root = load_torch_pt(path);
-  CBX_CHECK(root && root->kind == PyObject::Kind::Dict, "%s: expected a dict {'t3': ..., 'gen': ...}",
-            file.c_str());
+  CBX_CHECK(root && root->kind == PyObject::Kind::Dict, "%s: expected a dict {'t3': ..., 'gen': ...}", file.c_str());
   const PyObject* t3 = root->get("t3");
   const PyObject* gen = root->get("gen");
   CBX_CHECK(t3 && t3->kind == PyObject::Kind::Dict, "%s: missing dict 't3'", file.c_str());
@@ -64,10 +62,9 @@ VoiceTensors read_voice(const std::string& path, ModelConfig& c, const WarningFn
   VoiceTensors v;
   // S3 speech tokens index the flow's embedding (6561 rows) and T3's speech table.
   const int64_t vocab = c.flow.vocab;
-  v.speaker_emb = floats(need_tensor(*t3, "t3", "speaker_emb", file), "t3.speaker_emb",
-                         c.t3.speaker_embed_size, file);
-  v.cond_prompt_tokens = tokens(need_tensor(*t3, "t3", "cond_prompt_speech_tokens", file),
-                                "t3.cond_prompt_speech_tokens", vocab, file);
+  v.speaker_emb = floats(need_tensor(*t3, "t3", "speaker_emb", file), "t3.speaker_emb", c.t3.speaker_embed_size, file);
+  v.cond_prompt_tokens =
+      tokens(need_tensor(*t3, "t3", "cond_prompt_speech_tokens", file), "t3.cond_prompt_speech_tokens", vocab, file);
   const PyObject* emo = t3->get("emotion_adv");
   if (emo && emo->kind == PyObject::Kind::Tensor) {
     v.emotion_adv = floats(*emo->tensor, "t3.emotion_adv", 1, file);

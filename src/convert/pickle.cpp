@@ -257,9 +257,7 @@ void Unpickler::step(uint8_t op) {
     case 'q':
     case 'r':     // BINPUT / LONG_BINPUT
     case 0x94: {  // MEMOIZE
-      uint32_t idx = op == 'q'   ? uint32_t(uint_le(1))
-                     : op == 'r' ? uint32_t(uint_le(4))
-                                 : uint32_t(memo_.size());
+      uint32_t idx = op == 'q' ? uint32_t(uint_le(1)) : op == 'r' ? uint32_t(uint_le(4)) : uint32_t(memo_.size());
       if (memo_.size() >= o_.max_objects && !memo_.count(idx)) err("memo too large");
       memo_[idx] = top();
       return;
@@ -326,8 +324,7 @@ void Unpickler::step(uint8_t op) {
 
 }  // namespace pickle_detail
 
-PyRef unpickle_torch(const uint8_t* data, size_t size, const StorageFetch& fetch,
-                     const UnpickleOptions& opts) {
+PyRef unpickle_torch(const uint8_t* data, size_t size, const StorageFetch& fetch, const UnpickleOptions& opts) {
   using pickle_detail::Unpickler;
   Unpickler u(data, size, fetch, opts);
   return u.run();

@@ -27,8 +27,7 @@ struct UnpickleOptions {
 };
 
 // Runs the restricted unpickler over `data`. Throws cbx::Error naming opts.file.
-PyRef unpickle_torch(const uint8_t* data, size_t size, const StorageFetch& fetch,
-                     const UnpickleOptions& opts);
+PyRef unpickle_torch(const uint8_t* data, size_t size, const StorageFetch& fetch, const UnpickleOptions& opts);
 
 // Serialises `root` as torch.save's data.pkl (protocol 2). Tensors become persistent ids
 // ('storage', torch.<Type>Storage, key, 'cpu', numel); `storages` receives one tensor

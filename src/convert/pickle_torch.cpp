@@ -17,14 +17,12 @@ Val* Unpickler::persistent_load(Val* pid) {
   if ((a[0]->k != Val::Str && a[0]->k != Val::Bytes) || a[0]->s != "storage")
     err("only 'storage' persistent ids are allowed");
   if (a[1]->k != Val::Global) err("storage type is not a class");
-  if ((a[2]->k != Val::Str && a[2]->k != Val::Bytes) || a[2]->s.empty() || a[2]->s.size() > 256)
-    err("bad storage key");
+  if ((a[2]->k != Val::Str && a[2]->k != Val::Bytes) || a[2]->s.empty() || a[2]->s.size() > 256) err("bad storage key");
   if (a[4]->k != Val::Int || a[4]->i < 0) err("bad storage size");
   const std::string& key = a[2]->s;
   const std::string& type = a[1]->s;
   Val* s = make(Val::Storage);
-  if (!torch_storage_type(type, &s->dtype, &s->untyped))
-    err("'%s' is not a storage type", type.c_str());
+  if (!torch_storage_type(type, &s->dtype, &s->untyped)) err("'%s' is not a storage type", type.c_str());
   s->i = a[4]->i;
   auto it = storages_.find(key);
   if (it != storages_.end()) {
@@ -34,8 +32,8 @@ Val* Unpickler::persistent_load(Val* pid) {
   }
   const size_t es = s->untyped ? 1 : ckpt_elem_size(s->dtype);
   if (uint64_t(s->i) > s->bytes.size / es)
-    err("storage '%s' holds %zu bytes, fewer than %lld elements of %zu bytes", key.c_str(),
-        s->bytes.size, (long long)s->i, es);
+    err("storage '%s' holds %zu bytes, fewer than %lld elements of %zu bytes", key.c_str(), s->bytes.size,
+        (long long)s->i, es);
   storages_.emplace(key, s);
   return s;
 }
@@ -60,8 +58,7 @@ Val* Unpickler::rebuild(const std::vector<Val*>& a, DType dtype, bool dtype_give
   try {
     // An untyped storage's count is in bytes; views on it count elements of `dtype`.
     const int64_t elems = st->untyped ? int64_t(uint64_t(st->i) / ckpt_elem_size(dtype)) : st->i;
-    v->tensor =
-        materialise_view(st->bytes.data, elems, dtype, a[1]->i, size, stride, &tensor_budget_);
+    v->tensor = materialise_view(st->bytes.data, elems, dtype, a[1]->i, size, stride, &tensor_budget_);
   } catch (const Error& e) {
     err("%s", e.what());
   }
@@ -98,8 +95,7 @@ Val* Unpickler::call(const std::string& g, Val* args, bool allow_type_v2) {
   if (g == "torch._utils._rebuild_tensor_v3") {
     nargs(7, 8);  // ..., hooks, dtype[, metadata]
     DType dt;
-    if (a[6]->k != Val::Global || !torch_dtype_global(a[6]->s, &dt))
-      err("_rebuild_tensor_v3 needs a dtype");
+    if (a[6]->k != Val::Global || !torch_dtype_global(a[6]->s, &dt)) err("_rebuild_tensor_v3 needs a dtype");
     return rebuild(a, dt, true);
   }
   if (g == "torch._utils._rebuild_parameter" || g == "torch._utils._rebuild_parameter_with_state") {
@@ -161,16 +157,14 @@ PyRef Unpickler::convert(Val* v, int depth) {
       break;
     case Val::Dict:
       o->kind = PyObject::Kind::Dict;
-      for (auto& [k, x] : v->dict)
-        o->dict.emplace_back(convert(k, depth + 1), convert(x, depth + 1));
+      for (auto& [k, x] : v->dict) o->dict.emplace_back(convert(k, depth + 1), convert(x, depth + 1));
       break;
     case Val::Tensor:
       o->kind = PyObject::Kind::Tensor;
       o->tensor = v->tensor;
       break;
     case Val::Global:
-      if (DType d; !torch_dtype_global(v->s, &d))
-        err("'%s' cannot appear as a value", v->s.c_str());
+      if (DType d; !torch_dtype_global(v->s, &d)) err("'%s' cannot appear as a value", v->s.c_str());
       o->kind = PyObject::Kind::String;  // a torch dtype, e.g. "torch.float32"
       o->s = v->s;
       break;

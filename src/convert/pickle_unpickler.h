@@ -14,20 +14,7 @@
 namespace cbx::pickle_detail {
 
 struct Val {
-  enum K : uint8_t {
-    None,
-    Bool,
-    Int,
-    Float,
-    Str,
-    Bytes,
-    List,
-    Tuple,
-    Dict,
-    Tensor,
-    Global,
-    Storage
-  };
+  enum K : uint8_t { None, Bool, Int, Float, Str, Bytes, List, Tuple, Dict, Tensor, Global, Storage };
   K k = None;
   bool b = false;  // Bool value; for Dict: created by OrderedDict() (BUILD allowed)
   int64_t i = 0;   // Int; Storage: element count
@@ -56,8 +43,7 @@ class Unpickler {
 
   // ---- input
   void need(uint64_t k) {
-    if (k > n_ - pos_)
-      err("truncated: %llu bytes needed, %zu left", (unsigned long long)k, n_ - pos_);
+    if (k > n_ - pos_) err("truncated: %llu bytes needed, %zu left", (unsigned long long)k, n_ - pos_);
   }
   uint64_t uint_le(int k) {
     need(size_t(k));

@@ -99,9 +99,8 @@ class Pickler {
     const char* cls = storage_class(t->dtype);
     const size_t es = ckpt_elem_size(t->dtype);
     const int64_t numel = ckpt_numel(t->shape, "torch.save: tensor '" + t->name + "'", es);
-    CBX_CHECK(t->data.size() == size_t(numel) * es,
-              "torch.save: tensor '%s' has %zu bytes, shape and dtype need %llu", t->name.c_str(),
-              t->data.size(), (unsigned long long)(uint64_t(numel) * es));
+    CBX_CHECK(t->data.size() == size_t(numel) * es, "torch.save: tensor '%s' has %zu bytes, shape and dtype need %llu",
+              t->name.c_str(), t->data.size(), (unsigned long long)(uint64_t(numel) * es));
     auto [it, fresh] = keys_.emplace(t.get(), keys_.size());
     if (fresh) storages_->push_back(t.get());
     // Contiguous strides as torch computes them (a zero-size dim counts as 1).
@@ -137,13 +136,11 @@ class Pickler {
   void save(const PyObject& o, int depth) {
     CBX_CHECK(depth < 512, "torch.save: object tree nested too deeply");
     using K = PyObject::Kind;
-    const bool memoizable =
-        o.kind == K::List || o.kind == K::Tuple || o.kind == K::Dict || o.kind == K::Tensor;
+    const bool memoizable = o.kind == K::List || o.kind == K::Tuple || o.kind == K::Dict || o.kind == K::Tensor;
     if (!memoizable) return save_value(o, depth);
     auto it = memo_.find(&o);
     if (it != memo_.end()) {
-      CBX_CHECK(it->second != kInProgress,
-                "torch.save: cyclic object tree (a container holds itself)");
+      CBX_CHECK(it->second != kInProgress, "torch.save: cyclic object tree (a container holds itself)");
       memo_op(it->second, 'h', 'j');  // BINGET / LONG_BINGET
       return;
     }
@@ -206,10 +203,7 @@ class Pickler {
         }
         if (o.items.size() > 3) op('(');
         for (const PyRef& x : o.items) save(*check(x), depth + 1);
-        op(o.items.size() == 1   ? 0x85
-           : o.items.size() == 2 ? 0x86
-           : o.items.size() == 3 ? 0x87
-                                 : 't');
+        op(o.items.size() == 1 ? 0x85 : o.items.size() == 2 ? 0x86 : o.items.size() == 3 ? 0x87 : 't');
         return;
       case K::Dict:
         op('}');

@@ -8,12 +8,18 @@ namespace {
 // Higher = more precise. Only the storage types a conversion produces.
 int precision_rank(DType t) {
   switch (t) {
-    case DType::F32: return 5;
-    case DType::F16: return 4;
-    case DType::Q8_0: return 3;
-    case DType::Q4_K: return 2;
-    case DType::Q4_0: return 1;
-    default: return 0;
+    case DType::F32:
+      return 5;
+    case DType::F16:
+      return 4;
+    case DType::Q8_0:
+      return 3;
+    case DType::Q4_K:
+      return 2;
+    case DType::Q4_0:
+      return 1;
+    default:
+      return 0;
   }
 }
 DType at_least(DType t, DType floor) { return precision_rank(t) < precision_rank(floor) ? floor : t; }
@@ -49,8 +55,8 @@ bool policy_matmul_eligible(const std::vector<int64_t>& shape) {
   return shape.size() == 2 && shape[0] >= kPolicyMinDim && shape[1] >= kPolicyMinDim && shape[1] % 32 == 0;
 }
 
-DType policy_dtype(const std::string& name, const std::vector<int64_t>& shape, TensorClass role,
-                   bool is_int, const QuantTypes& types) {
+DType policy_dtype(const std::string& name, const std::vector<int64_t>& shape, TensorClass role, bool is_int,
+                   const QuantTypes& types) {
   if (is_int) return DType::I32;
   const QuantPart part = quant_part(name);
   // The voice encoder and CAMPPlus are small and run once per reference clip.
@@ -61,10 +67,13 @@ DType policy_dtype(const std::string& name, const std::vector<int64_t>& shape, T
   switch (role) {
     case TensorClass::Vector:
     case TensorClass::Conv:
-    case TensorClass::Data: return DType::F32;
-    case TensorClass::Embedding: return DType::F16;  // exact enough for a lookup, half the bytes
+    case TensorClass::Data:
+      return DType::F32;
+    case TensorClass::Embedding:
+      return DType::F16;  // exact enough for a lookup, half the bytes
     case TensorClass::Matmul:
-    case TensorClass::Head: break;
+    case TensorClass::Head:
+      break;
   }
   if (!policy_matmul_eligible(shape)) return DType::F32;
   DType t = target;
@@ -78,20 +87,26 @@ DType policy_dtype(const std::string& name, const std::vector<int64_t>& shape, T
 
 uint32_t gguf_file_type(DType target) {
   switch (target) {
-    case DType::F32: return 0;
-    case DType::F16: return 1;
-    case DType::Q4_0: return 2;
-    case DType::Q8_0: return 7;
-    case DType::Q4_K: return 14;  // llama.cpp's "mostly Q4_K (small)"
-    default: fail("gguf_file_type: unsupported target %s", dtype_name(target));
+    case DType::F32:
+      return 0;
+    case DType::F16:
+      return 1;
+    case DType::Q4_0:
+      return 2;
+    case DType::Q8_0:
+      return 7;
+    case DType::Q4_K:
+      return 14;  // llama.cpp's "mostly Q4_K (small)"
+    default:
+      fail("gguf_file_type: unsupported target %s", dtype_name(target));
   }
 }
 
 void encode_f32(const float* src, int64_t n, DType dt, void* dst) {
   const TypeTraits& tt = type_traits(dt);
   CBX_CHECK(tt.from_float, "encode_f32: dtype %s has no float encoder", tt.name);
-  CBX_CHECK(n % tt.block_size == 0, "encode_f32: %lld elements is not a multiple of the %s block (%lld)",
-            (long long)n, tt.name, (long long)tt.block_size);
+  CBX_CHECK(n % tt.block_size == 0, "encode_f32: %lld elements is not a multiple of the %s block (%lld)", (long long)n,
+            tt.name, (long long)tt.block_size);
   tt.from_float(src, dst, n);
 }
 

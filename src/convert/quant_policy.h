@@ -20,11 +20,11 @@ namespace cbx {
 
 // The part of the model a tensor belongs to, from its GGUF name prefix.
 enum class QuantPart {
-  T3,        // t3.*: the text-to-token transformer
-  S3Gen,     // flow.*, cfm.*, hift.*: flow encoder, CFM estimator, HiFT vocoder
-  S3Tok,     // s3tok.*: the speech tokenizer (voice cloning)
-  Encoder,   // ve.*, campplus.*: voice encoder and speaker embedding (voice cloning)
-  Other,     // voice.* and anything else
+  T3,       // t3.*: the text-to-token transformer
+  S3Gen,    // flow.*, cfm.*, hift.*: flow encoder, CFM estimator, HiFT vocoder
+  S3Tok,    // s3tok.*: the speech tokenizer (voice cloning)
+  Encoder,  // ve.*, campplus.*: voice encoder and speaker embedding (voice cloning)
+  Other,    // voice.* and anything else
 };
 QuantPart quant_part(const std::string& name);
 
@@ -39,7 +39,8 @@ struct QuantTypes {
   DType s3gen_type() const;
 };
 
-// The --type / --s3gen-type values: f32, f16, q8_0, q4_k, q4_0 (any case). Throws naming `flag` and the value otherwise.
+// The --type / --s3gen-type values: f32, f16, q8_0, q4_k, q4_0 (any case). Throws naming `flag` and the value
+// otherwise.
 DType parse_target_type(const std::string& s, const char* flag = "--type");
 
 // A 2-D weight the target type applies to: both dims >= kPolicyMinDim and the inner dim
@@ -53,8 +54,8 @@ constexpr int64_t kPolicyMinDim = 128;
 bool policy_matmul_eligible(const std::vector<int64_t>& shape);
 
 // Stored dtype for a tensor of `role` (is_int: token ids, stored I32) under `types`.
-DType policy_dtype(const std::string& name, const std::vector<int64_t>& shape, TensorClass role,
-                   bool is_int, const QuantTypes& types);
+DType policy_dtype(const std::string& name, const std::vector<int64_t>& shape, TensorClass role, bool is_int,
+                   const QuantTypes& types);
 
 // general.file_type value (llama.cpp numbering: 0 f32, 1 f16, 7 q8_0, 2 q4_0, 14 q4_k) of the --type.
 uint32_t gguf_file_type(DType target);

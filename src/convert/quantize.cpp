@@ -6,9 +6,9 @@
 
 #include "convert/quant_policy.h"
 #include "core/error.h"
-#include "core/output_file.h"
 #include "core/gguf.h"
 #include "core/gguf_check.h"
+#include "core/output_file.h"
 #include "models/model_config.h"
 
 namespace cbx {
@@ -28,7 +28,7 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, const
 
   GgufWriter w;
   for (const std::string& k : f->keys()) {
-    if (k == "general.alignment") continue;  // the writer emits its own
+    if (k == "general.alignment") continue;   // the writer emits its own
     if (k == kConvertS3genTypeKey) continue;  // written after convert.type, as convert does
     if (k == "general.file_type") {
       w.set_u32(k, gguf_file_type(target));
@@ -47,14 +47,13 @@ QuantizeStats quantize_gguf(const std::string& in, const std::string& out, const
     std::vector<int64_t> shape(ti.shape, ti.shape + ti.ndim);
     auto it = specs.find(ti.name);
     // Tensors outside the table keep their dtype (forward compatibility).
-    DType dt = it == specs.end() ? ti.dtype
-                                 : policy_dtype(ti.name, shape, it->second.role, it->second.is_int, types);
+    DType dt = it == specs.end() ? ti.dtype : policy_dtype(ti.name, shape, it->second.role, it->second.is_int, types);
     if (dt != ti.dtype) {
       CBX_CHECK(!type_traits(ti.dtype).is_quantized,
                 "%s: tensor '%s' is %s; requantizing needs an F32/F16 source (convert the checkpoint again)",
                 in.c_str(), ti.name.c_str(), dtype_name(ti.dtype));
-      CBX_CHECK(type_traits(ti.dtype).to_float, "%s: tensor '%s' has dtype %s, which has no float form",
-                in.c_str(), ti.name.c_str(), dtype_name(ti.dtype));
+      CBX_CHECK(type_traits(ti.dtype).to_float, "%s: tensor '%s' has dtype %s, which has no float form", in.c_str(),
+                ti.name.c_str(), dtype_name(ti.dtype));
     }
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;

@@ -33,10 +33,9 @@ struct DTypeName {
   DType dtype;
 };
 // U8 and BOOL have no DType of their own: they are read as I8 (same bytes).
-const DTypeName kDTypes[] = {{"F64", DType::F64},   {"F32", DType::F32}, {"F16", DType::F16},
-                             {"BF16", DType::BF16}, {"I64", DType::I64}, {"I32", DType::I32},
-                             {"I16", DType::I16},   {"I8", DType::I8},   {"U8", DType::I8},
-                             {"BOOL", DType::I8}};
+const DTypeName kDTypes[] = {{"F64", DType::F64}, {"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16},
+                             {"I64", DType::I64}, {"I32", DType::I32}, {"I16", DType::I16}, {"I8", DType::I8},
+                             {"U8", DType::I8},   {"BOOL", DType::I8}};
 
 const char* safetensors_dtype_name(DType t) {
   for (const DTypeName& d : kDTypes)
@@ -90,16 +89,14 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   return f;
 }
 
-std::unique_ptr<SafetensorsFile> SafetensorsFile::from_memory(const void* data, size_t size,
-                                                              const std::string& name) {
+std::unique_ptr<SafetensorsFile> SafetensorsFile::from_memory(const void* data, size_t size, const std::string& name) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = name;
   f->size_ = size;
   if (size > 0) {
     // An anonymous mapping owns the copy, so the destructor has one path for both cases.
     void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    CBX_CHECK(m != MAP_FAILED, "safetensors: cannot allocate %zu bytes for '%s'", size,
-              name.c_str());
+    CBX_CHECK(m != MAP_FAILED, "safetensors: cannot allocate %zu bytes for '%s'", size, name.c_str());
     std::memcpy(m, data, size);
     f->map_ = m;
     f->map_size_ = size;
@@ -111,14 +108,12 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::from_memory(const void* data, 
 
 void SafetensorsFile::parse() {
   const char* file = path_.c_str();
-  CBX_CHECK(size_ >= 8, "safetensors: '%s' is truncated (%zu bytes, the header length alone is 8)",
-            file, size_);
+  CBX_CHECK(size_ >= 8, "safetensors: '%s' is truncated (%zu bytes, the header length alone is 8)", file, size_);
   const uint64_t n = le64(data_);
-  CBX_CHECK(n <= size_ - 8,
-            "safetensors: '%s' is truncated: header length %llu exceeds the %zu bytes after it",
-            file, (unsigned long long)n, size_ - 8);
-  CBX_CHECK(n <= kMaxHeaderBytes, "safetensors: '%s': header length %llu exceeds %llu", file,
-            (unsigned long long)n, (unsigned long long)kMaxHeaderBytes);
+  CBX_CHECK(n <= size_ - 8, "safetensors: '%s' is truncated: header length %llu exceeds the %zu bytes after it", file,
+            (unsigned long long)n, size_ - 8);
+  CBX_CHECK(n <= kMaxHeaderBytes, "safetensors: '%s': header length %llu exceeds %llu", file, (unsigned long long)n,
+            (unsigned long long)kMaxHeaderBytes);
   CBX_CHECK(n >= 2, "safetensors: '%s': header length %llu is too small for a JSON object", file,
             (unsigned long long)n);
 
@@ -133,8 +128,7 @@ void SafetensorsFile::parse() {
       if (!keys.empty()) keys.pop_back();
     } else if (ev == E::key && !keys.empty()) {
       const std::string& k = parsed.get_ref<const std::string&>();
-      if (!keys.back().insert(k).second)
-        fail("safetensors: '%s': duplicate key '%s' in header", file, k.c_str());
+      if (!keys.back().insert(k).second) fail("safetensors: '%s': duplicate key '%s' in header", file, k.c_str());
     }
     return true;
   };
@@ -155,8 +149,7 @@ void SafetensorsFile::parse() {
     if (name == "__metadata__") {
       CBX_CHECK(v.is_object(), "safetensors: '%s': __metadata__ is not an object", file);
       for (auto m = v.begin(); m != v.end(); ++m) {
-        CBX_CHECK(m.value().is_string(),
-                  "safetensors: '%s': __metadata__ value '%s' is not a string", file,
+        CBX_CHECK(m.value().is_string(), "safetensors: '%s': __metadata__ value '%s' is not a string", file,
                   m.key().c_str());
         metadata_[m.key()] = m.value().get<std::string>();
       }
@@ -169,10 +162,8 @@ void SafetensorsFile::parse() {
     auto dt = v.find("dtype");
     auto sh = v.find("shape");
     auto of = v.find("data_offsets");
-    CBX_CHECK(dt != v.end() && dt->is_string(),
-              "safetensors: '%s': tensor '%s' has no string 'dtype'", file, tn);
-    CBX_CHECK(sh != v.end() && sh->is_array(),
-              "safetensors: '%s': tensor '%s' has no array 'shape'", file, tn);
+    CBX_CHECK(dt != v.end() && dt->is_string(), "safetensors: '%s': tensor '%s' has no string 'dtype'", file, tn);
+    CBX_CHECK(sh != v.end() && sh->is_array(), "safetensors: '%s': tensor '%s' has no array 'shape'", file, tn);
     CBX_CHECK(of != v.end() && of->is_array() && of->size() == 2,
               "safetensors: '%s': tensor '%s' needs 'data_offsets' [begin, end]", file, tn);
     Entry e{};
@@ -180,8 +171,7 @@ void SafetensorsFile::parse() {
     const DTypeName* found = nullptr;
     for (const DTypeName& d : kDTypes)
       if (dts == d.name) found = &d;
-    CBX_CHECK(found, "safetensors: '%s': tensor '%s' has unsupported dtype '%s'", file, tn,
-              dts.c_str());
+    CBX_CHECK(found, "safetensors: '%s': tensor '%s' has unsupported dtype '%s'", file, tn, dts.c_str());
     e.dtype = found->dtype;
     for (const Json& d : *sh) {
       uint64_t u;
@@ -193,21 +183,18 @@ void SafetensorsFile::parse() {
     }
     uint64_t b, en;
     CBX_CHECK(json_u64((*of)[0], &b) && json_u64((*of)[1], &en),
-              "safetensors: '%s': tensor '%s' data_offsets are not non-negative integers", file,
-              tn);
-    CBX_CHECK(b <= en, "safetensors: '%s': tensor '%s' data_offsets begin %llu > end %llu", file,
-              tn, (unsigned long long)b, (unsigned long long)en);
+              "safetensors: '%s': tensor '%s' data_offsets are not non-negative integers", file, tn);
+    CBX_CHECK(b <= en, "safetensors: '%s': tensor '%s' data_offsets begin %llu > end %llu", file, tn,
+              (unsigned long long)b, (unsigned long long)en);
     CBX_CHECK(en <= data_size,
               "safetensors: '%s': tensor '%s' data_offsets end %llu past the %zu-byte data "
               "section (file truncated?)",
               file, tn, (unsigned long long)en, data_size);
     const size_t es = ckpt_elem_size(e.dtype);
-    const int64_t numel =
-        ckpt_numel(e.shape, "safetensors: '" + path_ + "': tensor '" + name + "'", es);
+    const int64_t numel = ckpt_numel(e.shape, "safetensors: '" + path_ + "': tensor '" + name + "'", es);
     CBX_CHECK(uint64_t(numel) * es == en - b,
-              "safetensors: '%s': tensor '%s' has %llu data bytes, shape and dtype %s need %llu",
-              file, tn, (unsigned long long)(en - b), dts.c_str(),
-              (unsigned long long)(uint64_t(numel) * es));
+              "safetensors: '%s': tensor '%s' has %llu data bytes, shape and dtype %s need %llu", file, tn,
+              (unsigned long long)(en - b), dts.c_str(), (unsigned long long)(uint64_t(numel) * es));
     e.begin = base + size_t(b);
     e.end = base + size_t(en);
     order_.push_back(name);
@@ -226,8 +213,8 @@ void SafetensorsFile::parse() {
   for (size_t i = 1; i < idx.size(); ++i) {
     const Entry* p = by_offset[idx[i - 1]];
     const Entry* c = by_offset[idx[i]];
-    CBX_CHECK(p->end <= c->begin, "safetensors: '%s': tensors '%s' and '%s' overlap", file,
-              order_[idx[i - 1]].c_str(), order_[idx[i]].c_str());
+    CBX_CHECK(p->end <= c->begin, "safetensors: '%s': tensors '%s' and '%s' overlap", file, order_[idx[i - 1]].c_str(),
+              order_[idx[i]].c_str());
   }
 }
 
@@ -272,13 +259,12 @@ void write_safetensors(const std::string& path, const std::vector<const CkptTens
     CBX_CHECK(t, "safetensors: '%s': null tensor", path.c_str());
     const char* tn = t->name.c_str();
     CBX_CHECK(safetensors_name_ok(t->name), "safetensors: '%s': invalid tensor name '%s'", path.c_str(), tn);
-    CBX_CHECK(!header.contains(t->name), "safetensors: '%s': duplicate tensor '%s'", path.c_str(),
-              tn);
+    CBX_CHECK(!header.contains(t->name), "safetensors: '%s': duplicate tensor '%s'", path.c_str(), tn);
     const size_t es = ckpt_elem_size(t->dtype);
     const int64_t numel = ckpt_numel(t->shape, "safetensors: tensor '" + t->name + "'", es);
     CBX_CHECK(t->data.size() == size_t(numel) * es,
-              "safetensors: '%s': tensor '%s' has %zu bytes, shape and dtype need %llu",
-              path.c_str(), tn, t->data.size(), (unsigned long long)(uint64_t(numel) * es));
+              "safetensors: '%s': tensor '%s' has %zu bytes, shape and dtype need %llu", path.c_str(), tn,
+              t->data.size(), (unsigned long long)(uint64_t(numel) * es));
     Json e = Json::object();
     e["dtype"] = safetensors_dtype_name(t->dtype);
     e["shape"] = t->shape;

@@ -37,12 +37,11 @@ PyRef load_buffer(const uint8_t* data, size_t size, const std::string& name) {
   // The archive's top directory (any name) is the first entry's; torch reads it the same way.
   const std::string& first = zip.entries()[0].name;
   const size_t slash = first.find('/');
-  CBX_CHECK(slash != std::string::npos && slash > 0,
-            "torch.load: '%s': entry '%s' is not inside an archive directory", file, first.c_str());
+  CBX_CHECK(slash != std::string::npos && slash > 0, "torch.load: '%s': entry '%s' is not inside an archive directory",
+            file, first.c_str());
   const std::string prefix = first.substr(0, slash + 1);
   const ZipReader::Entry* pkl = zip.find(prefix + "data.pkl");
-  CBX_CHECK(pkl, "torch.load: '%s': no '%sdata.pkl' (not a torch.save file?)", file,
-            prefix.c_str());
+  CBX_CHECK(pkl, "torch.load: '%s': no '%sdata.pkl' (not a torch.save file?)", file, prefix.c_str());
   if (const ZipReader::Entry* bo = zip.find(prefix + "byteorder")) {
     const uint8_t* b = zip.bytes(*bo, true);
     const std::string order(reinterpret_cast<const char*>(b), size_t(bo->size));
@@ -63,8 +62,7 @@ PyRef load_buffer(const uint8_t* data, size_t size, const std::string& name) {
   UnpickleOptions opts;
   opts.file = name;
   // Views may expand (stride 0) beyond the bytes stored; bound what a file can make us allocate.
-  opts.max_tensor_bytes =
-      size > (SIZE_MAX - (size_t(64) << 20)) / 4 ? SIZE_MAX : 4 * size + (size_t(64) << 20);
+  opts.max_tensor_bytes = size > (SIZE_MAX - (size_t(64) << 20)) / 4 ? SIZE_MAX : 4 * size + (size_t(64) << 20);
   return unpickle_torch(zip.bytes(*pkl, true), size_t(pkl->size), fetch, opts);
 }
 
@@ -103,8 +101,8 @@ namespace {
 
 void flatten(const PyObject& o, const std::string& prefix, int depth, size_t* visits,
              std::map<std::string, std::shared_ptr<CkptTensor>>* out) {
-  CBX_CHECK(depth < 512 && ++*visits < (size_t(1) << 22),
-            "flatten_state_dict: structure too deep or too large at '%s'", prefix.c_str());
+  CBX_CHECK(depth < 512 && ++*visits < (size_t(1) << 22), "flatten_state_dict: structure too deep or too large at '%s'",
+            prefix.c_str());
   auto child = [&](const std::string& k) { return prefix.empty() ? k : prefix + "." + k; };
   switch (o.kind) {
     case PyObject::Kind::Tensor: {
@@ -118,8 +116,7 @@ void flatten(const PyObject& o, const std::string& prefix, int depth, size_t* vi
         t = std::make_shared<CkptTensor>(*o.tensor);
         t->name = prefix;
       }
-      CBX_CHECK(out->emplace(prefix, std::move(t)).second, "flatten_state_dict: duplicate key '%s'",
-                prefix.c_str());
+      CBX_CHECK(out->emplace(prefix, std::move(t)).second, "flatten_state_dict: duplicate key '%s'", prefix.c_str());
       return;
     }
     case PyObject::Kind::Dict:
@@ -155,9 +152,7 @@ std::map<std::string, std::shared_ptr<CkptTensor>> flatten_state_dict(const PyOb
   return out;
 }
 
-void save_torch_pt(const std::string& path, const PyObject& root) {
-  save_torch_pt(path, root, TorchSaveOptions{});
-}
+void save_torch_pt(const std::string& path, const PyObject& root) { save_torch_pt(path, root, TorchSaveOptions{}); }
 
 void save_torch_pt(const std::string& path, const PyObject& root, const TorchSaveOptions& opts) {
   CBX_CHECK(!opts.archive_name.empty() && opts.archive_name.find('/') == std::string::npos,

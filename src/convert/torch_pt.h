@@ -23,10 +23,10 @@ struct PyObject {
   bool b = false;
   int64_t i = 0;
   double f = 0;
-  std::string s;                                  // String / Bytes
-  std::vector<PyRef> items;                       // List / Tuple
-  std::vector<std::pair<PyRef, PyRef>> dict;      // Dict, insertion order
-  std::shared_ptr<CkptTensor> tensor;             // Tensor (materialised, contiguous)
+  std::string s;                              // String / Bytes
+  std::vector<PyRef> items;                   // List / Tuple
+  std::vector<std::pair<PyRef, PyRef>> dict;  // Dict, insertion order
+  std::shared_ptr<CkptTensor> tensor;         // Tensor (materialised, contiguous)
 
   // Dict lookup by string key; nullptr if absent or not a dict.
   const PyObject* get(const std::string& key) const;

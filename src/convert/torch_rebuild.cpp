@@ -13,12 +13,11 @@ struct NamedDType {
   DType dtype;
 };
 // uint8 and bool have no DType: their bytes are kept as I8.
-const NamedDType kStorageTypes[] = {
-    {"torch.DoubleStorage", DType::F64}, {"torch.FloatStorage", DType::F32},
-    {"torch.HalfStorage", DType::F16},   {"torch.BFloat16Storage", DType::BF16},
-    {"torch.LongStorage", DType::I64},   {"torch.IntStorage", DType::I32},
-    {"torch.ShortStorage", DType::I16},  {"torch.CharStorage", DType::I8},
-    {"torch.ByteStorage", DType::I8},    {"torch.BoolStorage", DType::I8}};
+const NamedDType kStorageTypes[] = {{"torch.DoubleStorage", DType::F64}, {"torch.FloatStorage", DType::F32},
+                                    {"torch.HalfStorage", DType::F16},   {"torch.BFloat16Storage", DType::BF16},
+                                    {"torch.LongStorage", DType::I64},   {"torch.IntStorage", DType::I32},
+                                    {"torch.ShortStorage", DType::I16},  {"torch.CharStorage", DType::I8},
+                                    {"torch.ByteStorage", DType::I8},    {"torch.BoolStorage", DType::I8}};
 const NamedDType kDTypes[] = {{"torch.float64", DType::F64}, {"torch.float32", DType::F32},
                               {"torch.float16", DType::F16}, {"torch.bfloat16", DType::BF16},
                               {"torch.int64", DType::I64},   {"torch.int32", DType::I32},
@@ -77,12 +76,10 @@ bool torch_global_allowed(const std::string& global) {
   return false;
 }
 
-std::shared_ptr<CkptTensor> materialise_view(const uint8_t* storage, int64_t storage_elems,
-                                             DType dtype, int64_t offset,
-                                             const std::vector<int64_t>& size,
-                                             const std::vector<int64_t>& stride, size_t* budget) {
-  CBX_CHECK(size.size() == stride.size(), "tensor size and stride ranks differ (%zu, %zu)",
-            size.size(), stride.size());
+std::shared_ptr<CkptTensor> materialise_view(const uint8_t* storage, int64_t storage_elems, DType dtype, int64_t offset,
+                                             const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
+                                             size_t* budget) {
+  CBX_CHECK(size.size() == stride.size(), "tensor size and stride ranks differ (%zu, %zu)", size.size(), stride.size());
   CBX_CHECK(size.size() <= 64, "tensor rank %zu too large", size.size());
   CBX_CHECK(offset >= 0, "negative storage offset %lld", (long long)offset);
   for (size_t d = 0; d < size.size(); ++d)
@@ -95,12 +92,10 @@ std::shared_ptr<CkptTensor> materialise_view(const uint8_t* storage, int64_t sto
   if (numel > 0) {
     int64_t last = offset;
     for (size_t d = 0; d < size.size(); ++d) {
-      CBX_CHECK(stride[d] == 0 || size[d] - 1 <= (INT64_MAX - last) / stride[d],
-                "tensor extent overflows");
+      CBX_CHECK(stride[d] == 0 || size[d] - 1 <= (INT64_MAX - last) / stride[d], "tensor extent overflows");
       last += (size[d] - 1) * stride[d];
     }
-    CBX_CHECK(last < storage_elems,
-              "tensor view (offset %lld, last element %lld) exceeds its storage of %lld elements",
+    CBX_CHECK(last < storage_elems, "tensor view (offset %lld, last element %lld) exceeds its storage of %lld elements",
               (long long)offset, (long long)last, (long long)storage_elems);
   }
   auto t = std::make_shared<CkptTensor>();

@@ -13,8 +13,8 @@ using R = TensorRole;
 
 struct Emit {
   const Fn& fn;
-  void t(const std::string& name, std::vector<int64_t> shape, R role, int64_t fan_in = 1,
-         DType dt = DType::F32, float value = 0.0f) const {
+  void t(const std::string& name, std::vector<int64_t> shape, R role, int64_t fan_in = 1, DType dt = DType::F32,
+         float value = 0.0f) const {
     UpstreamTensor u;
     u.name = name;
     u.dtype = dt;
@@ -100,8 +100,7 @@ void t3_llama(const Emit& e, const UpstreamDims& d) {
   e.t("tfmr.embed_tokens.weight", {d.llama_vocab, D}, R::Embedding);
   for (int64_t i = 0; i < d.t3_layers; ++i) {
     const std::string p = cat("tfmr.layers", i);
-    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"})
-      e.linear(p + ".self_attn." + n, D, D, false);
+    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) e.linear(p + ".self_attn." + n, D, D, false);
     e.linear(p + ".mlp.gate_proj", d.t3_ffn, D, false);
     e.linear(p + ".mlp.up_proj", d.t3_ffn, D, false);
     e.linear(p + ".mlp.down_proj", D, d.t3_ffn, false);
@@ -219,8 +218,7 @@ void conformer_layer(const Emit& e, const std::string& p, const UpstreamDims& d)
   const int64_t C = d.flow_dim;
   e.t(p + ".self_attn.pos_bias_u", {C / 64, 64}, R::PosBias);
   e.t(p + ".self_attn.pos_bias_v", {C / 64, 64}, R::PosBias);
-  for (const char* n : {"linear_q", "linear_k", "linear_v", "linear_out"})
-    e.linear(p + ".self_attn." + n, C, C);
+  for (const char* n : {"linear_q", "linear_k", "linear_v", "linear_out"}) e.linear(p + ".self_attn." + n, C, C);
   e.linear(p + ".self_attn.linear_pos", C, C, false);
   e.linear(p + ".feed_forward.w_1", d.flow_ffn, C);
   e.linear(p + ".feed_forward.w_2", C, d.flow_ffn);
@@ -376,18 +374,18 @@ UpstreamDims upstream_dims(CkptVariant v, bool tiny) {
     d.tok_layers = 6;
   } else {
     d.t3_layers = nano ? 3 : 2;
-    d.t3_dim = nano ? 192 : 128;    // 3 / 2 heads of 64 (Nano differs from Turbo in shape, as at full size)
+    d.t3_dim = nano ? 192 : 128;          // 3 / 2 heads of 64 (Nano differs from Turbo in shape, as at full size)
     d.t3_ffn = mtl ? 384 : 4 * d.t3_dim;  // GPT-2 keeps n_inner = 4 d; Llama uses a non-4x ratio
-    d.text_vocab = mtl ? 512 : 1019;  // must match the tiny tokenizer files
+    d.text_vocab = mtl ? 512 : 1019;      // must match the tiny tokenizer files
     d.speaker_dim = 64;
     d.ve_hidden = 64;
-    d.flow_dim = 128;               // 2 heads of 64
+    d.flow_dim = 128;  // 2 heads of 64
     d.flow_ffn = 256;
     d.flow_blocks = 2;
     d.flow_up_blocks = 1;
     d.xvector_dim = 64;
     d.est_channels = 128;
-    d.est_inner = 128;              // 2 heads of 64
+    d.est_inner = 128;  // 2 heads of 64
     d.est_tblocks = 1;
     d.est_mid = 2;
     d.hift_base = 64;
@@ -399,7 +397,7 @@ UpstreamDims upstream_dims(CkptVariant v, bool tiny) {
     d.cam_layers[0] = 2;
     d.cam_layers[1] = 2;
     d.cam_layers[2] = 2;
-    d.tok_state = 128;              // 2 heads of 64 (RoPE table is fixed at 64 dims)
+    d.tok_state = 128;  // 2 heads of 64 (RoPE table is fixed at 64 dims)
     d.tok_layers = 2;
   }
   return d;
@@ -411,28 +409,33 @@ std::string upstream_file_name(CkptFile f, CkptVariant v, int t3_version) {
     case CkptFile::T3:
       if (v == CkptVariant::Nano) return "t3_nano_v1.safetensors";
       if (!mtl) return "t3_turbo_v1.safetensors";
-      CBX_CHECK(t3_version == 2 || t3_version == 3, "upstream_file_name: t3 version %d (2 or 3)",
-                t3_version);
+      CBX_CHECK(t3_version == 2 || t3_version == 3, "upstream_file_name: t3 version %d (2 or 3)", t3_version);
       return "t3_mtl23ls_v" + std::to_string(t3_version) + ".safetensors";
-    case CkptFile::S3Gen: return mtl ? "s3gen.pt" : "s3gen_meanflow.safetensors";
-    case CkptFile::VE: return mtl ? "ve.pt" : "ve.safetensors";
+    case CkptFile::S3Gen:
+      return mtl ? "s3gen.pt" : "s3gen_meanflow.safetensors";
+    case CkptFile::VE:
+      return mtl ? "ve.pt" : "ve.safetensors";
   }
   fail("upstream_file_name: bad file kind");
 }
 
-bool upstream_file_is_torch_pickle(CkptFile f, CkptVariant v) {
-  return v == CkptVariant::Mtl && f != CkptFile::T3;
-}
+bool upstream_file_is_torch_pickle(CkptFile f, CkptVariant v) { return v == CkptVariant::Mtl && f != CkptFile::T3; }
 
 void for_each_upstream_tensor(CkptFile f, CkptVariant v, const UpstreamDims& d, const Fn& fn) {
   Emit e{fn};
   switch (f) {
     case CkptFile::T3:
-      if (v != CkptVariant::Mtl) t3_gpt2(e, d);
-      else t3_llama(e, d);
+      if (v != CkptVariant::Mtl)
+        t3_gpt2(e, d);
+      else
+        t3_llama(e, d);
       return;
-    case CkptFile::S3Gen: s3gen(e, d); return;
-    case CkptFile::VE: voice_encoder(e, d); return;
+    case CkptFile::S3Gen:
+      s3gen(e, d);
+      return;
+    case CkptFile::VE:
+      voice_encoder(e, d);
+      return;
   }
 }
 

@@ -32,18 +32,18 @@ enum class TensorRole {
   NormBias,      // LayerNorm beta ~ 0
   BnWeight,
   BnBias,
-  BnMean,        // running_mean ~ 0
-  BnVar,         // running_var > 0
-  BnCount,       // num_batches_tracked, int64 scalar
-  WnG,           // weight-norm magnitude (parametrizations.weight.original0)
-  WnV,           // weight-norm direction (parametrizations.weight.original1)
-  SnakeAlpha,    // HiFT Snake alpha (linear scale, > 0)
-  Query,         // perceiver learned query
-  PosBias,       // rel-pos attention pos_bias_u / pos_bias_v
-  TimeMixer,     // mean-flow time_embed_mixer, trained from [I | 0]
-  MelFilters,    // S3 tokenizer librosa Slaney mel filterbank buffer (deterministic)
-  HannWindow,    // S3 tokenizer periodic Hann(400) buffer (deterministic)
-  Constant,      // fixed scalar (value field)
+  BnMean,      // running_mean ~ 0
+  BnVar,       // running_var > 0
+  BnCount,     // num_batches_tracked, int64 scalar
+  WnG,         // weight-norm magnitude (parametrizations.weight.original0)
+  WnV,         // weight-norm direction (parametrizations.weight.original1)
+  SnakeAlpha,  // HiFT Snake alpha (linear scale, > 0)
+  Query,       // perceiver learned query
+  PosBias,     // rel-pos attention pos_bias_u / pos_bias_v
+  TimeMixer,   // mean-flow time_embed_mixer, trained from [I | 0]
+  MelFilters,  // S3 tokenizer librosa Slaney mel filterbank buffer (deterministic)
+  HannWindow,  // S3 tokenizer periodic Hann(400) buffer (deterministic)
+  Constant,    // fixed scalar (value field)
 };
 
 struct UpstreamTensor {
@@ -51,8 +51,8 @@ struct UpstreamTensor {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;  // row-major, as PyTorch
   TensorRole role = TensorRole::Weight;
-  int64_t fan_in = 1;   // for Weight / WnV
-  float value = 0.0f;   // for Constant
+  int64_t fan_in = 1;  // for Weight / WnV
+  float value = 0.0f;  // for Constant
 };
 
 // Every hyper-parameter the generator varies between sizes. Full = the upstream values.
@@ -60,30 +60,30 @@ struct UpstreamDims {
   // T3 backbone and wrapper
   int64_t t3_layers, t3_dim, t3_ffn;  // heads = t3_dim / 64
   int64_t text_vocab, speech_vocab;
-  int64_t gpt2_positions;              // GPT-2 wpe rows (8196)
-  int64_t text_pos, speech_pos;        // Llama learned pos-emb rows (2050, 4100)
-  int64_t llama_vocab;                 // unused tfmr.embed_tokens rows (8)
-  int64_t perceiver_queries;           // 32
-  int64_t speaker_dim;                 // VE embedding width = T3 spkr_enc input (256)
+  int64_t gpt2_positions;        // GPT-2 wpe rows (8196)
+  int64_t text_pos, speech_pos;  // Llama learned pos-emb rows (2050, 4100)
+  int64_t llama_vocab;           // unused tfmr.embed_tokens rows (8)
+  int64_t perceiver_queries;     // 32
+  int64_t speaker_dim;           // VE embedding width = T3 spkr_enc input (256)
   // Voice encoder (3-layer LSTM)
   int64_t ve_mels, ve_hidden, ve_layers;
   // S3Gen flow: token embedding + upsampling conformer encoder
   int64_t flow_vocab, flow_dim, flow_ffn, flow_blocks, flow_up_blocks;  // heads = flow_dim / 64
-  int64_t mel_bins;                    // 80
-  int64_t xvector_dim;                 // CAMPPlus embedding (192)
+  int64_t mel_bins;                                                     // 80
+  int64_t xvector_dim;                                                  // CAMPPlus embedding (192)
   // CFM estimator (ConditionalDecoder)
-  int64_t est_channels;                // 256; time embedding = 4x
-  int64_t est_inner;                   // attention inner width = heads * 64 (512)
-  int64_t est_tblocks;                 // transformer blocks per level (4)
-  int64_t est_mid;                     // mid blocks (12)
-  bool meanflow;                       // time_embed_mixer present (Turbo)
+  int64_t est_channels;  // 256; time embedding = 4x
+  int64_t est_inner;     // attention inner width = heads * 64 (512)
+  int64_t est_tblocks;   // transformer blocks per level (4)
+  int64_t est_mid;       // mid blocks (12)
+  bool meanflow;         // time_embed_mixer present (Turbo)
   // HiFT
-  int64_t hift_base;                   // 512; ups halve it three times
-  int64_t f0_channels;                 // 512
-  int64_t n_harmonics;                 // 8 -> m_source.l_linear [1, 9]
+  int64_t hift_base;    // 512; ups halve it three times
+  int64_t f0_channels;  // 512
+  int64_t n_harmonics;  // 8 -> m_source.l_linear [1, 9]
   // CAMPPlus
   int64_t cam_m, cam_init, cam_growth, cam_bn;  // 32, 128, 32, 128 (= bn_size 4 * growth)
-  int64_t cam_layers[3];                         // 12, 24, 16
+  int64_t cam_layers[3];                        // 12, 24, 16
   // S3TokenizerV2
   int64_t tok_mels, tok_state, tok_layers, tok_fsmn_kernel;  // 128, 1280, 6, 31; heads = state / 64
 };

@@ -61,8 +61,8 @@ uint32_t crc32(const void* data, size_t n, uint32_t crc) {
   uint32_t c = ~crc;
   for (; n >= 8; n -= 8, p += 8) {  // slicing-by-8
     uint32_t lo = c ^ rd32(p), hi = rd32(p + 4);
-    c = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^
-        t[3][hi & 0xff] ^ t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
+    c = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^ t[3][hi & 0xff] ^
+        t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
   }
   while (n--) c = t[0][(c ^ *p++) & 0xff] ^ (c >> 8);
   return ~c;
@@ -73,8 +73,7 @@ uint32_t crc32(const void* data, size_t n, uint32_t crc) {
 ZipReader::ZipReader(const uint8_t* data, size_t size, std::string name)
     : data_(data), size_(size), name_(std::move(name)) {
   const char* file = name_.c_str();
-  CBX_CHECK(size_ >= kEocdLen, "zip: '%s' is too small to be a zip archive (%zu bytes)", file,
-            size_);
+  CBX_CHECK(size_ >= kEocdLen, "zip: '%s' is too small to be a zip archive (%zu bytes)", file, size_);
   // End of central directory: the last record whose comment runs exactly to the end.
   size_t eocd = SIZE_MAX;
   const size_t lowest = size_ - kEocdLen > 0xffff ? size_ - kEocdLen - 0xffff : 0;
@@ -100,22 +99,19 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string name)
               "zip: '%s': ZIP64 end record offset %llu out of range", file, (unsigned long long)z);
     const uint8_t* r = data_ + z;
     CBX_CHECK(rd32(r) == kZip64EocdSig, "zip: '%s': bad ZIP64 end record signature", file);
-    CBX_CHECK(rd32(r + 16) == 0 && rd32(r + 20) == 0,
-              "zip: '%s': multi-disk archives are not supported", file);
+    CBX_CHECK(rd32(r + 16) == 0 && rd32(r + 20) == 0, "zip: '%s': multi-disk archives are not supported", file);
     n_entries = rd64(r + 32);
     cd_size = rd64(r + 40);
     cd_offset = rd64(r + 48);
     cd_limit = z;
   } else {
-    CBX_CHECK(n_entries != 0xffff && cd_size != k32 && cd_offset != k32,
-              "zip: '%s': ZIP64 end record missing", file);
+    CBX_CHECK(n_entries != 0xffff && cd_size != k32 && cd_offset != k32, "zip: '%s': ZIP64 end record missing", file);
   }
   CBX_CHECK(cd_offset <= cd_limit && cd_size <= cd_limit - cd_offset,
-            "zip: '%s': central directory [%llu, +%llu) out of range", file,
-            (unsigned long long)cd_offset, (unsigned long long)cd_size);
-  CBX_CHECK(n_entries <= cd_size / kCentralLen,
-            "zip: '%s': %llu entries cannot fit a %llu-byte central directory", file,
-            (unsigned long long)n_entries, (unsigned long long)cd_size);
+            "zip: '%s': central directory [%llu, +%llu) out of range", file, (unsigned long long)cd_offset,
+            (unsigned long long)cd_size);
+  CBX_CHECK(n_entries <= cd_size / kCentralLen, "zip: '%s': %llu entries cannot fit a %llu-byte central directory",
+            file, (unsigned long long)n_entries, (unsigned long long)cd_size);
 
   const uint8_t* p = data_ + cd_offset;
   const uint8_t* cd_end = p + cd_size;
@@ -126,8 +122,7 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string name)
     const uint16_t flags = rd16(p + 8), method = rd16(p + 10);
     const size_t name_len = rd16(p + 28), extra_len = rd16(p + 30), comment_len = rd16(p + 32);
     CBX_CHECK(size_t(cd_end - p) - kCentralLen >= name_len + extra_len + comment_len,
-              "zip: '%s': central directory entry %llu runs past the directory", file,
-              (unsigned long long)i);
+              "zip: '%s': central directory entry %llu runs past the directory", file, (unsigned long long)i);
     Entry en;
     en.name.assign(reinterpret_cast<const char*>(p + kCentralLen), name_len);
     const char* ename = en.name.c_str();
@@ -139,8 +134,7 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string name)
     const uint8_t* x_end = x + extra_len;
     while (x_end - x >= 4) {
       const uint16_t id = rd16(x), len = rd16(x + 2);
-      CBX_CHECK(size_t(x_end - x - 4) >= len, "zip: '%s': entry '%s' has a corrupt extra field",
-                file, ename);
+      CBX_CHECK(size_t(x_end - x - 4) >= len, "zip: '%s': entry '%s' has a corrupt extra field", file, ename);
       if (id == kZip64ExtraId) {
         const uint8_t* v = x + 4;
         size_t left = len;
@@ -160,25 +154,22 @@ ZipReader::ZipReader(const uint8_t* data, size_t size, std::string name)
               "zip: '%s': entry '%s' is compressed (method %u); only stored entries are "
               "supported, as torch.save writes them",
               file, ename, unsigned(method));
-    CBX_CHECK(csize == usize, "zip: '%s': stored entry '%s' has compressed size %llu != size %llu",
-              file, ename, (unsigned long long)csize, (unsigned long long)usize);
+    CBX_CHECK(csize == usize, "zip: '%s': stored entry '%s' has compressed size %llu != size %llu", file, ename,
+              (unsigned long long)csize, (unsigned long long)usize);
     CBX_CHECK(loff <= cd_offset && cd_offset - loff >= kLocalLen,
-              "zip: '%s': entry '%s' local header offset %llu out of range", file, ename,
-              (unsigned long long)loff);
+              "zip: '%s': entry '%s' local header offset %llu out of range", file, ename, (unsigned long long)loff);
     const uint8_t* l = data_ + loff;
-    CBX_CHECK(rd32(l) == kLocalSig, "zip: '%s': entry '%s' has a bad local header signature", file,
-              ename);
+    CBX_CHECK(rd32(l) == kLocalSig, "zip: '%s': entry '%s' has a bad local header signature", file, ename);
     const size_t lname = rd16(l + 26), lextra = rd16(l + 28);
     const uint64_t begin = loff + kLocalLen + lname + lextra;
     CBX_CHECK(begin <= cd_offset && usize <= cd_offset - begin,
-              "zip: '%s': entry '%s' data [%llu, +%llu) runs past the central directory", file,
-              ename, (unsigned long long)begin, (unsigned long long)usize);
+              "zip: '%s': entry '%s' data [%llu, +%llu) runs past the central directory", file, ename,
+              (unsigned long long)begin, (unsigned long long)usize);
     CBX_CHECK(lname == name_len && std::memcmp(l + kLocalLen, en.name.data(), name_len) == 0,
               "zip: '%s': entry '%s' local and central names differ", file, ename);
     en.offset = begin;
     en.size = usize;
-    CBX_CHECK(index_.emplace(en.name, entries_.size()).second, "zip: '%s': duplicate entry '%s'",
-              file, ename);
+    CBX_CHECK(index_.emplace(en.name, entries_.size()).second, "zip: '%s': duplicate entry '%s'", file, ename);
     entries_.push_back(std::move(en));
     p += kCentralLen + name_len + extra_len + comment_len;
   }
@@ -193,16 +184,15 @@ const uint8_t* ZipReader::bytes(const Entry& e, bool verify_crc) const {
   const uint8_t* p = data_ + e.offset;
   if (verify_crc) {
     const uint32_t c = crc32(p, size_t(e.size));
-    CBX_CHECK(c == e.crc, "zip: '%s': entry '%s' CRC-32 %08x != recorded %08x (corrupt file)",
-              name_.c_str(), e.name.c_str(), c, e.crc);
+    CBX_CHECK(c == e.crc, "zip: '%s': entry '%s' CRC-32 %08x != recorded %08x (corrupt file)", name_.c_str(),
+              e.name.c_str(), c, e.crc);
   }
   return p;
 }
 
 // ---------------------------------------------------------------- writer
 
-ZipWriter::ZipWriter(const std::string& path, bool force_zip64)
-    : path_(path), force_zip64_(force_zip64) {
+ZipWriter::ZipWriter(const std::string& path, bool force_zip64) : path_(path), force_zip64_(force_zip64) {
   out_ = std::make_unique<OutputFile>(path, std::vector<OutputInput>{}, "zip");
   f_ = out_->stream();
 }
@@ -216,8 +206,7 @@ void ZipWriter::write(const void* p, size_t n) {
 
 void ZipWriter::add(const std::string& entry_name, const void* data, size_t size, size_t align) {
   CBX_CHECK(f_, "zip: '%s' is already finished", path_.c_str());
-  CBX_CHECK(!entry_name.empty() && entry_name.size() < 0xffff, "zip: '%s': bad entry name",
-            path_.c_str());
+  CBX_CHECK(!entry_name.empty() && entry_name.size() < 0xffff, "zip: '%s': bad entry name", path_.c_str());
   CBX_CHECK(align >= 1 && align <= 4096, "zip: '%s': bad alignment %zu", path_.c_str(), align);
   const uint64_t off = pos_;
   const bool z64 = force_zip64_ || size >= k32 || off >= k32;

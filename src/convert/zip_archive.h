@@ -63,7 +63,7 @@ class ZipWriter {
   void write(const void* p, size_t n);
   std::string path_;
   std::unique_ptr<OutputFile> out_;  // core/output_file.h
-  FILE* f_ = nullptr;                 // out_'s stream
+  FILE* f_ = nullptr;                // out_'s stream
   bool force_zip64_;
   bool ok_ = true;
   uint64_t pos_ = 0;

@@ -41,8 +41,7 @@ void* Arena::alloc_bytes(size_t bytes, size_t align, const char* what) {
   uintptr_t base = reinterpret_cast<uintptr_t>(buf);
   size_t start = ((base + used_ + align - 1) & ~(uintptr_t(align) - 1)) - base;
   CBX_CHECK(buf && bytes <= capacity && start <= capacity - bytes,
-            "arena: out of memory allocating %zu bytes for '%s' (%zu of %zu used)", bytes, what,
-            used_, capacity);
+            "arena: out of memory allocating %zu bytes for '%s' (%zu of %zu used)", bytes, what, used_, capacity);
   used_ = start + bytes;
   if (used_ > high_water_) high_water_ = used_;
   return buf + start;

@@ -9,8 +9,8 @@
 #endif
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -86,8 +86,7 @@ Isa detected_isa() {
 #else
   const CpuFeatures& f = features();
   // The AVX-512 kernels use F/BW/VL/DQ + VNNI + BF16 (Zen 4, Sapphire Rapids and later).
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx512bf16 &&
-      f.fma && f.f16c)
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.avx512bf16 && f.fma && f.f16c)
     return Isa::Avx512;
   if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
   return Isa::Generic;
@@ -105,8 +104,8 @@ Isa active_isa() {
     Isa det = detected_isa();
     if (forced < 0) return det;
     if (forced > int(det)) {
-      log(LogLevel::Warn, "chatterbox: CBX_DEBUG_FORCE_ISA=%s not supported by this CPU, using %s", isa_name(Isa(forced)),
-          isa_name(det));
+      log(LogLevel::Warn, "chatterbox: CBX_DEBUG_FORCE_ISA=%s not supported by this CPU, using %s",
+          isa_name(Isa(forced)), isa_name(det));
       return det;
     }
     return Isa(forced);
@@ -116,9 +115,12 @@ Isa active_isa() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::Generic: return "generic";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
+    case Isa::Generic:
+      return "generic";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
   }
   return "?";
 }

@@ -25,12 +25,12 @@
 namespace cbx {
 
 struct DebugEnv {
-  int force_isa = -1;          // CBX_DEBUG_FORCE_ISA: -1 unset, else int(Isa) (core/cpu.h)
-  bool no_amx = false;         // CBX_DEBUG_NO_AMX
-  int vdpbf16 = -1;            // CBX_DEBUG_VDPBF16: -1 unset (the CPU decides), 0 off, 1 on
-  bool no_prepack = false;     // CBX_DEBUG_NO_PREPACK
+  int force_isa = -1;              // CBX_DEBUG_FORCE_ISA: -1 unset, else int(Isa) (core/cpu.h)
+  bool no_amx = false;             // CBX_DEBUG_NO_AMX
+  int vdpbf16 = -1;                // CBX_DEBUG_VDPBF16: -1 unset (the CPU decides), 0 off, 1 on
+  bool no_prepack = false;         // CBX_DEBUG_NO_PREPACK
   bool s3gen_shared_arena = true;  // CBX_DEBUG_S3GEN_SHARED_ARENA
-  int stream_prefetch = -1;    // CBX_DEBUG_STREAM_PREFETCH: -1 unset, else int(PrefetchLevel)
+  int stream_prefetch = -1;        // CBX_DEBUG_STREAM_PREFETCH: -1 unset, else int(PrefetchLevel)
 };
 
 // The switches, read at the first call. Never throws.

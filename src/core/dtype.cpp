@@ -1,8 +1,9 @@
 #include "core/dtype.h"
 
+#include <strings.h>
+
 #include <cmath>
 #include <cstring>
-#include <strings.h>
 
 #include "core/dtype_kquant.h"
 #include "core/error.h"
@@ -203,9 +204,8 @@ DType dtype_from_name(const char* name) {
 
 size_t dtype_row_bytes(DType t, int64_t n) {
   const TypeTraits& tr = type_traits(t);
-  CBX_CHECK(n >= 0 && n % tr.block_size == 0,
-            "dtype: %lld elements is not a multiple of the %s block size %lld", (long long)n,
-            tr.name, (long long)tr.block_size);
+  CBX_CHECK(n >= 0 && n % tr.block_size == 0, "dtype: %lld elements is not a multiple of the %s block size %lld",
+            (long long)n, tr.name, (long long)tr.block_size);
   return size_t(n / tr.block_size) * tr.block_bytes;
 }
 

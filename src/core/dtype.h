@@ -79,9 +79,9 @@ using ToFloatFn = void (*)(const void* src, float* dst, int64_t n);    // n % bl
 using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);  // n % block_size == 0
 
 struct TypeTraits {
-  const char* name;        // "f32", "q4_0", ...
-  int64_t block_size;      // elements per block (1 for plain types)
-  size_t block_bytes;      // bytes per block
+  const char* name;    // "f32", "q4_0", ...
+  int64_t block_size;  // elements per block (1 for plain types)
+  size_t block_bytes;  // bytes per block
   bool is_quantized;
   bool is_float;           // usable as a weight/activation float type
   ToFloatFn to_float;      // nullptr for integer types
@@ -104,7 +104,10 @@ size_t dtype_row_bytes(DType t, int64_t n);
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 inline float bf16_to_f32(uint16_t h) {
-  union { uint32_t u; float f; } v{uint32_t(h) << 16};
+  union {
+    uint32_t u;
+    float f;
+  } v{uint32_t(h) << 16};
   return v.f;
 }
 uint16_t f32_to_bf16(float f);  // round-to-nearest-even, NaN preserved

@@ -25,8 +25,10 @@ inline int nibble_at(const uint8_t* qs, int i) {
 }
 inline void set_nibble(uint8_t* qs, int i, int q) {
   uint8_t& b = qs[32 * (i / 64) + i % 32];
-  if ((i / 32) & 1) b = uint8_t((b & 0x0f) | (q << 4));
-  else b = uint8_t((b & 0xf0) | q);
+  if ((i / 32) & 1)
+    b = uint8_t((b & 0x0f) | (q << 4));
+  else
+    b = uint8_t((b & 0xf0) | q);
 }
 
 inline int clampi(long v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : int(v); }
@@ -123,7 +125,8 @@ void quant_super(const float* x, int qmax, uint16_t* d_out, uint16_t* dmin_out, 
     sc[j] = uint8_t(bs);
     mn[j] = uint8_t(bm);
     const float sa = d * float(bs), sb = dmin * float(bm);
-    for (int l = 0; l < 32; ++l) q[32 * j + l] = uint8_t(sa > 0.f ? clampi(std::lround((xs[l] + sb) / sa), 0, qmax) : 0);
+    for (int l = 0; l < 32; ++l)
+      q[32 * j + l] = uint8_t(sa > 0.f ? clampi(std::lround((xs[l] + sb) / sa), 0, qmax) : 0);
   }
   kquant_pack_scales(sc, mn, scales);
 }

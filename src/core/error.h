@@ -27,15 +27,15 @@ template <typename... Args>
 }
 
 // Checks that hold for any input (validation): throw with a message.
-#define CBX_CHECK(cond, ...)            \
-  do {                                  \
+#define CBX_CHECK(cond, ...)               \
+  do {                                     \
     if (!(cond)) ::cbx::fail(__VA_ARGS__); \
   } while (0)
 
 // Internal invariants (programming errors): log the location (core/log.h), then abort.
 [[noreturn]] void assert_failed(const char* file, int line, const char* cond);
-#define CBX_ASSERT(cond)                                           \
-  do {                                                             \
+#define CBX_ASSERT(cond)                                          \
+  do {                                                            \
     if (!(cond)) ::cbx::assert_failed(__FILE__, __LINE__, #cond); \
   } while (0)
 

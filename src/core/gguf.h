@@ -21,8 +21,19 @@ namespace cbx {
 class OutputFile;
 
 enum class GgufType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 
 const char* gguf_type_name(GgufType t);  // "u8", ..., "array"; "unknown" otherwise
@@ -37,8 +48,8 @@ struct GgufValue {
   // integers widen to int64/uint64, floats to double, bool to bool
   std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<GgufArray>> v;
 
-  int64_t as_int() const;            // any integer type (throws otherwise / on overflow)
-  double as_float() const;           // any numeric type
+  int64_t as_int() const;   // any integer type (throws otherwise / on overflow)
+  double as_float() const;  // any numeric type
   bool as_bool() const;
   const std::string& as_string() const;
   const GgufArray& as_array() const;
@@ -51,9 +62,9 @@ struct GgufValue {
 bool same_value(const GgufValue& a, const GgufValue& b);
 
 // Limits the reader enforces beyond the spec (real files are far inside them).
-constexpr int kGgufMaxArrayDepth = 16;        // nested metadata arrays
-constexpr size_t kGgufMaxKeyBytes = 65535;    // metadata key length (spec limit)
-constexpr size_t kGgufMaxNameBytes = 65535;   // tensor name length
+constexpr int kGgufMaxArrayDepth = 16;       // nested metadata arrays
+constexpr size_t kGgufMaxKeyBytes = 65535;   // metadata key length (spec limit)
+constexpr size_t kGgufMaxNameBytes = 65535;  // tensor name length
 constexpr uint32_t kGgufMaxAlignment = 1u << 30;
 
 struct GgufTensorInfo {
@@ -70,8 +81,7 @@ class GgufFile {
   // mmaps and validates the whole file. Throws cbx::Error naming `path` on any problem.
   static std::unique_ptr<GgufFile> open(const std::string& path);
   // Parses an in-memory image (used by the fuzzer and tests); `data` must outlive the object.
-  static std::unique_ptr<GgufFile> from_memory(const void* data, size_t size,
-                                               const std::string& name = "<memory>");
+  static std::unique_ptr<GgufFile> from_memory(const void* data, size_t size, const std::string& name = "<memory>");
   ~GgufFile();
 
   const std::string& path() const { return path_; }
@@ -126,16 +136,13 @@ class GgufWriter {
   void set_value(const std::string& key, const GgufValue& v);  // generic (copying metadata)
 
   // shape is row-major; bytes must equal the shape's size in dtype.
-  void add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                  const void* data, size_t bytes);
+  void add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data, size_t bytes);
   using Producer = void (*)(void* ctx, void* dst, size_t bytes);
-  void add_tensor_lazy(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                       Producer produce, void* ctx);
+  void add_tensor_lazy(const std::string& name, DType dtype, std::vector<int64_t> shape, Producer produce, void* ctx);
   // Same with a callable. At write time it is called once with a scratch buffer of
   // exactly the tensor's size, which it must fill; it may throw to abort the write.
   using ProducerFn = std::function<void(void* dst, size_t bytes)>;
-  void add_tensor_lazy(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                       ProducerFn produce);
+  void add_tensor_lazy(const std::string& name, DType dtype, std::vector<int64_t> shape, ProducerFn produce);
 
   void set_alignment(size_t a);  // default 32; written as general.alignment if not 32
   // Writes to `path` through an OutputFile (core/output_file.h: a temporary file renamed at

@@ -65,8 +65,7 @@ NonFiniteCount count_plain(const U* p, int64_t n, Bits<U> b, int64_t base) {
   return c;
 }
 
-NonFiniteCount count_blocks(const uint8_t* p, int64_t nb, size_t stride, int64_t block, int64_t base_block,
-                            bool two) {
+NonFiniteCount count_blocks(const uint8_t* p, int64_t nb, size_t stride, int64_t block, int64_t base_block, bool two) {
   NonFiniteCount c;
   if (!any_scale(p, nb, stride, two)) return c;
   for (int64_t i = 0; i < nb; ++i) {
@@ -82,10 +81,14 @@ NonFiniteCount count_blocks(const uint8_t* p, int64_t nb, size_t stride, int64_t
 NonFiniteCount count_range(DType dt, const uint8_t* data, int64_t e0, int64_t e1) {
   const int64_t n = e1 - e0;
   switch (dt) {
-    case DType::F64: return count_plain(reinterpret_cast<const uint64_t*>(data) + e0, n, kF64, e0);
-    case DType::F32: return count_plain(reinterpret_cast<const uint32_t*>(data) + e0, n, kF32, e0);
-    case DType::F16: return count_plain(reinterpret_cast<const uint16_t*>(data) + e0, n, kF16, e0);
-    case DType::BF16: return count_plain(reinterpret_cast<const uint16_t*>(data) + e0, n, kBF16, e0);
+    case DType::F64:
+      return count_plain(reinterpret_cast<const uint64_t*>(data) + e0, n, kF64, e0);
+    case DType::F32:
+      return count_plain(reinterpret_cast<const uint32_t*>(data) + e0, n, kF32, e0);
+    case DType::F16:
+      return count_plain(reinterpret_cast<const uint16_t*>(data) + e0, n, kF16, e0);
+    case DType::BF16:
+      return count_plain(reinterpret_cast<const uint16_t*>(data) + e0, n, kBF16, e0);
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q4_K:
@@ -95,14 +98,21 @@ NonFiniteCount count_range(DType dt, const uint8_t* data, int64_t e0, int64_t e1
       return count_blocks(data + size_t(b0) * tr.block_bytes, n / tr.block_size, tr.block_bytes, tr.block_size, b0,
                           dt == DType::Q4_K || dt == DType::Q5_K);
     }
-    default: return {};  // integer types
+    default:
+      return {};  // integer types
   }
 }
 
 bool scanned(DType dt) {
   switch (dt) {
-    case DType::F64: case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
-    case DType::Q4_K: case DType::Q5_K:
+    case DType::F64:
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q5_K:
       return true;
     default:
       return false;
@@ -131,8 +141,8 @@ bool non_finite_counts_blocks(DType dt) { return type_traits(dt).is_quantized; }
 
 NonFiniteCount count_non_finite(DType dt, const void* data, int64_t n) {
   const TypeTraits& tr = type_traits(dt);
-  CBX_CHECK(n >= 0 && n % tr.block_size == 0, "count_non_finite: %lld elements of %s (not whole blocks)",
-            (long long)n, tr.name);
+  CBX_CHECK(n >= 0 && n % tr.block_size == 0, "count_non_finite: %lld elements of %s (not whole blocks)", (long long)n,
+            tr.name);
   return count_range(dt, static_cast<const uint8_t*>(data), 0, n);
 }
 
@@ -178,9 +188,8 @@ std::vector<NonFiniteTensor> find_non_finite(const GgufFile& f, ThreadPool* pool
 std::string describe_non_finite(const NonFiniteTensor& t) {
   const bool blocks = non_finite_counts_blocks(t.dtype);
   char buf[256];
-  std::snprintf(buf, sizeof buf, "has %lld NaN and %lld Inf %s, the first at element %lld",
-                (long long)t.count.nan, (long long)t.count.inf, blocks ? "block scales" : "values",
-                (long long)t.count.first);
+  std::snprintf(buf, sizeof buf, "has %lld NaN and %lld Inf %s, the first at element %lld", (long long)t.count.nan,
+                (long long)t.count.inf, blocks ? "block scales" : "values", (long long)t.count.first);
   return "tensor '" + t.name + "' (" + dtype_name(t.dtype) + ") " + buf;
 }
 
@@ -195,9 +204,10 @@ void check_finite_weights(const GgufFile& f, ThreadPool* pool) {
   if (bad.empty()) return;
   std::string more;
   if (bad.size() > 1) more = " (and " + std::to_string(bad.size() - 1) + " more tensors with non-finite values)";
-  fail("%s: %s%s; the model is damaged (NaN / Inf weights corrupt the audio): run `chatterbox info --check %s` "
-       "for the full list",
-       f.path().c_str(), describe_non_finite(bad[0]).c_str(), more.c_str(), f.path().c_str());
+  fail(
+      "%s: %s%s; the model is damaged (NaN / Inf weights corrupt the audio): run `chatterbox info --check %s` "
+      "for the full list",
+      f.path().c_str(), describe_non_finite(bad[0]).c_str(), more.c_str(), f.path().c_str());
 }
 
 }  // namespace cbx

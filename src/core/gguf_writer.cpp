@@ -21,7 +21,10 @@ class GgufWriter::Sink {
   virtual void put(const void* p, size_t n) = 0;
   size_t pos = 0;
 
-  template <typename T> void val(T v) { put(&v, sizeof(T)); }  // host is little-endian
+  template <typename T>
+  void val(T v) {
+    put(&v, sizeof(T));
+  }  // host is little-endian
   void str(const std::string& s) {
     val<uint64_t>(s.size());
     put(s.data(), s.size());
@@ -66,8 +69,8 @@ class FileSink : public GgufWriter::Sink {
 bool is_pow2(uint64_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
 void check_alignment(uint64_t a) {
-  CBX_CHECK(is_pow2(a) && a <= kGgufMaxAlignment,
-            "gguf writer: alignment %llu is not a power of two in [1, 2^30]", (unsigned long long)a);
+  CBX_CHECK(is_pow2(a) && a <= kGgufMaxAlignment, "gguf writer: alignment %llu is not a power of two in [1, 2^30]",
+            (unsigned long long)a);
 }
 
 // Checks that v can be written as its declared type (what the reader would accept back).
@@ -76,24 +79,40 @@ void check_value(const std::string& key, const GgufValue& v, int depth) {
   auto in_range_u = [&](uint64_t max) {
     const uint64_t* u = std::get_if<uint64_t>(&v.v);
     CBX_CHECK(u, "gguf writer: key '%s': %s value must hold uint64_t", k, gguf_type_name(v.type));
-    CBX_CHECK(*u <= max, "gguf writer: key '%s': %llu out of range for %s", k,
-              (unsigned long long)*u, gguf_type_name(v.type));
+    CBX_CHECK(*u <= max, "gguf writer: key '%s': %llu out of range for %s", k, (unsigned long long)*u,
+              gguf_type_name(v.type));
   };
   auto in_range_i = [&](int64_t lo, int64_t hi) {
     const int64_t* i = std::get_if<int64_t>(&v.v);
     CBX_CHECK(i, "gguf writer: key '%s': %s value must hold int64_t", k, gguf_type_name(v.type));
-    CBX_CHECK(*i >= lo && *i <= hi, "gguf writer: key '%s': %lld out of range for %s", k,
-              (long long)*i, gguf_type_name(v.type));
+    CBX_CHECK(*i >= lo && *i <= hi, "gguf writer: key '%s': %lld out of range for %s", k, (long long)*i,
+              gguf_type_name(v.type));
   };
   switch (v.type) {
-    case GgufType::U8: in_range_u(UINT8_MAX); break;
-    case GgufType::U16: in_range_u(UINT16_MAX); break;
-    case GgufType::U32: in_range_u(UINT32_MAX); break;
-    case GgufType::U64: in_range_u(UINT64_MAX); break;
-    case GgufType::I8: in_range_i(INT8_MIN, INT8_MAX); break;
-    case GgufType::I16: in_range_i(INT16_MIN, INT16_MAX); break;
-    case GgufType::I32: in_range_i(INT32_MIN, INT32_MAX); break;
-    case GgufType::I64: in_range_i(INT64_MIN, INT64_MAX); break;
+    case GgufType::U8:
+      in_range_u(UINT8_MAX);
+      break;
+    case GgufType::U16:
+      in_range_u(UINT16_MAX);
+      break;
+    case GgufType::U32:
+      in_range_u(UINT32_MAX);
+      break;
+    case GgufType::U64:
+      in_range_u(UINT64_MAX);
+      break;
+    case GgufType::I8:
+      in_range_i(INT8_MIN, INT8_MAX);
+      break;
+    case GgufType::I16:
+      in_range_i(INT16_MIN, INT16_MAX);
+      break;
+    case GgufType::I32:
+      in_range_i(INT32_MIN, INT32_MAX);
+      break;
+    case GgufType::I64:
+      in_range_i(INT64_MIN, INT64_MAX);
+      break;
     case GgufType::F32:
     case GgufType::F64: {
       const double* d = std::get_if<double>(&v.v);
@@ -106,19 +125,19 @@ void check_value(const std::string& key, const GgufValue& v, int depth) {
       CBX_CHECK(std::holds_alternative<bool>(v.v), "gguf writer: key '%s': bool value must hold bool", k);
       break;
     case GgufType::STRING:
-      CBX_CHECK(std::holds_alternative<std::string>(v.v),
-                "gguf writer: key '%s': string value must hold std::string", k);
+      CBX_CHECK(std::holds_alternative<std::string>(v.v), "gguf writer: key '%s': string value must hold std::string",
+                k);
       break;
     case GgufType::ARRAY: {
-      CBX_CHECK(depth < kGgufMaxArrayDepth, "gguf writer: key '%s': arrays nested deeper than %d",
-                k, kGgufMaxArrayDepth);
+      CBX_CHECK(depth < kGgufMaxArrayDepth, "gguf writer: key '%s': arrays nested deeper than %d", k,
+                kGgufMaxArrayDepth);
       const auto* a = std::get_if<std::shared_ptr<GgufArray>>(&v.v);
       CBX_CHECK(a && *a, "gguf writer: key '%s': array value must hold a GgufArray", k);
-      CBX_CHECK(uint32_t((*a)->type) <= uint32_t(GgufType::F64),
-                "gguf writer: key '%s': unknown array element type %u", k, unsigned((*a)->type));
+      CBX_CHECK(uint32_t((*a)->type) <= uint32_t(GgufType::F64), "gguf writer: key '%s': unknown array element type %u",
+                k, unsigned((*a)->type));
       for (const GgufValue& x : (*a)->items) {
-        CBX_CHECK(x.type == (*a)->type, "gguf writer: key '%s': %s item in an array of %s", k,
-                  gguf_type_name(x.type), gguf_type_name((*a)->type));
+        CBX_CHECK(x.type == (*a)->type, "gguf writer: key '%s': %s item in an array of %s", k, gguf_type_name(x.type),
+                  gguf_type_name((*a)->type));
         check_value(key, x, depth + 1);
       }
       break;
@@ -130,18 +149,42 @@ void check_value(const std::string& key, const GgufValue& v, int depth) {
 
 void emit_value(GgufWriter::Sink& out, const GgufValue& v) {
   switch (v.type) {
-    case GgufType::U8: out.val<uint8_t>(uint8_t(std::get<uint64_t>(v.v))); break;
-    case GgufType::U16: out.val<uint16_t>(uint16_t(std::get<uint64_t>(v.v))); break;
-    case GgufType::U32: out.val<uint32_t>(uint32_t(std::get<uint64_t>(v.v))); break;
-    case GgufType::U64: out.val<uint64_t>(std::get<uint64_t>(v.v)); break;
-    case GgufType::I8: out.val<int8_t>(int8_t(std::get<int64_t>(v.v))); break;
-    case GgufType::I16: out.val<int16_t>(int16_t(std::get<int64_t>(v.v))); break;
-    case GgufType::I32: out.val<int32_t>(int32_t(std::get<int64_t>(v.v))); break;
-    case GgufType::I64: out.val<int64_t>(std::get<int64_t>(v.v)); break;
-    case GgufType::F32: out.val<float>(float(std::get<double>(v.v))); break;
-    case GgufType::F64: out.val<double>(std::get<double>(v.v)); break;
-    case GgufType::BOOL: out.val<uint8_t>(std::get<bool>(v.v) ? 1 : 0); break;
-    case GgufType::STRING: out.str(std::get<std::string>(v.v)); break;
+    case GgufType::U8:
+      out.val<uint8_t>(uint8_t(std::get<uint64_t>(v.v)));
+      break;
+    case GgufType::U16:
+      out.val<uint16_t>(uint16_t(std::get<uint64_t>(v.v)));
+      break;
+    case GgufType::U32:
+      out.val<uint32_t>(uint32_t(std::get<uint64_t>(v.v)));
+      break;
+    case GgufType::U64:
+      out.val<uint64_t>(std::get<uint64_t>(v.v));
+      break;
+    case GgufType::I8:
+      out.val<int8_t>(int8_t(std::get<int64_t>(v.v)));
+      break;
+    case GgufType::I16:
+      out.val<int16_t>(int16_t(std::get<int64_t>(v.v)));
+      break;
+    case GgufType::I32:
+      out.val<int32_t>(int32_t(std::get<int64_t>(v.v)));
+      break;
+    case GgufType::I64:
+      out.val<int64_t>(std::get<int64_t>(v.v));
+      break;
+    case GgufType::F32:
+      out.val<float>(float(std::get<double>(v.v)));
+      break;
+    case GgufType::F64:
+      out.val<double>(std::get<double>(v.v));
+      break;
+    case GgufType::BOOL:
+      out.val<uint8_t>(std::get<bool>(v.v) ? 1 : 0);
+      break;
+    case GgufType::STRING:
+      out.str(std::get<std::string>(v.v));
+      break;
     case GgufType::ARRAY: {
       const GgufArray& a = *std::get<std::shared_ptr<GgufArray>>(v.v);
       out.val<uint32_t>(uint32_t(a.type));
@@ -167,12 +210,11 @@ GgufValue array_of(GgufType t, const std::vector<T>& xs, F make) {
 }  // namespace
 
 void GgufWriter::add_kv(const std::string& key, GgufValue v) {
-  CBX_CHECK(!key.empty() && key.size() <= kGgufMaxKeyBytes,
-            "gguf writer: metadata key length %zu (must be 1..%zu)", key.size(), kGgufMaxKeyBytes);
+  CBX_CHECK(!key.empty() && key.size() <= kGgufMaxKeyBytes, "gguf writer: metadata key length %zu (must be 1..%zu)",
+            key.size(), kGgufMaxKeyBytes);
   check_value(key, v, 0);
   if (key == "general.alignment") {
-    CBX_CHECK(v.type == GgufType::U32, "gguf writer: general.alignment must be a u32, got %s",
-              gguf_type_name(v.type));
+    CBX_CHECK(v.type == GgufType::U32, "gguf writer: general.alignment must be a u32, got %s", gguf_type_name(v.type));
     check_alignment(std::get<uint64_t>(v.v));
     alignment_ = size_t(std::get<uint64_t>(v.v));
     for (auto& kv : kv_)
@@ -181,8 +223,7 @@ void GgufWriter::add_kv(const std::string& key, GgufValue v) {
         return;
       }
   } else {
-    for (const auto& kv : kv_)
-      CBX_CHECK(kv.first != key, "gguf writer: duplicate metadata key '%s'", key.c_str());
+    for (const auto& kv : kv_) CBX_CHECK(kv.first != key, "gguf writer: duplicate metadata key '%s'", key.c_str());
   }
   kv_.emplace_back(key, std::move(v));
 }
@@ -190,9 +231,7 @@ void GgufWriter::add_kv(const std::string& key, GgufValue v) {
 void GgufWriter::set_u32(const std::string& key, uint32_t v) { add_kv(key, scalar_u(GgufType::U32, v)); }
 void GgufWriter::set_i32(const std::string& key, int32_t v) { add_kv(key, scalar_i(GgufType::I32, v)); }
 void GgufWriter::set_u64(const std::string& key, uint64_t v) { add_kv(key, scalar_u(GgufType::U64, v)); }
-void GgufWriter::set_f32(const std::string& key, float v) {
-  add_kv(key, GgufValue{GgufType::F32, double(v)});
-}
+void GgufWriter::set_f32(const std::string& key, float v) { add_kv(key, GgufValue{GgufType::F32, double(v)}); }
 void GgufWriter::set_bool(const std::string& key, bool v) { add_kv(key, GgufValue{GgufType::BOOL, v}); }
 void GgufWriter::set_string(const std::string& key, const std::string& v) {
   add_kv(key, GgufValue{GgufType::STRING, v});
@@ -204,8 +243,7 @@ void GgufWriter::set_f32_array(const std::string& key, const std::vector<float>&
   add_kv(key, array_of(GgufType::F32, v, [](float x) { return GgufValue{GgufType::F32, double(x)}; }));
 }
 void GgufWriter::set_string_array(const std::string& key, const std::vector<std::string>& v) {
-  add_kv(key, array_of(GgufType::STRING, v,
-                       [](const std::string& x) { return GgufValue{GgufType::STRING, x}; }));
+  add_kv(key, array_of(GgufType::STRING, v, [](const std::string& x) { return GgufValue{GgufType::STRING, x}; }));
 }
 void GgufWriter::set_value(const std::string& key, const GgufValue& v) { add_kv(key, v); }
 
@@ -216,30 +254,26 @@ void GgufWriter::set_alignment(size_t a) {
     if (kv.first == "general.alignment") kv.second = scalar_u(GgufType::U32, a);
 }
 
-GgufWriter::Pending& GgufWriter::new_tensor(const std::string& name, DType dtype,
-                                            std::vector<int64_t> shape) {
+GgufWriter::Pending& GgufWriter::new_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape) {
   const char* nm = name.c_str();
-  CBX_CHECK(!name.empty() && name.size() <= kGgufMaxNameBytes,
-            "gguf writer: tensor name length %zu (must be 1..%zu)", name.size(), kGgufMaxNameBytes);
-  for (const Pending& p : tensors_)
-    CBX_CHECK(p.name != name, "gguf writer: duplicate tensor name '%s'", nm);
-  CBX_CHECK(dtype_known(uint32_t(dtype)), "gguf writer: tensor '%s': unknown dtype id %u", nm,
-            unsigned(dtype));
+  CBX_CHECK(!name.empty() && name.size() <= kGgufMaxNameBytes, "gguf writer: tensor name length %zu (must be 1..%zu)",
+            name.size(), kGgufMaxNameBytes);
+  for (const Pending& p : tensors_) CBX_CHECK(p.name != name, "gguf writer: duplicate tensor name '%s'", nm);
+  CBX_CHECK(dtype_known(uint32_t(dtype)), "gguf writer: tensor '%s': unknown dtype id %u", nm, unsigned(dtype));
   CBX_CHECK(!shape.empty() && shape.size() <= size_t(kMaxDims),
             "gguf writer: tensor '%s' has %zu dimensions (must be 1..%d)", nm, shape.size(), kMaxDims);
   const TypeTraits& tr = type_traits(dtype);
   uint64_t rows = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    CBX_CHECK(shape[i] > 0, "gguf writer: tensor '%s' dimension %zu is %lld (must be > 0)", nm, i,
-              (long long)shape[i]);
+    CBX_CHECK(shape[i] > 0, "gguf writer: tensor '%s' dimension %zu is %lld (must be > 0)", nm, i, (long long)shape[i]);
     if (i + 1 < shape.size())
       CBX_CHECK(!__builtin_mul_overflow(rows, uint64_t(shape[i]), &rows) && rows <= uint64_t(INT64_MAX),
                 "gguf writer: tensor '%s' shape overflows", nm);
   }
   int64_t inner = shape.back();
   CBX_CHECK(inner % tr.block_size == 0,
-            "gguf writer: tensor '%s' innermost dimension %lld is not a multiple of the %s block size %lld",
-            nm, (long long)inner, tr.name, (long long)tr.block_size);
+            "gguf writer: tensor '%s' innermost dimension %lld is not a multiple of the %s block size %lld", nm,
+            (long long)inner, tr.name, (long long)tr.block_size);
   uint64_t nbytes, numel;
   CBX_CHECK(!__builtin_mul_overflow(rows, uint64_t(inner), &numel) && numel <= uint64_t(INT64_MAX) &&
                 !__builtin_mul_overflow(rows, uint64_t(dtype_row_bytes(dtype, inner)), &nbytes) &&
@@ -254,8 +288,8 @@ GgufWriter::Pending& GgufWriter::new_tensor(const std::string& name, DType dtype
   return tensors_.back();
 }
 
-void GgufWriter::add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                            const void* data, size_t bytes) {
+void GgufWriter::add_tensor(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data,
+                            size_t bytes) {
   Pending& p = new_tensor(name, dtype, std::move(shape));
   if (bytes != p.bytes || data == nullptr) {
     size_t need = p.bytes;
@@ -267,15 +301,14 @@ void GgufWriter::add_tensor(const std::string& name, DType dtype, std::vector<in
   p.owned.assign(b, b + bytes);
 }
 
-void GgufWriter::add_tensor_lazy(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                                 Producer produce, void* ctx) {
+void GgufWriter::add_tensor_lazy(const std::string& name, DType dtype, std::vector<int64_t> shape, Producer produce,
+                                 void* ctx) {
   CBX_CHECK(produce != nullptr, "gguf writer: tensor '%s': null producer", name.c_str());
   add_tensor_lazy(name, dtype, std::move(shape),
                   ProducerFn([produce, ctx](void* dst, size_t bytes) { produce(ctx, dst, bytes); }));
 }
 
-void GgufWriter::add_tensor_lazy(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                                 ProducerFn produce) {
+void GgufWriter::add_tensor_lazy(const std::string& name, DType dtype, std::vector<int64_t> shape, ProducerFn produce) {
   CBX_CHECK(bool(produce), "gguf writer: tensor '%s': null producer", name.c_str());
   new_tensor(name, dtype, std::move(shape)).produce = std::move(produce);
 }

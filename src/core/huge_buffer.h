@@ -30,8 +30,8 @@ class HugeBuffer {
   HugeBuffer& operator=(const HugeBuffer&) = delete;
 
   uint8_t* data() const { return p_; }
-  size_t size() const { return n_; }       // bytes asked for
-  bool huge() const { return huge_; }      // whether MADV_HUGEPAGE was accepted
+  size_t size() const { return n_; }   // bytes asked for
+  bool huge() const { return huge_; }  // whether MADV_HUGEPAGE was accepted
 
   static constexpr size_t kHugePage = size_t(2) << 20;
 

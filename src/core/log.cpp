@@ -1,12 +1,12 @@
 #include "core/log.h"
 
-#include "core/error.h"
-
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
+
+#include "core/error.h"
 
 namespace cbx {
 namespace {

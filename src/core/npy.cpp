@@ -46,8 +46,7 @@ std::string dict_value(const std::string& h, const char* key, const std::string&
   std::string k1 = std::string("'") + key + "'";
   size_t p = h.find(k1);
   if (p == std::string::npos) p = h.find(std::string("\"") + key + "\"");
-  CBX_CHECK(p != std::string::npos, "npy '%s': header lacks key %s: %s", name.c_str(), key,
-            h.c_str());
+  CBX_CHECK(p != std::string::npos, "npy '%s': header lacks key %s: %s", name.c_str(), key, h.c_str());
   p = h.find(':', p + k1.size());
   CBX_CHECK(p != std::string::npos, "npy '%s': malformed header: %s", name.c_str(), h.c_str());
   ++p;
@@ -106,8 +105,8 @@ std::string NpyArray::shape_str() const {
 
 NpyArray npy_parse(const void* bytes, size_t size, const std::string& name) {
   const auto* b = static_cast<const uint8_t*>(bytes);
-  CBX_CHECK(size >= 10 && std::memcmp(b, kMagic, kMagicLen) == 0,
-            "npy '%s': not a .npy file (bad magic)", name.c_str());
+  CBX_CHECK(size >= 10 && std::memcmp(b, kMagic, kMagicLen) == 0, "npy '%s': not a .npy file (bad magic)",
+            name.c_str());
   int major = b[6];
   size_t hlen = 0, hoff = 0;
   if (major == 1) {
@@ -120,8 +119,7 @@ NpyArray npy_parse(const void* bytes, size_t size, const std::string& name) {
   } else {
     fail("npy '%s': unsupported format version %d", name.c_str(), major);
   }
-  CBX_CHECK(hlen <= size - hoff, "npy '%s': header length %zu past end of file (%zu bytes)",
-            name.c_str(), hlen, size);
+  CBX_CHECK(hlen <= size - hoff, "npy '%s': header length %zu past end of file (%zu bytes)", name.c_str(), hlen, size);
   std::string h(reinterpret_cast<const char*>(b + hoff), hlen);
 
   NpyArray a;
@@ -136,12 +134,11 @@ NpyArray npy_parse(const void* bytes, size_t size, const std::string& name) {
     fail("npy '%s': unsupported dtype %s (want <f4, <i4 or <i8)", name.c_str(), descr.c_str());
 
   std::string fo = dict_value(h, "fortran_order", name);
-  CBX_CHECK(fo == "False", "npy '%s': fortran_order=%s is not supported (C order only)",
-            name.c_str(), fo.c_str());
+  CBX_CHECK(fo == "False", "npy '%s': fortran_order=%s is not supported (C order only)", name.c_str(), fo.c_str());
 
   std::string sh = dict_value(h, "shape", name);
-  CBX_CHECK(sh.size() >= 2 && sh.front() == '(' && sh.back() == ')', "npy '%s': bad shape %s",
-            name.c_str(), sh.c_str());
+  CBX_CHECK(sh.size() >= 2 && sh.front() == '(' && sh.back() == ')', "npy '%s': bad shape %s", name.c_str(),
+            sh.c_str());
   const char* p = sh.c_str() + 1;
   uint64_t total = 1;
   while (*p && *p != ')') {
@@ -150,10 +147,9 @@ NpyArray npy_parse(const void* bytes, size_t size, const std::string& name) {
     CBX_CHECK(*p >= '0' && *p <= '9', "npy '%s': bad shape %s", name.c_str(), sh.c_str());
     char* end = nullptr;
     unsigned long long d = std::strtoull(p, &end, 10);
-    CBX_CHECK(end != p && d < (1ull << 40), "npy '%s': bad dimension in shape %s", name.c_str(),
-              sh.c_str());
-    CBX_CHECK(d == 0 || total <= (std::numeric_limits<uint64_t>::max() >> 8) / d,
-              "npy '%s': shape %s overflows", name.c_str(), sh.c_str());
+    CBX_CHECK(end != p && d < (1ull << 40), "npy '%s': bad dimension in shape %s", name.c_str(), sh.c_str());
+    CBX_CHECK(d == 0 || total <= (std::numeric_limits<uint64_t>::max() >> 8) / d, "npy '%s': shape %s overflows",
+              name.c_str(), sh.c_str());
     total *= d;
     a.shape.push_back(int64_t(d));
     p = end;
@@ -161,8 +157,8 @@ NpyArray npy_parse(const void* bytes, size_t size, const std::string& name) {
   }
   size_t need = size_t(total) * dtype_size(a.dtype);
   size_t have = size - hoff - hlen;
-  CBX_CHECK(have == need, "npy '%s': payload is %zu bytes, shape %s of %s needs %zu", name.c_str(),
-            have, sh.c_str(), dtype_name(a.dtype), need);
+  CBX_CHECK(have == need, "npy '%s': payload is %zu bytes, shape %s of %s needs %zu", name.c_str(), have, sh.c_str(),
+            dtype_name(a.dtype), need);
   a.data.assign(b + hoff + hlen, b + size);
   return a;
 }
@@ -173,14 +169,12 @@ NpyArray npy_load(const std::string& path) {
   std::vector<uint8_t> buf;
   uint8_t chunk[1 << 16];
   size_t n;
-  while ((n = std::fread(chunk, 1, sizeof(chunk), f.get())) > 0)
-    buf.insert(buf.end(), chunk, chunk + n);
+  while ((n = std::fread(chunk, 1, sizeof(chunk), f.get())) > 0) buf.insert(buf.end(), chunk, chunk + n);
   CBX_CHECK(!std::ferror(f.get()), "npy: read error on '%s'", path.c_str());
   return npy_parse(buf.data(), buf.size(), path);
 }
 
-std::vector<uint8_t> npy_serialize(DType dtype, const std::vector<int64_t>& shape,
-                                   const void* data) {
+std::vector<uint8_t> npy_serialize(DType dtype, const std::vector<int64_t>& shape, const void* data) {
   size_t esz = dtype_size(dtype);
   std::string sh = "(";
   size_t total = 1;
@@ -191,8 +185,7 @@ std::vector<uint8_t> npy_serialize(DType dtype, const std::vector<int64_t>& shap
     sh += (shape.size() == 1) ? "," : (i + 1 < shape.size() ? ", " : "");
   }
   sh += ")";
-  std::string h = std::string("{'descr': '") + dtype_descr(dtype) +
-                  "', 'fortran_order': False, 'shape': " + sh + ", }";
+  std::string h = std::string("{'descr': '") + dtype_descr(dtype) + "', 'fortran_order': False, 'shape': " + sh + ", }";
   // Pad with spaces so that magic + length field + header + '\n' is a multiple of 64.
   bool v2 = h.size() + 1 + 10 > 65535;
   size_t pre = v2 ? 12 : 10;
@@ -218,8 +211,7 @@ std::vector<uint8_t> npy_serialize(DType dtype, const std::vector<int64_t>& shap
   return out;
 }
 
-void npy_save(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
-              const void* data) {
+void npy_save(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data) {
   std::vector<uint8_t> bytes = npy_serialize(dtype, shape, data);
   OutputFile out(path, {}, "npy");
   out.write(bytes);

@@ -37,15 +37,10 @@ NpyArray npy_parse(const void* bytes, size_t size, const std::string& name);
 NpyArray npy_load(const std::string& path);
 
 // Serialise `numel(shape)` elements of `dtype` (F32, I32 or I64) starting at `data`.
-std::vector<uint8_t> npy_serialize(DType dtype, const std::vector<int64_t>& shape,
-                                   const void* data);
-void npy_save(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
-              const void* data);
-inline void npy_save(const std::string& path, const NpyArray& a) {
-  npy_save(path, a.dtype, a.shape, a.data.data());
-}
-inline void npy_save_f32(const std::string& path, const std::vector<int64_t>& shape,
-                         const float* data) {
+std::vector<uint8_t> npy_serialize(DType dtype, const std::vector<int64_t>& shape, const void* data);
+void npy_save(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data);
+inline void npy_save(const std::string& path, const NpyArray& a) { npy_save(path, a.dtype, a.shape, a.data.data()); }
+inline void npy_save_f32(const std::string& path, const std::vector<int64_t>& shape, const float* data) {
   npy_save(path, DType::F32, shape, data);
 }
 

@@ -104,8 +104,7 @@ OutputFile::OutputFile(const std::string& path, const std::vector<OutputInput>& 
   }
   struct stat st;
   const bool exists = ::stat(target_.c_str(), &st) == 0;
-  if (!exists && errno != ENOENT)
-    fail("%s '%s': %s", what.c_str(), path.c_str(), errno_text(errno).c_str());
+  if (!exists && errno != ENOENT) fail("%s '%s': %s", what.c_str(), path.c_str(), errno_text(errno).c_str());
   if (exists && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
     // Written in place; checked now so a permission problem shows before the work.
     if (::access(target_.c_str(), W_OK) != 0)
@@ -188,8 +187,10 @@ void OutputFile::commit() {
 }
 
 void OutputFile::discard() {
-  if (f_) std::fclose(f_);
-  else if (fd_ >= 0) ::close(fd_);
+  if (f_)
+    std::fclose(f_);
+  else if (fd_ >= 0)
+    ::close(fd_);
   f_ = nullptr;
   fd_ = -1;
   if (!tmp_.empty()) ::unlink(tmp_.c_str());

@@ -11,7 +11,7 @@ struct ProgressEvent {
   const char* stage = "";  // what is being done: "reading", "tensor", "step"
   int64_t done = 0;        // 1-based index of the current item; 0 with total 0: no count
   int64_t total = 0;
-  std::string item;        // the file, tensor or stage name
+  std::string item;  // the file, tensor or stage name
 };
 
 using ProgressFn = std::function<void(const ProgressEvent&)>;

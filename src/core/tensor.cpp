@@ -52,8 +52,7 @@ std::string Tensor::shape_str() const {
 }
 
 void* Tensor::row(int64_t r) const {
-  CBX_CHECK(r >= 0 && r < rows(), "tensor: row %lld out of range (%lld rows)", (long long)r,
-            (long long)rows());
+  CBX_CHECK(r >= 0 && r < rows(), "tensor: row %lld out of range (%lld rows)", (long long)r, (long long)rows());
   if (ndim <= 1) return data;
   // Row r of the leading dims, walked with their strides.
   int64_t off = 0, rem = r;
@@ -90,7 +89,10 @@ void reach(const Tensor& t, int64_t* lo, int64_t* hi) {
   for (int i = 0; i < t.ndim; ++i) {
     if (i == last && tr.is_quantized) continue;
     int64_t span = (t.shape[i] - 1) * t.stride[i];
-    if (span < 0) *lo += span; else end += span;
+    if (span < 0)
+      *lo += span;
+    else
+      end += span;
   }
   end += tr.is_quantized ? int64_t(dtype_row_bytes(t.dtype, t.shape[last])) : int64_t(tr.block_bytes);
   *hi = end;
@@ -121,8 +123,8 @@ Tensor make_tensor(DType dtype, int ndim, const int64_t* shape, void* data, size
   for (int i = 0; i < ndim; ++i) t.shape[i] = shape[i];
   fill_contiguous_strides(t);
   size_t need = ndim ? t.nbytes() : type_traits(dtype).block_bytes;
-  CBX_CHECK(need <= bytes, "tensor: shape %s of %s needs %zu bytes, buffer has %zu",
-            t.shape_str().c_str(), dtype_name(dtype), need, bytes);
+  CBX_CHECK(need <= bytes, "tensor: shape %s of %s needs %zu bytes, buffer has %zu", t.shape_str().c_str(),
+            dtype_name(dtype), need, bytes);
   t.data = data;
   t.base = data;
   t.base_bytes = bytes;
@@ -133,8 +135,7 @@ Tensor make_tensor(DType dtype, std::initializer_list<int64_t> shape, void* data
   return make_tensor(dtype, int(shape.size()), shape.begin(), data, bytes);
 }
 
-Tensor make_view(const Tensor& src, int ndim, const int64_t* shape, const int64_t* stride,
-                 int64_t offset_bytes) {
+Tensor make_view(const Tensor& src, int ndim, const int64_t* shape, const int64_t* stride, int64_t offset_bytes) {
   check_shape(src.dtype, ndim, shape);
   Tensor v;
   v.dtype = src.dtype;
@@ -143,18 +144,15 @@ Tensor make_view(const Tensor& src, int ndim, const int64_t* shape, const int64_
     v.shape[i] = shape[i];
     v.stride[i] = stride[i];
   }
-  if (ndim > 0 && type_traits(src.dtype).is_quantized)
-    v.stride[ndim - 1] = int64_t(type_traits(src.dtype).block_bytes);
+  if (ndim > 0 && type_traits(src.dtype).is_quantized) v.stride[ndim - 1] = int64_t(type_traits(src.dtype).block_bytes);
   v.base = src.base;
   v.base_bytes = src.base_bytes;
-  int64_t start = (static_cast<const uint8_t*>(src.data) - static_cast<const uint8_t*>(src.base)) +
-                  offset_bytes;
+  int64_t start = (static_cast<const uint8_t*>(src.data) - static_cast<const uint8_t*>(src.base)) + offset_bytes;
   int64_t lo, hi;
   reach(v, &lo, &hi);
   CBX_CHECK(v.numel() == 0 || (start + lo >= 0 && start + hi <= int64_t(src.base_bytes)),
             "tensor: view %s at offset %lld reaches bytes [%lld, %lld) outside its source (%zu bytes)",
-            v.shape_str().c_str(), (long long)start, (long long)(start + lo),
-            (long long)(start + hi), src.base_bytes);
+            v.shape_str().c_str(), (long long)start, (long long)(start + lo), (long long)(start + hi), src.base_bytes);
   v.data = static_cast<uint8_t*>(src.data) + offset_bytes;
   return v;
 }
@@ -167,8 +165,8 @@ Tensor reshape(const Tensor& src, std::initializer_list<int64_t> shape) {
   check_shape(src.dtype, t.ndim, shape.begin());
   int i = 0;
   for (int64_t s : shape) t.shape[i++] = s;
-  CBX_CHECK(t.numel() == src.numel(), "reshape: %s -> %s changes the element count",
-            src.shape_str().c_str(), t.shape_str().c_str());
+  CBX_CHECK(t.numel() == src.numel(), "reshape: %s -> %s changes the element count", src.shape_str().c_str(),
+            t.shape_str().c_str());
   fill_contiguous_strides(t);
   t.data = src.data;
   t.base = src.base;
@@ -179,17 +177,16 @@ Tensor reshape(const Tensor& src, std::initializer_list<int64_t> shape) {
 Tensor slice(const Tensor& src, int d, int64_t start, int64_t len) {
   int j = d < 0 ? src.ndim + d : d;
   CBX_CHECK(j >= 0 && j < src.ndim, "slice: dim %d out of range for %s", d, src.shape_str().c_str());
-  CBX_CHECK(start >= 0 && len >= 0 && start + len <= src.shape[j],
-            "slice: [%lld, %lld) outside dim %d of %s", (long long)start, (long long)(start + len), d,
-            src.shape_str().c_str());
+  CBX_CHECK(start >= 0 && len >= 0 && start + len <= src.shape[j], "slice: [%lld, %lld) outside dim %d of %s",
+            (long long)start, (long long)(start + len), d, src.shape_str().c_str());
   int64_t shape[kMaxDims];
   for (int i = 0; i < src.ndim; ++i) shape[i] = src.shape[i];
   shape[j] = len;
   int64_t off;
   if (j == src.ndim - 1) {
     const TypeTraits& tr = type_traits(src.dtype);
-    CBX_CHECK(start % tr.block_size == 0 && len % tr.block_size == 0,
-              "slice: innermost slice not aligned to %s blocks", tr.name);
+    CBX_CHECK(start % tr.block_size == 0 && len % tr.block_size == 0, "slice: innermost slice not aligned to %s blocks",
+              tr.name);
     off = (start / tr.block_size) * int64_t(tr.block_bytes);
   } else {
     off = start * src.stride[j];
@@ -198,8 +195,8 @@ Tensor slice(const Tensor& src, int d, int64_t start, int64_t len) {
 }
 
 Tensor transpose(const Tensor& src, int d0, int d1) {
-  CBX_CHECK(d0 >= 0 && d0 < src.ndim && d1 >= 0 && d1 < src.ndim, "transpose: bad dims %d, %d for %s",
-            d0, d1, src.shape_str().c_str());
+  CBX_CHECK(d0 >= 0 && d0 < src.ndim && d1 >= 0 && d1 < src.ndim, "transpose: bad dims %d, %d for %s", d0, d1,
+            src.shape_str().c_str());
   CBX_CHECK(!type_traits(src.dtype).is_quantized || (d0 != src.ndim - 1 && d1 != src.ndim - 1),
             "transpose: cannot move the innermost dim of a quantized tensor");
   Tensor t = src;

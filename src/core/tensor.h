@@ -26,16 +26,19 @@ struct Tensor {
   size_t base_bytes = 0;
 
   int64_t numel() const;
-  int64_t dim(int i) const;   // negative i counts from the end
-  int64_t rows() const;       // product of all but the last dimension
+  int64_t dim(int i) const;  // negative i counts from the end
+  int64_t rows() const;      // product of all but the last dimension
   int64_t cols() const { return ndim ? shape[ndim - 1] : 1; }
-  size_t row_bytes() const;   // bytes of one contiguous innermost row
-  size_t nbytes() const;      // bytes of a contiguous tensor
+  size_t row_bytes() const;  // bytes of one contiguous innermost row
+  size_t nbytes() const;     // bytes of a contiguous tensor
   bool is_contiguous() const;
   bool empty() const { return data == nullptr; }
   std::string shape_str() const;  // "[3, 1024]"
 
-  template <typename T> T* ptr() const { return static_cast<T*>(data); }
+  template <typename T>
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
   // Pointer to row r of the tensor seen as [rows(), cols()] (requires contiguity
   // of all leading dims or ndim <= 2).
   void* row(int64_t r) const;
@@ -47,8 +50,7 @@ Tensor make_tensor(DType dtype, int ndim, const int64_t* shape, void* data, size
 
 // A view of `src` with a new shape/strides starting `offset` bytes into src.data.
 // Throws unless every byte the view can reach lies inside src's storage.
-Tensor make_view(const Tensor& src, int ndim, const int64_t* shape, const int64_t* stride,
-                 int64_t offset_bytes);
+Tensor make_view(const Tensor& src, int ndim, const int64_t* shape, const int64_t* stride, int64_t offset_bytes);
 // Same elements, new shape (src must be contiguous, numel must match).
 Tensor reshape(const Tensor& src, std::initializer_list<int64_t> shape);
 // Elements [start, start+len) along dimension d.

@@ -67,8 +67,7 @@ void ThreadPool::worker_main(int ith) {
   // thread does, so never read the starting value here.
   uint32_t seen = 0;
   for (;;) {
-    spin_then_wait(generation_, seen,
-                   [&] { return generation_.load(std::memory_order_acquire) != seen; });
+    spin_then_wait(generation_, seen, [&] { return generation_.load(std::memory_order_acquire) != seen; });
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
     job_fn_(job_ctx_, ith, n_threads_);
@@ -85,8 +84,7 @@ void ThreadPool::barrier() {
     barrier_phase_.notify_all();
     return;
   }
-  spin_then_wait(barrier_phase_, phase,
-                 [&] { return barrier_phase_.load(std::memory_order_acquire) != phase; });
+  spin_then_wait(barrier_phase_, phase, [&] { return barrier_phase_.load(std::memory_order_acquire) != phase; });
 }
 
 }  // namespace cbx

@@ -24,13 +24,13 @@
 
 namespace cbx {
 
-constexpr int64_t kAttnAmxQueryBlock = 32;   // queries per block
+constexpr int64_t kAttnAmxQueryBlock = 32;  // queries per block
 constexpr int64_t kAttnAmxMaxHeadDim = 128;
 
 struct AttnAmxHead {
   const float* q = nullptr;  // [Tq, D], rows q_rs floats apart
   int64_t q_rs = 0;
-  float* o = nullptr;        // [Tq, D], rows o_rs floats apart
+  float* o = nullptr;  // [Tq, D], rows o_rs floats apart
   int64_t o_rs = 0;
   const uint16_t* kp = nullptr;
   const uint16_t* vp = nullptr;

@@ -12,9 +12,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/amx_tile_config.h"
 #include "kernels/attention_amx.h"
 #include "kernels/attention_bf16_avx512.h"
-#include "kernels/amx_tile_config.h"
 #include "kernels/matmul_avx512_q.h"
 
 // GCC 12 reports the undefined start value inside the _mm512_reduce_* / mask intrinsics as
@@ -37,7 +37,7 @@ __attribute__((target("amx-tile"))) void load_q_tiles(const uint16_t* qb) {
 // S [32][lds], key tiles [t0, t1) = q [32][D] . k^T (for D = 64 the q tiles must be loaded).
 template <int ND>
 __attribute__((target("amx-tile,amx-bf16"))) void scores_tiles(const uint16_t* qb, const uint16_t* kp, int64_t t0,
-                                                              int64_t t1, float* s, int64_t lds) {
+                                                               int64_t t1, float* s, int64_t lds) {
   constexpr int64_t D = ND * 32;
   constexpr size_t qs = D * 2;
   const size_t ss = size_t(lds) * 4;
@@ -76,7 +76,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void scores_tiles(const uint16_t* q
 // ot [32][32] = P [32][keys] . v[:, 32 dh .. 32 dh + 31] over nkc chunks of 32 keys.
 template <int ND>
 __attribute__((target("amx-tile,amx-bf16"))) void output_tiles(const uint16_t* p, int64_t lds, const uint16_t* vp,
-                                                              int64_t nkc, int dh, float* ot) {
+                                                               int64_t nkc, int dh, float* ot) {
   constexpr int64_t nt = ND * 2;  // 16-dim tiles
   const size_t ps = size_t(lds) * 4;
   const uint16_t* p1 = p + 32 * lds;  // row 16 (rows are 2 lds uint16 apart)
@@ -176,8 +176,7 @@ void attention_bf16_pack_k(const float* k, int64_t k_rs, int64_t Tk, int64_t D, 
     const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                            _mm512_set1_epi32(int(kAttnAmxMaxHeadDim / 2)));
     uint32_t* dst = out + t * np * 16;
-    for (int64_t p = 0; p < np; ++p)
-      _mm512_storeu_si512(dst + p * 16, _mm512_i32gather_epi32(idx, tmp[0] + p, 4));
+    for (int64_t p = 0; p < np; ++p) _mm512_storeu_si512(dst + p * 16, _mm512_i32gather_epi32(idx, tmp[0] + p, 4));
   }
 }
 

@@ -33,8 +33,8 @@ inline __mmask16 lanes(int64_t n) {
 
 // Interleaves the 16 values of a (even rows) and b (odd rows) as bf16 pairs: a0 b0 a1 b1 ...
 inline __m512i pair_bf16(__m512 a, __m512 b) {
-  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   return _mm512_permutexvar_epi16(ilv, (__m512i)_mm512_cvtne2ps_pbh(b, a));
 }
 
@@ -98,7 +98,8 @@ inline float softmax_row_head(const AttnAmxHead& h, int64_t q, float* s, int64_t
   const __m512 vs = _mm512_set1_ps(scale);
   for (int64_t j = 0; j < Tk; j += 16) {
     const __mmask16 m = lanes(Tk - j);
-    _mm512_mask_storeu_ps(s + j, m, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, s + j), vs, _mm512_maskz_loadu_ps(m, b + j)));
+    _mm512_mask_storeu_ps(s + j, m,
+                          _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, s + j), vs, _mm512_maskz_loadu_ps(m, b + j)));
   }
   return softmax_row_bf16(s, Tk, 1.f);
 }
@@ -125,10 +126,14 @@ inline int load_q(const AttnAmxHead& h, int64_t q0, uint16_t* qb) {
 template <class F>
 inline void with_head_dim(int64_t D, F&& f) {
   switch (D) {
-    case 32: return f(std::integral_constant<int, 1>{});
-    case 64: return f(std::integral_constant<int, 2>{});
-    case 96: return f(std::integral_constant<int, 3>{});
-    default: return f(std::integral_constant<int, 4>{});  // 128
+    case 32:
+      return f(std::integral_constant<int, 1>{});
+    case 64:
+      return f(std::integral_constant<int, 2>{});
+    case 96:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, 4>{});  // 128
   }
 }
 

@@ -148,8 +148,10 @@ void pack_relpos(const float* p, int64_t p_rs, int64_t P, int64_t D, int64_t row
   const int64_t np = D / 2;
   alignas(64) uint32_t pairs[kAttnAmxMaxHeadDim / 2];
   for (int64_t m = 0; m < rows; ++m) {
-    if (m < P) row_bf16(p + m * p_rs, D, reinterpret_cast<uint16_t*>(pairs));
-    else std::memset(pairs, 0, size_t(np) * 4);
+    if (m < P)
+      row_bf16(p + m * p_rs, D, reinterpret_cast<uint16_t*>(pairs));
+    else
+      std::memset(pairs, 0, size_t(np) * 4);
     for (int64_t d = 0; d < np; ++d) relp[d * rows + m] = pairs[d];
   }
 }

@@ -62,8 +62,8 @@ void pack_w_bf16_widen(const void* w, size_t ws, int rows, int64_t k0, int64_t k
 // k-major f32 B, columns [0, cols), rows [k0, k0 + kc) -> [kcp / 2][32][2] bf16: for each
 // row pair, 32 columns of both rows rounded by one vcvtne2ps2bf16 and interleaved.
 void pack_bt_bf16(const float* b, const int64_t* off, int64_t b_rs, int cols, int64_t k0, int64_t kc, void* dst) {
-  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
   const __mmask16 m1 = cols >= 32 ? __mmask16(0xffff) : cols > 16 ? __mmask16((1u << (cols - 16)) - 1) : 0;
   auto* p = static_cast<uint16_t*>(dst);
@@ -89,8 +89,8 @@ void pack_bt_bf16(const float* b, const int64_t* off, int64_t b_rs, int cols, in
 
 void conv_pack_x_bf16(const float* x, int64_t xs, int64_t cin, int64_t T, int64_t pl, int64_t cols, int64_t p0,
                       int64_t p1, const float* snake_alpha, uint16_t* xp) {
-  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   // With Snake, each chunk of kChunk padded columns first has its valid input positions
   // activated into a buffer (L1) that then stands in for the input rows.
   constexpr int64_t kChunk = 512;
@@ -144,7 +144,7 @@ void conv_pack_x_bf16(const float* x, int64_t xs, int64_t cin, int64_t T, int64_
 }
 
 void conv_pack_w_bf16(const float* w, int64_t cout, int64_t cin, int64_t K, int64_t cout_pad, int64_t kk, int64_t b,
-                     uint16_t* wp) {
+                      uint16_t* wp) {
   const int64_t n_blocks = (cin + 31) / 32;
   uint16_t* dst = wp + (kk * n_blocks + b) * cout_pad * 32;
   alignas(64) float row[32];
@@ -157,7 +157,6 @@ void conv_pack_w_bf16(const float* w, int64_t cout, int64_t cin, int64_t K, int6
     _mm512_storeu_si512(dst + o * 32, (__m512i)v);
   }
 }
-
 
 void pack_w_bf16_pad32(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void* dst) {
   pack_w_bf16_pairs(w, ws, rows, k0, kc, dst, (kc + 31) / 32 * 16);

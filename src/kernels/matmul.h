@@ -54,9 +54,8 @@ using ActConvertFn = void (*)(const float* x, int64_t k, void* dst);
 
 // y[n * ldy + m] = dot(w row m, activation row n) for m in [m0, m1), n in [0, n_rows).
 // w points at row 0 (rows w_stride bytes apart); act rows are act_stride bytes apart.
-using DotRowsFn = void (*)(const void* w, size_t w_stride, int64_t m0, int64_t m1,
-                           const void* act, size_t act_stride, int64_t n_rows, int64_t k,
-                           float* y, int64_t ldy);
+using DotRowsFn = void (*)(const void* w, size_t w_stride, int64_t m0, int64_t m1, const void* act, size_t act_stride,
+                           int64_t n_rows, int64_t k, float* y, int64_t ldy);
 
 struct DotKernel {
   ActFormat act;
@@ -83,8 +82,8 @@ struct GemmKernel {
   void (*pack_w)(const void* w, size_t w_stride, int rows, int64_t k0, int64_t kc, void* dst);
   // y[i * ldy + j] (= or +=) sum_k xp[k][i] * wp[k][j] for i < nrows, j < mcols; kc is
   // a multiple of k_pack (panels already offset to the slice).
-  void (*tile)(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows,
-               int mcols, bool accumulate);
+  void (*tile)(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows, int mcols,
+               bool accumulate);
 };
 
 // Weight types the kernels handle, as table slots.
@@ -118,8 +117,7 @@ struct Bf16Gemm {
   // b + (b_off ? b_off[kk] : kk * b_rs) floats and its columns are contiguous. For
   // convolutions, C[m, n] = A[m, k] B[k, n] runs as y = x . w^T with x = A (the weights)
   // and w = B^T (the input columns), so the output comes out channels-first.
-  void (*pack_bt)(const float* b, const int64_t* b_off, int64_t b_rs, int cols, int64_t k0, int64_t kc,
-                  void* dst);
+  void (*pack_bt)(const float* b, const int64_t* b_off, int64_t b_rs, int cols, int64_t k0, int64_t kc, void* dst);
   int64_t kc;  // k block of the GEMM driver with these kernels (a multiple of 32, the packers' limit)
 
   // Stride-1 conv1d without im2col (ops/conv.cpp): the input is packed once as channel

@@ -19,12 +19,12 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/matmul.h"
 #include "core/debug_env.h"
 #include "kernels/amx_tile_config.h"
-#include "kernels/matmul_avx512_q.h"
-#include "kernels/matmul_amx.h"
 #include "kernels/bf16_pack_avx512.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_amx.h"
+#include "kernels/matmul_avx512_q.h"
 
 // GCC 12 reports the undefined start value inside _mm512_cvtph_ps as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -73,7 +73,7 @@ void pack_x_amx(const float* x, size_t xs, int rows, int64_t k, void* dst) {
 }
 
 __attribute__((target("amx-tile,amx-bf16"))) void tile_amx(const void* xp, const void* wp, int64_t kc, float* y,
-                                                          int64_t ldy, int nrows, int mcols, bool acc) {
+                                                           int64_t ldy, int nrows, int mcols, bool acc) {
   configure_amx_tiles();
   const bool full = nrows == kNr && mcols == kMr;
   alignas(64) float tmp[kNr * kMr];

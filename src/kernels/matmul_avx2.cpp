@@ -74,8 +74,8 @@ struct LoadBF16 {
 };
 
 template <typename L>
-void dot_float(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
-               int64_t k, float* y, int64_t ldy) {
+void dot_float(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows, int64_t k,
+               float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const int64_t k8 = k & ~int64_t(7);
   int64_t m = m0;
@@ -126,8 +126,8 @@ inline __m256i block_dot(const BlockQ4_0& b, const int8_t* x) {
 
 // In the order of kernels/matmul_avx2_q.h (shared with the planar q4p / q8p kernel).
 template <bool kQ4>
-void dot_q(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
-           int64_t k, float* y, int64_t ldy) {
+void dot_q(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows, int64_t k,
+           float* y, int64_t ldy) {
   const int64_t nb = k / 32, full = nb / 16 * 16;
   constexpr int kShift = kQ4 ? 3 : 0;  // Q4_0: the -8 offset through the activation block sums
   using Block = std::conditional_t<kQ4, BlockQ4_0, BlockQ8_0>;
@@ -146,9 +146,9 @@ void dot_q(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, si
         if constexpr (kQ4)
           isum = _mm256_sub_epi32(
               isum, _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sx + b)), kShift));
-        const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(
-            short(wb[b].d), short(wb[b + 1].d), short(wb[b + 2].d), short(wb[b + 3].d), short(wb[b + 4].d),
-            short(wb[b + 5].d), short(wb[b + 6].d), short(wb[b + 7].d)));
+        const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(short(wb[b].d), short(wb[b + 1].d), short(wb[b + 2].d),
+                                                         short(wb[b + 3].d), short(wb[b + 4].d), short(wb[b + 5].d),
+                                                         short(wb[b + 6].d), short(wb[b + 7].d)));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_loadu_ps(dx + b)), acc);
       }
       float s = hsum256(acc);
@@ -198,8 +198,7 @@ void pack_w_f32(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, void
   }
 }
 
-void tile_f32(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows, int mcols,
-              bool acc) {
+void tile_f32(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows, int mcols, bool acc) {
   const float* a = static_cast<const float*>(xp);
   const float* b = static_cast<const float*>(wp);
   // Every loop over c has a constant trip count and is unrolled, so the 12 accumulators stay

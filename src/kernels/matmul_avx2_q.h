@@ -48,8 +48,7 @@ inline __m256i dot32_u4(__m256i w, __m256i x) {
 // 32 signed int8 weights against 32 int8 activations: |w| * sign(x, w), pairs at most
 // 2 * 128 * 127, no int16 saturation.
 inline __m256i dot32_s8(__m256i w, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
-                           _mm256_set1_epi16(1));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
 }
 
 // One remaining block's contribution (f16 scale bits d).

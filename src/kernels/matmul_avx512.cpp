@@ -10,10 +10,10 @@
 #include <initializer_list>
 
 #include "core/cpu.h"
-#include "kernels/matvec_q4k.h"
 #include "kernels/matmul.h"
-#include "kernels/matmul_avx512_q.h"
 #include "kernels/matmul_amx.h"
+#include "kernels/matmul_avx512_q.h"
+#include "kernels/matvec_q4k.h"
 
 // GCC 12 reports the undefined start value inside _mm512_reduce_*_ps as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -40,12 +40,8 @@ void to_bf16_avx512(const float* x, int64_t k, void* dst) {
 
 // ---- dot path, float weights ----
 
-inline __mmask16 tail_mask16(int64_t left) {
-  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-}
-inline __mmask32 tail_mask32(int64_t left) {
-  return left >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << left) - 1);
-}
+inline __mmask16 tail_mask16(int64_t left) { return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1); }
+inline __mmask32 tail_mask32(int64_t left) { return left >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << left) - 1); }
 
 // Software prefetch (DRAM streams on decode; locality kHint = prefetch_hint(level)). The
 // distance is at least 2 KB and a whole number of row groups, so that with short rows a row
@@ -77,8 +73,8 @@ struct LoadF16 {
 
 // Four weight rows at a time share each activation load.
 template <typename L, int kHint>
-void dot_float(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
-               int64_t n_rows, int64_t k, float* y, int64_t ldy) {
+void dot_float(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows, int64_t k,
+               float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const int64_t pf = prefetch_distance(ws, 4, 2048);
   int64_t m = m0;
@@ -131,8 +127,8 @@ void dot_float(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act
 
 // BF16 weights . BF16 activations: vdpbf16ps, 32 products per instruction.
 template <int kHint>
-void dot_bf16(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
-              int64_t n_rows, int64_t k, float* y, int64_t ldy) {
+void dot_bf16(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows, int64_t k,
+              float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
   auto ld = [](const uint8_t* r, int64_t i, __mmask32 mk) {
     return (__m512bh)_mm512_maskz_loadu_epi16(mk, reinterpret_cast<const uint16_t*>(r) + i);
@@ -326,8 +322,7 @@ inline void store_tile(__m512 (&c)[kNr][2], float* y, int64_t ldy, int nrows, in
   }
 }
 
-void tile_f32(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows, int mcols,
-              bool acc) {
+void tile_f32(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows, int mcols, bool acc) {
   const float* a = static_cast<const float*>(xp);
   const float* b = static_cast<const float*>(wp);
   __m512 c[kNr][2];
@@ -346,8 +341,7 @@ void tile_f32(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy,
   store_tile(c, y, ldy, nrows, mcols, acc);
 }
 
-void tile_bf16(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows, int mcols,
-               bool acc) {
+void tile_bf16(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows, int mcols, bool acc) {
   const int32_t* a = static_cast<const int32_t*>(xp);
   const uint16_t* b = static_cast<const uint16_t*>(wp);
   // With acc the sums continue from y (as an AMX tile does), so a GEMM split into k blocks

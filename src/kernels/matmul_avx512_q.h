@@ -14,10 +14,10 @@ namespace cbx {
 void to_q8_avx512(const float* x, int64_t k, void* dst);
 void to_q8_nib_avx512(const float* x, int64_t k, void* dst);
 // DotRowsFn for Q8_0 weights against Q8 rows and Q4_0 weights against Q8Nib rows.
-void dot_q8_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
-                     int64_t n_rows, int64_t k, float* y, int64_t ldy);
-void dot_q4_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
-                     int64_t n_rows, int64_t k, float* y, int64_t ldy);
+void dot_q8_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
+                     int64_t k, float* y, int64_t ldy);
+void dot_q4_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
+                     int64_t k, float* y, int64_t ldy);
 // Dequantizes elements [k0, k0 + len) of one Q8_0 / Q4_0 / Q4_K row (k0, len multiples of the block size).
 void dequant_row_avx512(DType t, const uint8_t* row, int64_t k0, int64_t len, float* out);
 

@@ -18,33 +18,48 @@ size_t q8_act_row_bytes(int64_t k) {
 size_t act_row_bytes(ActFormat f, int64_t k) {
   size_t b = 0;
   switch (f) {
-    case ActFormat::F32: b = size_t(k) * 4; break;
-    case ActFormat::BF16: b = size_t(k) * 2; break;
+    case ActFormat::F32:
+      b = size_t(k) * 4;
+      break;
+    case ActFormat::BF16:
+      b = size_t(k) * 2;
+      break;
     case ActFormat::Q8:
     case ActFormat::Q8Nib:
-    case ActFormat::Q8Lane: return q8_act_row_bytes(k);
+    case ActFormat::Q8Lane:
+      return q8_act_row_bytes(k);
   }
   return (b + 63) & ~size_t(63);
 }
 
 int matmul_weight_slot(DType t) {
   switch (t) {
-    case DType::F32: return kWF32;
-    case DType::F16: return kWF16;
-    case DType::BF16: return kWBF16;
-    case DType::Q8_0: return kWQ8_0;
-    case DType::Q4_0: return kWQ4_0;
-    case DType::Q4_K: return kWQ4_K;
-    default: return -1;
+    case DType::F32:
+      return kWF32;
+    case DType::F16:
+      return kWF16;
+    case DType::BF16:
+      return kWBF16;
+    case DType::Q8_0:
+      return kWQ8_0;
+    case DType::Q4_0:
+      return kWQ4_0;
+    case DType::Q4_K:
+      return kWQ4_K;
+    default:
+      return -1;
   }
 }
 
 const MatmulKernels& matmul_kernels(Isa isa) {
 #if CBX_X86_KERNELS
   switch (isa) {
-    case Isa::Avx512: return matmul_kernels_avx512();
-    case Isa::Avx2: return matmul_kernels_avx2();
-    default: return matmul_kernels_generic();
+    case Isa::Avx512:
+      return matmul_kernels_avx512();
+    case Isa::Avx2:
+      return matmul_kernels_avx2();
+    default:
+      return matmul_kernels_generic();
   }
 #else
   (void)isa;  // only the generic kernels are compiled in (core/x86_kernels.h)
@@ -85,9 +100,8 @@ void to_bf16_generic(const float* x, int64_t k, void* dst) {
 // ---- dot path ----
 
 template <typename Load>
-void dot_rows_float(const void* w, size_t w_stride, int64_t m0, int64_t m1, const void* act,
-                    size_t act_stride, int64_t n_rows, int64_t k, float* y, int64_t ldy,
-                    Load load) {
+void dot_rows_float(const void* w, size_t w_stride, int64_t m0, int64_t m1, const void* act, size_t act_stride,
+                    int64_t n_rows, int64_t k, float* y, int64_t ldy, Load load) {
   for (int64_t m = m0; m < m1; ++m) {
     const uint8_t* wr = static_cast<const uint8_t*>(w) + m * w_stride;
     for (int64_t n = 0; n < n_rows; ++n) {
@@ -99,29 +113,26 @@ void dot_rows_float(const void* w, size_t w_stride, int64_t m0, int64_t m1, cons
   }
 }
 
-void dot_f32(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
-             int64_t nr, int64_t k, float* y, int64_t ldy) {
-  dot_rows_float(w, ws, m0, m1, act, as, nr, k, y, ldy, [](const uint8_t* r, int64_t i) {
-    return reinterpret_cast<const float*>(r)[i];
-  });
+void dot_f32(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t nr, int64_t k,
+             float* y, int64_t ldy) {
+  dot_rows_float(w, ws, m0, m1, act, as, nr, k, y, ldy,
+                 [](const uint8_t* r, int64_t i) { return reinterpret_cast<const float*>(r)[i]; });
 }
-void dot_f16(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
-             int64_t nr, int64_t k, float* y, int64_t ldy) {
-  dot_rows_float(w, ws, m0, m1, act, as, nr, k, y, ldy, [](const uint8_t* r, int64_t i) {
-    return f16_to_f32(reinterpret_cast<const uint16_t*>(r)[i]);
-  });
+void dot_f16(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t nr, int64_t k,
+             float* y, int64_t ldy) {
+  dot_rows_float(w, ws, m0, m1, act, as, nr, k, y, ldy,
+                 [](const uint8_t* r, int64_t i) { return f16_to_f32(reinterpret_cast<const uint16_t*>(r)[i]); });
 }
-void dot_bf16(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
-              int64_t nr, int64_t k, float* y, int64_t ldy) {
-  dot_rows_float(w, ws, m0, m1, act, as, nr, k, y, ldy, [](const uint8_t* r, int64_t i) {
-    return bf16_to_f32(reinterpret_cast<const uint16_t*>(r)[i]);
-  });
+void dot_bf16(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t nr, int64_t k,
+              float* y, int64_t ldy) {
+  dot_rows_float(w, ws, m0, m1, act, as, nr, k, y, ldy,
+                 [](const uint8_t* r, int64_t i) { return bf16_to_f32(reinterpret_cast<const uint16_t*>(r)[i]); });
 }
 
 // Quantized weights x Q8 activations: per block, an exact integer dot scaled by d_w * d_x.
 // Q8_0: sum w*x directly. Q4_0: sum (q - 8) * x = sum q * x - 8 * sum x.
-void dot_q8_0(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
-              int64_t nr, int64_t k, float* y, int64_t ldy) {
+void dot_q8_0(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t nr, int64_t k,
+              float* y, int64_t ldy) {
   const int64_t nb = k / 32;
   for (int64_t m = m0; m < m1; ++m) {
     auto* wb = reinterpret_cast<const BlockQ8_0*>(static_cast<const uint8_t*>(w) + m * ws);
@@ -140,8 +151,8 @@ void dot_q8_0(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act,
   }
 }
 
-void dot_q4_0(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
-              int64_t nr, int64_t k, float* y, int64_t ldy) {
+void dot_q4_0(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t nr, int64_t k,
+              float* y, int64_t ldy) {
   const int64_t nb = k / 32;
   for (int64_t m = m0; m < m1; ++m) {
     auto* wb = reinterpret_cast<const BlockQ4_0*>(static_cast<const uint8_t*>(w) + m * ws);
@@ -196,8 +207,8 @@ void pack_w_generic(const void* w, size_t ws, int rows, int64_t k0, int64_t kc, 
   }
 }
 
-void tile_generic(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows,
-                  int mcols, bool accumulate) {
+void tile_generic(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows, int mcols,
+                  bool accumulate) {
   auto* a = static_cast<const float*>(xp);
   auto* b = static_cast<const float*>(wp);
   float c[kNr][kMr] = {};

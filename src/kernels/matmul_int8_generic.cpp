@@ -39,8 +39,7 @@ void pack_x_generic(const float* x, size_t xs, int rows, int64_t k, void* dst) {
   }
 }
 
-void tile_generic(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows, int mcols,
-                  bool acc) {
+void tile_generic(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows, int mcols, bool acc) {
   const int nr = kGenericNr, mr = kInt8Mr;
   const int64_t kq = kc - kInt8Trailer;
   const auto* x = static_cast<const uint8_t*>(xp);

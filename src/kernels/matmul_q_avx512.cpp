@@ -40,8 +40,7 @@ struct Q8W {
     return _mm512_xor_si512(v, _mm512_set1_epi8(char(0x80)));
   }
   static __m256i build1(const uint8_t* p) {
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)),
-                            _mm256_set1_epi8(char(0x80)));
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)), _mm256_set1_epi8(char(0x80)));
   }
 };
 
@@ -138,8 +137,7 @@ inline __m512 block_scales16(const uint8_t* p) {
 }
 
 template <typename W>
-inline float dot_tail(const uint8_t* wr, const int8_t* qs, const float* dx, const int32_t* sx, int64_t b0,
-                      int64_t nb) {
+inline float dot_tail(const uint8_t* wr, const int8_t* qs, const float* dx, const int32_t* sx, int64_t b0, int64_t nb) {
   float tail = 0.f;
   for (int64_t b = b0; b < nb; ++b) {
     const uint8_t* p = wr + b * W::kBytes;
@@ -207,8 +205,8 @@ inline void dot_rows(const uint8_t* wr, size_t ws, const uint8_t* act, size_t as
 
 // Weight rows [m, m + R) against activation rows [n0, n0 + N).
 template <typename W, int kHint, int R, int N>
-inline void dot_block(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n0,
-                      int64_t k, int64_t pf, float* y, int64_t ldy) {
+inline void dot_block(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n0, int64_t k,
+                      int64_t pf, float* y, int64_t ldy) {
   dot_rows<W, kHint, R, N>(wb + m * ws, ws, act + n0 * as, as, k, pf, y + n0 * ldy + m, ldy);
 }
 
@@ -219,16 +217,23 @@ inline void dot_all_rows(const uint8_t* wb, size_t ws, int64_t m, const uint8_t*
   int64_t n = 0;
   for (; n + 4 <= n_rows; n += 4) dot_block<W, kHint, R, 4>(wb, ws, m, act, as, n, k, pf, y, ldy);
   switch (n_rows - n) {
-    case 3: dot_block<W, kHint, R, 3>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
-    case 2: dot_block<W, kHint, R, 2>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
-    case 1: dot_block<W, kHint, R, 1>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
-    default: break;
+    case 3:
+      dot_block<W, kHint, R, 3>(wb, ws, m, act, as, n, k, pf, y, ldy);
+      break;
+    case 2:
+      dot_block<W, kHint, R, 2>(wb, ws, m, act, as, n, k, pf, y, ldy);
+      break;
+    case 1:
+      dot_block<W, kHint, R, 1>(wb, ws, m, act, as, n, k, pf, y, ldy);
+      break;
+    default:
+      break;
   }
 }
 
 template <typename W, int kHint>
-void dot_q(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
-           int64_t k, float* y, int64_t ldy) {
+void dot_q(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows, int64_t k,
+           float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
   // At least 128 blocks ahead and a whole number of row pairs, so that with short rows
@@ -274,16 +279,16 @@ void to_q8_nib_avx512(const float* x, int64_t k, void* dst) {
   }
 }
 
-void dot_q8_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
-                     int64_t n_rows, int64_t k, float* y, int64_t ldy) {
+void dot_q8_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
+                     int64_t k, float* y, int64_t ldy) {
   if (stream_prefetch_level() == PrefetchLevel::L1)
     dot_q<Q8W, prefetch_hint(PrefetchLevel::L1)>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
   else
     dot_q<Q8W, prefetch_hint(PrefetchLevel::L2)>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
 }
 
-void dot_q4_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as,
-                     int64_t n_rows, int64_t k, float* y, int64_t ldy) {
+void dot_q4_0_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
+                     int64_t k, float* y, int64_t ldy) {
   if (stream_prefetch_level() == PrefetchLevel::L1)
     dot_q<Q4W, prefetch_hint(PrefetchLevel::L1)>(w, ws, m0, m1, act, as, n_rows, k, y, ldy);
   else

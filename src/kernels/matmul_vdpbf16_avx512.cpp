@@ -25,7 +25,7 @@ namespace {
 // 32 weight rows x 512 k in bf16: a 32 KB w panel. T3 prefill (427 rows, Zen 4): 512 ran
 // ~10% faster than 256, same-build A/B; the CFM and HiFT did not change.
 constexpr int64_t kVdpKc = 512;
-constexpr int kConvGroup = 8;    // output channels per conv accumulator group (16 zmm)
+constexpr int kConvGroup = 8;  // output channels per conv accumulator group (16 zmm)
 
 const GemmKernel& pairs() {
   static const GemmKernel g = vdp_bf16_pairs_kernel();
@@ -37,8 +37,7 @@ void pack_x_pad32(const float* x, size_t xs, int rows, int64_t k, void* dst) {
   const GemmKernel& g = pairs();
   g.pack_x(x, xs, rows, k, dst);
   const int64_t have = (k + 1) / 2, want = (k + 31) / 32 * 16;
-  if (want > have)
-    std::memset(static_cast<uint8_t*>(dst) + size_t(have) * g.nr * 4, 0, size_t(want - have) * g.nr * 4);
+  if (want > have) std::memset(static_cast<uint8_t*>(dst) + size_t(have) * g.nr * 4, 0, size_t(want - have) * g.nr * 4);
 }
 
 void tile(const void* xp, const void* wp, int64_t kc, float* y, int64_t ldy, int nrows, int mcols, bool acc) {

@@ -44,8 +44,8 @@ void dot_q4_k_avx2(const void* w, size_t ws, int64_t m0, int64_t m1, const void*
         const __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mnb))));
         const __m256 s = _mm256_mul_ps(_mm256_mul_ps(d, scf), dj);
         const __m256 sm = _mm256_mul_ps(_mm256_mul_ps(dmin, mnf), dj);
-        accm = _mm256_fmadd_ps(sm, _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(asum + b * 8))),
-                               accm);
+        accm = _mm256_fmadd_ps(
+            sm, _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(asum + b * 8))), accm);
         const int8_t* x = qs + b * kQK_K;
         for (int c = 0; c < 4; ++c) {
           const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));

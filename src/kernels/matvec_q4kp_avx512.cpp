@@ -43,7 +43,8 @@ inline void rows_q4kp(const uint8_t* const* rows, const int8_t* qs, const float*
       uint64_t dd;
       __builtin_memcpy(&dd, grp + 32, 8);
       const __m512 dm = _mm512_zextps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(dd))));  // d0 d1 dmin0 dmin1
-      const __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grp))));
+      const __m512 scf =
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grp))));
       const __m512 mnf =
           _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + 16))));
       const __m512 s = _mm512_mul_ps(_mm512_mul_ps(_mm512_permutexvar_ps(lo8, dm), scf), dj);

@@ -106,8 +106,8 @@ inline void dot_rows(const uint8_t* pair, int i0, const uint8_t* act, size_t as,
           __m256i isum = F::half_sums(gq, qs[n] + b * 32, h);
           if constexpr (F::kShift >= 0)
             isum = _mm256_sub_epi32(
-                isum, _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sx[n] + b + 8 * h)),
-                                        F::kShift));
+                isum,
+                _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sx[n] + b + 8 * h)), F::kShift));
           acc[r][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_loadu_ps(dx[n] + b + 8 * h)),
                                       acc[r][n]);
         }
@@ -143,8 +143,8 @@ inline void dot_all_rows(const uint8_t* wb, size_t ws, int64_t m, const uint8_t*
 }
 
 template <class F, int kHint>
-void dot_planar(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
-                int64_t k, float* y, int64_t ldy) {
+void dot_planar(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows, int64_t k,
+                float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
   const int64_t pf = 512 * 18;  // as the AVX-512 kernel (matvec_q4p_avx512.cpp)

@@ -200,10 +200,10 @@ inline void dot_rows(const uint8_t* pair, int i0, const uint8_t* act, size_t as,
 
 // Rows [m, m + R) (R = 2: a whole pair; R = 1: one row) against activation rows [n0, n0 + N).
 template <class F, int kHint, int R, int N>
-inline void dot_block(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n0,
-                      int64_t k, int64_t pf, float* y, int64_t ldy) {
+inline void dot_block(const uint8_t* wb, size_t ws, int64_t m, const uint8_t* act, size_t as, int64_t n0, int64_t k,
+                      int64_t pf, float* y, int64_t ldy) {
   dot_rows<F, kHint, R, N>(wb + (m & ~int64_t(1)) * ws, R == 2 ? 0 : int(m & 1), act + n0 * as, as, k, pf,
-                        y + n0 * ldy + m, ldy);
+                           y + n0 * ldy + m, ldy);
 }
 
 template <class F, int kHint, int R>
@@ -212,16 +212,23 @@ inline void dot_all_rows(const uint8_t* wb, size_t ws, int64_t m, const uint8_t*
   int64_t n = 0;
   for (; n + 4 <= n_rows; n += 4) dot_block<F, kHint, R, 4>(wb, ws, m, act, as, n, k, pf, y, ldy);
   switch (n_rows - n) {
-    case 3: dot_block<F, kHint, R, 3>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
-    case 2: dot_block<F, kHint, R, 2>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
-    case 1: dot_block<F, kHint, R, 1>(wb, ws, m, act, as, n, k, pf, y, ldy); break;
-    default: break;
+    case 3:
+      dot_block<F, kHint, R, 3>(wb, ws, m, act, as, n, k, pf, y, ldy);
+      break;
+    case 2:
+      dot_block<F, kHint, R, 2>(wb, ws, m, act, as, n, k, pf, y, ldy);
+      break;
+    case 1:
+      dot_block<F, kHint, R, 1>(wb, ws, m, act, as, n, k, pf, y, ldy);
+      break;
+    default:
+      break;
   }
 }
 
 template <class F, int kHint>
-void dot_planar(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
-                int64_t k, float* y, int64_t ldy) {
+void dot_planar(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows, int64_t k,
+                float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
   // 9 KB ahead in the stream (512 q4p blocks). Measured with the earlier row-by-row q4p

@@ -25,10 +25,10 @@ enum class Unary : int {
   Mish,       // x * tanh(softplus(x))
   Tanh,
   Sigmoid,
-  Softplus,   // log(1 + exp(x)); x for x > 20 (PyTorch threshold)
+  Softplus,  // log(1 + exp(x)); x for x > 20 (PyTorch threshold)
   Exp,
   Sin,
-  Clamp,      // min(max(x, p0), p1)
+  Clamp,  // min(max(x, p0), p1)
   Abs,
   Count
 };
@@ -87,9 +87,7 @@ struct AttnHead {
 constexpr int64_t kAttnKeyTile = 64;
 constexpr int64_t kAttnQueryBlock = 4;
 // Floats of scratch attn needs (per calling thread).
-constexpr int64_t attn_scratch_floats(int64_t d) {
-  return kAttnQueryBlock * (kAttnKeyTile + 2 * d + 4) + 64;
-}
+constexpr int64_t attn_scratch_floats(int64_t d) { return kAttnQueryBlock * (kAttnKeyTile + 2 * d + 4) + 64; }
 // attn_multi works on groups of up to this many queries (per-query scores, accumulators
 // and scaled queries in scratch; more would not fit the registers of one key row's FMAs).
 constexpr int kAttnMultiGroup = 4;

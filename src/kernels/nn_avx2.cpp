@@ -13,7 +13,7 @@ struct V8 {
   using R = __m256;
   static constexpr int W = 8;
   static constexpr int kAttnNV = 2;  // attention register tile: 4 queries x 2 vectors
-  static __m256i mk(int64_t n) {  // lanes < n all-ones
+  static __m256i mk(int64_t n) {     // lanes < n all-ones
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
   static R zero() { return _mm256_setzero_ps(); }
@@ -23,9 +23,7 @@ struct V8 {
   static R load_n(const float* p, int64_t n) { return _mm256_maskload_ps(p, mk(n)); }
   static void store_n(float* p, R v, int64_t n) { _mm256_maskstore_ps(p, mk(n), v); }
   static R keep_n(R v, int64_t n) { return _mm256_and_ps(v, _mm256_castsi256_ps(mk(n))); }
-  static R load_h(const uint16_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
+  static R load_h(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static R load_h_n(const uint16_t* p, int64_t n) {
     uint16_t tmp[8] = {};
     std::memcpy(tmp, p, size_t(n) * 2);
@@ -62,8 +60,7 @@ struct V8 {
   static R frexp1(R x, R& e) {
     __m256i i = _mm256_castps_si256(x);
     e = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(i, 23), _mm256_set1_epi32(127)));
-    __m256i m = _mm256_or_si256(_mm256_and_si256(i, _mm256_set1_epi32(0x007fffff)),
-                                _mm256_set1_epi32(0x3f800000));
+    __m256i m = _mm256_or_si256(_mm256_and_si256(i, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x3f800000));
     return _mm256_castsi256_ps(m);
   }
   static float reduce_add(R v) {

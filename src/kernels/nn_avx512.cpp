@@ -25,9 +25,7 @@ struct V16 {
   static R load_h(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  static R load_h_n(const uint16_t* p, int64_t n) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk(n), p));
-  }
+  static R load_h_n(const uint16_t* p, int64_t n) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk(n), p)); }
   // f32 -> f16, round to nearest even (vcvtps2ph ignores MXCSR.FTZ; DAZ is never set here).
   static void store_h(uint16_t* p, R v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
@@ -47,12 +45,8 @@ struct V16 {
   static R or_(R a, R b) { return _mm512_or_ps(a, b); }
   static R xor_(R a, R b) { return _mm512_xor_ps(a, b); }
   // a < b ? x : y   /   a > b ? x : y
-  static R sel_lt(R a, R b, R x, R y) {
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x);
-  }
-  static R sel_gt(R a, R b, R x, R y) {
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), y, x);
-  }
+  static R sel_lt(R a, R b, R x, R y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
+  static R sel_gt(R a, R b, R x, R y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), y, x); }
   static R round(R x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   // 2^n for integral n in [-126, 127].
   static R pow2i(R n) {
@@ -65,8 +59,7 @@ struct V16 {
   static R frexp1(R x, R& e) {
     __m512i i = _mm512_castps_si512(x);
     e = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(i, 23), _mm512_set1_epi32(127)));
-    __m512i m = _mm512_or_si512(_mm512_and_si512(i, _mm512_set1_epi32(0x007fffff)),
-                                _mm512_set1_epi32(0x3f800000));
+    __m512i m = _mm512_or_si512(_mm512_and_si512(i, _mm512_set1_epi32(0x007fffff)), _mm512_set1_epi32(0x3f800000));
     return _mm512_castsi512_ps(m);
   }
   static float reduce_add(R v) { return _mm512_reduce_add_ps(v); }

@@ -14,28 +14,44 @@ inline float sigmoidf(float x) { return 1.f / (1.f + std::exp(-x)); }
 
 inline float unary1(Unary op, float x, float p0, float p1) {
   switch (op) {
-    case Unary::Copy: return x;
-    case Unary::Scale: return p0 * x;
-    case Unary::Affine: return p0 * x + p1;
-    case Unary::Relu: return x > 0.f ? x : 0.f;
-    case Unary::LeakyRelu: return x >= 0.f ? x : p0 * x;
-    case Unary::Elu: return x > 0.f ? x : p0 * std::expm1(x);
-    case Unary::Gelu: return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
+    case Unary::Copy:
+      return x;
+    case Unary::Scale:
+      return p0 * x;
+    case Unary::Affine:
+      return p0 * x + p1;
+    case Unary::Relu:
+      return x > 0.f ? x : 0.f;
+    case Unary::LeakyRelu:
+      return x >= 0.f ? x : p0 * x;
+    case Unary::Elu:
+      return x > 0.f ? x : p0 * std::expm1(x);
+    case Unary::Gelu:
+      return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f));
     case Unary::GeluTanh:
       return 0.5f * x * (1.f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    case Unary::Silu: return x * sigmoidf(x);
+    case Unary::Silu:
+      return x * sigmoidf(x);
     case Unary::Mish: {
       float sp = x > 20.f ? x : std::log1p(std::exp(x));
       return x * std::tanh(sp);
     }
-    case Unary::Tanh: return std::tanh(x);
-    case Unary::Sigmoid: return sigmoidf(x);
-    case Unary::Softplus: return x > 20.f ? x : std::log1p(std::exp(x));
-    case Unary::Exp: return std::exp(x);
-    case Unary::Sin: return std::sin(x);
-    case Unary::Clamp: return std::min(std::max(x, p0), p1);
-    case Unary::Abs: return std::fabs(x);
-    case Unary::Count: break;
+    case Unary::Tanh:
+      return std::tanh(x);
+    case Unary::Sigmoid:
+      return sigmoidf(x);
+    case Unary::Softplus:
+      return x > 20.f ? x : std::log1p(std::exp(x));
+    case Unary::Exp:
+      return std::exp(x);
+    case Unary::Sin:
+      return std::sin(x);
+    case Unary::Clamp:
+      return std::min(std::max(x, p0), p1);
+    case Unary::Abs:
+      return std::fabs(x);
+    case Unary::Count:
+      break;
   }
   return x;
 }
@@ -48,10 +64,17 @@ void binary_generic(Binary op, const float* a, const float* b, float* y, int64_t
   for (int64_t i = 0; i < n; ++i) {
     float bv = bs ? b[0] : b[i];
     switch (op) {
-      case Binary::Add: y[i] = a[i] + bv; break;
-      case Binary::Sub: y[i] = a[i] - bv; break;
-      case Binary::Mul: y[i] = a[i] * bv; break;
-      case Binary::Count: break;
+      case Binary::Add:
+        y[i] = a[i] + bv;
+        break;
+      case Binary::Sub:
+        y[i] = a[i] - bv;
+        break;
+      case Binary::Mul:
+        y[i] = a[i] * bv;
+        break;
+      case Binary::Count:
+        break;
     }
   }
 }
@@ -64,8 +87,7 @@ void snake_generic(const float* x, float* y, int64_t n, float alpha) {
   }
 }
 
-void layer_norm_generic(const float* x, float* y, int64_t n, const float* w, const float* b,
-                        float eps) {
+void layer_norm_generic(const float* x, float* y, int64_t n, const float* w, const float* b, float eps) {
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += x[i];
   float mean = float(sum / double(n));
@@ -123,8 +145,7 @@ void gemm_generic(const GemmTile& t) {
 }
 
 inline float kv_at(const void* p, DType dt, int64_t i) {
-  return dt == DType::F16 ? f16_to_f32(static_cast<const uint16_t*>(p)[i])
-                          : static_cast<const float*>(p)[i];
+  return dt == DType::F16 ? f16_to_f32(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
 }
 
 // Online softmax over keys, one query at a time.
@@ -152,8 +173,7 @@ void attn_generic(const AttnHead& h, int64_t q0, int64_t q1, float* scratch) {
       float alpha = std::exp(m - mn);  // exp(-inf) = 0 on the first key
       float p = std::exp(s - mn);
       l = l * alpha + p;
-      for (int64_t c = 0; c < h.d; ++c)
-        acc[c] = acc[c] * alpha + p * kv_at(vb, h.kv_dtype, vat + c);
+      for (int64_t c = 0; c < h.d; ++c) acc[c] = acc[c] * alpha + p * kv_at(vb, h.kv_dtype, vat + c);
       m = mn;
     }
     float* o = h.o + i * h.o_rs;
@@ -202,9 +222,9 @@ void kv_transpose_generic(const void* k, DType dt, int64_t k_rs, int64_t tk, int
 }
 
 const NnKernels kGeneric = {
-    Isa::Generic,   unary_generic, binary_generic, snake_generic,      layer_norm_generic,
-    rms_norm_generic, softmax_generic, rope_generic, gemm_generic, attn_generic,
-    attn_multi_generic, lstm_gates_generic, dot_generic, to_f16_generic, kv_transpose_generic,
+    Isa::Generic,       unary_generic,      binary_generic, snake_generic,  layer_norm_generic,
+    rms_norm_generic,   softmax_generic,    rope_generic,   gemm_generic,   attn_generic,
+    attn_multi_generic, lstm_gates_generic, dot_generic,    to_f16_generic, kv_transpose_generic,
 };
 
 }  // namespace
@@ -217,9 +237,12 @@ const NnKernels& nn_kernels(Isa isa) {
   if (int(isa) > int(best)) isa = best;
 #if CBX_X86_KERNELS
   switch (isa) {
-    case Isa::Avx512: return nn_kernels_avx512();
-    case Isa::Avx2: return nn_kernels_avx2();
-    case Isa::Generic: break;
+    case Isa::Avx512:
+      return nn_kernels_avx512();
+    case Isa::Avx2:
+      return nn_kernels_avx2();
+    case Isa::Generic:
+      break;
   }
 #endif
   return kGeneric;

@@ -179,9 +179,8 @@ void attn_multi_group(const AttnHead* hs, float* scratch) {
       R a0[NQ][NC], a1[NQ][NC];
       for (int r = 0; r < NQ; ++r)
         for (int v = 0; v < NC; ++v) {
-          a0[r][v] = act[r] && v < nv
-                         ? V::mul(V::load_n(acc[r] + c0 + v * W, v + 1 < nv ? W : last), V::set1(alpha[r]))
-                         : V::zero();
+          a0[r][v] = act[r] && v < nv ? V::mul(V::load_n(acc[r] + c0 + v * W, v + 1 < nv ? W : last), V::set1(alpha[r]))
+                                      : V::zero();
           a1[r][v] = V::zero();
         }
       auto keys = [&](auto full) {  // full: NC whole vectors
@@ -224,12 +223,13 @@ void attn_multi_group(const AttnHead* hs, float* scratch) {
         }
         if (jj < nkv) key(jj, std::false_type{});
       };
-      if (nv == NC && last == W) keys(std::true_type{});
-      else keys(std::false_type{});
+      if (nv == NC && last == W)
+        keys(std::true_type{});
+      else
+        keys(std::false_type{});
       for (int r = 0; r < NQ; ++r) {
         if (!act[r]) continue;
-        for (int v = 0; v < nv; ++v)
-          V::store_n(acc[r] + c0 + v * W, V::add(a0[r][v], a1[r][v]), v + 1 < nv ? W : last);
+        for (int v = 0; v < nv; ++v) V::store_n(acc[r] + c0 + v * W, V::add(a0[r][v], a1[r][v]), v + 1 < nv ? W : last);
       }
     }
   }
@@ -245,8 +245,10 @@ void attn_multi_group(const AttnHead* hs, float* scratch) {
 template <class V, int NQ>
 void attn_multi_n(const AttnHead* h, float* scratch) {
   const bool f16 = h[0].kv_dtype == DType::F16;
-  if (h[0].d == 64) f16 ? attn_multi_group<V, true, 64, NQ>(h, scratch) : attn_multi_group<V, false, 64, NQ>(h, scratch);
-  else f16 ? attn_multi_group<V, true, 0, NQ>(h, scratch) : attn_multi_group<V, false, 0, NQ>(h, scratch);
+  if (h[0].d == 64)
+    f16 ? attn_multi_group<V, true, 64, NQ>(h, scratch) : attn_multi_group<V, false, 64, NQ>(h, scratch);
+  else
+    f16 ? attn_multi_group<V, true, 0, NQ>(h, scratch) : attn_multi_group<V, false, 0, NQ>(h, scratch);
 }
 
 // Groups of at most kAttnMultiGroup queries, sizes as even as they go (5 = 3 + 2).
@@ -257,10 +259,18 @@ void attn_multi(const AttnHead* h, int nq, float* scratch) {
   for (int gi = 0, r = 0; gi < groups; ++gi) {
     const int n = nq / groups + (gi < nq % groups ? 1 : 0);
     switch (n) {
-      case 4: attn_multi_n<V, 4>(h + r, scratch); break;
-      case 3: attn_multi_n<V, 3>(h + r, scratch); break;
-      case 2: attn_multi_n<V, 2>(h + r, scratch); break;
-      default: attn_multi_n<V, 1>(h + r, scratch); break;
+      case 4:
+        attn_multi_n<V, 4>(h + r, scratch);
+        break;
+      case 3:
+        attn_multi_n<V, 3>(h + r, scratch);
+        break;
+      case 2:
+        attn_multi_n<V, 2>(h + r, scratch);
+        break;
+      default:
+        attn_multi_n<V, 1>(h + r, scratch);
+        break;
     }
     r += n;
   }
@@ -268,9 +278,8 @@ void attn_multi(const AttnHead* h, int nq, float* scratch) {
 
 template <class V>
 constexpr NnKernels make_table(Isa isa) {
-  return NnKernels{isa,        unary<V>,       binary<V>,     snake<V>, layer_norm<V>, rms_norm<V>,
-                   softmax<V>, rope<V>,        gemm<V>,       attn<V>,  attn_multi<V>, lstm_gates<V>,
-                   dot<V>,     to_f16<V>,      kv_transpose<V>};
+  return NnKernels{isa,     unary<V>, binary<V>,     snake<V>,      layer_norm<V>, rms_norm<V>, softmax<V>,     rope<V>,
+                   gemm<V>, attn<V>,  attn_multi<V>, lstm_gates<V>, dot<V>,        to_f16<V>,   kv_transpose<V>};
 }
 
 }  // namespace cbx::nn_simd

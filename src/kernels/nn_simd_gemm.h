@@ -16,8 +16,7 @@ namespace cbx::nn_simd {
 // ---- GEMM: C[m, n] += A[m, k] B[k, n] ----
 // Register tile MR rows x NV vectors: per k, NV loads of B, MR broadcasts of A, MR*NV FMAs.
 template <class V, int MR, int NV, bool Full>
-inline void gemm_micro(const GemmTile& t, int64_t i0, int64_t j0, int64_t k0, int64_t k1,
-                       int64_t ncols) {
+inline void gemm_micro(const GemmTile& t, int64_t i0, int64_t j0, int64_t k0, int64_t k1, int64_t ncols) {
   using R = typename V::R;
   constexpr int W = V::W;
   R acc[MR][NV];
@@ -25,8 +24,7 @@ inline void gemm_micro(const GemmTile& t, int64_t i0, int64_t j0, int64_t k0, in
   for (int v = 0; v < NV; ++v) cnt[v] = Full ? W : iclamp(ncols - v * W, 0, W);
   for (int r = 0; r < MR; ++r) {
     float* c = t.c + (i0 + r) * t.c_rs + j0;
-    for (int v = 0; v < NV; ++v)
-      acc[r][v] = Full ? V::load(c + v * W) : V::load_n(c + v * W, cnt[v]);
+    for (int v = 0; v < NV; ++v) acc[r][v] = Full ? V::load(c + v * W) : V::load_n(c + v * W, cnt[v]);
   }
   const float* a = t.a + i0 * t.a_rs;
   for (int64_t kk = k0; kk < k1; ++kk) {
@@ -42,8 +40,10 @@ inline void gemm_micro(const GemmTile& t, int64_t i0, int64_t j0, int64_t k0, in
   for (int r = 0; r < MR; ++r) {
     float* c = t.c + (i0 + r) * t.c_rs + j0;
     for (int v = 0; v < NV; ++v) {
-      if (Full) V::store(c + v * W, acc[r][v]);
-      else if (cnt[v] > 0) V::store_n(c + v * W, acc[r][v], cnt[v]);
+      if (Full)
+        V::store(c + v * W, acc[r][v]);
+      else if (cnt[v] > 0)
+        V::store_n(c + v * W, acc[r][v], cnt[v]);
     }
   }
 }
@@ -65,12 +65,23 @@ void gemm(const GemmTile& t) {
     int64_t i0 = 0;
     for (; i0 + MR <= t.m; i0 += MR) gemm_rows<V, MR, NV>(t, i0, k0, k1);
     switch (t.m - i0) {
-      case 5: gemm_rows<V, 5, NV>(t, i0, k0, k1); break;
-      case 4: gemm_rows<V, 4, NV>(t, i0, k0, k1); break;
-      case 3: gemm_rows<V, 3, NV>(t, i0, k0, k1); break;
-      case 2: gemm_rows<V, 2, NV>(t, i0, k0, k1); break;
-      case 1: gemm_rows<V, 1, NV>(t, i0, k0, k1); break;
-      default: break;
+      case 5:
+        gemm_rows<V, 5, NV>(t, i0, k0, k1);
+        break;
+      case 4:
+        gemm_rows<V, 4, NV>(t, i0, k0, k1);
+        break;
+      case 3:
+        gemm_rows<V, 3, NV>(t, i0, k0, k1);
+        break;
+      case 2:
+        gemm_rows<V, 2, NV>(t, i0, k0, k1);
+        break;
+      case 1:
+        gemm_rows<V, 1, NV>(t, i0, k0, k1);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -105,8 +116,8 @@ void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
   constexpr int64_t KT = kAttnKeyTile;
   const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t d = h.d;
-  float* S = scratch;               // [NQ][KT] scores, then probabilities
-  float* acc = S + NQ * KT;         // [NQ][d]
+  float* S = scratch;        // [NQ][KT] scores, then probabilities
+  float* acc = S + NQ * KT;  // [NQ][d]
   float m[NQ], l[NQ], alpha[NQ];
   int64_t kend_q[NQ];
   int64_t kend = 0;
@@ -152,23 +163,23 @@ void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
           for (int v = 0; v < NVS; ++v) V::store(S + r * KT + kv0 + v * V::W, sacc[r][v]);
       }
     } else
-    // Scores: one K row is loaded once for all NQ queries.
-    for (int64_t jj = 0; jj < nk; ++jj) {
-      if (j0 + jj + kAttnPrefetchRows < kend)
-        prefetch_kv_row(h.k, h.kv_dtype, (j0 + jj + kAttnPrefetchRows) * h.k_rs, d);
-      R sacc[NQ];
-      for (int r = 0; r < NQ; ++r) sacc[r] = V::zero();
-      const int64_t krow = (j0 + jj) * h.k_rs;
-      for (int64_t c = 0; c < d; c += V::W) {
-        int64_t cnt = imin(V::W, d - c);
-        R kv = load_kv<V>(h.k, h.kv_dtype, krow + c, cnt);
-        for (int r = 0; r < NQ; ++r) {
-          R qv = cnt == V::W ? V::load(q[r] + c) : V::load_n(q[r] + c, cnt);
-          sacc[r] = V::fma(qv, kv, sacc[r]);
+      // Scores: one K row is loaded once for all NQ queries.
+      for (int64_t jj = 0; jj < nk; ++jj) {
+        if (j0 + jj + kAttnPrefetchRows < kend)
+          prefetch_kv_row(h.k, h.kv_dtype, (j0 + jj + kAttnPrefetchRows) * h.k_rs, d);
+        R sacc[NQ];
+        for (int r = 0; r < NQ; ++r) sacc[r] = V::zero();
+        const int64_t krow = (j0 + jj) * h.k_rs;
+        for (int64_t c = 0; c < d; c += V::W) {
+          int64_t cnt = imin(V::W, d - c);
+          R kv = load_kv<V>(h.k, h.kv_dtype, krow + c, cnt);
+          for (int r = 0; r < NQ; ++r) {
+            R qv = cnt == V::W ? V::load(q[r] + c) : V::load_n(q[r] + c, cnt);
+            sacc[r] = V::fma(qv, kv, sacc[r]);
+          }
         }
+        for (int r = 0; r < NQ; ++r) S[r * KT + jj] = V::reduce_add(sacc[r]);
       }
-      for (int r = 0; r < NQ; ++r) S[r * KT + jj] = V::reduce_add(sacc[r]);
-    }
     // Scale, mask, online-softmax update.
     for (int r = 0; r < NQ; ++r) {
       float* s = S + r * KT;
@@ -206,14 +217,12 @@ void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
       for (int64_t c0 = 0; c0 < d; c0 += NVD * V::W) {
         R a[NQ][NVD];
         for (int r = 0; r < NQ; ++r)
-          for (int v = 0; v < NVD; ++v)
-            a[r][v] = V::mul(V::load(acc + r * d + c0 + v * V::W), V::set1(alpha[r]));
+          for (int v = 0; v < NVD; ++v) a[r][v] = V::mul(V::load(acc + r * d + c0 + v * V::W), V::set1(alpha[r]));
         for (int64_t jj = 0; jj < nk; ++jj) {
           if (c0 == 0 && j0 + jj + kAttnPrefetchRows < kend)
             prefetch_kv_row(h.v, h.kv_dtype, (j0 + jj + kAttnPrefetchRows) * h.v_rs, d);
           R vv[NVD];
-          for (int v = 0; v < NVD; ++v)
-            vv[v] = load_kv<V>(h.v, h.kv_dtype, (j0 + jj) * h.v_rs + c0 + v * V::W, V::W);
+          for (int v = 0; v < NVD; ++v) vv[v] = load_kv<V>(h.v, h.kv_dtype, (j0 + jj) * h.v_rs + c0 + v * V::W, V::W);
           for (int r = 0; r < NQ; ++r) {
             R p = V::set1(S[r * KT + jj]);
             for (int v = 0; v < NVD; ++v) a[r][v] = V::fma(p, vv[v], a[r][v]);
@@ -248,13 +257,17 @@ void attn_block(const AttnHead& h, int64_t i0, float* scratch) {
 // ---- one query (decode over a KV cache) ----
 template <class V, bool kF16>
 inline typename V::R kv_row_load(const void* p, int64_t at) {
-  if constexpr (kF16) return V::load_h(static_cast<const uint16_t*>(p) + at);
-  else return V::load(static_cast<const float*>(p) + at);
+  if constexpr (kF16)
+    return V::load_h(static_cast<const uint16_t*>(p) + at);
+  else
+    return V::load(static_cast<const float*>(p) + at);
 }
 template <class V, bool kF16>
 inline typename V::R kv_row_load_n(const void* p, int64_t at, int64_t n) {
-  if constexpr (kF16) return V::load_h_n(static_cast<const uint16_t*>(p) + at, n);
-  else return V::load_n(static_cast<const float*>(p) + at, n);
+  if constexpr (kF16)
+    return V::load_h_n(static_cast<const uint16_t*>(p) + at, n);
+  else
+    return V::load_n(static_cast<const float*>(p) + at, n);
 }
 
 // Prefetch of the row kAttnPrefetchRows ahead of `row`, up to the last key. (Continuing
@@ -412,8 +425,10 @@ void attn_one(const AttnHead& h, int64_t i, float* scratch) {
         }
         if (jj < nk) key(jj, a0);
       };
-      if (nv == NVD && last == W) keys(std::true_type{});
-      else keys(std::false_type{});
+      if (nv == NVD && last == W)
+        keys(std::true_type{});
+      else
+        keys(std::false_type{});
       for (int v = 0; v < nv; ++v) V::store_n(acc + c0 + v * W, V::add(a0[v], a1[v]), v + 1 < nv ? W : last);
     }
   }
@@ -430,23 +445,34 @@ void attn(const AttnHead& h, int64_t q0, int64_t q1, float* scratch) {
   static_assert(kAttnQueryBlock == 4);
   if (q1 - q0 == 1 && !h.kt && h.k2) {
     const bool f16 = h.kv_dtype == DType::F16;
-    if (h.d == 64) f16 ? attn_one<V, true, 64, true>(h, q0, scratch) : attn_one<V, false, 64, true>(h, q0, scratch);
-    else f16 ? attn_one<V, true, 0, true>(h, q0, scratch) : attn_one<V, false, 0, true>(h, q0, scratch);
+    if (h.d == 64)
+      f16 ? attn_one<V, true, 64, true>(h, q0, scratch) : attn_one<V, false, 64, true>(h, q0, scratch);
+    else
+      f16 ? attn_one<V, true, 0, true>(h, q0, scratch) : attn_one<V, false, 0, true>(h, q0, scratch);
     return;
   }
   if (q1 - q0 == 1 && !h.kt) {
     const bool f16 = h.kv_dtype == DType::F16;
-    if (h.d == 64) f16 ? attn_one<V, true, 64>(h, q0, scratch) : attn_one<V, false, 64>(h, q0, scratch);
-    else f16 ? attn_one<V, true, 0>(h, q0, scratch) : attn_one<V, false, 0>(h, q0, scratch);
+    if (h.d == 64)
+      f16 ? attn_one<V, true, 64>(h, q0, scratch) : attn_one<V, false, 64>(h, q0, scratch);
+    else
+      f16 ? attn_one<V, true, 0>(h, q0, scratch) : attn_one<V, false, 0>(h, q0, scratch);
     return;
   }
   int64_t i = q0;
   for (; i + 4 <= q1; i += 4) attn_block<V, 4>(h, i, scratch);
   switch (q1 - i) {
-    case 3: attn_block<V, 3>(h, i, scratch); break;
-    case 2: attn_block<V, 2>(h, i, scratch); break;
-    case 1: attn_block<V, 1>(h, i, scratch); break;
-    default: break;
+    case 3:
+      attn_block<V, 3>(h, i, scratch);
+      break;
+    case 2:
+      attn_block<V, 2>(h, i, scratch);
+      break;
+    case 1:
+      attn_block<V, 1>(h, i, scratch);
+      break;
+    default:
+      break;
   }
 }
 

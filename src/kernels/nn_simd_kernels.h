@@ -22,8 +22,7 @@ void to_f16(const float* x, uint16_t* y, int64_t n) {
 // kv_transpose in blocks of W keys: each key's dims [c0, c1) widened with vector loads into an
 // L1 tile [W][c1 - c0], then written out column by column (W consecutive floats per dim).
 template <class V>
-void kv_transpose(const void* k, DType dt, int64_t k_rs, int64_t tk, int64_t c0, int64_t c1, float* kt,
-                  int64_t kt_rs) {
+void kv_transpose(const void* k, DType dt, int64_t k_rs, int64_t tk, int64_t c0, int64_t c1, float* kt, int64_t kt_rs) {
   constexpr int W = V::W;
   constexpr int64_t kMaxDims = 128;  // tile width per pass
   alignas(64) float tile[W * kMaxDims];
@@ -64,9 +63,12 @@ void unary(Unary op, const float* x, float* y, int64_t n, float p0, float p1) {
     case Unary::Copy:
       if (x != y) std::memmove(y, x, size_t(n) * sizeof(float));
       return;
-    case Unary::Scale: return map1<V>(x, y, n, [&](R v) { return V::mul(v, vp0); });
-    case Unary::Affine: return map1<V>(x, y, n, [&](R v) { return V::fma(v, vp0, vp1); });
-    case Unary::Relu: return map1<V>(x, y, n, [&](R v) { return V::max(v, zero); });
+    case Unary::Scale:
+      return map1<V>(x, y, n, [&](R v) { return V::mul(v, vp0); });
+    case Unary::Affine:
+      return map1<V>(x, y, n, [&](R v) { return V::fma(v, vp0, vp1); });
+    case Unary::Relu:
+      return map1<V>(x, y, n, [&](R v) { return V::max(v, zero); });
     case Unary::LeakyRelu:
       return map1<V>(x, y, n, [&](R v) { return V::sel_lt(v, zero, V::mul(v, vp0), v); });
     case Unary::Elu:
@@ -81,20 +83,29 @@ void unary(Unary op, const float* x, float* y, int64_t n, float p0, float p1) {
       });
     case Unary::GeluTanh:
       return map1<V>(x, y, n, [&](R v) {
-        R in = V::mul(V::set1(0.79788456080286536f),
-                      V::fma(V::mul(V::set1(0.044715f), V::mul(v, v)), v, v));
+        R in = V::mul(V::set1(0.79788456080286536f), V::fma(V::mul(V::set1(0.044715f), V::mul(v, v)), v, v));
         return V::mul(V::mul(half, v), V::add(one, vtanh<V>(in)));
       });
-    case Unary::Silu: return map1<V>(x, y, n, [&](R v) { return V::mul(v, vsigmoid<V>(v)); });
-    case Unary::Mish: return map1<V>(x, y, n, [&](R v) { return vmish<V>(v); });
-    case Unary::Tanh: return map1<V>(x, y, n, [&](R v) { return vtanh<V>(v); });
-    case Unary::Sigmoid: return map1<V>(x, y, n, [&](R v) { return vsigmoid<V>(v); });
-    case Unary::Softplus: return map1<V>(x, y, n, [&](R v) { return vsoftplus<V>(v); });
-    case Unary::Exp: return map1<V>(x, y, n, [&](R v) { return vexp<V>(v); });
-    case Unary::Sin: return map1<V>(x, y, n, [&](R v) { return vsin<V>(v); });
-    case Unary::Clamp: return map1<V>(x, y, n, [&](R v) { return V::min(V::max(v, vp0), vp1); });
-    case Unary::Abs: return map1<V>(x, y, n, [&](R v) { return V::abs(v); });
-    case Unary::Count: break;
+    case Unary::Silu:
+      return map1<V>(x, y, n, [&](R v) { return V::mul(v, vsigmoid<V>(v)); });
+    case Unary::Mish:
+      return map1<V>(x, y, n, [&](R v) { return vmish<V>(v); });
+    case Unary::Tanh:
+      return map1<V>(x, y, n, [&](R v) { return vtanh<V>(v); });
+    case Unary::Sigmoid:
+      return map1<V>(x, y, n, [&](R v) { return vsigmoid<V>(v); });
+    case Unary::Softplus:
+      return map1<V>(x, y, n, [&](R v) { return vsoftplus<V>(v); });
+    case Unary::Exp:
+      return map1<V>(x, y, n, [&](R v) { return vexp<V>(v); });
+    case Unary::Sin:
+      return map1<V>(x, y, n, [&](R v) { return vsin<V>(v); });
+    case Unary::Clamp:
+      return map1<V>(x, y, n, [&](R v) { return V::min(V::max(v, vp0), vp1); });
+    case Unary::Abs:
+      return map1<V>(x, y, n, [&](R v) { return V::abs(v); });
+    case Unary::Count:
+      break;
   }
 }
 
@@ -116,10 +127,14 @@ template <class V>
 void binary(Binary op, const float* a, const float* b, float* y, int64_t n, bool bs) {
   using R = typename V::R;
   switch (op) {
-    case Binary::Add: return map2<V>(a, b, y, n, bs, [](R p, R q) { return V::add(p, q); });
-    case Binary::Sub: return map2<V>(a, b, y, n, bs, [](R p, R q) { return V::sub(p, q); });
-    case Binary::Mul: return map2<V>(a, b, y, n, bs, [](R p, R q) { return V::mul(p, q); });
-    case Binary::Count: break;
+    case Binary::Add:
+      return map2<V>(a, b, y, n, bs, [](R p, R q) { return V::add(p, q); });
+    case Binary::Sub:
+      return map2<V>(a, b, y, n, bs, [](R p, R q) { return V::sub(p, q); });
+    case Binary::Mul:
+      return map2<V>(a, b, y, n, bs, [](R p, R q) { return V::mul(p, q); });
+    case Binary::Count:
+      break;
   }
 }
 

@@ -43,21 +43,19 @@ struct Binder {
 
   Tensor get(const std::string& name, const std::vector<int64_t>& shape) const {
     const GgufTensorInfo* ti = f.find_tensor(name);
-    CBX_CHECK(ti != nullptr, "%s: missing tensor '%s' %s", f.path().c_str(), name.c_str(),
-              shape_text(shape).c_str());
+    CBX_CHECK(ti != nullptr, "%s: missing tensor '%s' %s", f.path().c_str(), name.c_str(), shape_text(shape).c_str());
     Tensor t = f.tensor(*ti);
     bool ok = t.ndim == int(shape.size());
     for (int i = 0; ok && i < t.ndim; ++i) ok = t.shape[i] == shape[size_t(i)];
-    CBX_CHECK(ok, "%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(),
-              t.shape_str().c_str(), shape_text(shape).c_str());
-    CBX_CHECK(t.dtype == DType::F32, "%s: tensor '%s' is %s; CAMPPlus weights must be f32",
-              f.path().c_str(), name.c_str(), dtype_name(t.dtype));
+    CBX_CHECK(ok, "%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(), t.shape_str().c_str(),
+              shape_text(shape).c_str());
+    CBX_CHECK(t.dtype == DType::F32, "%s: tensor '%s' is %s; CAMPPlus weights must be f32", f.path().c_str(),
+              name.c_str(), dtype_name(t.dtype));
     return t;
   }
   // Convolution `conv` [O, ...] followed by BatchNorm `bn` (folded scale/shift [O]):
   // weight * scale per output channel, bias = shift.
-  std::pair<Tensor, Tensor> fold(const std::string& conv, const std::vector<int64_t>& shape,
-                                 const std::string& bn) {
+  std::pair<Tensor, Tensor> fold(const std::string& conv, const std::vector<int64_t>& shape, const std::string& bn) {
     Tensor w = get(conv + ".weight", shape);
     Tensor s = get(bn + ".scale", {shape[0]}), b = get(bn + ".shift", {shape[0]});
     const int64_t O = shape[0], per = w.numel() / O;
@@ -76,8 +74,7 @@ struct Binder {
     for (int64_t o = 0; o < O; ++o)
       for (int64_t c = 0; c < C; ++c)
         for (int64_t ky = 0; ky < 3; ++ky)
-          for (int64_t kx = 0; kx < 3; ++kx)
-            wf[((o * 3 + ky) * C + c) * 3 + kx] = src[((o * C + c) * 3 + ky) * 3 + kx];
+          for (int64_t kx = 0; kx < 3; ++kx) wf[((o * 3 + ky) * C + c) * 3 + kx] = src[((o * C + c) * 3 + ky) * 3 + kx];
     return {make_tensor(DType::F32, {O, 3 * C, 3}, wf, size_t(O * C * 9) * 4), b};
   }
 };
@@ -88,11 +85,11 @@ struct HeadBlock {
 };
 
 struct DenseLayer {
-  Tensor bn1_s, bn1_b;       // nonlinear1 [in]
-  Tensor l1_w, l1_b;         // linear1 [bn, in, 1] with nonlinear2 folded
-  Tensor local_w;            // cam_layer.linear_local [g, bn, k]
-  Tensor cl1_w, cl1_b;       // cam_layer.linear1 [bn/2, bn, 1]
-  Tensor cl2_w, cl2_b;       // cam_layer.linear2 [g, bn/2, 1]
+  Tensor bn1_s, bn1_b;  // nonlinear1 [in]
+  Tensor l1_w, l1_b;    // linear1 [bn, in, 1] with nonlinear2 folded
+  Tensor local_w;       // cam_layer.linear_local [g, bn, k]
+  Tensor cl1_w, cl1_b;  // cam_layer.linear1 [bn/2, bn, 1]
+  Tensor cl2_w, cl2_b;  // cam_layer.linear2 [g, bn/2, 1]
   int64_t in = 0;
 };
 
@@ -148,8 +145,8 @@ size_t CampPlus::Impl::arena_bytes(int64_t T) const {
   const int64_t W = T + 2;
   const size_t tdnn_col = f32_bytes(std::max<int64_t>(int64_t(1) << 20, m * n_freq[3] * cfg.tdnn_kernel * 16)) +
                           size_t(m * n_freq[3] * cfg.tdnn_kernel) * 8 + kSlack;
-  const size_t head = f32_bytes((F + 2) * W) + f32_bytes((F + 2) * m * W) + 3 * f32_bytes((n_freq[1] + 2) * m * W) +
-                      tdnn_col;
+  const size_t head =
+      f32_bytes((F + 2) * W) + f32_bytes((F + 2) * m * W) + 3 * f32_bytes((n_freq[1] + 2) * m * W) + tdnn_col;
   // blocks: normalised input [c_max, T2], bottleneck [bn, T2], context / mask maps [., S],
   // the padded input of the local conv and its row offsets, stats.
   const int64_t bn = cfg.bn_channels;
@@ -164,8 +161,7 @@ size_t CampPlus::Impl::arena_bytes(int64_t T) const {
   return f32_bytes(T * F) + slabs + std::max(head, dense) + 8 * kSlack;  // fbank features first
 }
 
-CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples)
-    : impl_(std::make_unique<Impl>()) {
+CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   const CampplusConfig& k = c.campplus;
   m.cfg = k;
@@ -179,10 +175,10 @@ CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples)
             "seg %d)",
             f.path().c_str(), k.head_channels, k.head_blocks, k.init_channels, k.tdnn_kernel, k.growth_rate,
             k.bn_channels, k.embed_size, k.seg_len);
-  CBX_CHECK(k.block_layers.size() == k.block_kernels.size() &&
-                k.block_layers.size() == k.block_dilations.size() && !k.block_layers.empty(),
-            "%s: campplus block lists differ in length (%zu layers, %zu kernels, %zu dilations)",
-            f.path().c_str(), k.block_layers.size(), k.block_kernels.size(), k.block_dilations.size());
+  CBX_CHECK(k.block_layers.size() == k.block_kernels.size() && k.block_layers.size() == k.block_dilations.size() &&
+                !k.block_layers.empty(),
+            "%s: campplus block lists differ in length (%zu layers, %zu kernels, %zu dilations)", f.path().c_str(),
+            k.block_layers.size(), k.block_kernels.size(), k.block_dilations.size());
   CBX_CHECK(max_samples >= 1, "campplus: max_samples %lld must be >= 1", (long long)max_samples);
   m.max_samples = max_samples;
   m.max_frames = m.fbank.num_frames(size_t(max_samples));
@@ -231,8 +227,8 @@ CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples)
     blk.kernel = k.block_kernels[bi];
     blk.dilation = k.block_dilations[bi];
     CBX_CHECK(blk.kernel % 2 == 1 && blk.dilation >= 1 && k.block_layers[bi] >= 1,
-              "%s: campplus block %zu: kernel %lld must be odd, dilation %lld and layers %d positive",
-              f.path().c_str(), bi + 1, (long long)blk.kernel, (long long)blk.dilation, k.block_layers[bi]);
+              "%s: campplus block %zu: kernel %lld must be odd, dilation %lld and layers %d positive", f.path().c_str(),
+              bi + 1, (long long)blk.kernel, (long long)blk.dilation, k.block_layers[bi]);
     const std::string bp = "campplus.block" + std::to_string(bi + 1);
     for (int l = 0; l < k.block_layers[bi]; ++l) {
       const std::string p = bp + ".tdnnd" + std::to_string(l + 1);
@@ -280,11 +276,13 @@ int64_t CampPlus::num_frames(int64_t n) const { return impl_->fbank.num_frames(s
 std::vector<float> CampPlus::embed(ThreadPool& pool, const float* wav, int64_t n) {
   Impl& m = *impl_;
   CBX_CHECK(wav != nullptr || n == 0, "campplus: null wave");
-  CBX_CHECK(n <= m.max_samples, "campplus: %lld samples exceed the %lld reserved at construction",
-            (long long)n, (long long)m.max_samples);
+  CBX_CHECK(n <= m.max_samples, "campplus: %lld samples exceed the %lld reserved at construction", (long long)n,
+            (long long)m.max_samples);
   const int64_t T = m.fbank.num_frames(size_t(std::max<int64_t>(n, 0)));
-  CBX_CHECK(T >= 3, "campplus: reference too short: %lld samples at 16 kHz give %lld fbank frames, need at least 3 "
-            "(720 samples)", (long long)n, (long long)T);
+  CBX_CHECK(T >= 3,
+            "campplus: reference too short: %lld samples at 16 kHz give %lld fbank frames, need at least 3 "
+            "(720 samples)",
+            (long long)n, (long long)T);
   m.arena.reset();
   Tensor feats = m.arena.alloc(DType::F32, {T, m.cfg.feat_dim}, "campplus fbank");
   m.fbank.compute_into(wav, size_t(n), true, feats.ptr<float>());
@@ -356,15 +354,17 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
         ThreadPool::split(rows, ith, nth, &r0, &r1);
         if (r1 > r0) fn(r0, r1, tscratch[size_t(ith)]);
       };
-      if (pool.size() <= 1 || rows < 2) body(0, 1);
-      else pool.run(body);
+      if (pool.size() <= 1 || rows < 2)
+        body(0, 1);
+      else
+        pool.run(body);
     };
     auto interior_rows = [&](const Map& m, int64_t r0, int64_t r1) {  // output rows [r0, r1)
       return view(m, {(r1 - r0) * m.C, T}, {W, 1}, m.C * W + 1 + r0 * m.C * W);
     };
     // 3x3 conv, stride (s, 1), pad 1, rows [r0, r1) of out: in [H, C] -> out [Ho, O].
-    auto conv3 = [&](const Map& in, const Tensor& w, const Tensor& bias, Map& out, int64_t s, int64_t r0,
-                     int64_t r1, Arena& sc) {
+    auto conv3 = [&](const Map& in, const Tensor& w, const Tensor& bias, Map& out, int64_t s, int64_t r0, int64_t r1,
+                     Arena& sc) {
       Tensor x = view(in, {r1 - r0, 3 * in.C, W}, {s * in.C * W, W, 1}, r0 * s * in.C * W);
       Tensor y = view(out, {r1 - r0, out.C, T}, {out.C * W, W, 1}, out.C * W + 1 + r0 * out.C * W);
       conv1d(solo, x, w, bias, y, Conv1dParams{}, &sc);
@@ -399,8 +399,8 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
         if (!hb.sc_w.empty()) {  // 1x1 stride (s, 1) projection of `in` into map 3
           const Map& src = maps[in];
           Map& dst = maps[3];
-          Tensor x = view(src, {r1 - r0, src.C, T}, {hb.stride * src.C * W, W, 1},
-                          src.C * W + 1 + r0 * hb.stride * src.C * W);
+          Tensor x =
+              view(src, {r1 - r0, src.C, T}, {hb.stride * src.C * W, W, 1}, src.C * W + 1 + r0 * hb.stride * src.C * W);
           Tensor y = view(dst, {r1 - r0, mc, T}, {mc * W, W, 1}, mc * W + 1 + r0 * mc * W);
           conv1d(solo, x, hb.sc_w, hb.sc_b, y, Conv1dParams{}, &sc);
           Tensor yi = view(dst, {(r1 - r0) * mc, T}, {W, 1}, mc * W + 1 + r0 * mc * W);
@@ -424,7 +424,7 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
       relu(solo, o, o);
     });
     Tensor flat = interior(maps[out]);  // [F8 * mc, T], row f * mc + c
-    if (capture) {  // upstream's channel-major order, row c * F8 + f
+    if (capture) {                      // upstream's channel-major order, row c * F8 + f
       std::vector<float> hv(size_t(mc * h3 * T));
       for (int64_t f8 = 0; f8 < h3; ++f8)
         for (int64_t c = 0; c < mc; ++c)

@@ -16,11 +16,11 @@ namespace cbx {
 
 namespace {
 
-constexpr float kLnEps = 1e-5f;          // nn.LayerNorm default (decoder.py, diffusers block)
-constexpr float kTimeScale = 1000.f;     // SinusoidalPosEmb.forward(scale=1000)
-constexpr double kMaxPeriod = 10000.0;   // log(10000) / (half - 1)
+constexpr float kLnEps = 1e-5f;         // nn.LayerNorm default (decoder.py, diffusers block)
+constexpr float kTimeScale = 1000.f;    // SinusoidalPosEmb.forward(scale=1000)
+constexpr double kMaxPeriod = 10000.0;  // log(10000) / (half - 1)
 constexpr size_t kAllocSlack = 64;
-constexpr int64_t kQueryChunk = 128;     // attention queries per work item
+constexpr int64_t kQueryChunk = 128;  // attention queries per work item
 
 size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 
@@ -40,13 +40,11 @@ void check_config(const CfmConfig& c, const std::string& file) {
             "%s: cfm in_channels %d must be 4 x out_channels %d (x, mu, spks, cond) and channels %d > 0", f,
             c.in_channels, c.out_channels, c.channels);
   CBX_CHECK(c.conv_kernel >= 1 && c.n_blocks >= 0 && c.n_mid_blocks >= 0,
-            "%s: bad cfm conv_kernel %d / n_blocks %d / n_mid_blocks %d", f, c.conv_kernel, c.n_blocks,
-            c.n_mid_blocks);
+            "%s: bad cfm conv_kernel %d / n_blocks %d / n_mid_blocks %d", f, c.conv_kernel, c.n_blocks, c.n_mid_blocks);
   CBX_CHECK(c.n_head > 0 && c.head_dim > 0 && c.head_dim <= 512 && c.ff_dim > 0,
             "%s: bad cfm n_head %d / head_dim %d / ff_dim %d", f, c.n_head, c.head_dim, c.ff_dim);
   CBX_CHECK(c.time_emb_dim > 0 && c.time_sin_dim >= 4 && c.time_sin_dim % 2 == 0,
-            "%s: bad cfm time_emb_dim %d / time_sin_dim %d (must be even, >= 4)", f, c.time_emb_dim,
-            c.time_sin_dim);
+            "%s: bad cfm time_emb_dim %d / time_sin_dim %d (must be even, >= 4)", f, c.time_emb_dim, c.time_sin_dim);
 }
 
 void resnet_tensors(const CfmConfig& c, const std::string& p, int64_t in, CfmResnetWeights& r,
@@ -133,8 +131,10 @@ void transpose_into(ThreadPool& pool, const Tensor& src, Tensor& dst) {
         for (int64_t i = i0; i < i1; ++i) dp[j * ds + i] = sp[i * ss + j];
     }
   };
-  if (B * M * N < (int64_t(1) << 15) || pool.size() <= 1) job(0, 1);
-  else pool.run(job);
+  if (B * M * N < (int64_t(1) << 15) || pool.size() <= 1)
+    job(0, 1);
+  else
+    pool.run(job);
 }
 
 // View of columns [c0, c0 + n) of a [B, R, W] buffer as [B, R, n] (rows keep their stride).
@@ -149,8 +149,10 @@ void CfmEstimatorWeights::for_each_tensor(const CfmConfig& c, const Visitor& fn)
   fn("cfm.time_mlp.linear_1.bias", time1_b, {E}, K::Vector);
   fn("cfm.time_mlp.linear_2.weight", time2_w, {E, E}, K::Matrix);
   fn("cfm.time_mlp.linear_2.bias", time2_b, {E}, K::Vector);
-  if (c.meanflow) fn("cfm.time_embed_mixer.weight", mixer_w, {E, 2 * E}, K::Matrix);
-  else mixer_w = Tensor{};
+  if (c.meanflow)
+    fn("cfm.time_embed_mixer.weight", mixer_w, {E, 2 * E}, K::Matrix);
+  else
+    mixer_w = Tensor{};
   stage_tensors(c, "cfm.down_blocks.0", c.in_channels, true, down, fn);
   mid.resize(size_t(c.n_mid_blocks));
   for (int i = 0; i < c.n_mid_blocks; ++i) stage_tensors(c, idx("cfm.mid_blocks", i), C, false, mid[size_t(i)], fn);
@@ -167,36 +169,36 @@ void bind_cfm_estimator(const GgufFile& f, const CfmConfig& c, CfmEstimatorWeigh
   check_config(c, f.path());
   w.owned.clear();
   const char* path = f.path().c_str();
-  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
-                           CfmWeightKind kind) {
-    const GgufTensorInfo* ti = f.find_tensor(name);
-    CBX_CHECK(ti != nullptr, "%s: missing tensor '%s' %s", path, name.c_str(), shape_string(shape).c_str());
-    bool ok = ti->ndim == int(shape.size());
-    for (int i = 0; ok && i < ti->ndim; ++i) ok = ti->shape[i] == shape[size_t(i)];
-    if (!ok) {
-      Tensor got = f.tensor(*ti);
-      fail("%s: tensor '%s' has shape %s, expected %s", path, name.c_str(), got.shape_str().c_str(),
-           shape_string(shape).c_str());
-    }
-    const TypeTraits& tr = type_traits(ti->dtype);
-    if (ti->dtype == DType::F32) {
-      slot = f.tensor(*ti);
-      return;
-    }
-    CBX_CHECK(kind != CfmWeightKind::Vector, "%s: tensor '%s' must be f32, got %s", path, name.c_str(), tr.name);
-    if (kind == CfmWeightKind::Matrix) {
-      CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type", path,
-                name.c_str(), tr.name);
-      slot = f.tensor(*ti);
-      return;
-    }
-    CBX_CHECK(ti->dtype == DType::F16 || ti->dtype == DType::BF16,
-              "%s: conv tensor '%s' has dtype %s; it must be f32, f16 or bf16", path, name.c_str(), tr.name);
-    Tensor src = f.tensor(*ti);
-    const HugePiece& buf = w.owned.emplace_back(size_t(src.numel()) * 4);
-    tr.to_float(src.data, reinterpret_cast<float*>(buf.data()), src.numel());
-    slot = make_tensor(DType::F32, src.ndim, src.shape, buf.data(), buf.size());
-  });
+  w.for_each_tensor(
+      c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape, CfmWeightKind kind) {
+        const GgufTensorInfo* ti = f.find_tensor(name);
+        CBX_CHECK(ti != nullptr, "%s: missing tensor '%s' %s", path, name.c_str(), shape_string(shape).c_str());
+        bool ok = ti->ndim == int(shape.size());
+        for (int i = 0; ok && i < ti->ndim; ++i) ok = ti->shape[i] == shape[size_t(i)];
+        if (!ok) {
+          Tensor got = f.tensor(*ti);
+          fail("%s: tensor '%s' has shape %s, expected %s", path, name.c_str(), got.shape_str().c_str(),
+               shape_string(shape).c_str());
+        }
+        const TypeTraits& tr = type_traits(ti->dtype);
+        if (ti->dtype == DType::F32) {
+          slot = f.tensor(*ti);
+          return;
+        }
+        CBX_CHECK(kind != CfmWeightKind::Vector, "%s: tensor '%s' must be f32, got %s", path, name.c_str(), tr.name);
+        if (kind == CfmWeightKind::Matrix) {
+          CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type", path, name.c_str(),
+                    tr.name);
+          slot = f.tensor(*ti);
+          return;
+        }
+        CBX_CHECK(ti->dtype == DType::F16 || ti->dtype == DType::BF16,
+                  "%s: conv tensor '%s' has dtype %s; it must be f32, f16 or bf16", path, name.c_str(), tr.name);
+        Tensor src = f.tensor(*ti);
+        const HugePiece& buf = w.owned.emplace_back(size_t(src.numel()) * 4);
+        tr.to_float(src.data, reinterpret_cast<float*>(buf.data()), src.numel());
+        slot = make_tensor(DType::F32, src.ndim, src.shape, buf.data(), buf.size());
+      });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -209,9 +211,9 @@ size_t activation_bytes(const CfmConfig& c, int64_t B, int64_t T) {
   const int64_t n_res = 2 + c.n_mid_blocks;
   size_t b = 0;
   b += f32_bytes(2 * B * S) + 2 * f32_bytes(2 * B * E) + 2 * f32_bytes(B * E);  // time embedding
-  b += f32_bytes(n_res * B * C);                                                 // resnet time projections
-  b += f32_bytes(B * c.in_channels * T) + f32_bytes(B * 2 * C * T);              // x_in, [h | skip]
-  b += 2 * f32_bytes(B * C * T);                                                 // t0, t1
+  b += f32_bytes(n_res * B * C);                                                // resnet time projections
+  b += f32_bytes(B * c.in_channels * T) + f32_bytes(B * 2 * C * T);             // x_in, [h | skip]
+  b += 2 * f32_bytes(B * C * T);                                                // t0, t1
   b += f32_bytes(B * T * C) + f32_bytes(B * T * 3 * inner) + f32_bytes(B * T * inner);
   b += f32_bytes(B * T * c.ff_dim) + f32_bytes(B * inner * T);
   return b;
@@ -289,11 +291,12 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
     packed_bytes_ += conv_packs_.bytes();
   }
   const int64_t cin_max = std::max<int64_t>(c.in_channels, 2 * C);
-  transient = std::max(transient, f32_bytes(cin_max * (T + K - 1)) + size_t(cin_max * K) * 8 + 2 * kAllocSlack +
-                                      (gemm_ == GemmPrecision::BF16
-                                           ? conv1d_bf16_scratch_bytes(cin_max, std::max<int64_t>(C, c.out_channels),
-                                                                       T, K, 1, nt) + kAllocSlack
-                                           : 0));
+  transient = std::max(
+      transient,
+      f32_bytes(cin_max * (T + K - 1)) + size_t(cin_max * K) * 8 + 2 * kAllocSlack +
+          (gemm_ == GemmPrecision::BF16
+               ? conv1d_bf16_scratch_bytes(cin_max, std::max<int64_t>(C, c.out_channels), T, K, 1, nt) + kAllocSlack
+               : 0));
   // Attention: the fused bf16 kernel (AMX) takes its scratch from the per-call arena (work_); the
   // f32 path has, per thread, scores + v^T of one item and the GEMMs' single-thread scratch.
   attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(c.head_dim);
@@ -301,8 +304,8 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
     transient = std::max(transient, attention_bf16_scratch_bytes(B, c.n_head, T, c.head_dim, nt) + kAllocSlack);
   } else {
     const int64_t Qc = std::min<int64_t>(T, kQueryChunk), D = c.head_dim;
-    const size_t gemm = std::max(matmul_scratch_bytes(DType::F32, Qc, T, D, 1),
-                                 matmul_scratch_bytes(DType::F32, Qc, D, T, 1));
+    const size_t gemm =
+        std::max(matmul_scratch_bytes(DType::F32, Qc, T, D, 1), matmul_scratch_bytes(DType::F32, Qc, D, T, 1));
     const size_t per_thread = f32_bytes(Qc * T) + gemm + 4 * kAllocSlack;
     for (int i = 0; i < nt; ++i) {
       solo_.push_back(std::make_unique<ThreadPool>(1));
@@ -451,8 +454,8 @@ void CfmEstimator::attention_amx(const Tensor& q, const Tensor& k, const Tensor&
 }
 
 // out = transformers(resnet(x)) (channels-first); t0, t1: [B, C, T] temporaries (out may be x).
-void CfmEstimator::stage(const CfmStageWeights& sw, const char* resnet_name, const char* tfm_name, int index,
-                         Tensor& x, Tensor& out, const Tensor& tproj, Bufs& b, int64_t n_valid) {
+void CfmEstimator::stage(const CfmStageWeights& sw, const char* resnet_name, const char* tfm_name, int index, Tensor& x,
+                         Tensor& out, const Tensor& tproj, Bufs& b, int64_t n_valid) {
   resnet(sw.resnet, x, tproj, b.t0, b.t1, n_valid);
   emit(resnet_name, index, b.t0);
   transpose_into(pool_, b.t0, b.xt);
@@ -473,8 +476,7 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
             "cfm forward: x %s exceeds the reserved batch %lld / frames %lld", x.shape_str().c_str(),
             (long long)max_batch_, (long long)max_frames_);
   auto as3 = [&](const Tensor& a, const char* what) {
-    CBX_CHECK(a.dtype == DType::F32 && a.ndim == x.ndim && a.numel() == B * M * T && a.dim(-2) == M &&
-                  a.dim(-1) == T,
+    CBX_CHECK(a.dtype == DType::F32 && a.ndim == x.ndim && a.numel() == B * M * T && a.dim(-2) == M && a.dim(-1) == T,
               "cfm forward: %s must be f32 with x's shape %s, got %s", what, x.shape_str().c_str(),
               a.shape_str().c_str());
     if (a.ndim == 3) return a;

@@ -53,11 +53,11 @@ struct CfmResnetWeights {
 };
 
 struct CfmTransformerWeights {
-  Tensor norm1_w, norm1_b;                 // [C]
-  Tensor to_q, to_k, to_v;                 // [inner, C], no bias
-  Tensor to_out_w, to_out_b;               // [C, inner], [C]
-  Tensor norm3_w, norm3_b;                 // [C]
-  Tensor ff1_w, ff1_b, ff2_w, ff2_b;       // ff.net.0.proj [F, C], [F]; ff.net.2 [C, F], [C]
+  Tensor norm1_w, norm1_b;            // [C]
+  Tensor to_q, to_k, to_v;            // [inner, C], no bias
+  Tensor to_out_w, to_out_b;          // [C, inner], [C]
+  Tensor norm3_w, norm3_b;            // [C]
+  Tensor ff1_w, ff1_b, ff2_w, ff2_b;  // ff.net.0.proj [F, C], [F]; ff.net.2 [C, F], [C]
 };
 
 // resnet + transformer blocks (+ the causal conv that replaces the down/up-sampler).
@@ -80,12 +80,12 @@ struct CfmEstimatorWeights {
   CfmStageWeights up;
   Tensor final_conv_w, final_conv_b, final_ln_w, final_ln_b;  // final_block.block.{0,2}
   Tensor proj_w, proj_b;                                      // final_proj: [80, C, 1], [80]
-  std::vector<HugePiece> owned;  // f32 copies of the f16 / bf16 conv weights (huge pages)
+  std::vector<HugePiece> owned;                               // f32 copies of the f16 / bf16 conv weights (huge pages)
 
   // Calls fn(gguf_name, slot, expected row-major shape, kind) for every weight of a config
   // (sizes the vectors first). Serves binding, tests and byte counts.
-  using Visitor = std::function<void(const std::string& name, Tensor& slot,
-                                     const std::vector<int64_t>& shape, CfmWeightKind kind)>;
+  using Visitor =
+      std::function<void(const std::string& name, Tensor& slot, const std::vector<int64_t>& shape, CfmWeightKind kind)>;
   void for_each_tensor(const CfmConfig& c, const Visitor& fn);
 };
 
@@ -121,8 +121,7 @@ using CfmCapture = std::function<void(const char* name, int index, const Tensor&
 class CfmEstimator {
  public:
   // c and w are referenced, not copied: they must outlive this object.
-  CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, ThreadPool& pool,
-               const CfmEstimatorOptions& o = {});
+  CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, ThreadPool& pool, const CfmEstimatorOptions& o = {});
   CfmEstimator(const CfmEstimator&) = delete;
   CfmEstimator& operator=(const CfmEstimator&) = delete;
 
@@ -130,8 +129,8 @@ class CfmEstimator {
   // spks: F32 [B, 80] (or [80]); t, r: B times each (r only for meanflow, where it is required);
   // mask: empty (all frames valid) or F32 [T] of ones followed by zeros.
   // -> velocity F32 [B, 80, T], valid until the next call.
-  const Tensor& forward(const Tensor& x, const Tensor& mask, const Tensor& mu, const float* t,
-                        const Tensor& spks, const Tensor& cond, const float* r = nullptr);
+  const Tensor& forward(const Tensor& x, const Tensor& mask, const Tensor& mu, const float* t, const Tensor& spks,
+                        const Tensor& cond, const float* r = nullptr);
 
   const CfmConfig& config() const { return c_; }
   int64_t max_frames() const { return max_frames_; }
@@ -145,20 +144,19 @@ class CfmEstimator {
   size_t packed_weight_bytes() const { return packed_bytes_; }  // bf16 panels made at construction
 
  private:
-  struct Bufs {  // per-call activations
-    Tensor t0, t1;                    // [B, C, T]
-    Tensor xt;                        // [B, T, C]
-    Tensor qkv, att, ff;              // [B, T, 3 inner], [B, T, inner], [B, T, F]
-    Tensor vt;                        // [B, inner, T]: v transposed
+  struct Bufs {           // per-call activations
+    Tensor t0, t1;        // [B, C, T]
+    Tensor xt;            // [B, T, C]
+    Tensor qkv, att, ff;  // [B, T, 3 inner], [B, T, inner], [B, T, F]
+    Tensor vt;            // [B, inner, T]: v transposed
   };
   void emit(const char* name, int index, const Tensor& t) const {
     if (capture_) capture_(name, index, t);
   }
   void time_embedding(const float* t, const float* r, int64_t B, Tensor& temb);
-  void causal_block(const Tensor& x, const Tensor& conv_w, const Tensor& conv_b, const Tensor& ln_w,
-                    const Tensor& ln_b, Tensor& y, int64_t n_valid);
-  void resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& tproj, Tensor& y, Tensor& tmp,
-              int64_t n_valid);
+  void causal_block(const Tensor& x, const Tensor& conv_w, const Tensor& conv_b, const Tensor& ln_w, const Tensor& ln_b,
+                    Tensor& y, int64_t n_valid);
+  void resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& tproj, Tensor& y, Tensor& tmp, int64_t n_valid);
   void transformer(const CfmTransformerWeights& tw, Bufs& b, int64_t n_valid);
   void attention_f32(Tensor& q, const Tensor& k, const Tensor& v, Tensor& att, Tensor& vt_all, int64_t n_valid);
   void attention_amx(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& att, int64_t n_valid);
@@ -166,7 +164,7 @@ class CfmEstimator {
              Tensor& out, const Tensor& tproj, Bufs& b, int64_t n_valid);
 
   struct PackedBlock {  // one transformer block's matrices (ops/matmul.h PackedWeight)
-    PackedWeight qkv;     // to_q | to_k | to_v: [3 inner, C]
+    PackedWeight qkv;   // to_q | to_k | to_v: [3 inner, C]
     PackedWeight out, ff1, ff2;
   };
   const PackedBlock& packed_for(const CfmTransformerWeights& tw) const;
@@ -184,8 +182,8 @@ class CfmEstimator {
   std::vector<std::pair<const CfmTransformerWeights*, PackedBlock>> packed_;  // down, mid, up order
   size_t packed_bytes_ = 0;
   Conv1dPacks conv_packs_;  // every conv's bf16 direct-conv weights (BF16 only)
-  Tensor out_buf_;  // [max_batch, 80, max_frames]
-  Tensor out_;      // view for the last call
+  Tensor out_buf_;          // [max_batch, 80, max_frames]
+  Tensor out_;              // view for the last call
   size_t call_mark_ = 0;
   Arena* work_ = &arena_;  // per-call buffers (options.work or arena_ after call_mark_)
   size_t work_base_ = 0;

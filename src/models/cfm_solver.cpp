@@ -23,8 +23,8 @@ uint64_t mix64(uint64_t x) {
 
 void check_mel(const Tensor& a, int64_t M, int64_t T, const char* what) {
   CBX_CHECK(a.dtype == DType::F32 && a.ndim == 2 && a.shape[0] == M && a.shape[1] == T,
-            "cfm solve: %s must be f32 [%lld, %lld], got %s %s", what, (long long)M, (long long)T,
-            dtype_name(a.dtype), a.shape_str().c_str());
+            "cfm solve: %s must be f32 [%lld, %lld], got %s %s", what, (long long)M, (long long)T, dtype_name(a.dtype),
+            a.shape_str().c_str());
 }
 
 }  // namespace
@@ -89,8 +89,8 @@ void CfmSolver::draw_noise(Tensor& z) {
 const Tensor& CfmSolver::solve(const Tensor& mu, const Tensor& spks, const Tensor& cond, int64_t n_prompt,
                                const Tensor& noise, const Tensor& mask) {
   const int64_t M = c_.out_channels;
-  CBX_CHECK(mu.dtype == DType::F32 && mu.ndim == 2 && mu.shape[0] == M,
-            "cfm solve: mu must be f32 [%lld, T], got %s", (long long)M, mu.shape_str().c_str());
+  CBX_CHECK(mu.dtype == DType::F32 && mu.ndim == 2 && mu.shape[0] == M, "cfm solve: mu must be f32 [%lld, T], got %s",
+            (long long)M, mu.shape_str().c_str());
   const int64_t T = mu.shape[1];
   CBX_CHECK(T >= 1 && T <= max_frames_, "cfm solve: %lld frames exceed the reserved %lld", (long long)T,
             (long long)max_frames_);
@@ -103,8 +103,10 @@ const Tensor& CfmSolver::solve(const Tensor& mu, const Tensor& spks, const Tenso
 
   arena_.reset();
   Tensor x = arena_.alloc(DType::F32, {M, T}, "cfm x");
-  if (noise.empty()) draw_noise(x);
-  else copy_strided(noise, x);
+  if (noise.empty())
+    draw_noise(x);
+  else
+    copy_strided(noise, x);
 
   const std::vector<float> ts = time_span();
   step_ms_.clear();

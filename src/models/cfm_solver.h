@@ -30,9 +30,9 @@
 namespace cbx {
 
 struct CfmSolverOptions {
-  int64_t max_frames = 3000;  // most frames T (prompt + generated) one solve takes
-  uint64_t seed = 0;          // noise generator, used when solve gets no noise
-  Arena* work = nullptr;      // the estimator's per-call buffers (CfmEstimatorOptions::work)
+  int64_t max_frames = 3000;                 // most frames T (prompt + generated) one solve takes
+  uint64_t seed = 0;                         // noise generator, used when solve gets no noise
+  Arena* work = nullptr;                     // the estimator's per-call buffers (CfmEstimatorOptions::work)
   GemmPrecision gemm = GemmPrecision::Auto;  // CfmEstimatorOptions::gemm (Int8: int8 linears)
 };
 

@@ -98,31 +98,31 @@ void bind_flow_encoder(const GgufFile& f, const FlowConfig& c, FlowEncoderWeight
                 c.n_ff > 0 && c.vocab > 0 && c.mel_dim > 0 && c.spk_embed_dim > 0 && c.n_encoders >= 0 &&
                 c.n_up_encoders >= 0 && c.pre_lookahead_len >= 0,
             "%s: inconsistent flow hyper-parameters (d_model %d, n_head %d, head_dim %d, n_ff %d, vocab %d, "
-            "mel_dim %d, spk_embed_dim %d)", f.path().c_str(), c.d_model, c.n_head, c.head_dim, c.n_ff, c.vocab,
-            c.mel_dim, c.spk_embed_dim);
+            "mel_dim %d, spk_embed_dim %d)",
+            f.path().c_str(), c.d_model, c.n_head, c.head_dim, c.n_ff, c.vocab, c.mel_dim, c.spk_embed_dim);
   CBX_CHECK(c.up_stride >= 1 && c.up_kernel == 2 * c.up_stride + 1,
             "%s: flow up_kernel %d must be 2 * up_stride + 1 (up_stride %d) as in Upsample1D", f.path().c_str(),
             c.up_kernel, c.up_stride);
-  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
-                           FlowWeightKind kind) {
-    const GgufTensorInfo* ti = f.find_tensor(name);
-    CBX_CHECK(ti, "%s: missing tensor '%s'", f.path().c_str(), name.c_str());
-    bool ok = ti->ndim == int(shape.size());
-    for (int i = 0; ok && i < ti->ndim; ++i) ok = ti->shape[i] == shape[size_t(i)];
-    if (!ok) {
-      Tensor got = f.tensor(*ti);
-      fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(), got.shape_str().c_str(),
-           shape_string(shape).c_str());
-    }
-    const TypeTraits& tr = type_traits(ti->dtype);
-    if (kind == FlowWeightKind::Vector || kind == FlowWeightKind::Conv)
-      CBX_CHECK(ti->dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(), name.c_str(),
-                tr.name);
-    else
-      CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type", f.path().c_str(),
-                name.c_str(), tr.name);
-    slot = f.tensor(*ti);
-  });
+  w.for_each_tensor(c,
+                    [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape, FlowWeightKind kind) {
+                      const GgufTensorInfo* ti = f.find_tensor(name);
+                      CBX_CHECK(ti, "%s: missing tensor '%s'", f.path().c_str(), name.c_str());
+                      bool ok = ti->ndim == int(shape.size());
+                      for (int i = 0; ok && i < ti->ndim; ++i) ok = ti->shape[i] == shape[size_t(i)];
+                      if (!ok) {
+                        Tensor got = f.tensor(*ti);
+                        fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(),
+                             got.shape_str().c_str(), shape_string(shape).c_str());
+                      }
+                      const TypeTraits& tr = type_traits(ti->dtype);
+                      if (kind == FlowWeightKind::Vector || kind == FlowWeightKind::Conv)
+                        CBX_CHECK(ti->dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(),
+                                  name.c_str(), tr.name);
+                      else
+                        CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type",
+                                  f.path().c_str(), name.c_str(), tr.name);
+                      slot = f.tensor(*ti);
+                    });
 }
 
 // Per-call buffers, each sized for T = 2 L rows of the current call.
@@ -154,9 +154,9 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   relpos_ = attn_bf16_ && attention_bf16_relpos_available(D);
 
   size_t persistent = f32_bytes(P * d) + 2 * f32_bytes(M * T) + f32_bytes(M);  // pos, outputs
-  size_t act = size_t(L) * 4 + kAllocSlack;                           // ids
+  size_t act = size_t(L) * 4 + kAllocSlack;                                    // ids
   act += 8 * f32_bytes(T * d) + f32_bytes(P * d) + (relpos_ ? 0 : f32_bytes(T * P)) + f32_bytes(T * F);
-  act += 3 * f32_bytes(d * T);                                        // channels-first
+  act += 3 * f32_bytes(d * T);             // channels-first
   act += f32_bytes(T * M) + f32_bytes(S);  // proj, x-vec
   // Transient scratch (rewound after each op): the largest single op's need.
   size_t tr = 0;
@@ -189,14 +189,14 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   if (relpos_) {
     tr = std::max(tr, attention_bf16_relpos_scratch_bytes(1, c.n_head, T, D, nt) + kAllocSlack);
   } else {
-    tr = std::max(tr, matmul_scratch_bytes(DType::F32, T, P, D, nt));          // (q + v) p^T per head
+    tr = std::max(tr, matmul_scratch_bytes(DType::F32, T, P, D, nt));      // (q + v) p^T per head
     tr = std::max(tr, f32_bytes(D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T (one head)
     if (attn_bf16_) tr = std::max(tr, attention_bf16_scratch_bytes(1, 1, T, D, nt) + kAllocSlack);
   }
   const int64_t Kmax = std::max<int64_t>({c.pre_lookahead_len + 1, 3, c.up_kernel});
-  tr = std::max(tr, f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack +  // conv1d
-                        (gemm_ == GemmPrecision::BF16 ? conv1d_bf16_scratch_bytes(d, d, T, Kmax, 1, nt) + kAllocSlack
-                                                      : 0));
+  tr = std::max(tr,
+                f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack +  // conv1d
+                    (gemm_ == GemmPrecision::BF16 ? conv1d_bf16_scratch_bytes(d, d, T, Kmax, 1, nt) + kAllocSlack : 0));
   if (o.work) {
     arena_.reserve(persistent + (size_t(1) << 12));
     work_ = o.work;
@@ -281,8 +281,8 @@ void FlowEncoder::conformer_layer(const FlowConformerLayer& W, Tensor& x, const 
 
   // x += w2(silu(w1(LN(x)))): one MLP call (LayerNorm, bias, SiLU and residual fused).
   matmul_mlp(pool_, pk.w1,
-             MatmulEpilogue{&W.w1_b, MatmulAct::Silu, nullptr, &W.norm_ff_w, &W.norm_ff_b, c_.layer_ln_eps},
-             pk.w2, MatmulEpilogue{&W.w2_b, MatmulAct::None, &x}, x, hid, x, sc);
+             MatmulEpilogue{&W.w1_b, MatmulAct::Silu, nullptr, &W.norm_ff_w, &W.norm_ff_b, c_.layer_ln_eps}, pk.w2,
+             MatmulEpilogue{&W.w2_b, MatmulAct::None, &x}, x, hid, x, sc);
   emit(name + ".out", x);
 }
 
@@ -325,8 +325,8 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
   const int64_t L = n_prompt + n_tokens, T = c_.up_stride * L;
   CBX_CHECK(n_prompt >= 0 && n_tokens >= 0 && L > 0, "flow encoder: no tokens (prompt %lld, generated %lld)",
             (long long)n_prompt, (long long)n_tokens);
-  CBX_CHECK(L <= max_tokens_, "flow encoder: %lld prompt + %lld tokens exceed the reserved %lld",
-            (long long)n_prompt, (long long)n_tokens, (long long)max_tokens_);
+  CBX_CHECK(L <= max_tokens_, "flow encoder: %lld prompt + %lld tokens exceed the reserved %lld", (long long)n_prompt,
+            (long long)n_tokens, (long long)max_tokens_);
   CBX_CHECK(n_embedding == S && embedding, "flow encoder: speaker embedding has %lld values, expected %lld",
             (long long)n_embedding, (long long)S);
   CBX_CHECK(n_prompt_frames >= 0 && n_prompt_frames <= T && (n_prompt_frames == 0 || prompt_feat),
@@ -339,8 +339,7 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
   for (int64_t i = 0; i < L; ++i) {
     const int32_t t = i < n_prompt ? prompt_tokens[i] : tokens[i - n_prompt];
     CBX_CHECK(t >= 0 && t < c_.vocab, "flow encoder: %s token %lld at %lld is outside [0, %d)",
-              i < n_prompt ? "prompt" : "speech", (long long)t, (long long)(i < n_prompt ? i : i - n_prompt),
-              c_.vocab);
+              i < n_prompt ? "prompt" : "speech", (long long)t, (long long)(i < n_prompt ? i : i - n_prompt), c_.vocab);
     ids.ptr<int32_t>()[i] = t;
   }
   Bufs b;

@@ -44,14 +44,14 @@ namespace cbx {
 class GgufFile;
 
 struct FlowConformerLayer {
-  Tensor norm_mha_w, norm_mha_b;         // [d]
-  Tensor q_w, q_b, k_w, k_b, v_w, v_b;   // [d, d], [d]
-  Tensor out_w, out_b;                   // [d, d], [d]
-  Tensor pos_w;                          // [d, d] (linear_pos, no bias)
-  Tensor pos_bias_u, pos_bias_v;         // [H, D]
-  Tensor norm_ff_w, norm_ff_b;           // [d]
-  Tensor w1_w, w1_b;                     // [n_ff, d], [n_ff]
-  Tensor w2_w, w2_b;                     // [d, n_ff], [d]
+  Tensor norm_mha_w, norm_mha_b;        // [d]
+  Tensor q_w, q_b, k_w, k_b, v_w, v_b;  // [d, d], [d]
+  Tensor out_w, out_b;                  // [d, d], [d]
+  Tensor pos_w;                         // [d, d] (linear_pos, no bias)
+  Tensor pos_bias_u, pos_bias_v;        // [H, D]
+  Tensor norm_ff_w, norm_ff_b;          // [d]
+  Tensor w1_w, w1_b;                    // [n_ff, d], [n_ff]
+  Tensor w2_w, w2_b;                    // [d, n_ff], [d]
 };
 
 // Where a tensor may be stored: Vector/Conv = F32 only; Matrix = any float/quantized weight
@@ -59,24 +59,24 @@ struct FlowConformerLayer {
 enum class FlowWeightKind { Vector, Matrix, Conv, Embedding };
 
 struct FlowEncoderWeights {
-  Tensor input_embedding;                // [vocab, d]
-  Tensor spk_affine_w, spk_affine_b;     // [M, S], [M]
-  Tensor embed_w, embed_b;               // [d, d], [d]
-  Tensor embed_ln_w, embed_ln_b;         // [d]
-  Tensor pre_conv1_w, pre_conv1_b;       // [d, d, P+1], [d]
-  Tensor pre_conv2_w, pre_conv2_b;       // [d, d, 3], [d]
+  Tensor input_embedding;             // [vocab, d]
+  Tensor spk_affine_w, spk_affine_b;  // [M, S], [M]
+  Tensor embed_w, embed_b;            // [d, d], [d]
+  Tensor embed_ln_w, embed_ln_b;      // [d]
+  Tensor pre_conv1_w, pre_conv1_b;    // [d, d, P+1], [d]
+  Tensor pre_conv2_w, pre_conv2_b;    // [d, d, 3], [d]
   std::vector<FlowConformerLayer> encoders;
-  Tensor up_conv_w, up_conv_b;           // [d, d, up_kernel], [d]
-  Tensor up_embed_w, up_embed_b;         // [d, d], [d]
-  Tensor up_embed_ln_w, up_embed_ln_b;   // [d]
+  Tensor up_conv_w, up_conv_b;          // [d, d, up_kernel], [d]
+  Tensor up_embed_w, up_embed_b;        // [d, d], [d]
+  Tensor up_embed_ln_w, up_embed_ln_b;  // [d]
   std::vector<FlowConformerLayer> up_encoders;
-  Tensor after_norm_w, after_norm_b;     // [d]
-  Tensor proj_w, proj_b;                 // [M, d], [M] (encoder_proj)
+  Tensor after_norm_w, after_norm_b;  // [d]
+  Tensor proj_w, proj_b;              // [M, d], [M] (encoder_proj)
 
   // Calls fn(gguf_name, slot, expected row-major shape, kind) for every weight (all required);
   // sizes the layer vectors first.
-  using Visitor = std::function<void(const std::string& name, Tensor& slot,
-                                     const std::vector<int64_t>& shape, FlowWeightKind kind)>;
+  using Visitor = std::function<void(const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
+                                     FlowWeightKind kind)>;
   void for_each_tensor(const FlowConfig& c, const Visitor& fn);
 };
 
@@ -97,9 +97,9 @@ struct FlowEncoderOptions {
 
 // Outputs of one forward call; views into the encoder's own arena, valid until the next call.
 struct FlowEncoderOutput {
-  Tensor mu;    // [M, T] F32, T = 2 L frames
-  Tensor cond;  // [M, T] F32: prompt_feat^T in the first n_prompt_frames columns, zeros after
-  Tensor spks;  // [M] F32
+  Tensor mu;                    // [M, T] F32, T = 2 L frames
+  Tensor cond;                  // [M, T] F32: prompt_feat^T in the first n_prompt_frames columns, zeros after
+  Tensor spks;                  // [M] F32
   int64_t n_frames = 0;         // T
   int64_t n_prompt_frames = 0;  // Tm: the CFM output is sliced from here (flow.py)
 };
@@ -123,17 +123,16 @@ using FlowCapture = std::function<void(const std::string& name, const Tensor& t)
 class FlowEncoder {
  public:
   // c and w are referenced, not copied: they must outlive this object.
-  FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, ThreadPool& pool,
-              const FlowEncoderOptions& o);
+  FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, ThreadPool& pool, const FlowEncoderOptions& o);
   FlowEncoder(const FlowEncoder&) = delete;
   FlowEncoder& operator=(const FlowEncoder&) = delete;
 
   // prompt_tokens [Tp], tokens [N] (Tp + N <= max_tokens, every id < vocab, Tp + N > 0),
   // prompt_feat [Tm, M] row-major (Tm <= 2 (Tp + N); may be null when Tm = 0),
   // embedding [S] (the CAMPPlus x-vector).
-  FlowEncoderOutput forward(const int32_t* prompt_tokens, int64_t n_prompt, const int32_t* tokens,
-                            int64_t n_tokens, const float* prompt_feat, int64_t n_prompt_frames,
-                            const float* embedding, int64_t n_embedding);
+  FlowEncoderOutput forward(const int32_t* prompt_tokens, int64_t n_prompt, const int32_t* tokens, int64_t n_tokens,
+                            const float* prompt_feat, int64_t n_prompt_frames, const float* embedding,
+                            int64_t n_embedding);
 
   void set_capture(FlowCapture fn) { capture_ = std::move(fn); }
   int64_t max_tokens() const { return max_tokens_; }
@@ -152,10 +151,9 @@ class FlowEncoder {
   void attention_per_head(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qv, const Tensor& p,
                           const Bufs& b, Tensor& att);
   // x: [n, d] -> LN(linear(x)) * sqrt(d) in place.
-  void embed(const Tensor& w, const Tensor& bias, const Tensor& ln_w, const Tensor& ln_b, Tensor& x,
-             Tensor& tmp);
+  void embed(const Tensor& w, const Tensor& bias, const Tensor& ln_w, const Tensor& ln_b, Tensor& x, Tensor& tmp);
   Tensor pos_table(int64_t n) const;  // [2n-1, d] view of the table
-  struct PackedLayer {  // one conformer layer's matrices (ops/matmul.h PackedWeight)
+  struct PackedLayer {                // one conformer layer's matrices (ops/matmul.h PackedWeight)
     PackedWeight q, k, v, out, pos, w1, w2;
   };
   const PackedLayer& packed_for(const FlowConformerLayer& W) const;

@@ -28,9 +28,7 @@ std::string shape_string(const std::vector<int64_t>& s) {
 }
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // Source-down conv of stage i: downsamples s_stft by the product of the later rates.
 struct SourceDown {
@@ -52,29 +50,28 @@ void check_config(const HiftConfig& c, const std::string& file) {
   const size_t nu = c.upsample_rates.size();
   CBX_CHECK(nu >= 1 && nu == c.upsample_kernels.size() && nu == c.source_resblock_kernels.size(),
             "%s: hift upsample_rates (%zu), upsample_kernels (%zu) and source_resblock_kernels (%zu) "
-            "must have the same non-zero length", f, nu, c.upsample_kernels.size(),
-            c.source_resblock_kernels.size());
+            "must have the same non-zero length",
+            f, nu, c.upsample_kernels.size(), c.source_resblock_kernels.size());
   CBX_CHECK(nu <= 8 && c.base_channels > 0 && c.base_channels % (1 << nu) == 0,
             "%s: hift base_channels %d must be divisible by 2^%zu", f, c.base_channels, nu);
-  CBX_CHECK(c.in_channels > 0 && c.nb_harmonics >= 0 && c.nb_harmonics < 64 && c.conv_pre_kernel > 0 && c.conv_pre_kernel % 2 == 1,
-            "%s: bad hift in_channels %d / nb_harmonics %d / conv_pre_kernel %d", f, c.in_channels,
-            c.nb_harmonics, c.conv_pre_kernel);
+  CBX_CHECK(c.in_channels > 0 && c.nb_harmonics >= 0 && c.nb_harmonics < 64 && c.conv_pre_kernel > 0 &&
+                c.conv_pre_kernel % 2 == 1,
+            "%s: bad hift in_channels %d / nb_harmonics %d / conv_pre_kernel %d", f, c.in_channels, c.nb_harmonics,
+            c.conv_pre_kernel);
   CBX_CHECK(c.n_fft >= 2 && c.n_fft % 2 == 0 && c.hop >= 1 && c.hop <= c.n_fft && c.sample_rate > 0,
             "%s: bad hift n_fft %d / hop %d / sample_rate %d", f, c.n_fft, c.hop, c.sample_rate);
-  CBX_CHECK(c.f0_layers >= 1 && c.f0_channels > 0, "%s: bad hift f0_layers %d / f0_channels %d", f,
-            c.f0_layers, c.f0_channels);
+  CBX_CHECK(c.f0_layers >= 1 && c.f0_channels > 0, "%s: bad hift f0_layers %d / f0_channels %d", f, c.f0_layers,
+            c.f0_channels);
   for (size_t i = 0; i < nu; ++i) {
     const int u = c.upsample_rates[i], k = c.upsample_kernels[i];
     CBX_CHECK(u >= 1 && k >= u && (k - u) % 2 == 0,
-              "%s: hift stage %zu: upsample kernel %d and rate %d must satisfy k >= u, k - u even", f, i,
-              k, u);
-    CBX_CHECK(c.source_resblock_kernels[i] % 2 == 1, "%s: hift source_resblock_kernels[%zu] = %d must be odd",
-              f, i, c.source_resblock_kernels[i]);
+              "%s: hift stage %zu: upsample kernel %d and rate %d must satisfy k >= u, k - u even", f, i, k, u);
+    CBX_CHECK(c.source_resblock_kernels[i] % 2 == 1, "%s: hift source_resblock_kernels[%zu] = %d must be odd", f, i,
+              c.source_resblock_kernels[i]);
   }
   CBX_CHECK(!c.resblock_kernels.empty() && !c.resblock_dilations.empty() && !c.source_resblock_dilations.empty(),
             "%s: hift resblock kernel/dilation lists must not be empty", f);
-  for (int32_t k : c.resblock_kernels)
-    CBX_CHECK(k >= 1 && k % 2 == 1, "%s: hift resblock kernel %d must be odd", f, k);
+  for (int32_t k : c.resblock_kernels) CBX_CHECK(k >= 1 && k % 2 == 1, "%s: hift resblock kernel %d must be odd", f, k);
   for (int32_t d : c.resblock_dilations) CBX_CHECK(d >= 1, "%s: hift resblock dilation %d", f, d);
   for (int32_t d : c.source_resblock_dilations) CBX_CHECK(d >= 1, "%s: hift source dilation %d", f, d);
 }
@@ -141,27 +138,24 @@ void HiftWeights::for_each_tensor(const HiftConfig& c, const Visitor& fn) {
 void bind_hift(const GgufFile& f, const HiftConfig& c, HiftWeights& w) {
   check_config(c, f.path());
   w.owned.clear();
-  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
-                           bool is_vector) {
+  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape, bool is_vector) {
     const GgufTensorInfo* ti = f.find_tensor(name);
-    CBX_CHECK(ti != nullptr, "%s: missing tensor '%s' %s", f.path().c_str(), name.c_str(),
-              shape_string(shape).c_str());
+    CBX_CHECK(ti != nullptr, "%s: missing tensor '%s' %s", f.path().c_str(), name.c_str(), shape_string(shape).c_str());
     bool ok = ti->ndim == int(shape.size());
     for (int i = 0; ok && i < ti->ndim; ++i) ok = ti->shape[i] == shape[size_t(i)];
     if (!ok) {
       Tensor got = f.tensor(*ti);
-      fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(),
-           got.shape_str().c_str(), shape_string(shape).c_str());
+      fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(), got.shape_str().c_str(),
+           shape_string(shape).c_str());
     }
     if (ti->dtype == DType::F32) {
       slot = f.tensor(*ti);
       return;
     }
-    CBX_CHECK(!is_vector, "%s: tensor '%s' must be f32, got %s", f.path().c_str(), name.c_str(),
-              dtype_name(ti->dtype));
+    CBX_CHECK(!is_vector, "%s: tensor '%s' must be f32, got %s", f.path().c_str(), name.c_str(), dtype_name(ti->dtype));
     CBX_CHECK(ti->dtype == DType::F16 || ti->dtype == DType::BF16,
-              "%s: tensor '%s' has dtype %s; HiFT weights must be f32, f16 or bf16", f.path().c_str(),
-              name.c_str(), dtype_name(ti->dtype));
+              "%s: tensor '%s' has dtype %s; HiFT weights must be f32, f16 or bf16", f.path().c_str(), name.c_str(),
+              dtype_name(ti->dtype));
     Tensor src = f.tensor(*ti);
     const HugePiece& buf = w.owned.emplace_back(size_t(src.numel()) * 4);
     type_traits(ti->dtype).to_float(src.data, reinterpret_cast<float*>(buf.data()), src.numel());
@@ -201,8 +195,7 @@ HiftLengths lengths(const HiftConfig& c, int64_t T) {
   r.N = up * c.hop * T;
   r.F = r.N / c.hop + 1;
   const size_t nu = c.upsample_rates.size();
-  r.slab = std::max<int64_t>({int64_t(c.base_channels) * T, int64_t(c.f0_channels) * T,
-                              int64_t(c.n_fft + 2) * r.F});
+  r.slab = std::max<int64_t>({int64_t(c.base_channels) * T, int64_t(c.f0_channels) * T, int64_t(c.n_fft + 2) * r.F});
   int64_t L = T;
   for (size_t i = 0; i < nu; ++i) {
     ConvTranspose1dParams p;
@@ -276,12 +269,12 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
 
   const HiftLengths L = lengths(cfg_, max_frames_);
   const int64_t H1 = cfg_.nb_harmonics + 1, C0 = cfg_.base_channels;
-  const size_t persistent = 2 * f32_bytes(H1 * L.N)  // generator noise, cycles
-                           + f32_bytes(L.N);          // wave
-  size_t bytes = f32_bytes(L.N)                    // source
+  const size_t persistent = 2 * f32_bytes(H1 * L.N)   // generator noise, cycles
+                            + f32_bytes(L.N);         // wave
+  size_t bytes = f32_bytes(L.N)                       // source
                  + f32_bytes((cfg_.n_fft + 2) * L.F)  // s_stft
-                 + f32_bytes(L.T)                  // f0
-                 + 5 * f32_bytes(L.slab);          // activation slabs
+                 + f32_bytes(L.T)                     // f0
+                 + 5 * f32_bytes(L.slab);             // activation slabs
   // Largest conv scratch.
   size_t scratch = 0;
   scratch = std::max(scratch, conv1d_scratch(cfg_.in_channels, L.T, 3, 2, 1));
@@ -404,8 +397,7 @@ void HiftVocoder::istft(const float* re, const float* im, int64_t F, float* fram
 
 // out = ResBlock(in); in may be out. The first residual add writes out = in + ..., so the
 // input need not be copied first.
-void HiftVocoder::run_resblock(const HiftResBlockWeights& rb, const Tensor& in, Tensor& out, Tensor& t1,
-                               Tensor& t2) {
+void HiftVocoder::run_resblock(const HiftResBlockWeights& rb, const Tensor& in, Tensor& out, Tensor& t1, Tensor& t2) {
   const int64_t k = rb.kernel;
   for (size_t j = 0; j < rb.dilations.size(); ++j) {
     const Tensor& x = j == 0 ? in : out;

@@ -59,22 +59,22 @@ struct HiftResBlockWeights {
 };
 
 struct HiftWeights {
-  Tensor l_linear_w, l_linear_b;              // [1, nb_harmonics + 1], [1]
-  Tensor conv_pre_w, conv_pre_b;              // [C0, in_channels, conv_pre_kernel], [C0]
-  std::vector<Tensor> ups_w, ups_b;           // stage i: [C0 >> i, C0 >> (i+1), k_i], [C0 >> (i+1)]
+  Tensor l_linear_w, l_linear_b;                       // [1, nb_harmonics + 1], [1]
+  Tensor conv_pre_w, conv_pre_b;                       // [C0, in_channels, conv_pre_kernel], [C0]
+  std::vector<Tensor> ups_w, ups_b;                    // stage i: [C0 >> i, C0 >> (i+1), k_i], [C0 >> (i+1)]
   std::vector<Tensor> source_downs_w, source_downs_b;  // stage i: [C0 >> (i+1), n_fft + 2, 2u | 1]
   std::vector<HiftResBlockWeights> source_resblocks;   // one per stage
   std::vector<HiftResBlockWeights> resblocks;          // stage-major: stage i, kernel j at i * nk + j
-  Tensor conv_post_w, conv_post_b;            // [n_fft + 2, C0 >> n_stages, 7], [n_fft + 2]
-  std::vector<Tensor> f0_w, f0_b;             // condnet 2l: [Cf, in_channels | Cf, 3], [Cf]
-  Tensor f0_cls_w, f0_cls_b;                  // [1, Cf], [1]
+  Tensor conv_post_w, conv_post_b;                     // [n_fft + 2, C0 >> n_stages, 7], [n_fft + 2]
+  std::vector<Tensor> f0_w, f0_b;                      // condnet 2l: [Cf, in_channels | Cf, 3], [Cf]
+  Tensor f0_cls_w, f0_cls_b;                           // [1, Cf], [1]
   // F32 copies of weights stored as F16/BF16 in the file (stable addresses, huge pages).
   std::vector<HugePiece> owned;
 
   // Calls fn(gguf_name, slot, expected row-major shape, is_vector) for every weight of a
   // config, sizing the vectors first. is_vector: stored as F32 only (biases, alphas).
-  using Visitor = std::function<void(const std::string& name, Tensor& slot,
-                                     const std::vector<int64_t>& shape, bool is_vector)>;
+  using Visitor =
+      std::function<void(const std::string& name, Tensor& slot, const std::vector<int64_t>& shape, bool is_vector)>;
   void for_each_tensor(const HiftConfig& c, const Visitor& fn);
 };
 
@@ -99,7 +99,7 @@ struct HiftDraws {
   const float* phases = nullptr;  // [nb_harmonics + 1], as drawn; element 0 is ignored (upstream zeroes it)
   const float* noise = nullptr;   // [nb_harmonics + 1, samples_per_frame * T], N(0, 1)
   // Streaming (pipeline/stream_synth.h) continues a waveform in pieces:
-  int64_t noise_stride = 0;           // floats between noise rows; 0 = samples_per_frame * T
+  int64_t noise_stride = 0;  // floats between noise rows; 0 = samples_per_frame * T
   // [nb_harmonics + 1] frac(cumsum) of each harmonic at the start of frame cycle_frame (the
   // source runs back from there with this call's f0), so a continuation meets the phase the
   // previous piece had at a join; null = 0 at the first sample, a waveform's start.
@@ -196,19 +196,19 @@ class HiftVocoder {
   int n_stages_ = 0, n_kernels_ = 0;
   uint64_t seed_ = 0, n_calls_ = 0;
   GemmPrecision gemm_ = GemmPrecision::F32;
-  Conv1dPacks conv_packs_;  // bf16 direct-conv weights of conv_pre and the resblocks (BF16 only)
+  Conv1dPacks conv_packs_;                        // bf16 direct-conv weights of conv_pre and the resblocks (BF16 only)
   std::vector<ConvTranspose1dPacked> ups_packs_;  // per stage, transposed upsampling weights (BF16 only)
-  std::vector<float> window_;                    // periodic Hann [n_fft]
-  std::vector<std::unique_ptr<RealFft>> ffts_;  // one per pool thread
-  std::vector<std::vector<float>> fft_bufs_;    // per thread: n_fft reals + (bins) complex
+  std::vector<float> window_;                     // periodic Hann [n_fft]
+  std::vector<std::unique_ptr<RealFft>> ffts_;    // one per pool thread
+  std::vector<std::vector<float>> fft_bufs_;      // per thread: n_fft reals + (bins) complex
   Arena arena_;
   // Persistent buffers (sized for max_frames), then per-call scratch after call_mark_.
-  Tensor gen_noise_;   // [H, max N] generator output
+  Tensor gen_noise_;  // [H, max N] generator output
   std::vector<float> gen_phases_;
   std::vector<float> last_f0_;  // reserved for max_frames
-  Tensor cycles_;      // [H, max N] frac(cumsum) per harmonic
-  Tensor wave_;        // [N] view of the output buffer
-  Tensor wave_buf_;    // [max N]
+  Tensor cycles_;               // [H, max N] frac(cumsum) per harmonic
+  Tensor wave_;                 // [N] view of the output buffer
+  Tensor wave_buf_;             // [max N]
   size_t call_mark_ = 0;
   Arena* work_ = &arena_;  // per-call buffers (options.work or arena_ after call_mark_)
   size_t work_base_ = 0;

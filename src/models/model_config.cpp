@@ -7,9 +7,12 @@ namespace cbx {
 
 const char* variant_name(Variant v) {
   switch (v) {
-    case Variant::Turbo: return "turbo";
-    case Variant::Nano: return "nano";
-    case Variant::Mtl: return "mtl";
+    case Variant::Turbo:
+      return "turbo";
+    case Variant::Nano:
+      return "nano";
+    case Variant::Mtl:
+      return "mtl";
   }
   return "?";
 }
@@ -23,12 +26,18 @@ Variant variant_from_name(const std::string& s) {
 
 const char* tensor_class_name(TensorClass r) {
   switch (r) {
-    case TensorClass::Matmul: return "matmul";
-    case TensorClass::Head: return "head";
-    case TensorClass::Embedding: return "embedding";
-    case TensorClass::Conv: return "conv";
-    case TensorClass::Vector: return "vector";
-    case TensorClass::Data: return "data";
+    case TensorClass::Matmul:
+      return "matmul";
+    case TensorClass::Head:
+      return "head";
+    case TensorClass::Embedding:
+      return "embedding";
+    case TensorClass::Conv:
+      return "conv";
+    case TensorClass::Vector:
+      return "vector";
+    case TensorClass::Data:
+      return "data";
   }
   return "?";
 }
@@ -262,9 +271,7 @@ struct Writer : ConfigVisitor {
   void boolean(const char* k, bool& v) override { w.set_bool(k, v); }
   void str(const char* k, std::string& v) override { w.set_string(k, v); }
   void i32_array(const char* k, std::vector<int32_t>& v) override { w.set_i32_array(k, v); }
-  void str_array(const char* k, std::vector<std::string>& v) override {
-    w.set_string_array(k, v);
-  }
+  void str_array(const char* k, std::vector<std::string>& v) override { w.set_string_array(k, v); }
 };
 
 struct Reader : ConfigVisitor {
@@ -272,8 +279,7 @@ struct Reader : ConfigVisitor {
   explicit Reader(const GgufFile& f) : f(f) {}
   const GgufValue& get(const char* k) {
     const GgufValue* v = f.find(k);
-    CBX_CHECK(v, "%s: missing metadata key '%s' (not a chatterbox.cpp GGUF, or an older format)",
-              f.path().c_str(), k);
+    CBX_CHECK(v, "%s: missing metadata key '%s' (not a chatterbox.cpp GGUF, or an older format)", f.path().c_str(), k);
     return *v;
   }
   template <typename Fn>
@@ -282,14 +288,13 @@ struct Reader : ConfigVisitor {
     try {
       return fn(v);
     } catch (const Error& e) {
-      fail("%s: metadata key '%s' has type %s: %s", f.path().c_str(), k,
-           gguf_type_name(v.type), e.what());
+      fail("%s: metadata key '%s' has type %s: %s", f.path().c_str(), k, gguf_type_name(v.type), e.what());
     }
   }
   void i32(const char* k, int32_t& v) override {
     int64_t x = typed(k, [](const GgufValue& g) { return g.as_int(); });
-    CBX_CHECK(x >= INT32_MIN && x <= INT32_MAX, "%s: metadata key '%s' = %lld out of range",
-              f.path().c_str(), k, (long long)x);
+    CBX_CHECK(x >= INT32_MIN && x <= INT32_MAX, "%s: metadata key '%s' = %lld out of range", f.path().c_str(), k,
+              (long long)x);
     v = int32_t(x);
   }
   void f32(const char* k, float& v) override {
@@ -325,9 +330,8 @@ ModelConfig read_config(const GgufFile& f) {
   ModelConfig c;
   Reader rd(f);
   visit_config(c, rd);
-  CBX_CHECK(c.format_version == kConfigFormatVersion,
-            "%s: chatterbox.format_version %d, this build reads %d", f.path().c_str(),
-            c.format_version, kConfigFormatVersion);
+  CBX_CHECK(c.format_version == kConfigFormatVersion, "%s: chatterbox.format_version %d, this build reads %d",
+            f.path().c_str(), c.format_version, kConfigFormatVersion);
   return c;
 }
 

@@ -16,7 +16,7 @@ class GgufFile;
 class GgufWriter;
 
 enum class Variant { Turbo, Nano, Mtl };
-const char* variant_name(Variant v);  // "turbo", "nano", "mtl"
+const char* variant_name(Variant v);              // "turbo", "nano", "mtl"
 Variant variant_from_name(const std::string& s);  // throws on unknown
 
 constexpr int kConfigFormatVersion = 1;

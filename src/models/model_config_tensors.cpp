@@ -5,7 +5,6 @@
 //   flow.*      <- s3gen: flow.* (encoder...)  cfm.*      <- s3gen: flow.decoder.estimator.*
 //   hift.*      <- s3gen: mel2wav.*            voice.*    <- conds.pt
 #include <cstdio>
-
 #include <map>
 
 #include "core/error.h"
@@ -136,8 +135,7 @@ void campplus_specs(const CampplusConfig& k, Table& tb) {
   tb.conv1d("campplus.tdnn.linear", k.init_channels, m * (k.feat_dim / 8), k.tdnn_kernel, false);
   tb.bn("campplus.tdnn.nonlinear.batchnorm", k.init_channels);
   int64_t ch = k.init_channels;
-  CBX_CHECK(k.block_layers.size() == k.block_kernels.size() &&
-                k.block_layers.size() == k.block_dilations.size(),
+  CBX_CHECK(k.block_layers.size() == k.block_kernels.size() && k.block_layers.size() == k.block_dilations.size(),
             "tensor table: campplus block lists differ in length");
   for (size_t b = 0; b < k.block_layers.size(); ++b) {
     std::string bp = "campplus.block" + std::to_string(b + 1);
@@ -183,8 +181,7 @@ void s3tok_specs(const S3TokConfig& s, Table& tb) {
 
 void conformer_layer(const FlowConfig& f, const std::string& p, Table& tb) {
   const int64_t d = f.d_model;
-  for (const char* n : {"linear_q", "linear_k", "linear_v", "linear_out"})
-    tb.linear(p + ".self_attn." + n, d, d);
+  for (const char* n : {"linear_q", "linear_k", "linear_v", "linear_out"}) tb.linear(p + ".self_attn." + n, d, d);
   tb.linear(p + ".self_attn.linear_pos", d, d, false);
   tb.add(p + ".self_attn.pos_bias_u", {f.n_head, f.head_dim}, R::Vector);
   tb.add(p + ".self_attn.pos_bias_v", {f.n_head, f.head_dim}, R::Vector);
@@ -207,8 +204,7 @@ void flow_specs(const FlowConfig& f, Table& tb) {
   tb.conv1d("flow.encoder.up_layer.conv", d, d, f.up_kernel);
   tb.linear("flow.encoder.up_embed.out.0", d, d);
   tb.norm("flow.encoder.up_embed.out.1", d);
-  for (int i = 0; i < f.n_up_encoders; ++i)
-    conformer_layer(f, idx("flow.encoder.up_encoders", i), tb);
+  for (int i = 0; i < f.n_up_encoders; ++i) conformer_layer(f, idx("flow.encoder.up_encoders", i), tb);
   tb.norm("flow.encoder.after_norm", d);
 }
 
@@ -290,12 +286,11 @@ void hift_specs(const HiftConfig& h, Table& tb) {
   const size_t nk = h.resblock_kernels.size();
   for (size_t i = 0; i < nu; ++i)
     for (size_t j = 0; j < nk; ++j)
-      hift_resblock(idx("hift.resblocks", int(i * nk + j)), int64_t(h.base_channels) >> (i + 1),
-                    h.resblock_kernels[j], h.resblock_dilations.size(), tb);
+      hift_resblock(idx("hift.resblocks", int(i * nk + j)), int64_t(h.base_channels) >> (i + 1), h.resblock_kernels[j],
+                    h.resblock_dilations.size(), tb);
   tb.conv1d("hift.conv_post", h.n_fft + 2, int64_t(h.base_channels) >> nu, 7);
   for (int l = 0; l < h.f0_layers; ++l)
-    tb.conv1d(idx("hift.f0_predictor.condnet", 2 * l), h.f0_channels,
-              l == 0 ? h.in_channels : h.f0_channels, 3);
+    tb.conv1d(idx("hift.f0_predictor.condnet", 2 * l), h.f0_channels, l == 0 ? h.in_channels : h.f0_channels, 3);
   tb.linear("hift.f0_predictor.classifier", 1, h.f0_channels);
 }
 
@@ -342,13 +337,16 @@ std::vector<std::string> check_model_tensors(const GgufFile& f, const ModelConfi
     const GgufTensorInfo& t = *it->second;
     have.erase(it);
     if (size_t(t.ndim) != s.shape.size() || !std::equal(s.shape.begin(), s.shape.end(), t.shape))
-      problems.push_back("tensor '" + s.name + "' has shape " + shape_str(t.shape, size_t(t.ndim)) +
-                         ", expected " + shape_str(s.shape.data(), s.shape.size()));
+      problems.push_back("tensor '" + s.name + "' has shape " + shape_str(t.shape, size_t(t.ndim)) + ", expected " +
+                         shape_str(s.shape.data(), s.shape.size()));
     bool ok;
-    if (s.is_int) ok = t.dtype == DType::I32;
-    else if (s.role == TensorClass::Vector || s.role == TensorClass::Data) ok = t.dtype == DType::F32;
-    else ok = t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16 ||
-              t.dtype == DType::Q8_0 || t.dtype == DType::Q4_0 || t.dtype == DType::Q4_K;
+    if (s.is_int)
+      ok = t.dtype == DType::I32;
+    else if (s.role == TensorClass::Vector || s.role == TensorClass::Data)
+      ok = t.dtype == DType::F32;
+    else
+      ok = t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16 || t.dtype == DType::Q8_0 ||
+           t.dtype == DType::Q4_0 || t.dtype == DType::Q4_K;
     if (!ok)
       problems.push_back("tensor '" + s.name + "' (" + tensor_class_name(s.role) + ") has dtype " +
                          dtype_name(t.dtype));

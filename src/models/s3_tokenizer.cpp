@@ -21,9 +21,9 @@ namespace cbx {
 
 namespace {
 
-constexpr int64_t kHeadDim = 64;         // precompute_freqs_cis(64, ...) is fixed at 64 dims
-constexpr int64_t kMaxMelFrames = 3000;  // longer inputs take upstream's 30 s window path
-constexpr int64_t kRopePositions = 2048;  // upstream's table: precompute_freqs_cis(64, 1024 * 2)
+constexpr int64_t kHeadDim = 64;                  // precompute_freqs_cis(64, ...) is fixed at 64 dims
+constexpr int64_t kMaxMelFrames = 3000;           // longer inputs take upstream's 30 s window path
+constexpr int64_t kRopePositions = 2048;          // upstream's table: precompute_freqs_cis(64, 1024 * 2)
 constexpr float kFsqScale = 0.9990000128746033f;  // FSQCodebook.encode
 constexpr size_t kAllocSlack = 64;
 
@@ -33,12 +33,12 @@ size_t f32_bytes(int64_t n) { return size_t(std::max<int64_t>(n, 1)) * 4 + kAllo
 int64_t stem_len(int64_t t) { return t <= 0 ? 0 : (t - 1) / 2 + 1; }
 
 struct Block {
-  Tensor attn_ln_w, attn_ln_b;  // [C]
+  Tensor attn_ln_w, attn_ln_b;                   // [C]
   Tensor q_w, q_b, k_w, v_w, v_b, out_w, out_b;  // [C, C], [C] (key has no bias)
-  Tensor fsmn_w;                // [C, 1, K] depthwise
-  Tensor mlp_ln_w, mlp_ln_b;    // [C]
-  Tensor mlp0_w, mlp0_b;        // [F, C], [F]
-  Tensor mlp2_w, mlp2_b;        // [C, F], [C]
+  Tensor fsmn_w;                                 // [C, 1, K] depthwise
+  Tensor mlp_ln_w, mlp_ln_b;                     // [C]
+  Tensor mlp0_w, mlp0_b;                         // [F, C], [F]
+  Tensor mlp2_w, mlp2_b;                         // [C, F], [C]
 };
 
 enum class Kind { F32Only, Matrix };
@@ -55,12 +55,11 @@ Tensor bind(const GgufFile& f, const std::string& name, const std::vector<int64_
   Tensor t = f.tensor(*ti);
   bool ok = t.ndim == int(shape.size());
   for (int i = 0; ok && i < t.ndim; ++i) ok = t.shape[i] == shape[size_t(i)];
-  CBX_CHECK(ok, "%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(),
-            t.shape_str().c_str(), shape_string(shape).c_str());
+  CBX_CHECK(ok, "%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(), t.shape_str().c_str(),
+            shape_string(shape).c_str());
   const TypeTraits& tr = type_traits(t.dtype);
   if (kind == Kind::F32Only)
-    CBX_CHECK(t.dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(), name.c_str(),
-              tr.name);
+    CBX_CHECK(t.dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(), name.c_str(), tr.name);
   else
     CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type", f.path().c_str(),
               name.c_str(), tr.name);
@@ -77,8 +76,8 @@ struct S3Tokenizer::Impl {
   Tensor conv1_w, conv1_b, conv2_w, conv2_b;
   std::vector<Block> blocks;
   Tensor proj_w, proj_b;  // [D8, C], [D8]
-  Stft stft{S3TokenizerMel::kNFft, S3TokenizerMel::kHop,
-            make_window(WindowKind::HannPeriodic, S3TokenizerMel::kNFft), true, StftPad::Reflect};
+  Stft stft{S3TokenizerMel::kNFft, S3TokenizerMel::kHop, make_window(WindowKind::HannPeriodic, S3TokenizerMel::kNFft),
+            true, StftPad::Reflect};
   MelMatrix mel;
   Arena arena;
   Tensor positions;  // I32 [max_tokens]: 0, 1, ...
@@ -112,10 +111,12 @@ S3Tokenizer::S3Tokenizer(const GgufFile& f, const ModelConfig& mc, int64_t max_s
             "128 at 16 kHz, n_fft 400, hop 160 that S3TokenizerV2 uses",
             path, c.n_mels, c.sample_rate, c.n_fft, c.hop);
   CBX_CHECK(c.n_state > 0 && c.n_head > 0 && int64_t(c.n_head) * kHeadDim == c.n_state,
-            "%s: s3 tokenizer width %d must be n_head (%d) x %lld (the RoPE table is fixed at %lld dims)",
-            path, c.n_state, c.n_head, (long long)kHeadDim, (long long)kHeadDim);
-  CBX_CHECK(c.n_layer >= 0 && c.n_ff > 0 && c.fsmn_kernel > 0, "%s: bad s3 tokenizer n_layer %d / n_ff %d / "
-            "fsmn_kernel %d", path, c.n_layer, c.n_ff, c.fsmn_kernel);
+            "%s: s3 tokenizer width %d must be n_head (%d) x %lld (the RoPE table is fixed at %lld dims)", path,
+            c.n_state, c.n_head, (long long)kHeadDim, (long long)kHeadDim);
+  CBX_CHECK(c.n_layer >= 0 && c.n_ff > 0 && c.fsmn_kernel > 0,
+            "%s: bad s3 tokenizer n_layer %d / n_ff %d / "
+            "fsmn_kernel %d",
+            path, c.n_layer, c.n_ff, c.fsmn_kernel);
   CBX_CHECK(c.codebook_levels == 3 && c.codebook_dim == 8,
             "%s: s3 tokenizer FSQ has %d levels x %d dims; FSQCodebook has 3 levels x 8 dims (3^8 codes)", path,
             c.codebook_levels, c.codebook_dim);
@@ -159,8 +160,8 @@ S3Tokenizer::S3Tokenizer(const GgufFile& f, const ModelConfig& mc, int64_t max_s
     for (const Tensor* w : {&b.q_w, &b.k_w, &b.v_w, &b.out_w, &b.mlp0_w, &b.mlp2_w})
       m.lossy_weights |= gemm_weight_is_lossy(w->dtype);
   m.proj_b = bind(f, "s3tok.quantizer._codebook.project_down.bias", {c.codebook_dim}, Kind::F32Only);
-  m.mel = MelMatrix(mel_filterbank(S3TokenizerMel::kSampleRate, S3TokenizerMel::kNFft, S3TokenizerMel::kMels,
-                                   0.0, 0.0, MelScale::Slaney, MelNorm::Slaney),
+  m.mel = MelMatrix(mel_filterbank(S3TokenizerMel::kSampleRate, S3TokenizerMel::kNFft, S3TokenizerMel::kMels, 0.0, 0.0,
+                                   MelScale::Slaney, MelNorm::Slaney),
                     S3TokenizerMel::kMels, S3TokenizerMel::kNFft / 2 + 1);
 
   // ---- arena: persistent tables, per-call activations, the largest op's scratch ----
@@ -171,9 +172,9 @@ S3Tokenizer::S3Tokenizer(const GgufFile& f, const ModelConfig& mc, int64_t max_s
   // mel, then either the power spectrum (released once the mel is done) or the encoder:
   // conv1, conv2, x, and per block 6 [T, C] + 2 [C, T] (attention) or [T, C] + [T, F] (mlp).
   size_t act = f32_bytes(int64_t(S3TokenizerMel::kMels) * T100);
-  act += std::max(f32_bytes((T100 + 1) * nb),
-                  f32_bytes(C * T50) + 2 * f32_bytes(C * T) +
-                      std::max(8 * f32_bytes(T * C), f32_bytes(T * C) + f32_bytes(T * F)) + f32_bytes(T * D8));
+  act += std::max(f32_bytes((T100 + 1) * nb), f32_bytes(C * T50) + 2 * f32_bytes(C * T) +
+                                                  std::max(8 * f32_bytes(T * C), f32_bytes(T * C) + f32_bytes(T * F)) +
+                                                  f32_bytes(T * D8));
   size_t tr = 0;
   auto mm = [&](const Tensor& w) {
     tr = std::max(tr, matmul_scratch_bytes(w.dtype, T, w.shape[0], w.shape[1], nt) + kAllocSlack);
@@ -206,9 +207,7 @@ S3Tokenizer::~S3Tokenizer() = default;
 
 int64_t S3Tokenizer::max_samples() const { return impl_->max_samples; }
 void S3Tokenizer::set_capture(S3TokCapture fn) { impl_->capture = std::move(fn); }
-void S3Tokenizer::set_gemm_precision(GemmPrecision p) {
-  impl_->gemm = resolve_gemm_precision(p, impl_->lossy_weights);
-}
+void S3Tokenizer::set_gemm_precision(GemmPrecision p) { impl_->gemm = resolve_gemm_precision(p, impl_->lossy_weights); }
 GemmPrecision S3Tokenizer::gemm_precision() const { return impl_->gemm; }
 
 int64_t S3Tokenizer::num_tokens(int64_t n, int64_t max_tokens) {
@@ -267,8 +266,8 @@ void S3Tokenizer::Impl::block(ThreadPool& pool, const Block& W, Tensor& x) {
   AttentionParams ap;
   ap.scale = 1.f;
   Tensor oh = transpose(reshape(att, {T, H, kHeadDim}), 0, 1);
-  attention(pool, transpose(q3, 0, 1), transpose(k3, 0, 1), transpose(reshape(v, {T, H, kHeadDim}), 0, 1),
-            Tensor{}, oh, ap, sc);
+  attention(pool, transpose(q3, 0, 1), transpose(k3, 0, 1), transpose(reshape(v, {T, H, kHeadDim}), 0, 1), Tensor{}, oh,
+            ap, sc);
   // FSMN memory: depthwise conv (zero pad (K-1)/2 left, the rest right) over time, plus v.
   copy_strided(transpose(v, 0, 1), vt);
   Conv1dParams fp;
@@ -353,8 +352,7 @@ std::vector<int32_t> S3Tokenizer::tokenize(ThreadPool& pool, const float* wav, i
   const float* hp = h.ptr<float>();
   for (int64_t t = 0; t < T; ++t) {
     float mu = 0.f, p = 1.f;
-    for (int64_t i = 0; i < D8; ++i, p *= 3.f)
-      mu += (std::nearbyint(std::tanh(hp[t * D8 + i]) * kFsqScale) + 1.f) * p;
+    for (int64_t i = 0; i < D8; ++i, p *= 3.f) mu += (std::nearbyint(std::tanh(hp[t * D8 + i]) * kFsqScale) + 1.f) * p;
     tokens[size_t(t)] = int32_t(mu);
   }
   return tokens;

@@ -53,8 +53,7 @@ float kth_largest(const float* x, int64_t n, int64_t k, uint32_t* a, uint32_t* b
 // first with probability 0, so they are removed either way: only the finite ones are
 // sorted, ascending, by a stable LSD radix sort (equal logits in id order). order, order2:
 // vocab ids of scratch; keys: 2 vocab; work: vocab floats.
-void top_p_filter(float* s, int32_t vocab, double top_p, int32_t* order, int32_t* order2, uint32_t* keys,
-                  float* work) {
+void top_p_filter(float* s, int32_t vocab, double top_p, int32_t* order, int32_t* order2, uint32_t* keys, float* work) {
   int64_t n = 0;
   float mx = kNegInf;
   uint32_t* k1 = keys;
@@ -96,8 +95,10 @@ void top_p_filter(float* s, int32_t vocab, double top_p, int32_t* order, int32_t
   double cum = 0;
   for (int64_t j = 0; j + 1 < n; ++j) {  // the largest is always kept
     cum += double(work[j] * inv);
-    if (float(cum) <= thr) s[order[j]] = kNegInf;
-    else break;  // cumulative sums only grow
+    if (float(cum) <= thr)
+      s[order[j]] = kNegInf;
+    else
+      break;  // cumulative sums only grow
   }
 }
 

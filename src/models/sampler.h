@@ -61,13 +61,13 @@ class TurboSampler {
   int32_t vocab_;
   SamplerParams p_;
   Rng rng_;
-  std::vector<float> proc_;     // processed logits
-  std::vector<float> work_;     // top-k selection copy / top-p sorted probabilities
-  std::vector<int32_t> order_;  // top-p sort order
+  std::vector<float> proc_;      // processed logits
+  std::vector<float> work_;      // top-k selection copy / top-p sorted probabilities
+  std::vector<int32_t> order_;   // top-p sort order
   std::vector<int32_t> order2_;  // top-p radix sort ping-pong
-  std::vector<uint32_t> keys_;  // [2 vocab] top-k select / top-p sort keys
-  std::vector<double> prob_;    // sampling probabilities
-  std::vector<uint32_t> seen_;  // repetition penalty: stamp per id
+  std::vector<uint32_t> keys_;   // [2 vocab] top-k select / top-p sort keys
+  std::vector<double> prob_;     // sampling probabilities
+  std::vector<uint32_t> seen_;   // repetition penalty: stamp per id
   uint32_t stamp_ = 0;
 };
 
@@ -91,9 +91,9 @@ class MtlSampler {
   MtlSampler(int32_t vocab, const MtlSamplerParams& p);
   // Steps 1-5; returns false when every processed logit is -inf.
   bool process(const float* cond, const float* uncond, const int32_t* history, int64_t n_history);
-  const float* guided() const { return cfg_.data(); }     // after step 1
+  const float* guided() const { return cfg_.data(); }      // after step 1
   const float* processed() const { return proc_.data(); }  // after step 5
-  int32_t pick();  // greedy argmax or multinomial; -1 when all -inf
+  int32_t pick();                                          // greedy argmax or multinomial; -1 when all -inf
   const MtlSamplerParams& params() const { return p_; }
 
  private:

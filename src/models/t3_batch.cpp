@@ -39,8 +39,8 @@ T3Batch::T3Batch(T3Turbo& turbo, ThreadPool& pool, int max_batch)
   const int nt = pool_.size();
   act_stride_ = gpt_.act_stride();
   const int64_t B = max_batch;
-  arena_.reserve(2 * f32_bytes(B) + 4 * f32_bytes(B * d) + f32_bytes(B * 3 * d) + f32_bytes(B * ff) +
-                 f32_bytes(B * V) + 2 * f32_bytes(nt * B * d) + size_t(nt * B) * act_stride_ + 64 + 2 * kAllocSlack);
+  arena_.reserve(2 * f32_bytes(B) + 4 * f32_bytes(B * d) + f32_bytes(B * 3 * d) + f32_bytes(B * ff) + f32_bytes(B * V) +
+                 2 * f32_bytes(nt * B * d) + size_t(nt * B) * act_stride_ + 64 + 2 * kAllocSlack);
   ids_ = arena_.alloc(DType::I32, {B}, "t3 batch token ids");
   pos_ = arena_.alloc(DType::I32, {B}, "t3 batch positions");
   emb_ = arena_.alloc(DType::F32, {B, d}, "t3 batch token embeddings");
@@ -216,8 +216,7 @@ int T3Batch::step() {
     Row& r = rows_[size_t(step_rows_[size_t(b)])];
     ++r.pos;
     ++r.n_decode;
-    const int32_t tok =
-        r.sampler->sample(lg + int64_t(b) * c_.speech_vocab, r.tokens.data(), int64_t(r.tokens.size()));
+    const int32_t tok = r.sampler->sample(lg + int64_t(b) * c_.speech_vocab, r.tokens.data(), int64_t(r.tokens.size()));
     if (tok < 0) {
       r.stopped_all_inf = r.finished = true;
     } else {

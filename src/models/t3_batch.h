@@ -63,8 +63,8 @@ class T3Batch {
   void release(int row);
 
   int max_batch() const { return max_batch_; }
-  int n_active() const;      // started, not released
-  int n_decoding() const;    // active and not finished
+  int n_active() const;    // started, not released
+  int n_decoding() const;  // active and not finished
   int free_slots() const { return max_batch_ - n_active(); }
   size_t n_prefixes() const;  // voice prefixes held (a referenced one per voice in use)
   // Bytes reserved for the KV slots (resident only as rows are written).
@@ -82,7 +82,7 @@ class T3Batch {
     std::shared_ptr<const Prefix> prefix;
     std::unique_ptr<TurboSampler> sampler;
     std::vector<int32_t> tokens;
-    int64_t pos = 0;      // absolute position of the next input token
+    int64_t pos = 0;  // absolute position of the next input token
     int64_t max_new = 0, n_decode = 0, prompt_len = 0;
     bool stopped_eos = false, stopped_all_inf = false, prefix_reused = false;
     double prefill_ms = 0, decode_ms = 0;
@@ -99,8 +99,8 @@ class T3Batch {
   const T3Config& c_;
   ThreadPool& pool_;
   int max_batch_ = 0;
-  int64_t slot_rows_ = 0;   // own rows a slot holds: text + BOS + the prefill token + max_new
-  size_t head_bytes_ = 0;   // slot_rows_ rows of one head
+  int64_t slot_rows_ = 0;  // own rows a slot holds: text + BOS + the prefill token + max_new
+  size_t head_bytes_ = 0;  // slot_rows_ rows of one head
   size_t slot_bytes_ = 0;
   std::unique_ptr<uint8_t[]> slots_;  // [slot][layer][K, V][H][slot_rows_][D], kv type
   std::vector<Row> rows_;
@@ -108,7 +108,7 @@ class T3Batch {
   // Step buffers: inputs, activations and logits of max_batch rows, per-thread rows.
   Arena arena_;
   Tensor ids_, pos_, emb_, pe_, x_, qkv_, att_, f1_, logits_;
-  Tensor thread_h_, thread_tmp_;  // [nt, max_batch * d]
+  Tensor thread_h_, thread_tmp_;   // [nt, max_batch * d]
   uint8_t* thread_act_ = nullptr;  // nt x max_batch rows of act_stride bytes
   size_t act_stride_ = 0;
   std::vector<WorkSplit> splits_;

@@ -41,16 +41,16 @@ void T3CondEncWeights::for_each_tensor(const T3Config& c, const Visitor& fn) {
 }
 
 void bind_t3_cond_enc(const GgufFile& f, const T3Config& c, T3CondEncWeights& w) {
-  CBX_CHECK(c.n_embd > 0 && c.speaker_embed_size > 0, "%s: bad T3 width %d / speaker size %d",
-            f.path().c_str(), c.n_embd, c.speaker_embed_size);
+  CBX_CHECK(c.n_embd > 0 && c.speaker_embed_size > 0, "%s: bad T3 width %d / speaker size %d", f.path().c_str(),
+            c.n_embd, c.speaker_embed_size);
   if (c.perceiver)
-    CBX_CHECK(c.perceiver_n_query > 0 && c.perceiver_n_head > 0 &&
-                  c.n_embd % c.perceiver_n_head == 0 && c.n_embd / c.perceiver_n_head <= 512,
+    CBX_CHECK(c.perceiver_n_query > 0 && c.perceiver_n_head > 0 && c.n_embd % c.perceiver_n_head == 0 &&
+                  c.n_embd / c.perceiver_n_head <= 512,
               "%s: perceiver needs queries > 0 and a head count dividing the width %d (queries %d, "
               "heads %d)",
               f.path().c_str(), c.n_embd, c.perceiver_n_query, c.perceiver_n_head);
-  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
-                           T3WeightKind kind, bool required) {
+  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape, T3WeightKind kind,
+                           bool required) {
     if (!required) {  // a disabled feature: its tensors are not read
       slot = Tensor{};
       return;
@@ -59,8 +59,7 @@ void bind_t3_cond_enc(const GgufFile& f, const T3Config& c, T3CondEncWeights& w)
   });
 }
 
-T3CondEncoder::T3CondEncoder(const T3Config& c, const T3CondEncWeights& w, ThreadPool& pool,
-                             int64_t max_prompt)
+T3CondEncoder::T3CondEncoder(const T3Config& c, const T3CondEncWeights& w, ThreadPool& pool, int64_t max_prompt)
     : c_(c), w_(w), pool_(pool), max_prompt_(max_prompt) {
   CBX_CHECK(max_prompt >= 0, "t3 cond encoder: max_prompt %lld", (long long)max_prompt);
   CBX_CHECK(!w.spkr_enc_w.empty(), "t3 cond encoder: weights are not bound");
@@ -109,8 +108,8 @@ void T3CondEncoder::block(const Tensor& x1, const Tensor& x2, Tensor& out) {
   arena_.rewind(m);
 }
 
-void T3CondEncoder::forward(const float* speaker, int64_t n_speaker, const Tensor& prompt_emb,
-                            float exaggeration, Tensor& out) {
+void T3CondEncoder::forward(const float* speaker, int64_t n_speaker, const Tensor& prompt_emb, float exaggeration,
+                            Tensor& out) {
   const int64_t d = c_.n_embd;
   CBX_CHECK(speaker && n_speaker == c_.speaker_embed_size,
             "t3 cond encoder: speaker embedding has %lld values, expected %d", (long long)n_speaker,
@@ -120,15 +119,14 @@ void T3CondEncoder::forward(const float* speaker, int64_t n_speaker, const Tenso
     CBX_CHECK(prompt_emb.dtype == DType::F32 && prompt_emb.ndim == 2 && prompt_emb.shape[1] == d,
               "t3 cond encoder: prompt embeddings must be f32 [P, %lld], got %s", (long long)d,
               prompt_emb.shape_str().c_str());
-  CBX_CHECK(P <= max_prompt_, "t3 cond encoder: %lld prompt rows exceed the reserved %lld",
-            (long long)P, (long long)max_prompt_);
+  CBX_CHECK(P <= max_prompt_, "t3 cond encoder: %lld prompt rows exceed the reserved %lld", (long long)P,
+            (long long)max_prompt_);
   const int64_t n = n_tokens(P);
   CBX_CHECK(out.dtype == DType::F32 && out.ndim == 2 && out.shape[0] == n && out.shape[1] == d,
             "t3 cond encoder: output must be f32 [%lld, %lld], got %s", (long long)n, (long long)d,
             out.shape_str().c_str());
   arena_.rewind(mark_);
-  Tensor spk =
-      make_tensor(DType::F32, {1, n_speaker}, const_cast<float*>(speaker), size_t(n_speaker) * 4);
+  Tensor spk = make_tensor(DType::F32, {1, n_speaker}, const_cast<float*>(speaker), size_t(n_speaker) * 4);
   Tensor row0 = slice(out, 0, 0, 1);
   matmul_bias(pool_, w_.spkr_enc_w, w_.spkr_enc_b, spk, row0, &arena_);
   int64_t r = 1;

@@ -47,8 +47,7 @@ class T3CondEncoder {
   int64_t n_tokens(int64_t n_prompt) const;
   // speaker: [S]; prompt_emb: F32 [P, d] (P may be 0: pass an empty Tensor); out: F32 [n_tokens(P),
   // d].
-  void forward(const float* speaker, int64_t n_speaker, const Tensor& prompt_emb,
-               float exaggeration, Tensor& out);
+  void forward(const float* speaker, int64_t n_speaker, const Tensor& prompt_emb, float exaggeration, Tensor& out);
 
  private:
   // x1 [n1, d], x2 [n2, d] -> out [n1, d] (out may not alias x1 or x2).

@@ -43,8 +43,8 @@ void T3Gpt2Weights::for_each_tensor(const T3Config& c, const Visitor& fn) {
   fn("t3.cond_enc.spkr_enc.bias", spkr_enc_b, {d}, K::Vector, true);
 }
 
-void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot,
-                    const std::vector<int64_t>& shape, T3WeightKind kind, bool required) {
+void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
+                    T3WeightKind kind, bool required) {
   const GgufTensorInfo* ti = f.find_tensor(name);
   if (!ti) {
     CBX_CHECK(!required, "%s: missing tensor '%s'", f.path().c_str(), name.c_str());
@@ -58,33 +58,29 @@ void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot,
     for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
     want += "]";
     Tensor got = f.tensor(*ti);
-    fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(),
-         got.shape_str().c_str(), want.c_str());
+    fail("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(), got.shape_str().c_str(),
+         want.c_str());
   }
   const TypeTraits& tr = type_traits(ti->dtype);
   if (kind == T3WeightKind::Vector)
-    CBX_CHECK(ti->dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(),
-              name.c_str(), tr.name);
+    CBX_CHECK(ti->dtype == DType::F32, "%s: tensor '%s' must be f32, got %s", f.path().c_str(), name.c_str(), tr.name);
   else
-    CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type",
-              f.path().c_str(), name.c_str(), tr.name);
+    CBX_CHECK(tr.is_float && tr.to_float, "%s: tensor '%s' has dtype %s, not a weight type", f.path().c_str(),
+              name.c_str(), tr.name);
   slot = f.tensor(*ti);
 }
 
 void bind_t3_gpt2(const GgufFile& f, const T3Config& c, T3Gpt2Weights& w) {
-  CBX_CHECK(c.arch == "gpt2", "%s: T3 arch is '%s', the GPT-2 backbone needs 'gpt2'", f.path().c_str(),
-            c.arch.c_str());
+  CBX_CHECK(c.arch == "gpt2", "%s: T3 arch is '%s', the GPT-2 backbone needs 'gpt2'", f.path().c_str(), c.arch.c_str());
   CBX_CHECK(c.n_layer > 0 && c.n_embd > 0 && c.n_head > 0 && c.head_dim > 0 &&
                 int64_t(c.n_head) * c.head_dim == c.n_embd && c.n_ff > 0 && c.n_ctx > 0,
             "%s: inconsistent T3 hyper-parameters (n_layer %d, n_embd %d, n_head %d, head_dim %d, "
-            "n_ff %d, n_ctx %d)", f.path().c_str(), c.n_layer, c.n_embd, c.n_head, c.head_dim, c.n_ff,
-            c.n_ctx);
-  CBX_CHECK(c.n_kv_head == c.n_head, "%s: GPT-2 T3 needs n_kv_head == n_head (%d vs %d)",
-            f.path().c_str(), c.n_kv_head, c.n_head);
-  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
-                           T3WeightKind kind, bool required) {
-    bind_t3_tensor(f, name, slot, shape, kind, required);
-  });
+            "n_ff %d, n_ctx %d)",
+            f.path().c_str(), c.n_layer, c.n_embd, c.n_head, c.head_dim, c.n_ff, c.n_ctx);
+  CBX_CHECK(c.n_kv_head == c.n_head, "%s: GPT-2 T3 needs n_kv_head == n_head (%d vs %d)", f.path().c_str(), c.n_kv_head,
+            c.n_head);
+  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape, T3WeightKind kind,
+                           bool required) { bind_t3_tensor(f, name, slot, shape, kind, required); });
 }
 
 size_t t3_gpt2_decode_weight_bytes(const T3Config& c, const T3Gpt2Weights& w) {
@@ -93,8 +89,8 @@ size_t t3_gpt2_decode_weight_bytes(const T3Config& c, const T3Gpt2Weights& w) {
     if (!t.empty()) total += dtype_row_bytes(t.dtype, t.cols()) * size_t(t.rows());
   };
   for (const T3Gpt2Layer& L : w.layers)
-    for (const Tensor* t : {&L.ln_1_w, &L.ln_1_b, &L.c_attn_w, &L.c_attn_b, &L.c_proj_w, &L.c_proj_b,
-                            &L.ln_2_w, &L.ln_2_b, &L.fc_w, &L.fc_b, &L.proj_w, &L.proj_b})
+    for (const Tensor* t : {&L.ln_1_w, &L.ln_1_b, &L.c_attn_w, &L.c_attn_b, &L.c_proj_w, &L.c_proj_b, &L.ln_2_w,
+                            &L.ln_2_b, &L.fc_w, &L.fc_b, &L.proj_w, &L.proj_b})
       add(*t);
   for (const Tensor* t : {&w.ln_f_w, &w.ln_f_b, &w.speech_head_w, &w.speech_head_b}) add(*t);
   return total;
@@ -118,8 +114,7 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
             dtype_name(kv_type_));
   CBX_CHECK(int(w.layers.size()) == c.n_layer && !w.wpe.empty(), "t3: weights are not bound");
   max_ctx_ = o.max_ctx > 0 ? o.max_ctx : c.n_ctx;
-  CBX_CHECK(max_ctx_ <= c.n_ctx, "t3: max_ctx %lld exceeds the %d learned positions", (long long)max_ctx_,
-            c.n_ctx);
+  CBX_CHECK(max_ctx_ <= c.n_ctx, "t3: max_ctx %lld exceeds the %d learned positions", (long long)max_ctx_, c.n_ctx);
   max_batch_ = o.max_batch > 0 ? std::min(o.max_batch, max_ctx_) : max_ctx_;
   const int64_t d = c.n_embd, H = c.n_head, D = c.head_dim, ff = c.n_ff, V = c.speech_vocab;
 
@@ -135,9 +130,9 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
 
   // Activations for T = max_batch rows (see forward for the allocation order).
   const int64_t T = max_batch_;
-  size_t act = f32_bytes(V) + size_t(T) * 4 + kAllocSlack;              // logits, positions
+  size_t act = f32_bytes(V) + size_t(T) * 4 + kAllocSlack;                 // logits, positions
   act += 5 * f32_bytes(T * d) + f32_bytes(T * 3 * d) + f32_bytes(T * ff);  // x pe h att tmp, qkv, ff
-  act += f32_bytes(d);                                                    // ln_f row
+  act += f32_bytes(d);                                                     // ln_f row
   // Transient scratch (rewound after each op): the largest matmul or attention need.
   const int nt = pool.size();
   size_t transient = 0;
@@ -188,8 +183,9 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   for (const T3Gpt2Layer& L : w.layers)
     for (const Tensor* t : {&L.c_attn_w, &L.c_proj_w, &L.fc_w, &L.proj_w})
       quantized &= t->dtype == DType::Q8_0 || t->dtype == DType::Q4_0 || t->dtype == DType::Q4_K;
-  const int64_t rows_max = o.row_prefill_max >= 0 ? o.row_prefill_max
-                           : std::strcmp(gemm_bf16_kind(), "amx") == 0 ? 0 : kRowPrefillMaxRows;
+  const int64_t rows_max = o.row_prefill_max >= 0                      ? o.row_prefill_max
+                           : std::strcmp(gemm_bf16_kind(), "amx") == 0 ? 0
+                                                                       : kRowPrefillMaxRows;
   row_prefill_max_ = quantized && rows_max > 1 ? std::min(rows_max, max_batch_) : 0;
   if (row_prefill_max_ > 1) fused += size_t(row_prefill_max_) * act_stride_ + kAllocSlack;
 
@@ -389,7 +385,8 @@ void T3Gpt2::rows_linear(const RowLinear& r, const Tensor& x, Tensor& y) {
       if (r1 > r0) r.act_rows(xp + r0 * k, k, r1 - r0, rows_act_ + size_t(r0) * ab, &stride);
       if (nth > 1) pool_.barrier();
     }
-    ws.run(ith, 64, 16, [&](int64_t m0, int64_t m1) { r.run_rows(m0, m1, a, as, n, yp, r.rows(), RowEpilogue::Store); });
+    ws.run(ith, 64, 16,
+           [&](int64_t m0, int64_t m1) { r.run_rows(m0, m1, a, as, n, yp, r.rows(), RowEpilogue::Store); });
   });
 }
 
@@ -441,8 +438,10 @@ const Tensor& T3Gpt2::forward(const Tensor& embeds) {
   // Projections: the GEMM, or for a few rows of quantized weights the decode's row kernels.
   const bool by_rows = T > 1 && T <= row_prefill_max_;
   auto linear = [&](const RowLinear& r, const Tensor& wt, const Tensor& b, const Tensor& in, Tensor& out) {
-    if (by_rows) rows_linear(r, in, out);
-    else matmul_bias(pool_, wt, b, in, out, scratch);
+    if (by_rows)
+      rows_linear(r, in, out);
+    else
+      matmul_bias(pool_, wt, b, in, out, scratch);
   };
   for (int l = 0; l < c_.n_layer; ++l) {
     const T3Gpt2Layer& L = w_.layers[size_t(l)];
@@ -477,8 +476,10 @@ const Tensor& T3Gpt2::forward(const Tensor& embeds) {
   layer_norm(pool_, last, w_.ln_f_w, w_.ln_f_b, c_.norm_eps, hf);
   emit("ln_f", -1, hf);
   Tensor lg = reshape(logits_, {1, c_.speech_vocab});
-  if (w_.speech_head_b.empty()) matmul(pool_, w_.speech_head_w, hf, lg, scratch);
-  else matmul_bias(pool_, w_.speech_head_w, w_.speech_head_b, hf, lg, scratch);
+  if (w_.speech_head_b.empty())
+    matmul(pool_, w_.speech_head_w, hf, lg, scratch);
+  else
+    matmul_bias(pool_, w_.speech_head_w, w_.speech_head_b, hf, lg, scratch);
   emit("logits", -1, lg);
   return logits_;
 }

@@ -42,24 +42,23 @@ enum class T3WeightKind { Vector, Matrix };
 // Binds one GGUF tensor into slot checking presence, shape and dtype (Vector: F32 only; Matrix: any
 // float/quantized weight type). Errors name the file and the tensor. A missing optional one leaves
 // slot empty.
-void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot,
-                    const std::vector<int64_t>& shape, T3WeightKind kind, bool required);
+void bind_t3_tensor(const GgufFile& f, const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
+                    T3WeightKind kind, bool required);
 
 struct T3Gpt2Weights {
   Tensor wpe;  // [n_ctx, d]
   std::vector<T3Gpt2Layer> layers;
-  Tensor ln_f_w, ln_f_b;              // [d]
-  Tensor text_emb;                    // [text_vocab, d]
-  Tensor speech_emb;                  // [speech_vocab, d]
-  Tensor speech_head_w;               // [speech_vocab, d]
-  Tensor speech_head_b;               // [speech_vocab] (optional: t3.speech_head_bias)
-  Tensor spkr_enc_w, spkr_enc_b;      // [d, speaker_embed_size], [d]
+  Tensor ln_f_w, ln_f_b;          // [d]
+  Tensor text_emb;                // [text_vocab, d]
+  Tensor speech_emb;              // [speech_vocab, d]
+  Tensor speech_head_w;           // [speech_vocab, d]
+  Tensor speech_head_b;           // [speech_vocab] (optional: t3.speech_head_bias)
+  Tensor spkr_enc_w, spkr_enc_b;  // [d, speaker_embed_size], [d]
 
   // Calls fn(gguf_name, tensor slot, expected row-major shape, kind, required) for every
   // weight of a config (sizes `layers` first). Serves binding, tests and byte counts.
-  using Visitor = std::function<void(const std::string& name, Tensor& slot,
-                                     const std::vector<int64_t>& shape, T3WeightKind kind,
-                                     bool required)>;
+  using Visitor = std::function<void(const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
+                                     T3WeightKind kind, bool required)>;
   void for_each_tensor(const T3Config& c, const Visitor& fn);
 };
 
@@ -71,8 +70,8 @@ void bind_t3_gpt2(const GgufFile& f, const T3Config& c, T3Gpt2Weights& w);
 size_t t3_gpt2_decode_weight_bytes(const T3Config& c, const T3Gpt2Weights& w);
 
 struct T3Gpt2Options {
-  int64_t max_ctx = 0;    // KV cache length (<= n_ctx); 0 = n_ctx
-  int64_t max_batch = 0;  // most rows one forward call takes (the prefill); 0 = max_ctx
+  int64_t max_ctx = 0;         // KV cache length (<= n_ctx); 0 = n_ctx
+  int64_t max_batch = 0;       // most rows one forward call takes (the prefill); 0 = max_ctx
   DType kv_type = DType::F16;  // F16 or F32
   // Fused decode: copy Q4_0 / Q8_0 layer matrices and the head into planar row pairs (q4p /
   // q8p) where their SIMD kernel exists (same logits, faster decode; costs a second copy of
@@ -187,9 +186,9 @@ class T3Gpt2 {
   DType kv_type_;
   int64_t max_ctx_ = 0, max_batch_ = 0;
   int64_t n_past_ = 0;
-  mutable int64_t kv_unchanged_ = 0;  // see kv_rows_unchanged()
+  mutable int64_t kv_unchanged_ = 0;         // see kv_rows_unchanged()
   mutable const void* kv_source_ = nullptr;  // see kv_rows_source()
-  HugeBuffer kv_buf_;  // K and V per layer: [H, max_ctx, D] each (huge pages: kv_huge_pages)
+  HugeBuffer kv_buf_;                        // K and V per layer: [H, max_ctx, D] each (huge pages: kv_huge_pages)
   size_t kv_bytes_ = 0;
   std::vector<Tensor> k_cache_, v_cache_;
   Arena arena_;
@@ -206,10 +205,10 @@ class T3Gpt2 {
   // a block per thread read front to back, the others' backs taken once it is done, so a
   // thread slowed by the memory system or the OS does not leave the other waiting.
   std::vector<WorkSplit> splits_;
-  Tensor thread_h_, thread_tmp_;  // [nt, d] each
+  Tensor thread_h_, thread_tmp_;   // [nt, d] each
   uint8_t* thread_act_ = nullptr;  // nt rows of act_stride_ bytes
-  int64_t row_prefill_max_ = 0;   // forward rows that take rows_linear (0: never)
-  uint8_t* rows_act_ = nullptr;   // row_prefill_max_ rows of act_stride_ bytes
+  int64_t row_prefill_max_ = 0;    // forward rows that take rows_linear (0: never)
+  uint8_t* rows_act_ = nullptr;    // row_prefill_max_ rows of act_stride_ bytes
   size_t act_stride_ = 0;
   bool fused_ = true;
   size_t call_mark_ = 0;

@@ -15,8 +15,7 @@
 namespace cbx {
 
 void T3LlamaWeights::for_each_tensor(const T3Config& c, const Visitor& fn) {
-  const int64_t d = c.n_embd, ff = c.n_ff, q = int64_t(c.n_head) * c.head_dim,
-                kv = int64_t(c.n_kv_head) * c.head_dim;
+  const int64_t d = c.n_embd, ff = c.n_ff, q = int64_t(c.n_head) * c.head_dim, kv = int64_t(c.n_kv_head) * c.head_dim;
   using K = T3WeightKind;
   layers.resize(size_t(c.n_layer));
   for (int i = 0; i < c.n_layer; ++i) {
@@ -37,22 +36,18 @@ void T3LlamaWeights::for_each_tensor(const T3Config& c, const Visitor& fn) {
 }
 
 void bind_t3_llama(const GgufFile& f, const T3Config& c, T3LlamaWeights& w) {
-  CBX_CHECK(c.arch == "llama", "%s: T3 arch is '%s', the Llama backbone needs 'llama'",
-            f.path().c_str(), c.arch.c_str());
-  CBX_CHECK(
-      c.n_layer > 0 && c.n_embd > 0 && c.n_head > 0 && c.n_kv_head > 0 && c.head_dim > 0 &&
-          c.head_dim % 2 == 0 && c.n_head % c.n_kv_head == 0 && c.n_ff > 0 && c.speech_vocab > 0,
-      "%s: inconsistent Llama T3 hyper-parameters (n_layer %d, n_embd %d, n_head %d, n_kv_head %d, "
-      "head_dim %d, n_ff %d, speech_vocab %d)",
-      f.path().c_str(), c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.n_ff,
-      c.speech_vocab);
-  CBX_CHECK(c.rope_theta > 0, "%s: Llama T3 needs chatterbox.t3.rope.theta > 0, got %g",
-            f.path().c_str(), double(c.rope_theta));
+  CBX_CHECK(c.arch == "llama", "%s: T3 arch is '%s', the Llama backbone needs 'llama'", f.path().c_str(),
+            c.arch.c_str());
+  CBX_CHECK(c.n_layer > 0 && c.n_embd > 0 && c.n_head > 0 && c.n_kv_head > 0 && c.head_dim > 0 && c.head_dim % 2 == 0 &&
+                c.n_head % c.n_kv_head == 0 && c.n_ff > 0 && c.speech_vocab > 0,
+            "%s: inconsistent Llama T3 hyper-parameters (n_layer %d, n_embd %d, n_head %d, n_kv_head %d, "
+            "head_dim %d, n_ff %d, speech_vocab %d)",
+            f.path().c_str(), c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.n_ff, c.speech_vocab);
+  CBX_CHECK(c.rope_theta > 0, "%s: Llama T3 needs chatterbox.t3.rope.theta > 0, got %g", f.path().c_str(),
+            double(c.rope_theta));
   CBX_CHECK(!c.speech_head_bias, "%s: the Llama T3 speech head has no bias", f.path().c_str());
-  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape,
-                           T3WeightKind kind, bool required) {
-    bind_t3_tensor(f, name, slot, shape, kind, required);
-  });
+  w.for_each_tensor(c, [&](const std::string& name, Tensor& slot, const std::vector<int64_t>& shape, T3WeightKind kind,
+                           bool required) { bind_t3_tensor(f, name, slot, shape, kind, required); });
 }
 
 size_t t3_llama_decode_weight_bytes(const T3LlamaWeights& w) {
@@ -61,8 +56,7 @@ size_t t3_llama_decode_weight_bytes(const T3LlamaWeights& w) {
     if (!t.empty()) total += dtype_row_bytes(t.dtype, t.cols()) * size_t(t.rows());
   };
   for (const T3LlamaLayer& L : w.layers)
-    for (const Tensor* t :
-         {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.attn_norm, &L.ffn_norm})
+    for (const Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.attn_norm, &L.ffn_norm})
       add(*t);
   add(w.norm);
   add(w.speech_head_w);
@@ -74,28 +68,24 @@ constexpr size_t kAllocSlack = 64;
 size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 }  // namespace
 
-T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
-                 const T3LlamaOptions& o)
+T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, const T3LlamaOptions& o)
     : c_(c), w_(w), pool_(pool), kv_type_(o.kv_type) {
-  CBX_CHECK(kv_type_ == DType::F16 || kv_type_ == DType::F32,
-            "t3 llama: KV cache type must be f16 or f32, got %s", dtype_name(kv_type_));
-  CBX_CHECK(int(w.layers.size()) == c.n_layer && !w.norm.empty(),
-            "t3 llama: weights are not bound");
+  CBX_CHECK(kv_type_ == DType::F16 || kv_type_ == DType::F32, "t3 llama: KV cache type must be f16 or f32, got %s",
+            dtype_name(kv_type_));
+  CBX_CHECK(int(w.layers.size()) == c.n_layer && !w.norm.empty(), "t3 llama: weights are not bound");
   CBX_CHECK(o.max_ctx > 0 && o.n_rows > 0 && o.max_tokens >= 0,
-            "t3 llama: bad options (max_ctx %lld, n_rows %lld, max_tokens %lld)",
-            (long long)o.max_ctx, (long long)o.n_rows, (long long)o.max_tokens);
-  CBX_CHECK(c.n_ctx <= 0 || o.max_ctx <= c.n_ctx,
-            "t3 llama: max_ctx %lld exceeds max_position_embeddings %d", (long long)o.max_ctx,
-            c.n_ctx);
+            "t3 llama: bad options (max_ctx %lld, n_rows %lld, max_tokens %lld)", (long long)o.max_ctx,
+            (long long)o.n_rows, (long long)o.max_tokens);
+  CBX_CHECK(c.n_ctx <= 0 || o.max_ctx <= c.n_ctx, "t3 llama: max_ctx %lld exceeds max_position_embeddings %d",
+            (long long)o.max_ctx, c.n_ctx);
   max_ctx_ = o.max_ctx;
   max_tokens_ = o.max_tokens > 0 ? std::min(o.max_tokens, max_ctx_) : max_ctx_;
   n_rows_ = o.n_rows;
-  const int64_t d = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, ff = c.n_ff,
-                V = c.speech_vocab;
+  const int64_t d = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, D = c.head_dim, ff = c.n_ff, V = c.speech_vocab;
 
   inv_freq_.resize(size_t(D / 2));
-  rope_inv_freq_llama3(D, c.rope_theta, c.rope_factor, c.rope_low_freq_factor,
-                       c.rope_high_freq_factor, float(c.rope_orig_max_pos), inv_freq_.data());
+  rope_inv_freq_llama3(D, c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+                       float(c.rope_orig_max_pos), inv_freq_.data());
   inv_freq_t_ = make_tensor(DType::F32, {D / 2}, inv_freq_.data(), inv_freq_.size() * 4);
 
   const size_t es = type_traits(kv_type_).block_bytes;
@@ -128,19 +118,15 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
     transient = std::max(transient, matmul_scratch_bytes(L.w_down.dtype, R, d, ff, nt));
   }
   transient = std::max(transient, matmul_scratch_bytes(w.speech_head_w.dtype, n_rows_, V, d, nt));
-  transient = std::max(
-      transient, f32_bytes(n_rows_ * Hkv * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
+  transient = std::max(transient, f32_bytes(n_rows_ * Hkv * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
 
   // Fused decode: row projections (their planar copies in one huge-page buffer, in the order a
   // step reads them) and per-thread scratch.
   const Isa isa = active_isa();
-  auto pack_size = [&](const Tensor& t) {
-    return (RowLinear::pack_bytes(t, isa, o.pack_planar) + 63) / 64 * 64;
-  };
+  auto pack_size = [&](const Tensor& t) { return (RowLinear::pack_bytes(t, isa, o.pack_planar) + 63) / 64 * 64; };
   size_t packed_total = pack_size(w.speech_head_w);
   for (const T3LlamaLayer& L : w.layers)
-    for (const Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      packed_total += pack_size(*t);
+    for (const Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) packed_total += pack_size(*t);
   packed_buf_ = HugeBuffer(packed_total);
   size_t packed_at = 0;
   auto bind_rows = [&](const Tensor& t, const std::string& name) {
@@ -170,18 +156,17 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
   CBX_ASSERT(packed_at == packed_total);
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
-  const size_t fused = 2 * f32_bytes(nt * n_rows_ * d) + size_t(2 * nt * n_rows_) * act_stride_ +
-                       f32_bytes(D) + 2 * kAllocSlack;
+  const size_t fused =
+      2 * f32_bytes(nt * n_rows_ * d) + size_t(2 * nt * n_rows_) * act_stride_ + f32_bytes(D) + 2 * kAllocSlack;
 
   arena_.reserve(act + transient + fused + 4 * kAllocSlack);
   logits_ = arena_.alloc(DType::F32, {n_rows_, V}, "t3 llama logits");
   thread_h_ = arena_.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode norm rows").ptr<float>();
-  thread_tmp_ =
-      arena_.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode residual partials").ptr<float>();
+  thread_tmp_ = arena_.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode residual partials").ptr<float>();
   // Two blocks per thread: gate and up may take differently converted activations, both
   // needed while the thread's row pieces run.
-  thread_act_ = static_cast<uint8_t*>(arena_.alloc_bytes(
-      size_t(2 * nt * n_rows_) * act_stride_ + 64, 64, "t3 llama decode activations"));
+  thread_act_ = static_cast<uint8_t*>(
+      arena_.alloc_bytes(size_t(2 * nt * n_rows_) * act_stride_ + 64, 64, "t3 llama decode activations"));
   rope_cs_ = arena_.alloc(DType::F32, {D}, "t3 llama decode rope angles").ptr<float>();
   call_mark_ = arena_.mark();
 }
@@ -189,8 +174,7 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool,
 size_t T3Llama::packed_weight_bytes() const {
   size_t n = head_.packed_bytes();
   for (const LayerRows& r : rows_)
-    for (const RowLinear* x : {&r.q, &r.k, &r.v, &r.o, &r.gate, &r.up, &r.down})
-      n += x->packed_bytes();
+    for (const RowLinear* x : {&r.q, &r.k, &r.v, &r.o, &r.gate, &r.up, &r.down}) n += x->packed_bytes();
   return n;
 }
 
@@ -202,14 +186,13 @@ const RowLinear& T3Llama::layer_rows(int l, int k) const {
 
 size_t T3Llama::kv_step_bytes(int64_t B) const {
   const size_t es = type_traits(kv_type_).block_bytes;
-  return size_t(2 * c_.n_layer) * size_t(B) * size_t(c_.n_kv_head) * size_t(n_past_) *
-         size_t(c_.head_dim) * es;
+  return size_t(2 * c_.n_layer) * size_t(B) * size_t(c_.n_kv_head) * size_t(n_past_) * size_t(c_.head_dim) * es;
 }
 
 void T3Llama::copy_sequence(int64_t src, int64_t dst) {
   CBX_CHECK(src >= 0 && src < n_rows_ && dst >= 0 && dst < n_rows_ && src != dst,
-            "t3 llama: copy_sequence(%lld, %lld) with %lld sequences", (long long)src,
-            (long long)dst, (long long)n_rows_);
+            "t3 llama: copy_sequence(%lld, %lld) with %lld sequences", (long long)src, (long long)dst,
+            (long long)n_rows_);
   const int64_t Hkv = c_.n_kv_head;
   const size_t bytes = size_t(n_past_) * size_t(c_.head_dim) * type_traits(kv_type_).block_bytes;
   const int64_t items = int64_t(c_.n_layer) * 2 * Hkv;
@@ -248,8 +231,8 @@ void T3Llama::store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, i
     const int64_t h = item % Hkv, kv = (item / Hkv) % 2, r = item / (2 * Hkv), b = r / T, t = r % T;
     const float* src = static_cast<const float*>((kv ? v : k).row(r)) + h * D;
     const Tensor& dst_t = (kv ? v_cache_ : k_cache_)[size_t(layer)];
-    uint8_t* dst = static_cast<uint8_t*>(dst_t.data) + (b * Hkv + h) * dst_t.stride[0] +
-                   (n_past_ + t) * dst_t.stride[1];
+    uint8_t* dst =
+        static_cast<uint8_t*>(dst_t.data) + (b * Hkv + h) * dst_t.stride[0] + (n_past_ + t) * dst_t.stride[1];
     row_store(src, dst, kv_type_, D);
   };
   const int64_t items = B * T * 2 * Hkv;
@@ -264,10 +247,8 @@ void T3Llama::store_kv(int layer, const Tensor& k, const Tensor& v, int64_t B, i
   });
 }
 
-void T3Llama::decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v, Tensor& att,
-                           Tensor& g, Tensor& u) {
-  const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff,
-                V = c_.speech_vocab;
+void T3Llama::decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v, Tensor& att, Tensor& g, Tensor& u) {
+  const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff, V = c_.speech_vocab;
   const int64_t group = H / Hkv, half = D / 2, pos = n_past_, Tk = n_past_ + 1;
   const float eps = c_.norm_eps;
   // The step's RoPE angles, formed as ops/norm rope does (f32 position x f32 inv_freq).
@@ -342,8 +323,7 @@ void T3Llama::decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v
       if (!R.v.same_act(R.k)) a = R.v.act_rows(h, d, B, abuf, &as);
       R.v.run_rows(g0 * D, g1 * D, a, as, B, vr, Hkv * D, RowEpilogue::Store);
       for (int64_t b = 0; b < B; ++b) {
-        for (int64_t hh = g0 * group; hh < g1 * group; ++hh)
-          row_rope(qr + b * H * D + hh * D, half, cs, sn);
+        for (int64_t hh = g0 * group; hh < g1 * group; ++hh) row_rope(qr + b * H * D + hh * D, half, cs, sn);
         for (int64_t hk = g0; hk < g1; ++hk) {
           float* kh = kr + b * Hkv * D + hk * D;
           row_rope(kh, half, cs, sn);
@@ -360,9 +340,8 @@ void T3Llama::decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v
       pool_.barrier();
       // x += o_proj(att)
       a = R.o.act_rows(ar, H * D, B, abuf, &as);
-      claim_rows(3 * l, R.o, [&](int64_t m0, int64_t m1) {
-        R.o.run_rows(m0, m1, a, as, B, xr, d, RowEpilogue::AddTo, tmp);
-      });
+      claim_rows(3 * l, R.o,
+                 [&](int64_t m0, int64_t m1) { R.o.run_rows(m0, m1, a, as, B, xr, d, RowEpilogue::AddTo, tmp); });
       pool_.barrier();
       // g = silu(gate_proj(h)) * up_proj(h), h = post_attention_layernorm(x)
       for (int64_t b = 0; b < B; ++b) row_rms_norm(xr + b * d, h + b * d, d, L.ffn_norm, eps);
@@ -380,32 +359,28 @@ void T3Llama::decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v
       pool_.barrier();
       // x += down_proj(g)
       a = R.down.act_rows(gr, ff, B, abuf, &as);
-      claim_rows(3 * l + 2, R.down, [&](int64_t m0, int64_t m1) {
-        R.down.run_rows(m0, m1, a, as, B, xr, d, RowEpilogue::AddTo, tmp);
-      });
+      claim_rows(3 * l + 2, R.down,
+                 [&](int64_t m0, int64_t m1) { R.down.run_rows(m0, m1, a, as, B, xr, d, RowEpilogue::AddTo, tmp); });
       pool_.barrier();
     }
     for (int64_t b = 0; b < B; ++b) row_rms_norm(xr + b * d, h + b * d, d, w_.norm, eps);
     a = head_.act_rows(h, d, B, abuf, &as);
-    claim_rows(3 * c_.n_layer, head_, [&](int64_t m0, int64_t m1) {
-      head_.run_rows(m0, m1, a, as, B, lr, V, RowEpilogue::Store);
-    });
+    claim_rows(3 * c_.n_layer, head_,
+               [&](int64_t m0, int64_t m1) { head_.run_rows(m0, m1, a, as, B, lr, V, RowEpilogue::Store); });
   });
 }
 
 Tensor T3Llama::forward(const Tensor& embeds, int64_t B) {
   const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff;
-  CBX_CHECK(B >= 1 && B <= n_rows_, "t3 llama forward: %lld sequences (1..%lld)", (long long)B,
-            (long long)n_rows_);
-  CBX_CHECK(embeds.dtype == DType::F32 && embeds.ndim == 2 && embeds.shape[1] == d &&
-                embeds.shape[0] > 0 && embeds.shape[0] % B == 0,
-            "t3 llama forward: embeds must be f32 [B*T, %lld] with B = %lld, got %s %s",
-            (long long)d, (long long)B, dtype_name(embeds.dtype), embeds.shape_str().c_str());
+  CBX_CHECK(B >= 1 && B <= n_rows_, "t3 llama forward: %lld sequences (1..%lld)", (long long)B, (long long)n_rows_);
+  CBX_CHECK(embeds.dtype == DType::F32 && embeds.ndim == 2 && embeds.shape[1] == d && embeds.shape[0] > 0 &&
+                embeds.shape[0] % B == 0,
+            "t3 llama forward: embeds must be f32 [B*T, %lld] with B = %lld, got %s %s", (long long)d, (long long)B,
+            dtype_name(embeds.dtype), embeds.shape_str().c_str());
   const int64_t R = embeds.shape[0], T = R / B;
-  CBX_CHECK(T <= max_tokens_, "t3 llama forward: %lld tokens exceed the reserved %lld per call",
-            (long long)T, (long long)max_tokens_);
-  CBX_CHECK(n_past_ + T <= max_ctx_,
-            "t3 llama forward: %lld cached + %lld new positions exceed the KV cache of %lld",
+  CBX_CHECK(T <= max_tokens_, "t3 llama forward: %lld tokens exceed the reserved %lld per call", (long long)T,
+            (long long)max_tokens_);
+  CBX_CHECK(n_past_ + T <= max_ctx_, "t3 llama forward: %lld cached + %lld new positions exceed the KV cache of %lld",
             (long long)n_past_, (long long)T, (long long)max_ctx_);
   back_kv(n_past_ + T);
   arena_.rewind(call_mark_);
@@ -457,11 +432,9 @@ Tensor T3Llama::forward(const Tensor& embeds, int64_t B) {
     if (T == 1) {
       // Decode: the B sequences are B*H query heads over B*Hkv cache heads (GQA maps query
       // head b*H + h to cache head b*Hkv + h / (H / Hkv)): one call.
-      const int64_t hs[3] = {B * H, 1, D}, st[3] = {D * 4, H * D * 4, 4},
-                    kv_shape[3] = {B * Hkv, Tk, D};
+      const int64_t hs[3] = {B * H, 1, D}, st[3] = {D * 4, H * D * 4, 4}, kv_shape[3] = {B * Hkv, Tk, D};
       Tensor qb = make_view(q, 3, hs, st, 0), ob = make_view(att, 3, hs, st, 0);
-      Tensor kb = make_view(kc, 3, kv_shape, kc.stride, 0),
-             vb = make_view(vc, 3, kv_shape, vc.stride, 0);
+      Tensor kb = make_view(kc, 3, kv_shape, kc.stride, 0), vb = make_view(vc, 3, kv_shape, vc.stride, 0);
       attention(pool_, qb, kb, vb, Tensor{}, ob, ap, scratch);
     } else {
       for (int64_t b = 0; b < B; ++b) {

@@ -135,8 +135,7 @@ class T3Llama {
   // Same kernels and per-output order as the op-by-op path, so the logits are identical.
   // x [B, d] (updated in place), q, k, v, att, g, u: the forward's buffers; writes logits_
   // rows [0, B).
-  void decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v, Tensor& att, Tensor& g,
-                    Tensor& u);
+  void decode_fused(int64_t B, Tensor& x, Tensor& q, Tensor& k, Tensor& v, Tensor& att, Tensor& g, Tensor& u);
 
   const T3Config& c_;
   const T3LlamaWeights& w_;
@@ -149,7 +148,7 @@ class T3Llama {
   Arena kv_arena_;  // 4 KB pages: only the positions used get backed (huge pages would back
                     // every head's whole max_ctx slab: +466 MB peak RSS measured for Multilingual)
   size_t kv_bytes_ = 0;
-  int64_t kv_backed_ = 0;     // positions [0, kv_backed_) of every head slab are backed
+  int64_t kv_backed_ = 0;    // positions [0, kv_backed_) of every head slab are backed
   bool kv_populate_ = true;  // false once populate_pages failed (old kernel)
   std::vector<Tensor> k_cache_,
       v_cache_;  // [layer]: [n_rows * H_kv, max_ctx, D] (sequence-major heads)
@@ -164,9 +163,9 @@ class T3Llama {
   std::vector<LayerRows> rows_;
   RowLinear head_;
   std::vector<WorkSplit> splits_;  // fused decode phases: per layer o, gate/up, down; then the head
-  HugeBuffer packed_buf_;  // the planar copies of all of them (streamed every step: huge pages)
-  float* thread_h_ = nullptr;    // [nt, n_rows, d]
-  float* thread_tmp_ = nullptr;  // [nt, n_rows, d]
+  HugeBuffer packed_buf_;          // the planar copies of all of them (streamed every step: huge pages)
+  float* thread_h_ = nullptr;      // [nt, n_rows, d]
+  float* thread_tmp_ = nullptr;    // [nt, n_rows, d]
   uint8_t* thread_act_ = nullptr;  // nt blocks of n_rows * act_stride_ bytes
   size_t act_stride_ = 0;
   float* rope_cs_ = nullptr;  // [D/2] cos, then [D/2] sin

@@ -31,9 +31,7 @@ MtlSamplerParams mtl_sampler_params(const T3MtlSampling& s) {
 
 namespace {
 double now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 constexpr size_t kAllocSlack = 64;
 size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
@@ -50,12 +48,12 @@ struct T3Mtl::Impl {
   std::unique_ptr<T3CondEncoder> cond_enc;
   int64_t max_new = 0, max_text = 0, max_prompt = 0, max_cond = 0;
   Arena arena;
-  Tensor prompt;     // [max(2 * max_tokens, max_cond + max_prompt), d]: both sequences; the voice
-                     // prompt's embeddings sit in its last rows while the cond tokens are made
-  Tensor prompt_pe;  // [max(max_prompt, max_text + 2), d] speech/text positional rows
-  Tensor ids;        // I32 [max(max_prompt, max_text + 2)]
-  Tensor tok;        // [2, d] the fed-back token, one row per sequence
-  Tensor tok_pe;     // [1, d]
+  Tensor prompt;                 // [max(2 * max_tokens, max_cond + max_prompt), d]: both sequences; the voice
+                                 // prompt's embeddings sit in its last rows while the cond tokens are made
+  Tensor prompt_pe;              // [max(max_prompt, max_text + 2), d] speech/text positional rows
+  Tensor ids;                    // I32 [max(max_prompt, max_text + 2)]
+  Tensor tok;                    // [2, d] the fed-back token, one row per sequence
+  Tensor tok_pe;                 // [1, d]
   Tensor tok_id, pos_id;         // I32 [1]
   std::vector<int32_t> history;  // BOS + generated
   std::vector<int32_t> out;
@@ -65,20 +63,17 @@ struct T3Mtl::Impl {
   Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const T3MtlLoadParams& lp);
   // Rows [0, n_cond) of dst = cond tokens; returns n_cond.
   int64_t encode_cond(const T3MtlCond& cond, Tensor dst_rows);
-  void embed_rows(const Tensor& table, const int32_t* id, int64_t n, const Tensor& pos_table,
-                  int64_t pos0, Tensor dst, bool zero_tokens);
+  void embed_rows(const Tensor& table, const int32_t* id, int64_t n, const Tensor& pos_table, int64_t pos0, Tensor dst,
+                  bool zero_tokens);
   // Checks the inputs, then runs generate's prefill of B rows (1 or 2); returns the logits.
-  Tensor prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, int64_t B,
-                 int64_t* prompt_len);
+  Tensor prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, int64_t B, int64_t* prompt_len);
 };
 
-T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const T3MtlLoadParams& lp)
-    : cfg(c), pool(p) {
+T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const T3MtlLoadParams& lp) : cfg(c), pool(p) {
   const T3Config& t = cfg.t3;
-  CBX_CHECK(cfg.variant == Variant::Mtl, "%s: T3 Multilingual needs an mtl model, got variant '%s'",
-            f.path().c_str(), variant_name(cfg.variant));
-  CBX_CHECK(t.learned_pos_emb,
-            "%s: the Multilingual T3 needs learned text/speech position embeddings",
+  CBX_CHECK(cfg.variant == Variant::Mtl, "%s: T3 Multilingual needs an mtl model, got variant '%s'", f.path().c_str(),
+            variant_name(cfg.variant));
+  CBX_CHECK(t.learned_pos_emb, "%s: the Multilingual T3 needs learned text/speech position embeddings",
             f.path().c_str());
   bind_t3_llama(f, t, lw);
   bind_t3_cond_enc(f, t, cw);
@@ -86,13 +81,10 @@ T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const 
   using K = T3WeightKind;
   bind_t3_tensor(f, "t3.text_emb.weight", text_emb, {t.text_vocab, d}, K::Matrix, true);
   bind_t3_tensor(f, "t3.speech_emb.weight", speech_emb, {t.speech_vocab, d}, K::Matrix, true);
-  bind_t3_tensor(f, "t3.text_pos_emb.emb.weight", text_pos, {int64_t(t.max_text_tokens) + 2, d},
-                 K::Matrix, true);
-  bind_t3_tensor(f, "t3.speech_pos_emb.emb.weight", speech_pos,
-                 {int64_t(t.max_speech_tokens) + 4, d}, K::Matrix, true);
-  CBX_CHECK(t.start_speech_token >= 0 && t.start_speech_token < t.speech_vocab &&
-                t.stop_speech_token >= 0 && t.stop_speech_token < t.speech_vocab &&
-                t.start_text_token >= 0 && t.start_text_token < t.text_vocab &&
+  bind_t3_tensor(f, "t3.text_pos_emb.emb.weight", text_pos, {int64_t(t.max_text_tokens) + 2, d}, K::Matrix, true);
+  bind_t3_tensor(f, "t3.speech_pos_emb.emb.weight", speech_pos, {int64_t(t.max_speech_tokens) + 4, d}, K::Matrix, true);
+  CBX_CHECK(t.start_speech_token >= 0 && t.start_speech_token < t.speech_vocab && t.stop_speech_token >= 0 &&
+                t.stop_speech_token < t.speech_vocab && t.start_text_token >= 0 && t.start_text_token < t.text_vocab &&
                 t.stop_text_token >= 0 && t.stop_text_token < t.text_vocab,
             "%s: start/stop tokens outside the vocabularies", f.path().c_str());
 
@@ -100,14 +92,13 @@ T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const 
   max_text = lp.max_text_tokens;
   max_prompt = std::max<int64_t>(t.cond_prompt_len, 1);
   CBX_CHECK(max_text > 0 && max_text <= t.max_text_tokens,
-            "t3 mtl: max_text_tokens %lld outside 1..%d (text position table)", (long long)max_text,
-            t.max_text_tokens);
+            "t3 mtl: max_text_tokens %lld outside 1..%d (text position table)", (long long)max_text, t.max_text_tokens);
   // Token k is fed back at speech position k + 1 (the last one is never fed).
   CBX_CHECK(max_new >= 1 && max_new <= int64_t(t.max_speech_tokens) + 3,
             "t3 mtl: max_new_tokens %lld outside 1..%d (speech position table)", (long long)max_new,
             t.max_speech_tokens + 3);
-  CBX_CHECK(max_prompt <= int64_t(t.max_speech_tokens) + 4,
-            "t3 mtl: prompt length %lld exceeds the speech positions", (long long)max_prompt);
+  CBX_CHECK(max_prompt <= int64_t(t.max_speech_tokens) + 4, "t3 mtl: prompt length %lld exceeds the speech positions",
+            (long long)max_prompt);
   cond_enc = std::make_unique<T3CondEncoder>(t, cw, pool, max_prompt);
   max_cond = cond_enc->n_tokens(max_prompt);
   const int64_t max_tokens = max_cond + max_text + 2 + 2;  // cond, SOT text EOT, BOS BOS
@@ -121,8 +112,7 @@ T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const 
 
   const int64_t n_pe = std::max(max_prompt, max_text + 2);
   const int64_t n_rows = std::max(2 * max_tokens, max_cond + max_prompt);
-  arena.reserve(f32_bytes(n_rows * d) + f32_bytes(n_pe * d) + size_t(n_pe) * 4 + f32_bytes(3 * d) +
-                4 * kAllocSlack);
+  arena.reserve(f32_bytes(n_rows * d) + f32_bytes(n_pe * d) + size_t(n_pe) * 4 + f32_bytes(3 * d) + 4 * kAllocSlack);
   prompt = arena.alloc(DType::F32, {n_rows, d}, "t3 mtl prompt");
   prompt_pe = arena.alloc(DType::F32, {n_pe, d}, "t3 mtl positional rows");
   ids = arena.alloc(DType::I32, {n_pe}, "t3 mtl ids");
@@ -136,8 +126,8 @@ T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const 
 }
 
 // dst [n, d] = table[id] (zeros when zero_tokens) + pos_table[pos0 .. pos0+n-1].
-void T3Mtl::Impl::embed_rows(const Tensor& table, const int32_t* id, int64_t n,
-                             const Tensor& pos_table, int64_t pos0, Tensor dst, bool zero_tokens) {
+void T3Mtl::Impl::embed_rows(const Tensor& table, const int32_t* id, int64_t n, const Tensor& pos_table, int64_t pos0,
+                             Tensor dst, bool zero_tokens) {
   Tensor idt = slice(ids, 0, 0, n);
   Tensor pe = slice(prompt_pe, 0, 0, n);
   for (int64_t i = 0; i < n; ++i) idt.ptr<int32_t>()[i] = int32_t(pos0 + i);
@@ -158,9 +148,8 @@ int64_t T3Mtl::Impl::encode_cond(const T3MtlCond& cond, Tensor dst_rows) {
             (long long)max_prompt);
   for (int64_t i = 0; i < P; ++i) {
     const int32_t v = cond.cond_prompt_tokens[size_t(i)];
-    CBX_CHECK(v >= 0 && v < t.speech_vocab,
-              "t3 mtl: conditioning prompt token %d at %lld outside 0..%d", v, (long long)i,
-              t.speech_vocab - 1);
+    CBX_CHECK(v >= 0 && v < t.speech_vocab, "t3 mtl: conditioning prompt token %d at %lld outside 0..%d", v,
+              (long long)i, t.speech_vocab - 1);
   }
   const int64_t n = cond_enc->n_tokens(P);
   Tensor rows = slice(dst_rows, 0, 0, n);
@@ -170,25 +159,22 @@ int64_t T3Mtl::Impl::encode_cond(const T3MtlCond& cond, Tensor dst_rows) {
     pemb = slice(prompt, 0, prompt.shape[0] - P, P);
     embed_rows(speech_emb, cond.cond_prompt_tokens.data(), P, speech_pos, 0, pemb, false);
   }
-  cond_enc->forward(cond.speaker_emb.data(), int64_t(cond.speaker_emb.size()), pemb,
-                    cond.exaggeration, rows);
+  cond_enc->forward(cond.speaker_emb.data(), int64_t(cond.speaker_emb.size()), pemb, cond.exaggeration, rows);
   return n;
 }
 
-Tensor T3Mtl::Impl::prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens,
-                            int64_t B, int64_t* prompt_len) {
+Tensor T3Mtl::Impl::prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, int64_t B,
+                            int64_t* prompt_len) {
   Impl& m = *this;
   const T3Config& t = m.cfg.t3;
   CBX_CHECK(int64_t(cond.speaker_emb.size()) == t.speaker_embed_size,
-            "t3 mtl: speaker embedding has %zu values, expected %d", cond.speaker_emb.size(),
-            t.speaker_embed_size);
+            "t3 mtl: speaker embedding has %zu values, expected %d", cond.speaker_emb.size(), t.speaker_embed_size);
   const int64_t Lt = int64_t(text_tokens.size());
-  CBX_CHECK(Lt <= m.max_text, "t3 mtl: %lld text tokens (at most %lld)", (long long)Lt,
-            (long long)m.max_text);
+  CBX_CHECK(Lt <= m.max_text, "t3 mtl: %lld text tokens (at most %lld)", (long long)Lt, (long long)m.max_text);
   for (int64_t i = 0; i < Lt; ++i) {
     const int32_t v = text_tokens[size_t(i)];
-    CBX_CHECK(v >= 0 && v < t.text_vocab, "t3 mtl: text token %d at %lld outside 0..%d", v,
-              (long long)i, t.text_vocab - 1);
+    CBX_CHECK(v >= 0 && v < t.text_vocab, "t3 mtl: text token %d at %lld outside 0..%d", v, (long long)i,
+              t.text_vocab - 1);
   }
   // Sequence 0 = cond, 1 = uncond. They share the conditioning prefix, which is
   // run once (sequence 0) and copied to sequence 1's cache. Rows of m.prompt: [0, n_cond) the
@@ -206,8 +192,7 @@ Tensor T3Mtl::Impl::prefill(const T3MtlCond& cond, const std::vector<int32_t>& t
     for (int64_t b = 0; b < B; ++b) {
       Tensor tail = slice(m.prompt, 0, n_cond + b * L2, L2);
       // The uncond sequence's text token embeddings are zero (positions kept), t3.py:113-119.
-      m.embed_rows(m.text_emb, txt.data(), Lt + 2, m.text_pos, 0, slice(tail, 0, 0, Lt + 2),
-                   b == 1);
+      m.embed_rows(m.text_emb, txt.data(), Lt + 2, m.text_pos, 0, slice(tail, 0, 0, Lt + 2), b == 1);
       const int32_t bos = t.start_speech_token;
       Tensor b0 = slice(tail, 0, Lt + 2, 1), b1 = slice(tail, 0, Lt + 3, 1);
       m.embed_rows(m.speech_emb, &bos, 1, m.speech_pos, 0, b0, false);
@@ -269,8 +254,8 @@ std::vector<float> T3Mtl::cond_embeddings(const T3MtlCond& cond) {
 
 std::vector<int32_t> T3Mtl::generate(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens,
                                      const T3MtlSampling& s, T3MtlStats* stats,
-                                     const std::function<bool()>& should_abort,
-                                     int64_t force_n_tokens, const std::function<void(int32_t)>& on_token) {
+                                     const std::function<bool()>& should_abort, int64_t force_n_tokens,
+                                     const std::function<void(int32_t)>& on_token) {
   Impl& m = *impl_;
   const T3Config& t = m.cfg.t3;
   const int64_t d = t.n_embd, V = t.speech_vocab;
@@ -309,8 +294,7 @@ std::vector<int32_t> T3Mtl::generate(const T3MtlCond& cond, const std::vector<in
       step.token = tok;
       m.on_step(step);
     }
-    CBX_CHECK(tok >= 0, "t3 mtl: every processed logit is -inf at step %lld (non-finite logits?)",
-              (long long)i);
+    CBX_CHECK(tok >= 0, "t3 mtl: every processed logit is -inf at step %lld (non-finite logits?)", (long long)i);
     m.out.push_back(tok);
     m.history.push_back(tok);
     if (on_token) on_token(tok);

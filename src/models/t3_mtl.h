@@ -37,16 +37,14 @@ struct T3MtlLoadParams {
   bool pack_planar = true;  // T3LlamaOptions::pack_planar (q4p / q8p copies of Q4_0 / Q8_0 matrices)
 };
 
-struct T3MtlCond {                 // T3 conditioning (from a Voice)
-  std::vector<float> speaker_emb;  // [256]
-  std::vector<int32_t>
-      cond_prompt_tokens;     // [<= 150]; empty = no prompt (upstream None: 2 cond tokens)
-  float exaggeration = 0.5f;  // emotion_adv
+struct T3MtlCond {                          // T3 conditioning (from a Voice)
+  std::vector<float> speaker_emb;           // [256]
+  std::vector<int32_t> cond_prompt_tokens;  // [<= 150]; empty = no prompt (upstream None: 2 cond tokens)
+  float exaggeration = 0.5f;                // emotion_adv
 };
 
 struct T3MtlSampling {
-  float cfg_weight = 0.5f, temperature = 0.8f, min_p = 0.05f, top_p = 1.0f,
-        repetition_penalty = 1.2f;
+  float cfg_weight = 0.5f, temperature = 0.8f, min_p = 0.05f, top_p = 1.0f, repetition_penalty = 1.2f;
   uint64_t seed = 0;
   bool greedy = false;  // full chain, then argmax
 };
@@ -59,8 +57,7 @@ struct T3MtlStats {
   double weight_bytes_per_step = 0,
          kv_bytes_per_step = 0;  // per decode forward (kv: mean over the run)
   // additions
-  int64_t n_decode =
-      0;  // single-token forward calls after the prefill (decode tok/s = n_decode / decode_ms)
+  int64_t n_decode = 0;    // single-token forward calls after the prefill (decode tok/s = n_decode / decode_ms)
   int64_t prompt_len = 0;  // prefill tokens per row
   int64_t n_rows = 0;      // batch rows run (2 with CFG, 1 when cfg_weight <= 0)
   bool aborted = false;    // should_abort returned true
@@ -94,11 +91,10 @@ class T3Mtl {
   // post-processing (the pipeline does drop_invalid_tokens / tail trim). should_abort polled
   // between steps (may be null). on_token (may be null) gets every sampled token as soon as it is
   // sampled, EOS included (streaming); an exception it throws leaves generate.
-  std::vector<int32_t> generate(
-      const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, const T3MtlSampling& s,
-      T3MtlStats* stats = nullptr, const std::function<bool()>& should_abort = nullptr,
-      int64_t force_n_tokens = -1 /* bench: ignore EOS, exactly N tokens */,
-      const std::function<void(int32_t)>& on_token = nullptr);
+  std::vector<int32_t> generate(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, const T3MtlSampling& s,
+                                T3MtlStats* stats = nullptr, const std::function<bool()>& should_abort = nullptr,
+                                int64_t force_n_tokens = -1 /* bench: ignore EOS, exactly N tokens */,
+                                const std::function<void(int32_t)>& on_token = nullptr);
 
   // ---- additions (debug, pipeline defaults) ----
   // The conditioning tokens [n, d] row-major (n = 34 with a prompt, 2 without).
@@ -120,8 +116,7 @@ class T3Mtl {
   // when cfg_weight > 0, on the backbone. Returns their logits [1 or 2, speech_vocab] (valid
   // until the backbone's next call); their keys/values are left in backbone() sequences 0
   // (cond) and 1 (uncond), positions [0, *prompt_len).
-  Tensor prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, float cfg_weight,
-                 int64_t* prompt_len);
+  Tensor prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, float cfg_weight, int64_t* prompt_len);
   T3Llama& backbone();
   // speech_emb and speech_pos_emb tables: a fed-back token k is speech_emb[tok] +
   // speech_pos_emb[k + 1] (get_rows, then add).

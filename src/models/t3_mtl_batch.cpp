@@ -24,8 +24,7 @@ size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 T3MtlBatch::T3MtlBatch(T3Mtl& t3, ThreadPool& pool, int max_batch)
     : t3_(t3), llama_(t3.backbone()), c_(t3.config().t3), pool_(pool), max_batch_(max_batch) {
   CBX_CHECK(max_batch >= 1 && max_batch <= 64, "t3 mtl batch: max_batch %d outside 1 .. 64", max_batch);
-  const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff,
-                V = c_.speech_vocab;
+  const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff, V = c_.speech_vocab;
   n_layer_ = c_.n_layer;
   n_kv_head_ = Hkv;
   max_ctx_ = llama_.max_ctx();
@@ -60,8 +59,8 @@ T3MtlBatch::T3MtlBatch(T3Mtl& t3, ThreadPool& pool, int max_batch)
   rope_ = arena_.alloc(DType::F32, {R, D}, "t3 mtl batch rope angles");
   thread_h_ = arena_.alloc(DType::F32, {nt * R, d}, "t3 mtl batch norm rows").ptr<float>();
   thread_tmp_ = arena_.alloc(DType::F32, {nt * R, d}, "t3 mtl batch residual partials").ptr<float>();
-  thread_act_ = static_cast<uint8_t*>(
-      arena_.alloc_bytes(size_t(2 * nt * R) * act_stride_ + 64, 64, "t3 mtl batch activations"));
+  thread_act_ =
+      static_cast<uint8_t*>(arena_.alloc_bytes(size_t(2 * nt * R) * act_stride_ + 64, 64, "t3 mtl batch activations"));
   for (int i = 0; i < 3 * n_layer_ + 1; ++i) splits_.emplace_back(nt);
   step_reqs_.reserve(size_t(B));
   row_req_.reserve(size_t(R));
@@ -76,8 +75,7 @@ uint8_t* T3MtlBatch::slot_head(int s, int l, int kv, int64_t h) const {
 }
 
 void T3MtlBatch::check_req(int req) const {
-  CBX_CHECK(req >= 0 && req < max_batch_ && reqs_[size_t(req)].active, "t3 mtl batch: request %d is not active",
-            req);
+  CBX_CHECK(req >= 0 && req < max_batch_ && reqs_[size_t(req)].active, "t3 mtl batch: request %d is not active", req);
 }
 bool T3MtlBatch::active(int req) const { return req >= 0 && req < max_batch_ && reqs_[size_t(req)].active; }
 bool T3MtlBatch::finished(int req) const { return active(req) && reqs_[size_t(req)].finished; }
@@ -132,8 +130,7 @@ int T3MtlBatch::start(const T3MtlCond& cond, const std::vector<int32_t>& text_to
         const Tensor& cache = kv ? llama_.v_cache(l) : llama_.k_cache(l);
         for (int64_t h = 0; h < n_kv_head_; ++h)
           std::memcpy(slot_head(2 * q + int(b), l, kv, h),
-                      static_cast<const uint8_t*>(cache.data) + (b * n_kv_head_ + h) * cache.stride[0],
-                      size_t(T) * rb);
+                      static_cast<const uint8_t*>(cache.data) + (b * n_kv_head_ + h) * cache.stride[0], size_t(T) * rb);
       }
   r.active = true;
   r.ignore_eos = ignore_eos;
@@ -234,8 +231,7 @@ int T3MtlBatch::step() {
 // the weight rows are read once for all rows.
 void T3MtlBatch::decode(int nr) {
   const T3LlamaWeights& w = llama_.weights();
-  const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff,
-                V = c_.speech_vocab;
+  const int64_t d = c_.n_embd, H = c_.n_head, Hkv = c_.n_kv_head, D = c_.head_dim, ff = c_.n_ff, V = c_.speech_vocab;
   const int64_t group = H / Hkv, half = D / 2;
   const float eps = c_.norm_eps;
   const DType kvt = llama_.kv_type();
@@ -366,8 +362,7 @@ void T3MtlBatch::decode(int nr) {
         for (int b = 0; b < nr; ++b) {
           AttentionParams p = ap;
           p.q_offset = row_pos_[size_t(b)];
-          attention_part(0, 1, views[b].q, kvv(b, l, 0), kvv(b, l, 1), Tensor{}, views[b].o, p, g0 * group,
-                         g1 * group);
+          attention_part(0, 1, views[b].q, kvv(b, l, 0), kvv(b, l, 1), Tensor{}, views[b].o, p, g0 * group, g1 * group);
         }
       pool_.barrier();
       // x += o_proj(att)

@@ -77,7 +77,7 @@ class T3MtlBatch {
  private:
   struct Req {
     bool active = false, finished = false, ignore_eos = false, all_inf = false;
-    int64_t n_rows = 0;      // 1 or 2
+    int64_t n_rows = 0;  // 1 or 2
     std::unique_ptr<MtlSampler> sampler;
     std::vector<int32_t> history;  // BOS + tokens
     std::vector<int32_t> out;      // tokens
@@ -106,8 +106,8 @@ class T3MtlBatch {
   // Step buffers: inputs, activations and logits of 2 * max_batch rows, per-thread rows.
   Arena arena_;
   Tensor ids_, pos_ids_, emb_, pe_, x_, q_, k_, v_, att_, g_, u_, logits_, rope_;
-  float* thread_h_ = nullptr;    // [nt, rows, d]
-  float* thread_tmp_ = nullptr;  // [nt, rows, d]
+  float* thread_h_ = nullptr;      // [nt, rows, d]
+  float* thread_tmp_ = nullptr;    // [nt, rows, d]
   uint8_t* thread_act_ = nullptr;  // 2 * nt blocks of rows * act_stride_ bytes
   size_t act_stride_ = 0;
   std::vector<WorkSplit> splits_;

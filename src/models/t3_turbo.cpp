@@ -19,8 +19,7 @@ Tensor ids_tensor(const int32_t* ids, int64_t n) {
 }
 }  // namespace
 
-T3Turbo::T3Turbo(const GgufFile& f, ThreadPool& pool, const T3TurboOptions& o)
-    : cfg_(read_config(f)), pool_(pool) {
+T3Turbo::T3Turbo(const GgufFile& f, ThreadPool& pool, const T3TurboOptions& o) : cfg_(read_config(f)), pool_(pool) {
   init(f, o);
 }
 
@@ -32,8 +31,7 @@ T3Turbo::T3Turbo(const ModelConfig& c, const GgufFile& f, ThreadPool& pool, cons
 void T3Turbo::init(const GgufFile& f, const T3TurboOptions& o) {
   const T3Config& t = cfg_.t3;
   CBX_CHECK(cfg_.variant == Variant::Turbo || cfg_.variant == Variant::Nano,
-            "%s: T3 Turbo needs a turbo or nano model, got variant '%s'", f.path().c_str(),
-            variant_name(cfg_.variant));
+            "%s: T3 Turbo needs a turbo or nano model, got variant '%s'", f.path().c_str(), variant_name(cfg_.variant));
   bind_t3_gpt2(f, t, w_);
   CBX_CHECK(t.start_speech_token >= 0 && t.start_speech_token < t.speech_vocab && t.stop_speech_token >= 0 &&
                 t.stop_speech_token < t.speech_vocab,
@@ -42,8 +40,9 @@ void T3Turbo::init(const GgufFile& f, const T3TurboOptions& o) {
   max_text_ = o.max_text;
   max_prompt_ = o.max_prompt > 0 ? o.max_prompt : t.cond_prompt_len;
   max_new_ = o.max_new >= 0 ? o.max_new : cfg_.pipeline.max_new_tokens;
-  CBX_CHECK(max_text_ > 0 && max_prompt_ >= 0 && max_new_ >= 0, "t3 turbo: bad limits (text %lld, prompt %lld, new %lld)",
-            (long long)max_text_, (long long)max_prompt_, (long long)max_new_);
+  CBX_CHECK(max_text_ > 0 && max_prompt_ >= 0 && max_new_ >= 0,
+            "t3 turbo: bad limits (text %lld, prompt %lld, new %lld)", (long long)max_text_, (long long)max_prompt_,
+            (long long)max_new_);
   T3Gpt2Options go;
   go.max_batch = 1 + max_prompt_ + max_text_ + 1;
   go.max_ctx = go.max_batch + 1 + max_new_;  // + the prefill token + max_new decoded ones
@@ -83,8 +82,7 @@ const Tensor& T3Turbo::prefill(const Tensor& embeds, const float* speaker_emb, i
                                const int32_t* prompt_tokens, int64_t n_prompt, bool* reused) {
   const int64_t P = 1 + n_prompt, L = embeds.shape[0];
   CBX_CHECK(embeds.ndim == 2 && L > P && n_speaker == cfg_.t3.speaker_embed_size && n_prompt <= max_prompt_,
-            "t3 turbo: prefill of %s rows with a %lld-token voice prefix", embeds.shape_str().c_str(),
-            (long long)P);
+            "t3 turbo: prefill of %s rows with a %lld-token voice prefix", embeds.shape_str().c_str(), (long long)P);
   if (reused) *reused = false;
   gpt_->reset();
   if (!prefix_cache_ || gpt_->has_capture()) return gpt_->forward(embeds);
@@ -130,9 +128,10 @@ size_t T3Turbo::prefix_kv_bytes(int64_t n_prompt) const { return gpt_->kv_rows_b
 void T3Turbo::keep_prefix(const float* speaker_emb, int64_t n_speaker, const int32_t* prompt_tokens, int64_t n_prompt,
                           const uint8_t* kv) {
   CBX_CHECK(prefix_cache_, "t3 turbo: keep_prefix with the prefix cache off");
-  CBX_CHECK(n_speaker == cfg_.t3.speaker_embed_size && n_prompt >= 0 && n_prompt <= max_prompt_ && kv != nullptr,
-            "t3 turbo: keep_prefix of a %lld-float speaker embedding and %lld prompt tokens (this model: %lld, <= %lld)",
-            (long long)n_speaker, (long long)n_prompt, (long long)cfg_.t3.speaker_embed_size, (long long)max_prompt_);
+  CBX_CHECK(
+      n_speaker == cfg_.t3.speaker_embed_size && n_prompt >= 0 && n_prompt <= max_prompt_ && kv != nullptr,
+      "t3 turbo: keep_prefix of a %lld-float speaker embedding and %lld prompt tokens (this model: %lld, <= %lld)",
+      (long long)n_speaker, (long long)n_prompt, (long long)cfg_.t3.speaker_embed_size, (long long)max_prompt_);
   prefix_rows_ = 0;
   cache_holds_prefix_ = false;  // prefix_kv_ gets other rows than the cache's
   std::memcpy(prefix_kv_.get(), kv, gpt_->kv_rows_bytes(1 + n_prompt));
@@ -200,9 +199,9 @@ std::vector<int32_t> T3Turbo::postprocess(const std::vector<int32_t>& tokens) co
   return out;
 }
 
-T3TurboResult T3Turbo::generate(const int32_t* text_ids, int64_t n_text, const float* speaker_emb,
-                                int64_t n_speaker, const int32_t* prompt_tokens, int64_t n_prompt,
-                                const SamplerParams& sp, int64_t max_new, const T3StepFn& on_step) {
+T3TurboResult T3Turbo::generate(const int32_t* text_ids, int64_t n_text, const float* speaker_emb, int64_t n_speaker,
+                                const int32_t* prompt_tokens, int64_t n_prompt, const SamplerParams& sp,
+                                int64_t max_new, const T3StepFn& on_step) {
   const T3Config& t = cfg_.t3;
   if (max_new < 0) max_new = max_new_;
   CBX_CHECK(max_new <= max_new_, "t3 turbo: %lld new tokens requested, %lld reserved", (long long)max_new,

@@ -27,11 +27,11 @@ namespace cbx {
 class GgufFile;
 
 struct T3TurboOptions {
-  int64_t max_text = 1024;   // GPT-2 tokenizer model_max_length (text is truncated there)
-  int64_t max_prompt = 0;    // 0 = t3.cond_prompt_len
-  int64_t max_new = -1;      // tokens after the prefill one; -1 = pipeline.max_new_tokens
+  int64_t max_text = 1024;  // GPT-2 tokenizer model_max_length (text is truncated there)
+  int64_t max_prompt = 0;   // 0 = t3.cond_prompt_len
+  int64_t max_new = -1;     // tokens after the prefill one; -1 = pipeline.max_new_tokens
   DType kv_type = DType::F16;
-  bool pack_planar = true;  // T3Gpt2Options::pack_planar
+  bool pack_planar = true;       // T3Gpt2Options::pack_planar
   int64_t row_prefill_max = -1;  // T3Gpt2Options::row_prefill_max (-1: automatic)
   // Keep the keys/values of the voice prefix (speaker row + prompt speech tokens, rows that
   // do not depend on the text) and reuse them while the voice stays the same (T3Turbo::prefill).
@@ -43,9 +43,9 @@ struct T3TurboResult {
   std::vector<int32_t> speech_tokens;  // post-processed for S3Gen
   bool stopped_eos = false;
   bool stopped_all_inf = false;
-  int64_t prompt_len = 0;   // prefill rows
+  int64_t prompt_len = 0;      // prefill rows
   bool prefix_reused = false;  // the voice prefix came from the cache (T3Turbo::prefill)
-  int64_t n_decode = 0;     // single-token forward calls
+  int64_t n_decode = 0;        // single-token forward calls
   double prefill_ms = 0, decode_ms = 0;
 };
 
@@ -75,8 +75,8 @@ class T3Turbo {
   // instead of running the prefix again. Loading gives the bits the forward would give (the
   // prefix rows never see the text), so results do not depend on the cache. *reused (when
   // given) says whether the prefix came from the cache.
-  const Tensor& prefill(const Tensor& embeds, const float* speaker_emb, int64_t n_speaker,
-                        const int32_t* prompt_tokens, int64_t n_prompt, bool* reused = nullptr);
+  const Tensor& prefill(const Tensor& embeds, const float* speaker_emb, int64_t n_speaker, const int32_t* prompt_tokens,
+                        int64_t n_prompt, bool* reused = nullptr);
   // Runs and keeps the voice prefix now (e.g. a server's voice at start-up), unless it is
   // cached already; returns the milliseconds spent. No-op with the prefix cache off.
   double warm_prefix(const float* speaker_emb, int64_t n_speaker, const int32_t* prompt_tokens, int64_t n_prompt);
@@ -104,8 +104,8 @@ class T3Turbo {
 
   // max_new < 0 uses the options' max_new. Resets the KV cache first (prefill).
   T3TurboResult generate(const int32_t* text_ids, int64_t n_text, const float* speaker_emb, int64_t n_speaker,
-                         const int32_t* prompt_tokens, int64_t n_prompt, const SamplerParams& sp,
-                         int64_t max_new = -1, const T3StepFn& on_step = nullptr);
+                         const int32_t* prompt_tokens, int64_t n_prompt, const SamplerParams& sp, int64_t max_new = -1,
+                         const T3StepFn& on_step = nullptr);
 
   // Keep tokens < 6561 and append the silence tokens (spec §7).
   std::vector<int32_t> postprocess(const std::vector<int32_t>& tokens) const;
@@ -125,7 +125,7 @@ class T3Turbo {
   T3Gpt2Weights w_;
   std::unique_ptr<T3Gpt2> gpt_;
   int64_t max_text_ = 0, max_prompt_ = 0, max_new_ = 0;
-  Arena arena_;  // prompt embeddings, ids, the single-token embedding
+  Arena arena_;        // prompt embeddings, ids, the single-token embedding
   Tensor prompt_buf_;  // [max_batch, d]
   Tensor tok_emb_;     // [1, d]
   Tensor tok_id_;      // I32 [1]

@@ -36,15 +36,14 @@ std::string shape_text(const std::vector<int64_t>& s) {
 // Zero-copy F32 weight; errors name the file, the tensor and what was expected.
 Tensor bind_f32(const GgufFile& f, const std::string& name, const std::vector<int64_t>& shape) {
   const GgufTensorInfo* ti = f.find_tensor(name);
-  CBX_CHECK(ti != nullptr, "%s: missing tensor '%s' %s", f.path().c_str(), name.c_str(),
-            shape_text(shape).c_str());
+  CBX_CHECK(ti != nullptr, "%s: missing tensor '%s' %s", f.path().c_str(), name.c_str(), shape_text(shape).c_str());
   Tensor t = f.tensor(*ti);
   bool ok = t.ndim == int(shape.size());
   for (int i = 0; ok && i < t.ndim; ++i) ok = t.shape[i] == shape[size_t(i)];
-  CBX_CHECK(ok, "%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(),
-            t.shape_str().c_str(), shape_text(shape).c_str());
-  CBX_CHECK(t.dtype == DType::F32, "%s: tensor '%s' is %s; voice encoder weights must be f32",
-            f.path().c_str(), name.c_str(), dtype_name(t.dtype));
+  CBX_CHECK(ok, "%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(), t.shape_str().c_str(),
+            shape_text(shape).c_str());
+  CBX_CHECK(t.dtype == DType::F32, "%s: tensor '%s' is %s; voice encoder weights must be f32", f.path().c_str(),
+            name.c_str(), dtype_name(t.dtype));
   return t;
 }
 
@@ -89,14 +88,13 @@ VoiceEncoder::VoiceEncoder(const GgufFile& f, const ModelConfig& c, int64_t max_
                 v.hop == VoiceEncoderMel::kHop && v.fmin == 0.0f && v.fmax == 8000.0f,
             "%s: voice encoder mel (%d mels, %d Hz, n_fft %d, win %d, hop %d, %g-%g Hz) differs from "
             "the supported 40 mels, 16000 Hz, 400/400/160, 0-8000 Hz",
-            f.path().c_str(), v.n_mels, v.sample_rate, v.n_fft, v.win, v.hop, double(v.fmin),
-            double(v.fmax));
-  CBX_CHECK(v.n_layer >= 1 && v.n_hidden >= 1 && v.embed_size >= 1 && v.partial_frames >= 1 &&
-                v.partial_rate > 0 && v.min_coverage > 0 && v.min_coverage <= 1,
+            f.path().c_str(), v.n_mels, v.sample_rate, v.n_fft, v.win, v.hop, double(v.fmin), double(v.fmax));
+  CBX_CHECK(v.n_layer >= 1 && v.n_hidden >= 1 && v.embed_size >= 1 && v.partial_frames >= 1 && v.partial_rate > 0 &&
+                v.min_coverage > 0 && v.min_coverage <= 1,
             "%s: bad voice encoder config (layers %d, hidden %d, embed %d, partial %d frames, rate %g, "
             "coverage %g)",
-            f.path().c_str(), v.n_layer, v.n_hidden, v.embed_size, v.partial_frames,
-            double(v.partial_rate), double(v.min_coverage));
+            f.path().c_str(), v.n_layer, v.n_hidden, v.embed_size, v.partial_frames, double(v.partial_rate),
+            double(v.min_coverage));
   // upstream get_frame_step: round((sr / rate) / partial_frames), numpy's half-to-even.
   m.step = int64_t(std::nearbyint((double(v.sample_rate) / decimal(v.partial_rate)) / v.partial_frames));
   CBX_CHECK(m.step >= 1 && m.step <= v.partial_frames, "%s: voice encoder frame step %lld outside [1, %d]",
@@ -119,8 +117,8 @@ VoiceEncoder::VoiceEncoder(const GgufFile& f, const ModelConfig& c, int64_t max_
   const int64_t max_frames = m.mel.num_frames(size_t(max_samples));
   m.group = std::min(kMaxGroup, m.num_wins(max_frames).first);
   const int64_t P = m.group, Tp = v.partial_frames, In = std::max<int64_t>(v.n_mels, H);
-  const int64_t floats = max_frames * v.n_mels + P * Tp * v.n_mels + 2 * P * Tp * H + 2 * P * H +
-                         P * v.embed_size + lstm_layer_batch_scratch(P, Tp, In, H);
+  const int64_t floats = max_frames * v.n_mels + P * Tp * v.n_mels + 2 * P * Tp * H + 2 * P * H + P * v.embed_size +
+                         lstm_layer_batch_scratch(P, Tp, In, H);
   m.arena.reserve(size_t(floats) * 4 + 16 * 64);
   m.sum.resize(size_t(v.embed_size));
 }
@@ -139,8 +137,8 @@ std::vector<float> VoiceEncoder::embed(ThreadPool& pool, const float* wav, int64
   Impl& m = *impl_;
   const VeConfig& v = m.cfg;
   CBX_CHECK(wav != nullptr || n == 0, "voice encoder: null wave");
-  CBX_CHECK(n <= m.max_samples, "voice encoder: %lld samples exceed the %lld reserved at construction",
-            (long long)n, (long long)m.max_samples);
+  CBX_CHECK(n <= m.max_samples, "voice encoder: %lld samples exceed the %lld reserved at construction", (long long)n,
+            (long long)m.max_samples);
   const auto [b0, b1] = trim_silence(wav, size_t(std::max<int64_t>(n, 0)), kTrimTopDb);
   const int64_t len = int64_t(b1 - b0);
   CBX_CHECK(len > v.n_fft / 2,
@@ -177,8 +175,10 @@ std::vector<float> VoiceEncoder::embed(ThreadPool& pool, const float* wav, int64
       for (int64_t t = 0; t < Tp; ++t) {
         const int64_t fr = (p0 + i) * m.step + t;
         float* dst = xp + (i * Tp + t) * M;
-        if (fr < T) std::memcpy(dst, mel + fr * M, size_t(M) * 4);
-        else std::memset(dst, 0, size_t(M) * 4);
+        if (fr < T)
+          std::memcpy(dst, mel + fr * M, size_t(M) * 4);
+        else
+          std::memset(dst, 0, size_t(M) * 4);
       }
     Tensor ya = m.arena.alloc(DType::F32, {P, Tp, H}, "ve lstm out a");
     Tensor yb = m.arena.alloc(DType::F32, {P, Tp, H}, "ve lstm out b");
@@ -190,8 +190,8 @@ std::vector<float> VoiceEncoder::embed(ThreadPool& pool, const float* wav, int64
       std::memset(h.data, 0, size_t(P * H) * 4);
       std::memset(c.data, 0, size_t(P * H) * 4);
       Tensor y = l + 1 == v.n_layer ? Tensor{} : (l % 2 == 0 ? ya : yb);
-      lstm_layer_batch(pool, in, m.w_ih[size_t(l)], m.w_hh[size_t(l)], m.b_ih[size_t(l)], m.b_hh[size_t(l)], h,
-                       c, y, &m.arena);
+      lstm_layer_batch(pool, in, m.w_ih[size_t(l)], m.w_hh[size_t(l)], m.b_ih[size_t(l)], m.b_hh[size_t(l)], h, c, y,
+                       &m.arena);
       in = y;
     }
     // e = relu(proj(h_T)) / ||.||
@@ -202,8 +202,10 @@ std::vector<float> VoiceEncoder::embed(ThreadPool& pool, const float* wav, int64
       float* r = ep + i * E;
       double ss = 0.0;
       for (int64_t j = 0; j < E; ++j) ss += double(r[j]) * r[j];
-      CBX_CHECK(ss > 0.0, "voice encoder: partial %lld has an all-zero embedding (upstream divides by "
-                "its norm)", (long long)(p0 + i));
+      CBX_CHECK(ss > 0.0,
+                "voice encoder: partial %lld has an all-zero embedding (upstream divides by "
+                "its norm)",
+                (long long)(p0 + i));
       const float nrm = float(std::sqrt(ss));
       for (int64_t j = 0; j < E; ++j) {
         r[j] /= nrm;
@@ -212,8 +214,7 @@ std::vector<float> VoiceEncoder::embed(ThreadPool& pool, const float* wav, int64
       if (m.capture) std::memcpy(partials.data() + (p0 + i) * E, r, size_t(E) * 4);
     }
   }
-  if (m.capture)
-    m.emit("partials", make_tensor(DType::F32, {n_part, E}, partials.data(), partials.size() * 4));
+  if (m.capture) m.emit("partials", make_tensor(DType::F32, {n_part, E}, partials.data(), partials.size() * 4));
   double ss = 0.0;
   for (int64_t j = 0; j < E; ++j) {
     const double mean = sum[size_t(j)] / double(n_part);

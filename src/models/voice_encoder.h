@@ -37,9 +37,9 @@ class VoiceEncoder {
   VoiceEncoder& operator=(const VoiceEncoder&) = delete;
 
   // wav: mono float at 16 kHz, what upstream feeds (prepare_conditionals: the whole 16 kHz
-  // reference, not the ENC_COND_LEN cut the S3 tokenizer gets). Returns T3's speaker_emb [c.ve.embed_size=256] exactly as upstream
-  // computes it (VoiceEncoder.embeds_from_wavs + the mean upstream takes). Throws cbx::Error (too
-  // short, n > max_samples).
+  // reference, not the ENC_COND_LEN cut the S3 tokenizer gets). Returns T3's speaker_emb [c.ve.embed_size=256] exactly
+  // as upstream computes it (VoiceEncoder.embeds_from_wavs + the mean upstream takes). Throws cbx::Error (too short, n
+  // > max_samples).
   std::vector<float> embed(ThreadPool& pool, const float* wav, int64_t n);
 
   // Debug / parity: called during later embed() calls with named intermediates:

@@ -15,8 +15,8 @@ constexpr int64_t kMaxHeadDim = 512;
 
 int64_t elem_stride(const char* op, const char* name, const Tensor& t, int dim) {
   const int64_t es = int64_t(type_traits(t.dtype).block_bytes);
-  CBX_CHECK(t.stride[dim] % es == 0, "%s: %s %s has a stride not a multiple of its element", op,
-            name, t.shape_str().c_str());
+  CBX_CHECK(t.stride[dim] % es == 0, "%s: %s %s has a stride not a multiple of its element", op, name,
+            t.shape_str().c_str());
   return t.stride[dim] / es;
 }
 
@@ -46,40 +46,36 @@ struct Setup {
   int64_t k0_hs = 0, k0_rs = 0, v0_hs = 0, v0_rs = 0, split = 0;
 };
 
-Setup setup(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-            const Tensor& out, const AttentionParams& p, Isa isa) {
+Setup setup(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
+            const AttentionParams& p, Isa isa) {
   nn_detail::check_f32(op, "q", q);
   nn_detail::check_f32(op, "out", out);
   CBX_CHECK(k.data && v.data, "%s: k or v is empty", op);
   CBX_CHECK((k.dtype == DType::F32 || k.dtype == DType::F16) && v.dtype == k.dtype,
-            "%s: k (%s) and v (%s) must both be f32 or both f16", op, dtype_name(k.dtype),
-            dtype_name(v.dtype));
+            "%s: k (%s) and v (%s) must both be f32 or both f16", op, dtype_name(k.dtype), dtype_name(v.dtype));
   CBX_CHECK(q.ndim == 3 && k.ndim == 3 && v.ndim == 3 && out.ndim == 3,
-            "%s: q %s, k %s, v %s, out %s must be 3-D [heads, T, D]", op, q.shape_str().c_str(),
-            k.shape_str().c_str(), v.shape_str().c_str(), out.shape_str().c_str());
-  CBX_CHECK(nn_detail::inner_contiguous(k) && nn_detail::inner_contiguous(v),
-            "%s: k %s / v %s must be contiguous in D", op, k.shape_str().c_str(),
-            v.shape_str().c_str());
+            "%s: q %s, k %s, v %s, out %s must be 3-D [heads, T, D]", op, q.shape_str().c_str(), k.shape_str().c_str(),
+            v.shape_str().c_str(), out.shape_str().c_str());
+  CBX_CHECK(nn_detail::inner_contiguous(k) && nn_detail::inner_contiguous(v), "%s: k %s / v %s must be contiguous in D",
+            op, k.shape_str().c_str(), v.shape_str().c_str());
   Setup s;
   s.H = q.shape[0], s.Tq = q.shape[1], s.D = q.shape[2];
   s.Hkv = k.shape[0], s.Tk = k.shape[1];
   const int64_t H = s.H, Tq = s.Tq, D = s.D, Hkv = s.Hkv, Tk = s.Tk;
   CBX_CHECK(same_shape(k, v) && k.shape[2] == D && Hkv >= 1 && H % Hkv == 0,
-            "%s: k %s and v %s must be [H_kv, Tk, %lld] with H_kv dividing %lld (q %s)", op,
-            k.shape_str().c_str(), v.shape_str().c_str(), (long long)D, (long long)H,
-            q.shape_str().c_str());
+            "%s: k %s and v %s must be [H_kv, Tk, %lld] with H_kv dividing %lld (q %s)", op, k.shape_str().c_str(),
+            v.shape_str().c_str(), (long long)D, (long long)H, q.shape_str().c_str());
   nn_detail::check_same_shape(op, q, "q", out, "out");
-  CBX_CHECK(D >= 1 && D <= kMaxHeadDim, "%s: head dim %lld of q %s outside [1, %lld]", op,
-            (long long)D, q.shape_str().c_str(), (long long)kMaxHeadDim);
+  CBX_CHECK(D >= 1 && D <= kMaxHeadDim, "%s: head dim %lld of q %s outside [1, %lld]", op, (long long)D,
+            q.shape_str().c_str(), (long long)kMaxHeadDim);
   CBX_CHECK(p.q_offset >= 0, "%s: negative q_offset %lld", op, (long long)p.q_offset);
   if (!mask.empty()) {
     nn_detail::check_f32(op, "mask", mask);
     const bool ok2 = mask.ndim == 2 && mask.shape[0] == Tq && mask.shape[1] == Tk;
-    const bool ok3 = mask.ndim == 3 && (mask.shape[0] == H || mask.shape[0] == 1) &&
-                     mask.shape[1] == Tq && mask.shape[2] == Tk;
-    CBX_CHECK(ok2 || ok3, "%s: mask %s must be [%lld, %lld] or [%lld, %lld, %lld]", op,
-              mask.shape_str().c_str(), (long long)Tq, (long long)Tk, (long long)H, (long long)Tq,
-              (long long)Tk);
+    const bool ok3 =
+        mask.ndim == 3 && (mask.shape[0] == H || mask.shape[0] == 1) && mask.shape[1] == Tq && mask.shape[2] == Tk;
+    CBX_CHECK(ok2 || ok3, "%s: mask %s must be [%lld, %lld] or [%lld, %lld, %lld]", op, mask.shape_str().c_str(),
+              (long long)Tq, (long long)Tk, (long long)H, (long long)Tq, (long long)Tk);
     s.mbase = mask.ptr<float>();
     s.m_rs = elem_stride(op, "mask", mask, mask.ndim - 2);
     s.m_hs = ok3 && mask.shape[0] == H ? elem_stride(op, "mask", mask, 0) : 0;
@@ -152,9 +148,8 @@ void run_task(const Setup& s, int64_t task, const float* kt, int64_t kt_rs, floa
 
 // attention_part_split's checks and setup of one query (q, its own segment k / v, out)
 // whose keys start with the segment k0 / v0.
-Setup setup_split(const char* op, const Tensor& q, const Tensor& k0, const Tensor& v0, const Tensor& k,
-                  const Tensor& v, const Tensor& out, const AttentionParams& p, int ith, int nth, int64_t h0,
-                  int64_t* h1, Isa isa) {
+Setup setup_split(const char* op, const Tensor& q, const Tensor& k0, const Tensor& v0, const Tensor& k, const Tensor& v,
+                  const Tensor& out, const AttentionParams& p, int ith, int nth, int64_t h0, int64_t* h1, Isa isa) {
   Setup s = setup(op, q, k, v, Tensor{}, out, p, isa);
   CBX_CHECK(s.Tq == 1, "%s: %lld queries (q %s); one only", op, (long long)s.Tq, q.shape_str().c_str());
   CBX_CHECK(k0.data && v0.data && k0.ndim == 3 && same_shape(k0, v0) && k0.dtype == k.dtype && v0.dtype == k.dtype &&
@@ -179,9 +174,8 @@ Setup setup_split(const char* op, const Tensor& q, const Tensor& k0, const Tenso
 
 }  // namespace
 
-void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& mask, Tensor& out, const AttentionParams& p, Arena* arena,
-               Isa isa) {
+void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, Tensor& out,
+               const AttentionParams& p, Arena* arena, Isa isa) {
   const Setup s = setup("attention", q, k, v, mask, out, p, isa);
   const int64_t Hkv = s.Hkv, Tk = s.Tk, D = s.D;
 
@@ -228,16 +222,15 @@ void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor&
   if (arena) arena->rewind(mark);
 }
 
-void attention_part(int ith, int nth, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const Tensor& mask, Tensor& out, const AttentionParams& p, int64_t h0, int64_t h1,
-                    Isa isa) {
+void attention_part(int ith, int nth, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                    Tensor& out, const AttentionParams& p, int64_t h0, int64_t h1, Isa isa) {
   const Setup s = setup("attention_part", q, k, v, mask, out, p, isa);
-  CBX_CHECK(s.Tq < kAttnPartMaxQueries, "attention_part: %lld queries (q %s); at most %lld",
-            (long long)s.Tq, q.shape_str().c_str(), (long long)(kAttnPartMaxQueries - 1));
+  CBX_CHECK(s.Tq < kAttnPartMaxQueries, "attention_part: %lld queries (q %s); at most %lld", (long long)s.Tq,
+            q.shape_str().c_str(), (long long)(kAttnPartMaxQueries - 1));
   CBX_CHECK(nth >= 1 && ith >= 0 && ith < nth, "attention_part: thread %d of %d", ith, nth);
   if (h1 < 0) h1 = s.H;
-  CBX_CHECK(h0 >= 0 && h0 <= h1 && h1 <= s.H, "attention_part: heads [%lld, %lld) outside [0, %lld)",
-            (long long)h0, (long long)h1, (long long)s.H);
+  CBX_CHECK(h0 >= 0 && h0 <= h1 && h1 <= s.H, "attention_part: heads [%lld, %lld) outside [0, %lld)", (long long)h0,
+            (long long)h1, (long long)s.H);
   alignas(64) float scratch[attn_scratch_floats(kMaxHeadDim)];
   // One query block per head (Tq < 16): task = head.
   for (int64_t h = h0 + ith; h < h1; h += nth) run_task(s, h, nullptr, 0, scratch);
@@ -250,8 +243,8 @@ void attention_part_split(int ith, int nth, const Tensor& q, const Tensor& k0, c
   for (int64_t h = h0 + ith; h < h1; h += nth) run_task(s, h, nullptr, 0, scratch);
 }
 
-void attention_part_split_multi(int ith, int nth, const Tensor& k0, const Tensor& v0, const AttnSplitQuery* qs,
-                                int nq, const AttentionParams& p, int64_t h0, int64_t h1, Isa isa) {
+void attention_part_split_multi(int ith, int nth, const Tensor& k0, const Tensor& v0, const AttnSplitQuery* qs, int nq,
+                                const AttentionParams& p, int64_t h0, int64_t h1, Isa isa) {
   const char* op = "attention_part_split_multi";
   CBX_CHECK(nq >= 1 && nq <= kAttnSplitMaxQueries, "%s: %d queries; 1 to %d", op, nq, kAttnSplitMaxQueries);
   Setup s[kAttnSplitMaxQueries];
@@ -263,8 +256,8 @@ void attention_part_split_multi(int ith, int nth, const Tensor& k0, const Tensor
     pr.q_offset = a.q_offset;
     int64_t e = h1;
     s[r] = setup_split(op, *a.q, k0, v0, *a.k, *a.v, *a.out, pr, ith, nth, h0, &e, isa);
-    CBX_CHECK(r == 0 || s[r].H == s[0].H, "%s: query %d has %lld heads (q %s), query 0 %lld", op, r,
-              (long long)s[r].H, a.q->shape_str().c_str(), (long long)s[0].H);
+    CBX_CHECK(r == 0 || s[r].H == s[0].H, "%s: query %d has %lld heads (q %s), query 0 %lld", op, r, (long long)s[r].H,
+              a.q->shape_str().c_str(), (long long)s[0].H);
     hend = e;
   }
   const NnKernels& kern = *s[0].kern;

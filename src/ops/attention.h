@@ -33,26 +33,24 @@ struct AttentionParams {
   int64_t q_offset = 0;
 };
 
-void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& mask, Tensor& out, const AttentionParams& p,
-               Arena* scratch = nullptr, Isa isa = active_isa());
+void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, Tensor& out,
+               const AttentionParams& p, Arena* scratch = nullptr, Isa isa = active_isa());
 
 // For a caller already inside ThreadPool::run (decode steps that fuse a whole layer into
 // one run): the same validation and result as attention(), for the heads [h0, h1) taken
 // round robin by thread ith of nth (h1 < 0: all heads). No scratch, no barrier, no pool:
 // only for Tq < kAttnPartMaxQueries (the multi-query path needs a shared K^T copy).
 constexpr int64_t kAttnPartMaxQueries = 8;
-void attention_part(int ith, int nth, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const Tensor& mask, Tensor& out, const AttentionParams& p, int64_t h0 = 0,
-                    int64_t h1 = -1, Isa isa = active_isa());
+void attention_part(int ith, int nth, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                    Tensor& out, const AttentionParams& p, int64_t h0 = 0, int64_t h1 = -1, Isa isa = active_isa());
 
 // attention_part for one query (Tq = 1) whose keys are in two segments: the first k0 / v0
 // ([H_kv, T0, D], e.g. a voice prefix shared by several sequences), then k / v ([H_kv, T1, D],
 // the sequence's own keys); causal positions count over both (key j of k is position T0 + j).
 // The result has the bits attention_part gives for one cache holding both segments in order.
-void attention_part_split(int ith, int nth, const Tensor& q, const Tensor& k0, const Tensor& v0,
-                          const Tensor& k, const Tensor& v, Tensor& out, const AttentionParams& p,
-                          int64_t h0 = 0, int64_t h1 = -1, Isa isa = active_isa());
+void attention_part_split(int ith, int nth, const Tensor& q, const Tensor& k0, const Tensor& v0, const Tensor& k,
+                          const Tensor& v, Tensor& out, const AttentionParams& p, int64_t h0 = 0, int64_t h1 = -1,
+                          Isa isa = active_isa());
 
 // attention_part_split for several one-query sequences sharing the first segment k0 / v0:
 // query r has its own q, second segment k / v (its T1 may differ from the others'), out and
@@ -67,8 +65,7 @@ struct AttnSplitQuery {
   int64_t q_offset = 0;
 };
 constexpr int kAttnSplitMaxQueries = 64;
-void attention_part_split_multi(int ith, int nth, const Tensor& k0, const Tensor& v0, const AttnSplitQuery* qs,
-                                int nq, const AttentionParams& p, int64_t h0 = 0, int64_t h1 = -1,
-                                Isa isa = active_isa());
+void attention_part_split_multi(int ith, int nth, const Tensor& k0, const Tensor& v0, const AttnSplitQuery* qs, int nq,
+                                const AttentionParams& p, int64_t h0 = 0, int64_t h1 = -1, Isa isa = active_isa());
 
 }  // namespace cbx

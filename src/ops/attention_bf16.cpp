@@ -73,9 +73,8 @@ namespace {
 
 // Both front ends: an additive bias (bias_in non-empty) or the in-kernel relative-position
 // term (qv_in / p_in non-empty), or neither.
-void run_attention(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                   const Tensor& bias_in, const Tensor& qv_in, const Tensor& p_in, Tensor& out_in, float scale,
-                   Arena& scratch) {
+void run_attention(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& bias_in,
+                   const Tensor& qv_in, const Tensor& p_in, Tensor& out_in, float scale, Arena& scratch) {
   const Tensor q = as4(q_in, "q"), k = as4(k_in, "k"), v = as4(v_in, "v"), out = as4(out_in, "out");
   const int64_t B = q.shape[0], H = q.shape[1], Tq = q.shape[2], D = q.shape[3], Tk = k.shape[2];
   CBX_CHECK(same_shape(q, out), "%s: q %s and out %s differ in shape", kOp, q_in.shape_str().c_str(),
@@ -106,8 +105,8 @@ void run_attention(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, con
               bias_in.shape_str().c_str());
   }
   const AttentionAmxKernels* kern = kernels();
-  CBX_CHECK(kern != nullptr, "%s: needs the AVX-512 ISA with AMX-BF16 tiles or the vdpbf16ps bf16 GEMM (active: %s)", kOp,
-            isa_name(active_isa()));
+  CBX_CHECK(kern != nullptr, "%s: needs the AVX-512 ISA with AMX-BF16 tiles or the vdpbf16ps bf16 GEMM (active: %s)",
+            kOp, isa_name(active_isa()));
   const bool rel = !qv_in.empty();
   Tensor qv, p;  // [B, H, Tq, D] and [B, H, 2 Tk - 1, D] (rel only)
   const int64_t rel_rows = attention_relpos_rows(Tk);
@@ -118,8 +117,8 @@ void run_attention(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, con
     CBX_CHECK(same_shape(qv, q), "%s: qv %s must have q's shape %s", kOp, qv_in.shape_str().c_str(),
               q_in.shape_str().c_str());
     CBX_CHECK(Tq == Tk && p.shape[0] == B && p.shape[1] == H && p.shape[2] == 2 * Tk - 1 && p.shape[3] == D,
-              "%s: relative positions need Tq == Tk (%lld, %lld) and p [B, H, 2 Tk - 1, D], got %s", kOp,
-              (long long)Tq, (long long)Tk, p_in.shape_str().c_str());
+              "%s: relative positions need Tq == Tk (%lld, %lld) and p [B, H, 2 Tk - 1, D], got %s", kOp, (long long)Tq,
+              (long long)Tk, p_in.shape_str().c_str());
   }
 
   const int nth_pool = pool.size();
@@ -136,11 +135,11 @@ void run_attention(ThreadPool& pool, const Tensor& q_in, const Tensor& k_in, con
   auto* vp = static_cast<uint8_t*>(scratch.alloc_bytes(size_t(heads) * vp_b, 64, "attention_bf16 packed v"));
   auto* ws = static_cast<uint8_t*>(scratch.alloc_bytes(size_t(nth_pool) * ws_b, 64, "attention_bf16 workspace"));
   const size_t rp_b = rel ? round64(size_t(rel_rows * (D / 2)) * 4) : 0;
-  auto* rp = rel ? static_cast<uint8_t*>(scratch.alloc_bytes(size_t(heads) * rp_b, 64, "attention_bf16 positions"))
-                 : nullptr;
+  auto* rp =
+      rel ? static_cast<uint8_t*>(scratch.alloc_bytes(size_t(heads) * rp_b, 64, "attention_bf16 positions")) : nullptr;
 
-  auto* hv = static_cast<AttnAmxHead*>(scratch.alloc_bytes(size_t(heads) * sizeof(AttnAmxHead), 64,
-                                                          "attention_bf16 heads"));
+  auto* hv =
+      static_cast<AttnAmxHead*>(scratch.alloc_bytes(size_t(heads) * sizeof(AttnAmxHead), 64, "attention_bf16 heads"));
   for (int64_t bh = 0; bh < heads; ++bh) {
     const int64_t b = bh / H, h = bh % H;
     AttnAmxHead& hd = hv[bh];

@@ -57,14 +57,14 @@ void run_job(const NnKernels& k, const GemmJob& j, int ith, int nth) {
 const float* check_bias(const char* op, const Tensor& bias, int64_t cout) {
   if (bias.empty()) return nullptr;
   check_f32(op, "bias", bias);
-  CBX_CHECK(bias.numel() == cout && bias.is_contiguous(),
-            "%s: bias %s must be a contiguous [%lld]", op, bias.shape_str().c_str(), (long long)cout);
+  CBX_CHECK(bias.numel() == cout && bias.is_contiguous(), "%s: bias %s must be a contiguous [%lld]", op,
+            bias.shape_str().c_str(), (long long)cout);
   return bias.ptr<float>();
 }
 
 int64_t row_stride_floats(const char* op, const char* name, const Tensor& t, int dim) {
-  CBX_CHECK(t.stride[dim] % 4 == 0 && t.stride[dim] >= 0, "%s: %s %s has a misaligned stride", op,
-            name, t.shape_str().c_str());
+  CBX_CHECK(t.stride[dim] % 4 == 0 && t.stride[dim] >= 0, "%s: %s %s has a misaligned stride", op, name,
+            t.shape_str().c_str());
   return t.stride[dim] / 4;
 }
 
@@ -106,7 +106,6 @@ namespace {
 using nn_detail::check_f32;
 using namespace conv_detail;
 
-
 // Time tiles (32 steps) per input chunk of the direct conv: each thread packs the input
 // columns of its own tiles chunk by chunk into a buffer of its own (C_in pairs x (32 n +
 // halo) columns of bf16, ~128 KB: it stays in L2 while the tiles read it), instead of the
@@ -125,8 +124,8 @@ size_t direct_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t
 // Stride-1, single-group conv1d in bf16 without im2col (Bf16Gemm::Conv), with the optional
 // Snake of the input (snake_alpha) and residual (res, rows rs floats apart) of conv1d_snake.
 void conv1d_direct_bf16(ThreadPool& pool, const Bf16Gemm& bk, const float* x, int64_t xs, int64_t Cin, int64_t T,
-                        const float* w, int64_t Cout, int64_t K, const float* bias, float* y, int64_t ys,
-                        int64_t Tout, const Conv1dParams& p, Arena* arena, const float* snake_alpha = nullptr,
+                        const float* w, int64_t Cout, int64_t K, const float* bias, float* y, int64_t ys, int64_t Tout,
+                        const Conv1dParams& p, Arena* arena, const float* snake_alpha = nullptr,
                         const float* res = nullptr, int64_t rs = 0) {
   Scratch sc(arena);
   const int64_t cin_pad = round32(Cin), cout_pad = round32(Cout), halo = (K - 1) * p.dilation;
@@ -137,8 +136,7 @@ void conv1d_direct_bf16(ThreadPool& pool, const Bf16Gemm& bk, const float* x, in
     CBX_CHECK(pk->w == w && pk->bias == bias && pk->cout == Cout && pk->cin == Cin && pk->k == K,
               "conv1d: the packed weights (%lld x %lld x %lld) were made from other weights than this call's "
               "[%lld, %lld, %lld]",
-              (long long)pk->cout, (long long)pk->cin, (long long)pk->k, (long long)Cout, (long long)Cin,
-              (long long)K);
+              (long long)pk->cout, (long long)pk->cin, (long long)pk->k, (long long)Cout, (long long)Cin, (long long)K);
   uint16_t* wp = pk ? nullptr : sc.get<uint16_t>(K * cin_pad * cout_pad, "conv1d bf16 weights");
   float* b16 = pk ? nullptr : sc.get<float>(cout_pad * 16, "conv1d bf16 bias rows");
   uint16_t* xbuf = sc.get<uint16_t>(int64_t(pool.size()) * (cin_pad * chunk_cols + 32), "conv1d bf16 input chunks");
@@ -185,9 +183,9 @@ void conv1d_direct_bf16(ThreadPool& pool, const Bf16Gemm& bk, const float* x, in
 }
 
 // One batch item: x [Cin, T] (row stride xs), y [Cout, Tout] (row stride ys).
-void conv1d_one(ThreadPool& pool, const NnKernels& k, const float* x, int64_t xs, int64_t Cin,
-                int64_t T, const float* w, int64_t Cout, int64_t K, const float* bias, float* y,
-                int64_t ys, int64_t Tout, const Conv1dParams& p, Arena* arena) {
+void conv1d_one(ThreadPool& pool, const NnKernels& k, const float* x, int64_t xs, int64_t Cin, int64_t T,
+                const float* w, int64_t Cout, int64_t K, const float* bias, float* y, int64_t ys, int64_t Tout,
+                const Conv1dParams& p, Arena* arena) {
   const int64_t G = p.groups, cin_g = Cin / G, cout_g = Cout / G, KK = cin_g * K;
   const int64_t s = p.stride, d = p.dilation, pl = p.pad_left, pr = p.pad_right;
   Scratch sc(arena);
@@ -298,41 +296,37 @@ int64_t conv1d_out_len(int64_t T, int64_t K, const Conv1dParams& p) {
   return num < 0 ? 0 : num / p.stride + 1;
 }
 
-void conv1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
-            const Conv1dParams& p, Arena* scratch, Isa isa) {
+void conv1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const Conv1dParams& p,
+            Arena* scratch, Isa isa) {
   const char* op = "conv1d";
   check_f32(op, "x", x);
   check_f32(op, "w", w);
   check_f32(op, "y", y);
-  CBX_CHECK((x.ndim == 2 || x.ndim == 3) && y.ndim == x.ndim,
-            "%s: x %s and y %s must both be [C, T] or [B, C, T]", op, x.shape_str().c_str(),
-            y.shape_str().c_str());
-  CBX_CHECK(w.ndim == 3 && w.is_contiguous(), "%s: w %s must be a contiguous [C_out, C_in/groups, K]",
-            op, w.shape_str().c_str());
+  CBX_CHECK((x.ndim == 2 || x.ndim == 3) && y.ndim == x.ndim, "%s: x %s and y %s must both be [C, T] or [B, C, T]", op,
+            x.shape_str().c_str(), y.shape_str().c_str());
+  CBX_CHECK(w.ndim == 3 && w.is_contiguous(), "%s: w %s must be a contiguous [C_out, C_in/groups, K]", op,
+            w.shape_str().c_str());
   CBX_CHECK(p.stride >= 1 && p.dilation >= 1 && p.pad_left >= 0 && p.pad_right >= 0 && p.groups >= 1,
-            "%s: bad params stride %lld dilation %lld pad %lld/%lld groups %lld", op,
-            (long long)p.stride, (long long)p.dilation, (long long)p.pad_left,
-            (long long)p.pad_right, (long long)p.groups);
+            "%s: bad params stride %lld dilation %lld pad %lld/%lld groups %lld", op, (long long)p.stride,
+            (long long)p.dilation, (long long)p.pad_left, (long long)p.pad_right, (long long)p.groups);
   const int64_t B = x.ndim == 3 ? x.shape[0] : 1, Cin = x.dim(-2), T = x.dim(-1);
   const int64_t Cout = w.shape[0], K = w.shape[2];
   CBX_CHECK(Cin % p.groups == 0 && Cout % p.groups == 0 && w.shape[1] * p.groups == Cin,
-            "%s: w %s does not fit x %s with groups %lld", op, w.shape_str().c_str(),
-            x.shape_str().c_str(), (long long)p.groups);
+            "%s: w %s does not fit x %s with groups %lld", op, w.shape_str().c_str(), x.shape_str().c_str(),
+            (long long)p.groups);
   const int64_t Tout = conv1d_out_len(T, K, p);
   CBX_CHECK(Tout >= 1, "%s: input %s too short for kernel %lld (dilation %lld, pads %lld/%lld)", op,
-            x.shape_str().c_str(), (long long)K, (long long)p.dilation, (long long)p.pad_left,
-            (long long)p.pad_right);
+            x.shape_str().c_str(), (long long)K, (long long)p.dilation, (long long)p.pad_left, (long long)p.pad_right);
   CBX_CHECK(y.dim(-2) == Cout && y.dim(-1) == Tout && (x.ndim == 2 || y.shape[0] == B),
-            "%s: y %s must be [%s%lld, %lld] for x %s and w %s", op, y.shape_str().c_str(),
-            x.ndim == 3 ? "B, " : "", (long long)Cout, (long long)Tout, x.shape_str().c_str(),
-            w.shape_str().c_str());
+            "%s: y %s must be [%s%lld, %lld] for x %s and w %s", op, y.shape_str().c_str(), x.ndim == 3 ? "B, " : "",
+            (long long)Cout, (long long)Tout, x.shape_str().c_str(), w.shape_str().c_str());
   const float* bp = check_bias(op, bias, Cout);
   const int64_t xs = row_stride_floats(op, "x", x, x.ndim - 2);
   const int64_t ys = row_stride_floats(op, "y", y, y.ndim - 2);
   const NnKernels& k = nn_kernels(isa);
   for (int64_t b = 0; b < B; ++b) {
-    const float* xb = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x.data) +
-                                                     (x.ndim == 3 ? b * x.stride[0] : 0));
+    const float* xb =
+        reinterpret_cast<const float*>(static_cast<const uint8_t*>(x.data) + (x.ndim == 3 ? b * x.stride[0] : 0));
     float* yb = reinterpret_cast<float*>(static_cast<uint8_t*>(y.data) + (y.ndim == 3 ? b * y.stride[0] : 0));
     conv1d_one(pool, k, xb, xs, Cin, T, w.ptr<float>(), Cout, K, bp, yb, ys, Tout, p, scratch);
   }
@@ -410,8 +404,8 @@ void conv1d_snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, const 
             "%s: no fused kernel here (needs BF16 precision on AVX-512 bf16 kernels, stride 1, one group, "
             "C_out <= the direct conv limit); got stride %lld groups %lld C_out %lld",
             op, (long long)p.stride, (long long)p.groups, (long long)Cout);
-  CBX_CHECK(p.dilation >= 1 && p.pad_left >= 0 && p.pad_right >= 0, "%s: bad params dilation %lld pad %lld/%lld",
-            op, (long long)p.dilation, (long long)p.pad_left, (long long)p.pad_right);
+  CBX_CHECK(p.dilation >= 1 && p.pad_left >= 0 && p.pad_right >= 0, "%s: bad params dilation %lld pad %lld/%lld", op,
+            (long long)p.dilation, (long long)p.pad_left, (long long)p.pad_right);
   const int64_t Tout = conv1d_out_len(T, K, p);
   CBX_CHECK(Tout >= 1, "%s: input %s too short for kernel %lld (dilation %lld)", op, x.shape_str().c_str(),
             (long long)K, (long long)p.dilation);
@@ -429,41 +423,39 @@ void conv1d_snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, const 
     rs = row_stride_floats(op, "residual", residual, 0);
   }
   const float* bp = check_bias(op, bias, Cout);
-  conv1d_direct_bf16(pool, *bf16_kernels(), x.ptr<float>(), row_stride_floats(op, "x", x, 0), Cin, T,
-                     w.ptr<float>(), Cout, K, bp, y.ptr<float>(), row_stride_floats(op, "y", y, 0), Tout, p, scratch,
+  conv1d_direct_bf16(pool, *bf16_kernels(), x.ptr<float>(), row_stride_floats(op, "x", x, 0), Cin, T, w.ptr<float>(),
+                     Cout, K, bp, y.ptr<float>(), row_stride_floats(op, "y", y, 0), Tout, p, scratch,
                      alpha.ptr<float>(), rp, rs);
 }
 
-size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t dilation,
-                                 int n_threads) {
+size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t dilation, int n_threads) {
   if (!bf16_kernels()) return 0;
   return std::max(direct_bytes(cin, cout, t_out, K, dilation, n_threads),
                   gemm_bf16_kmajor_scratch_bytes(cout, cin * K, n_threads));
 }
 
-void conv2d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
-            const Conv2dParams& p, Arena* arena, Isa isa) {
+void conv2d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const Conv2dParams& p,
+            Arena* arena, Isa isa) {
   const char* op = "conv2d";
   check_f32(op, "x", x);
   check_f32(op, "w", w);
   check_f32(op, "y", y);
   CBX_CHECK(x.ndim == 3 && y.ndim == 3 && y.is_contiguous(),
-            "%s: x %s must be [C, H, W] and y %s a contiguous [C_out, H_out, W_out]", op,
-            x.shape_str().c_str(), y.shape_str().c_str());
+            "%s: x %s must be [C, H, W] and y %s a contiguous [C_out, H_out, W_out]", op, x.shape_str().c_str(),
+            y.shape_str().c_str());
   CBX_CHECK(w.ndim == 4 && w.is_contiguous() && w.shape[1] == x.shape[0],
-            "%s: w %s must be a contiguous [C_out, C_in, kh, kw] with C_in of x %s", op,
-            w.shape_str().c_str(), x.shape_str().c_str());
+            "%s: w %s must be a contiguous [C_out, C_in, kh, kw] with C_in of x %s", op, w.shape_str().c_str(),
+            x.shape_str().c_str());
   CBX_CHECK(p.stride_h >= 1 && p.stride_w >= 1 && p.pad_h >= 0 && p.pad_w >= 0,
-            "%s: bad params stride (%lld, %lld) padding (%lld, %lld)", op, (long long)p.stride_h,
-            (long long)p.stride_w, (long long)p.pad_h, (long long)p.pad_w);
+            "%s: bad params stride (%lld, %lld) padding (%lld, %lld)", op, (long long)p.stride_h, (long long)p.stride_w,
+            (long long)p.pad_h, (long long)p.pad_w);
   const int64_t Cin = x.shape[0], H = x.shape[1], W = x.shape[2];
   const int64_t Cout = w.shape[0], kh = w.shape[2], kw = w.shape[3];
   const int64_t hn = H + 2 * p.pad_h - kh, wn = W + 2 * p.pad_w - kw;
   const int64_t Ho = hn < 0 ? 0 : hn / p.stride_h + 1, Wo = wn < 0 ? 0 : wn / p.stride_w + 1;
   CBX_CHECK(Ho >= 1 && Wo >= 1 && y.shape[0] == Cout && y.shape[1] == Ho && y.shape[2] == Wo,
-            "%s: y %s must be [%lld, %lld, %lld] for x %s and w %s", op, y.shape_str().c_str(),
-            (long long)Cout, (long long)Ho, (long long)Wo, x.shape_str().c_str(),
-            w.shape_str().c_str());
+            "%s: y %s must be [%lld, %lld, %lld] for x %s and w %s", op, y.shape_str().c_str(), (long long)Cout,
+            (long long)Ho, (long long)Wo, x.shape_str().c_str(), w.shape_str().c_str());
   const float* bp = check_bias(op, bias, Cout);
   const int64_t xs0 = row_stride_floats(op, "x", x, 0), xs1 = row_stride_floats(op, "x", x, 1);
   const NnKernels& k = nn_kernels(isa);

@@ -44,7 +44,7 @@ struct Conv1dParams {
 // and with CBX_DEBUG_NO_PREPACK=1.
 struct Conv1dPacked {
   HugePiece wp, bias16;
-  const float* w = nullptr;     // the weights and bias it was packed from (bias may be null)
+  const float* w = nullptr;  // the weights and bias it was packed from (bias may be null)
   const float* bias = nullptr;
   int64_t cout = 0, cin = 0, k = 0;
   bool empty() const { return w == nullptr; }
@@ -68,8 +68,8 @@ class Conv1dPacks {
 int64_t conv1d_out_len(int64_t T, int64_t K, const Conv1dParams& p);
 // x: [C_in, T] or [B, C_in, T]; w: [C_out, C_in/groups, K]; bias: [C_out] or empty
 // -> y: [C_out, T_out] or [B, C_out, T_out].
-void conv1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
-            const Conv1dParams& p, Arena* scratch = nullptr, Isa isa = active_isa());
+void conv1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const Conv1dParams& p,
+            Arena* scratch = nullptr, Isa isa = active_isa());
 // The HiFT resblock step in one pass: y = residual + conv1d(snake(x, alpha), w, bias), the
 // bits of ops/elementwise snake, then conv1d, then add(residual, ...). Only where the bf16
 // direct conv runs it (conv1d_snake_fused says when: BF16 precision on this ISA's bf16
@@ -85,8 +85,7 @@ void conv1d_snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, const 
                   Isa isa = active_isa());
 // Extra scratch bytes conv1d takes in BF16 precision, at most (0 where the bf16 GEMM does
 // not exist): cin, cout, the output length and K as in conv1d; the largest dilation.
-size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t dilation,
-                                 int n_threads);
+size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t dilation, int n_threads);
 
 struct ConvTranspose1dPacked;
 
@@ -115,9 +114,8 @@ ConvTranspose1dPacked conv_transpose1d_pack(ThreadPool& pool, const Tensor& w, I
 int64_t conv_transpose1d_out_len(int64_t T, int64_t K, const ConvTranspose1dParams& p);
 // x: [C_in, T]; w: [C_in, C_out, K] (PyTorch ConvTranspose1d layout, groups = 1);
 // bias: [C_out] or empty -> y: [C_out, T_out].
-void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias,
-                      Tensor& y, const ConvTranspose1dParams& p, Arena* scratch = nullptr,
-                      Isa isa = active_isa());
+void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+                      const ConvTranspose1dParams& p, Arena* scratch = nullptr, Isa isa = active_isa());
 // Extra scratch bytes conv_transpose1d takes in BF16 precision, at most (0 where the bf16
 // GEMM does not exist): the transposed weights and the packed bf16 operands.
 size_t conv_transpose1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t K, int n_threads);
@@ -128,7 +126,7 @@ struct Conv2dParams {
 };
 // x: [C_in, H, W]; w: [C_out, C_in, kh, kw]; bias: [C_out] or empty
 // -> y: [C_out, H_out, W_out] (contiguous), H_out = (H + 2 pad_h - kh) / stride_h + 1.
-void conv2d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
-            const Conv2dParams& p, Arena* scratch = nullptr, Isa isa = active_isa());
+void conv2d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const Conv2dParams& p,
+            Arena* scratch = nullptr, Isa isa = active_isa());
 
 }  // namespace cbx

@@ -53,27 +53,25 @@ int64_t conv_transpose1d_out_len(int64_t T, int64_t K, const ConvTranspose1dPara
   return (T - 1) * p.stride - 2 * p.padding + p.dilation * (K - 1) + p.output_padding + 1;
 }
 
-void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias,
-                      Tensor& y, const ConvTranspose1dParams& p, Arena* arena, Isa isa) {
+void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
+                      const ConvTranspose1dParams& p, Arena* arena, Isa isa) {
   const char* op = "conv_transpose1d";
   check_f32(op, "x", x);
   check_f32(op, "w", w);
   check_f32(op, "y", y);
-  CBX_CHECK(x.ndim == 2 && y.ndim == 2, "%s: x %s and y %s must be [C, T]", op,
-            x.shape_str().c_str(), y.shape_str().c_str());
+  CBX_CHECK(x.ndim == 2 && y.ndim == 2, "%s: x %s and y %s must be [C, T]", op, x.shape_str().c_str(),
+            y.shape_str().c_str());
   CBX_CHECK(w.ndim == 3 && w.is_contiguous() && w.shape[0] == x.shape[0],
-            "%s: w %s must be a contiguous [C_in, C_out, K] with C_in of x %s", op,
-            w.shape_str().c_str(), x.shape_str().c_str());
+            "%s: w %s must be a contiguous [C_in, C_out, K] with C_in of x %s", op, w.shape_str().c_str(),
+            x.shape_str().c_str());
   CBX_CHECK(p.stride >= 1 && p.dilation >= 1 && p.padding >= 0 && p.output_padding >= 0 &&
                 p.output_padding < std::max(p.stride, p.dilation),
-            "%s: bad params stride %lld padding %lld output_padding %lld dilation %lld", op,
-            (long long)p.stride, (long long)p.padding, (long long)p.output_padding,
-            (long long)p.dilation);
+            "%s: bad params stride %lld padding %lld output_padding %lld dilation %lld", op, (long long)p.stride,
+            (long long)p.padding, (long long)p.output_padding, (long long)p.dilation);
   const int64_t Cin = x.shape[0], T = x.shape[1], Cout = w.shape[1], K = w.shape[2];
   const int64_t Tout = conv_transpose1d_out_len(T, K, p);
-  CBX_CHECK(Tout >= 1 && y.shape[0] == Cout && y.shape[1] == Tout,
-            "%s: y %s must be [%lld, %lld] for x %s and w %s", op, y.shape_str().c_str(),
-            (long long)Cout, (long long)Tout, x.shape_str().c_str(), w.shape_str().c_str());
+  CBX_CHECK(Tout >= 1 && y.shape[0] == Cout && y.shape[1] == Tout, "%s: y %s must be [%lld, %lld] for x %s and w %s",
+            op, y.shape_str().c_str(), (long long)Cout, (long long)Tout, x.shape_str().c_str(), w.shape_str().c_str());
   const float* bp = check_bias(op, bias, Cout);
   const int64_t xs = row_stride_floats(op, "x", x, 0), ys = row_stride_floats(op, "y", y, 0);
   const NnKernels& k = nn_kernels(isa);
@@ -138,7 +136,7 @@ void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const 
   }
   GemmJob j;
   j.t.a = w.ptr<float>();
-  j.t.a_rs = 1;    // A[(o, k), c] = w[c, o, k]
+  j.t.a_rs = 1;  // A[(o, k), c] = w[c, o, k]
   j.t.a_cs = MK;
   j.t.b_rs = xs;
   j.t.c = Z;

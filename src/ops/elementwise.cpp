@@ -14,8 +14,7 @@ using nn_detail::check_f32;
 using nn_detail::parallel_rows;
 using nn_detail::row_ptr;
 
-void run_unary(ThreadPool& pool, const char* op, Unary u, const Tensor& x, Tensor& y, float p0,
-               float p1, Isa isa) {
+void run_unary(ThreadPool& pool, const char* op, Unary u, const Tensor& x, Tensor& y, float p0, float p1, Isa isa) {
   check_f32(op, "x", x);
   check_f32(op, "y", y);
   nn_detail::check_same_shape(op, x, "x", y, "y");
@@ -27,23 +26,19 @@ void run_unary(ThreadPool& pool, const char* op, Unary u, const Tensor& x, Tenso
 
 // x: [C, T] or [B, C, T]; per-channel parameter vectors of length C.
 void check_channels(const char* op, const Tensor& x, const Tensor& p, const char* pn) {
-  CBX_CHECK(x.ndim == 2 || x.ndim == 3, "%s: x %s must be [C, T] or [B, C, T]", op,
-            x.shape_str().c_str());
+  CBX_CHECK(x.ndim == 2 || x.ndim == 3, "%s: x %s must be [C, T] or [B, C, T]", op, x.shape_str().c_str());
   check_f32(op, pn, p);
-  CBX_CHECK(p.numel() == x.dim(-2) && nn_detail::inner_contiguous(p) &&
-                (p.ndim == 1 || p.is_contiguous()),
-            "%s: %s %s must hold one contiguous value per channel of x %s", op, pn,
-            p.shape_str().c_str(), x.shape_str().c_str());
+  CBX_CHECK(p.numel() == x.dim(-2) && nn_detail::inner_contiguous(p) && (p.ndim == 1 || p.is_contiguous()),
+            "%s: %s %s must hold one contiguous value per channel of x %s", op, pn, p.shape_str().c_str(),
+            x.shape_str().c_str());
 }
 
-void run_binary(ThreadPool& pool, const char* op, Binary bop, const Tensor& a, const Tensor& b,
-                Tensor& y, Isa isa) {
+void run_binary(ThreadPool& pool, const char* op, Binary bop, const Tensor& a, const Tensor& b, Tensor& y, Isa isa) {
   check_f32(op, "a", a);
   check_f32(op, "b", b);
   check_f32(op, "y", y);
   nn_detail::check_same_shape(op, a, "a", y, "y");
-  CBX_CHECK(b.ndim <= a.ndim, "%s: b %s has more dims than a %s", op, b.shape_str().c_str(),
-            a.shape_str().c_str());
+  CBX_CHECK(b.ndim <= a.ndim, "%s: b %s has more dims than a %s", op, b.shape_str().c_str(), a.shape_str().c_str());
   // b's strides over a's leading dims (0 where broadcast).
   int64_t bstride[kMaxDims] = {0, 0, 0, 0};
   const int lead = a.ndim - b.ndim;
@@ -63,8 +58,7 @@ void run_binary(ThreadPool& pool, const char* op, Binary bop, const Tensor& a, c
       rem /= a.shape[i];
     }
     const float* bp = reinterpret_cast<const float*>(static_cast<const uint8_t*>(b.data) + off);
-    k.binary(bop, row_ptr(a, r) + c0, b_scalar ? bp : bp + c0, row_ptr(y, r) + c0, c1 - c0,
-             b_scalar);
+    k.binary(bop, row_ptr(a, r) + c0, b_scalar ? bp : bp + c0, row_ptr(y, r) + c0, c1 - c0, b_scalar);
   });
 }
 
@@ -87,8 +81,7 @@ void copy_strided_impl(const Tensor& src, const Tensor& dst) {
     if (rows_contig) {
       std::memmove(d, s, size_t(cols) * es);
     } else {
-      for (int64_t c = 0; c < cols; ++c)
-        std::memcpy(d + c * dst.stride[nd - 1], s + c * src.stride[nd - 1], es);
+      for (int64_t c = 0; c < cols; ++c) std::memcpy(d + c * dst.stride[nd - 1], s + c * src.stride[nd - 1], es);
     }
   }
 }
@@ -145,8 +138,7 @@ void snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, Tensor& y, Is
   });
 }
 
-void channel_affine(ThreadPool& pool, const Tensor& x, const Tensor& sc, const Tensor& sh,
-                    Tensor& y, Isa isa) {
+void channel_affine(ThreadPool& pool, const Tensor& x, const Tensor& sc, const Tensor& sh, Tensor& y, Isa isa) {
   const char* op = "channel_affine";
   check_f32(op, "x", x);
   check_f32(op, "y", y);
@@ -175,25 +167,22 @@ void mul(ThreadPool& p, const Tensor& a, const Tensor& b, Tensor& y, Isa isa) {
 
 void get_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
   const char* op = "get_rows";
-  CBX_CHECK(table.data && table.ndim == 2, "%s: table %s must be 2-D [V, D]", op,
-            table.shape_str().c_str());
+  CBX_CHECK(table.data && table.ndim == 2, "%s: table %s must be 2-D [V, D]", op, table.shape_str().c_str());
   const TypeTraits& tr = type_traits(table.dtype);
-  CBX_CHECK(tr.is_float && tr.to_float != nullptr, "%s: table dtype %s is not a float type", op,
-            tr.name);
-  CBX_CHECK(ids.data && ids.dtype == DType::I32 && ids.is_contiguous(),
-            "%s: ids %s must be contiguous i32, got %s", op, ids.shape_str().c_str(),
-            dtype_name(ids.dtype));
+  CBX_CHECK(tr.is_float && tr.to_float != nullptr, "%s: table dtype %s is not a float type", op, tr.name);
+  CBX_CHECK(ids.data && ids.dtype == DType::I32 && ids.is_contiguous(), "%s: ids %s must be contiguous i32, got %s", op,
+            ids.shape_str().c_str(), dtype_name(ids.dtype));
   check_f32(op, "out", out);
   const int64_t V = table.shape[0], D = table.shape[1], N = ids.numel();
   CBX_CHECK(out.ndim == 2 && out.shape[0] == N && out.shape[1] == D,
-            "%s: out %s must be [%lld, %lld] for ids %s and table %s", op, out.shape_str().c_str(),
-            (long long)N, (long long)D, ids.shape_str().c_str(), table.shape_str().c_str());
-  CBX_CHECK(tr.is_quantized || table.stride[1] == int64_t(tr.block_bytes),
-            "%s: table %s rows must be contiguous", op, table.shape_str().c_str());
+            "%s: out %s must be [%lld, %lld] for ids %s and table %s", op, out.shape_str().c_str(), (long long)N,
+            (long long)D, ids.shape_str().c_str(), table.shape_str().c_str());
+  CBX_CHECK(tr.is_quantized || table.stride[1] == int64_t(tr.block_bytes), "%s: table %s rows must be contiguous", op,
+            table.shape_str().c_str());
   const int32_t* id = ids.ptr<int32_t>();
   for (int64_t i = 0; i < N; ++i) {
-    CBX_CHECK(id[i] >= 0 && id[i] < V, "%s: id %d at %lld outside table %s", op, id[i],
-              (long long)i, table.shape_str().c_str());
+    CBX_CHECK(id[i] >= 0 && id[i] < V, "%s: id %d at %lld outside table %s", op, id[i], (long long)i,
+              table.shape_str().c_str());
     const uint8_t* src = static_cast<const uint8_t*>(table.data) + int64_t(id[i]) * table.stride[0];
     tr.to_float(src, row_ptr(out, i), D);
   }
@@ -201,11 +190,10 @@ void get_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
 
 void copy_strided(const Tensor& src, Tensor& dst) {
   const char* op = "copy_strided";
-  CBX_CHECK(src.data && dst.data && src.dtype == dst.dtype && same_shape(src, dst) &&
-                !type_traits(src.dtype).is_quantized,
-            "%s: src %s %s and dst %s %s must be same-shape plain tensors of one dtype", op,
-            dtype_name(src.dtype), src.shape_str().c_str(), dtype_name(dst.dtype),
-            dst.shape_str().c_str());
+  CBX_CHECK(
+      src.data && dst.data && src.dtype == dst.dtype && same_shape(src, dst) && !type_traits(src.dtype).is_quantized,
+      "%s: src %s %s and dst %s %s must be same-shape plain tensors of one dtype", op, dtype_name(src.dtype),
+      src.shape_str().c_str(), dtype_name(dst.dtype), dst.shape_str().c_str());
   if (src.numel() > 0) copy_strided_impl(src, dst);
 }
 
@@ -214,11 +202,11 @@ void upsample_nearest(const Tensor& x, int64_t s, Tensor& y) {
   check_f32(op, "x", x);
   check_f32(op, "y", y);
   CBX_CHECK(s >= 1 && x.ndim == y.ndim && x.rows() == y.rows() && y.cols() == s * x.cols(),
-            "%s: y %s must be x %s with the last dim times %lld", op, y.shape_str().c_str(),
-            x.shape_str().c_str(), (long long)s);
+            "%s: y %s must be x %s with the last dim times %lld", op, y.shape_str().c_str(), x.shape_str().c_str(),
+            (long long)s);
   for (int i = 0; i + 1 < x.ndim; ++i)
-    CBX_CHECK(x.shape[i] == y.shape[i], "%s: y %s and x %s differ off the last dim", op,
-              y.shape_str().c_str(), x.shape_str().c_str());
+    CBX_CHECK(x.shape[i] == y.shape[i], "%s: y %s and x %s differ off the last dim", op, y.shape_str().c_str(),
+              x.shape_str().c_str());
   const int64_t T = x.cols();
   for (int64_t r = 0; r < x.rows(); ++r) {
     const float* xr = row_ptr(x, r);
@@ -233,13 +221,13 @@ void pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode, Tensor& y
   check_f32(op, "x", x);
   check_f32(op, "y", y);
   const int64_t T = x.cols();
-  CBX_CHECK(left >= 0 && right >= 0 && x.ndim == y.ndim && x.rows() == y.rows() &&
-                y.cols() == left + T + right && T >= 1,
-            "%s: y %s must be x %s padded by %lld + %lld", op, y.shape_str().c_str(),
-            x.shape_str().c_str(), (long long)left, (long long)right);
+  CBX_CHECK(
+      left >= 0 && right >= 0 && x.ndim == y.ndim && x.rows() == y.rows() && y.cols() == left + T + right && T >= 1,
+      "%s: y %s must be x %s padded by %lld + %lld", op, y.shape_str().c_str(), x.shape_str().c_str(), (long long)left,
+      (long long)right);
   CBX_CHECK(mode != PadMode::Reflect || (left < T && right < T),
-            "%s: reflect pads %lld/%lld need more than %lld samples (x %s)", op, (long long)left,
-            (long long)right, (long long)T, x.shape_str().c_str());
+            "%s: reflect pads %lld/%lld need more than %lld samples (x %s)", op, (long long)left, (long long)right,
+            (long long)T, x.shape_str().c_str());
   for (int64_t r = 0; r < x.rows(); ++r) {
     const float* xr = row_ptr(x, r);
     float* yr = row_ptr(y, r);
@@ -249,9 +237,7 @@ void pad1d(const Tensor& x, int64_t left, int64_t right, PadMode mode, Tensor& y
       yr[i] = mode == PadMode::Zero ? 0.f : mode == PadMode::Reflect ? xr[src] : xr[0];
     }
     for (int64_t i = 0; i < right; ++i)
-      yr[left + T + i] = mode == PadMode::Zero      ? 0.f
-                         : mode == PadMode::Reflect ? xr[T - 2 - i]
-                                                    : xr[T - 1];
+      yr[left + T + i] = mode == PadMode::Zero ? 0.f : mode == PadMode::Reflect ? xr[T - 2 - i] : xr[T - 1];
   }
 }
 
@@ -260,14 +246,13 @@ void row_mean_std(const Tensor& x, Tensor& mean, Tensor& std_out, bool unbiased)
   check_f32(op, "x", x);
   check_f32(op, "mean", mean);
   const int64_t R = x.rows(), T = x.cols();
-  CBX_CHECK(mean.numel() == R && mean.is_contiguous(), "%s: mean %s must hold %lld values for x %s",
-            op, mean.shape_str().c_str(), (long long)R, x.shape_str().c_str());
+  CBX_CHECK(mean.numel() == R && mean.is_contiguous(), "%s: mean %s must hold %lld values for x %s", op,
+            mean.shape_str().c_str(), (long long)R, x.shape_str().c_str());
   float* sp = nullptr;
   if (!std_out.empty()) {
     check_f32(op, "std", std_out);
-    CBX_CHECK(std_out.numel() == R && std_out.is_contiguous(),
-              "%s: std %s must hold %lld values for x %s", op, std_out.shape_str().c_str(),
-              (long long)R, x.shape_str().c_str());
+    CBX_CHECK(std_out.numel() == R && std_out.is_contiguous(), "%s: std %s must hold %lld values for x %s", op,
+              std_out.shape_str().c_str(), (long long)R, x.shape_str().c_str());
     sp = std_out.ptr<float>();
   }
   float* mp = mean.ptr<float>();
@@ -295,22 +280,20 @@ void concat(const Tensor* in, int n, int dim, Tensor& out) {
   const int nd = out.ndim;
   const int d = dim < 0 ? dim + nd : dim;
   CBX_CHECK(d >= 0 && d < nd, "%s: dim %d out of range for out %s", op, dim, out.shape_str().c_str());
-  CBX_CHECK(!type_traits(out.dtype).is_quantized, "%s: quantized out (%s) not supported", op,
-            dtype_name(out.dtype));
+  CBX_CHECK(!type_traits(out.dtype).is_quantized, "%s: quantized out (%s) not supported", op, dtype_name(out.dtype));
   int64_t total = 0;
   for (int i = 0; i < n; ++i) {
     const Tensor& t = in[i];
     CBX_CHECK(t.data && t.dtype == out.dtype && t.ndim == nd,
-              "%s: input %d (%s %s) must be %s with %d dims like out %s", op, i,
-              dtype_name(t.dtype), t.shape_str().c_str(), dtype_name(out.dtype), nd,
-              out.shape_str().c_str());
+              "%s: input %d (%s %s) must be %s with %d dims like out %s", op, i, dtype_name(t.dtype),
+              t.shape_str().c_str(), dtype_name(out.dtype), nd, out.shape_str().c_str());
     for (int j = 0; j < nd; ++j)
-      CBX_CHECK(j == d || t.shape[j] == out.shape[j], "%s: input %d %s does not match out %s off dim %d",
-                op, i, t.shape_str().c_str(), out.shape_str().c_str(), d);
+      CBX_CHECK(j == d || t.shape[j] == out.shape[j], "%s: input %d %s does not match out %s off dim %d", op, i,
+                t.shape_str().c_str(), out.shape_str().c_str(), d);
     total += t.shape[d];
   }
-  CBX_CHECK(total == out.shape[d], "%s: inputs sum to %lld along dim %d but out %s", op,
-            (long long)total, d, out.shape_str().c_str());
+  CBX_CHECK(total == out.shape[d], "%s: inputs sum to %lld along dim %d but out %s", op, (long long)total, d,
+            out.shape_str().c_str());
   int64_t off = 0;
   for (int i = 0; i < n; ++i) {
     if (in[i].shape[d] == 0) continue;

@@ -44,8 +44,8 @@ void copy_tensor(ThreadPool& pool, const Tensor& x, Tensor& y, Isa isa = active_
 // HiFT/BigVGAN Snake with alpha in linear scale: y = x + sin^2(alpha_c x) / (alpha_c + 1e-9).
 void snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, Tensor& y, Isa isa = active_isa());
 // y = x * scale_c + shift_c (eval BatchNorm folded to scale/shift); shift may be empty.
-void channel_affine(ThreadPool& pool, const Tensor& x, const Tensor& scale, const Tensor& shift,
-                    Tensor& y, Isa isa = active_isa());
+void channel_affine(ThreadPool& pool, const Tensor& x, const Tensor& scale, const Tensor& shift, Tensor& y,
+                    Isa isa = active_isa());
 
 // ---- binary: y = a (op) b with NumPy broadcasting of b against a ----
 // b's dims are aligned from the right; each must equal a's or be 1 (missing leading dims

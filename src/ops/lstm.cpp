@@ -25,8 +25,8 @@ void check_state(const char* op, const Tensor& h, const Tensor& c, int64_t H) {
   check_f32(op, "h", h);
   check_f32(op, "c", c);
   CBX_CHECK(h.numel() == H && c.numel() == H && h.is_contiguous() && c.is_contiguous(),
-            "%s: h %s and c %s must be contiguous [%lld]", op, h.shape_str().c_str(),
-            c.shape_str().c_str(), (long long)H);
+            "%s: h %s and c %s must be contiguous [%lld]", op, h.shape_str().c_str(), c.shape_str().c_str(),
+            (long long)H);
 }
 
 void check_w_hh(const char* op, const Tensor& w_hh) {
@@ -36,8 +36,7 @@ void check_w_hh(const char* op, const Tensor& w_hh) {
 }
 
 // g[4H] += b_hh + W_hh h, then the gate nonlinearities update h and c.
-void step(const NnKernels& k, float* g, const float* w_hh, const float* b_hh, float* h, float* c,
-          int64_t H) {
+void step(const NnKernels& k, float* g, const float* w_hh, const float* b_hh, float* h, float* c, int64_t H) {
   for (int64_t j = 0; j < 4 * H; ++j) g[j] += k.dot(w_hh + j * H, h, H) + (b_hh ? b_hh[j] : 0.f);
   k.lstm_gates(g, h, c, H);
 }
@@ -49,26 +48,24 @@ void lstm_cell(Tensor& gx, const Tensor& w_hh, const Tensor& b_hh, Tensor& h, Te
   check_w_hh(op, w_hh);
   const int64_t H = w_hh.shape[1];
   check_f32(op, "gx", gx);
-  CBX_CHECK(gx.numel() == 4 * H && gx.is_contiguous(), "%s: gx %s must be a contiguous [%lld] for w_hh %s",
-            op, gx.shape_str().c_str(), (long long)(4 * H), w_hh.shape_str().c_str());
+  CBX_CHECK(gx.numel() == 4 * H && gx.is_contiguous(), "%s: gx %s must be a contiguous [%lld] for w_hh %s", op,
+            gx.shape_str().c_str(), (long long)(4 * H), w_hh.shape_str().c_str());
   check_state(op, h, c, H);
   const float* bh = opt_vec(op, "b_hh", b_hh, 4 * H);
   step(nn_kernels(isa), gx.ptr<float>(), w_hh.ptr<float>(), bh, h.ptr<float>(), c.ptr<float>(), H);
 }
 
-void lstm_layer(ThreadPool& pool, const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
-                const Tensor& b_ih, const Tensor& b_hh, Tensor& h, Tensor& c, Tensor& y,
-                Arena* arena, Isa isa) {
+void lstm_layer(ThreadPool& pool, const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
+                const Tensor& b_hh, Tensor& h, Tensor& c, Tensor& y, Arena* arena, Isa isa) {
   const char* op = "lstm_layer";
   check_f32(op, "x", x);
   check_f32(op, "w_ih", w_ih);
   check_f32(op, "y", y);
   check_w_hh(op, w_hh);
   const int64_t H = w_hh.shape[1], G = 4 * H;
-  CBX_CHECK(x.ndim == 2 && w_ih.ndim == 2 && w_ih.is_contiguous() && w_ih.shape[0] == G &&
-                w_ih.shape[1] == x.shape[1],
-            "%s: x %s must be [T, In] and w_ih %s a contiguous [%lld, In]", op,
-            x.shape_str().c_str(), w_ih.shape_str().c_str(), (long long)G);
+  CBX_CHECK(x.ndim == 2 && w_ih.ndim == 2 && w_ih.is_contiguous() && w_ih.shape[0] == G && w_ih.shape[1] == x.shape[1],
+            "%s: x %s must be [T, In] and w_ih %s a contiguous [%lld, In]", op, x.shape_str().c_str(),
+            w_ih.shape_str().c_str(), (long long)G);
   const int64_t T = x.shape[0], In = x.shape[1];
   CBX_CHECK(y.ndim == 2 && y.shape[0] == T && y.shape[1] == H, "%s: y %s must be [%lld, %lld]", op,
             y.shape_str().c_str(), (long long)T, (long long)H);
@@ -88,8 +85,8 @@ void lstm_layer(ThreadPool& pool, const Tensor& x, const Tensor& w_ih, const Ten
     heap.resize(size_t(need));
     buf = heap.data();
   }
-  float* gates = buf;        // [T, 4H]
-  float* wt = buf + T * G;   // W_ih^T [In, 4H]
+  float* gates = buf;       // [T, 4H]
+  float* wt = buf + T * G;  // W_ih^T [In, 4H]
   const float* wi = w_ih.ptr<float>();
   for (int64_t j = 0; j < G; ++j)
     for (int64_t i = 0; i < In; ++i) wt[i * G + j] = wi[j * In + i];
@@ -146,30 +143,29 @@ int64_t lstm_layer_batch_scratch(int64_t B, int64_t T, int64_t In, int64_t H) {
   return B * T * 4 * H + (In + H) * 4 * H;
 }
 
-void lstm_layer_batch(ThreadPool& pool, const Tensor& x, const Tensor& w_ih, const Tensor& w_hh,
-                      const Tensor& b_ih, const Tensor& b_hh, Tensor& h, Tensor& c, Tensor& y,
-                      Arena* arena, Isa isa) {
+void lstm_layer_batch(ThreadPool& pool, const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
+                      const Tensor& b_hh, Tensor& h, Tensor& c, Tensor& y, Arena* arena, Isa isa) {
   const char* op = "lstm_layer_batch";
   check_f32(op, "x", x);
   check_f32(op, "w_ih", w_ih);
   check_w_hh(op, w_hh);
   const int64_t H = w_hh.shape[1], G = 4 * H;
-  CBX_CHECK(x.ndim == 3 && x.is_contiguous() && w_ih.ndim == 2 && w_ih.is_contiguous() &&
-                w_ih.shape[0] == G && w_ih.shape[1] == x.shape[2],
-            "%s: x %s must be a contiguous [B, T, In] and w_ih %s a contiguous [%lld, In]", op,
-            x.shape_str().c_str(), w_ih.shape_str().c_str(), (long long)G);
+  CBX_CHECK(x.ndim == 3 && x.is_contiguous() && w_ih.ndim == 2 && w_ih.is_contiguous() && w_ih.shape[0] == G &&
+                w_ih.shape[1] == x.shape[2],
+            "%s: x %s must be a contiguous [B, T, In] and w_ih %s a contiguous [%lld, In]", op, x.shape_str().c_str(),
+            w_ih.shape_str().c_str(), (long long)G);
   const int64_t B = x.shape[0], T = x.shape[1], In = x.shape[2];
   check_f32(op, "h", h);
   check_f32(op, "c", c);
   CBX_CHECK(h.numel() == B * H && c.numel() == B * H && h.is_contiguous() && c.is_contiguous(),
-            "%s: h %s and c %s must be contiguous [%lld, %lld]", op, h.shape_str().c_str(),
-            c.shape_str().c_str(), (long long)B, (long long)H);
+            "%s: h %s and c %s must be contiguous [%lld, %lld]", op, h.shape_str().c_str(), c.shape_str().c_str(),
+            (long long)B, (long long)H);
   float* yp = nullptr;
   if (!y.empty()) {
     check_f32(op, "y", y);
     CBX_CHECK(y.ndim == 3 && y.is_contiguous() && y.shape[0] == B && y.shape[1] == T && y.shape[2] == H,
-              "%s: y %s must be a contiguous [%lld, %lld, %lld]", op, y.shape_str().c_str(), (long long)B,
-              (long long)T, (long long)H);
+              "%s: y %s must be a contiguous [%lld, %lld, %lld]", op, y.shape_str().c_str(), (long long)B, (long long)T,
+              (long long)H);
     yp = y.ptr<float>();
   }
   const float* bi = opt_vec(op, "b_ih", b_ih, G);
@@ -186,9 +182,9 @@ void lstm_layer_batch(ThreadPool& pool, const Tensor& x, const Tensor& w_ih, con
     heap.resize(size_t(need));
     buf = heap.data();
   }
-  float* gates = buf;               // [B, T, 4H]
-  float* wti = buf + B * T * G;     // W_ih^T [In, 4H]
-  float* wth = wti + In * G;        // W_hh^T [H, 4H]
+  float* gates = buf;            // [B, T, 4H]
+  float* wti = buf + B * T * G;  // W_ih^T [In, 4H]
+  float* wth = wti + In * G;     // W_hh^T [H, 4H]
   const float* xp = x.ptr<float>();
   const float* wi = w_ih.ptr<float>();
   const float* wh = w_hh.ptr<float>();

@@ -29,8 +29,7 @@ int64_t row_stride(const Tensor& t, const char* what, const char* name) {
   if (t.ndim == 1) return int64_t(t.row_bytes());
   for (int i = 0; i + 2 < t.ndim; ++i)
     CBX_CHECK(t.shape[i] <= 1 || t.stride[i] == t.stride[i + 1] * t.shape[i + 1],
-              "%s: %s %s has leading dims that do not collapse to one row stride", what, name,
-              t.shape_str().c_str());
+              "%s: %s %s has leading dims that do not collapse to one row stride", what, name, t.shape_str().c_str());
   return t.stride[t.ndim - 2];
 }
 
@@ -119,8 +118,10 @@ void run_packed(const GemmKernel& g, int64_t kc_blk, ThreadPool& pool, int64_t n
 
     // Split the weight tiles across threads, or the activation tiles when M is small.
     int64_t mt0 = 0, mt1 = m_tiles, nt0 = 0, nt1 = n_tiles;
-    if (m_tiles >= 2 * nth || n_tiles < nth) ThreadPool::split(m_tiles, ith, nth, &mt0, &mt1);
-    else ThreadPool::split(n_tiles, ith, nth, &nt0, &nt1);
+    if (m_tiles >= 2 * nth || n_tiles < nth)
+      ThreadPool::split(m_tiles, ith, nth, &mt0, &mt1);
+    else
+      ThreadPool::split(n_tiles, ith, nth, &nt0, &nt1);
     // k blocks outermost: the x slices of all n-tiles ([N, kc], L2) are reused by every
     // weight panel; one packed weight panel ([mr, kc], L1/L2) is reused by every n-tile.
     uint8_t* wpack = wpack0 + size_t(ith) * wbytes;
@@ -158,8 +159,7 @@ void run_dot(const DotKernel& d, ThreadPool& pool, const Problem& p, uint8_t* sc
   size_t as = p.xs;
   if (d.act != ActFormat::F32) {
     as = act_row_bytes(d.act, p.k);
-    for (int64_t n = 0; n < p.n; ++n)
-      d.convert(reinterpret_cast<const float*>(p.x + n * p.xs), p.k, scratch + n * as);
+    for (int64_t n = 0; n < p.n; ++n) d.convert(reinterpret_cast<const float*>(p.x + n * p.xs), p.k, scratch + n * as);
     act = scratch;
   }
   // Chunks of 16 rows keep the threads' output lines apart.
@@ -195,47 +195,53 @@ GemmPrecision effective_precision(GemmPrecision requested, DType w_type) {
   return resolve_gemm_precision(GemmPrecision::Auto, gemm_weight_is_lossy(w_type));
 }
 
-void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w, const Tensor* bias,
-                   const Tensor& x, Tensor& y, Arena* arena, const char* what,
-                   GemmPrecision prec) {
+void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w, const Tensor* bias, const Tensor& x,
+                   Tensor& y, Arena* arena, const char* what, GemmPrecision prec) {
   const int slot = matmul_weight_slot(w.dtype);
-  CBX_CHECK(slot >= 0, "%s: weight %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0, q4_k)",
-            what, w.shape_str().c_str(), dtype_name(w.dtype));
+  CBX_CHECK(slot >= 0, "%s: weight %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0, q4_k)", what,
+            w.shape_str().c_str(), dtype_name(w.dtype));
   CBX_CHECK(w.ndim == 2, "%s: weight %s must be 2-D [M, K]", what, w.shape_str().c_str());
-  CBX_CHECK(type_traits(w.dtype).is_quantized || w.shape[1] <= 1 ||
-                w.stride[1] == int64_t(type_traits(w.dtype).block_bytes),
-            "%s: weight %s rows must be contiguous", what, w.shape_str().c_str());
+  CBX_CHECK(
+      type_traits(w.dtype).is_quantized || w.shape[1] <= 1 || w.stride[1] == int64_t(type_traits(w.dtype).block_bytes),
+      "%s: weight %s rows must be contiguous", what, w.shape_str().c_str());
   CBX_CHECK(x.dtype == DType::F32 && y.dtype == DType::F32, "%s: x (%s) and y (%s) must be f32", what,
             dtype_name(x.dtype), dtype_name(y.dtype));
   const int64_t m = w.shape[0], k = w.shape[1];
-  CBX_CHECK(x.ndim >= 1 && x.cols() == k, "%s: x %s does not match weight %s (K = %lld)", what,
-            x.shape_str().c_str(), w.shape_str().c_str(), (long long)k);
+  CBX_CHECK(x.ndim >= 1 && x.cols() == k, "%s: x %s does not match weight %s (K = %lld)", what, x.shape_str().c_str(),
+            w.shape_str().c_str(), (long long)k);
   CBX_CHECK(x.ndim == y.ndim && y.cols() == m, "%s: y %s does not match x %s . weight %s^T", what,
             y.shape_str().c_str(), x.shape_str().c_str(), w.shape_str().c_str());
   for (int i = 0; i + 1 < x.ndim; ++i)
-    CBX_CHECK(x.shape[i] == y.shape[i], "%s: y %s does not match x %s . weight %s^T", what,
-              y.shape_str().c_str(), x.shape_str().c_str(), w.shape_str().c_str());
+    CBX_CHECK(x.shape[i] == y.shape[i], "%s: y %s does not match x %s . weight %s^T", what, y.shape_str().c_str(),
+              x.shape_str().c_str(), w.shape_str().c_str());
   CBX_CHECK(x.stride[x.ndim - 1] == 4 || k <= 1, "%s: x %s innermost dim must be contiguous", what,
             x.shape_str().c_str());
   CBX_CHECK(y.stride[y.ndim - 1] == 4 || m <= 1, "%s: y %s innermost dim must be contiguous", what,
             y.shape_str().c_str());
   if (bias) {
-    CBX_CHECK(bias->dtype == DType::F32 && bias->ndim == 1 && bias->shape[0] == m &&
-                  (bias->stride[0] == 4 || m <= 1),
-              "%s: bias %s (%s) must be contiguous f32 [%lld] for weight %s", what,
-              bias->shape_str().c_str(), dtype_name(bias->dtype), (long long)m, w.shape_str().c_str());
+    CBX_CHECK(bias->dtype == DType::F32 && bias->ndim == 1 && bias->shape[0] == m && (bias->stride[0] == 4 || m <= 1),
+              "%s: bias %s (%s) must be contiguous f32 [%lld] for weight %s", what, bias->shape_str().c_str(),
+              dtype_name(bias->dtype), (long long)m, w.shape_str().c_str());
   }
   const int64_t xs = row_stride(x, what, "x"), ys = row_stride(y, what, "y");
-  CBX_CHECK(ys % 4 == 0, "%s: y %s row stride %lld is not a multiple of 4 bytes", what,
-            y.shape_str().c_str(), (long long)ys);
+  CBX_CHECK(ys % 4 == 0, "%s: y %s row stride %lld is not a multiple of 4 bytes", what, y.shape_str().c_str(),
+            (long long)ys);
   CBX_CHECK(!type_traits(w.dtype).is_quantized || k % type_traits(w.dtype).block_size == 0,
             "%s: %s weight %s needs K %% %lld == 0 (its block size)", what, dtype_name(w.dtype), w.shape_str().c_str(),
             (long long)type_traits(w.dtype).block_size);
   const int64_t n = x.rows();
   if (n == 0 || m == 0) return;
 
-  Problem p{static_cast<const uint8_t*>(w.data), size_t(w.ndim == 2 ? w.stride[0] : 0), slot, m, k, n,
-            static_cast<const uint8_t*>(x.data), size_t(xs), y.ptr<float>(), ys / 4,
+  Problem p{static_cast<const uint8_t*>(w.data),
+            size_t(w.ndim == 2 ? w.stride[0] : 0),
+            slot,
+            m,
+            k,
+            n,
+            static_cast<const uint8_t*>(x.data),
+            size_t(xs),
+            y.ptr<float>(),
+            ys / 4,
             bias ? bias->ptr<float>() : nullptr};
   if (k == 0) {
     for (int64_t i = 0; i < n; ++i)
@@ -245,8 +251,10 @@ void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w,
   const size_t mark = arena ? arena->mark() : 0;
   uint8_t* scratch = get_scratch(arena, std::max<size_t>(64, scratch_bytes(kern, slot, n, k, pool.size())));
   try {
-    if (n < kGemmMinRows) run_dot(kern.dot[slot], pool, p, scratch);
-    else run_gemm(choose_gemm(kern, slot, effective_precision(prec, w.dtype)), pool, p, scratch);
+    if (n < kGemmMinRows)
+      run_dot(kern.dot[slot], pool, p, scratch);
+    else
+      run_gemm(choose_gemm(kern, slot, effective_precision(prec, w.dtype)), pool, p, scratch);
   } catch (...) {
     if (arena) arena->rewind(mark);
     throw;
@@ -260,10 +268,14 @@ using namespace matmul_detail;
 
 const char* gemm_precision_name(GemmPrecision p) {
   switch (p) {
-    case GemmPrecision::F32: return "f32";
-    case GemmPrecision::BF16: return "bf16";
-    case GemmPrecision::Int8: return "int8";
-    default: return "auto";
+    case GemmPrecision::F32:
+      return "f32";
+    case GemmPrecision::BF16:
+      return "bf16";
+    case GemmPrecision::Int8:
+      return "int8";
+    default:
+      return "auto";
   }
 }
 
@@ -328,8 +340,7 @@ bool gemm_bf16_kmajor(ThreadPool& pool, const KMajorGemm& q, Arena* arena) {
     run_packed(
         g, b->kc, pool, q.m, q.n, q.k, q.c, q.c_rs, scratch,
         [&](int64_t t, uint8_t* dst) {
-          g.pack_x(q.a + t * g.nr * q.a_rs, size_t(q.a_rs) * 4, int(std::min<int64_t>(g.nr, q.m - t * g.nr)), q.k,
-                   dst);
+          g.pack_x(q.a + t * g.nr * q.a_rs, size_t(q.a_rs) * 4, int(std::min<int64_t>(g.nr, q.m - t * g.nr)), q.k, dst);
         },
         [&](int64_t t, int mcols, int64_t k0, int64_t kc, uint8_t* dst) {
           b->pack_bt(q.b + t * g.mr, q.b_off, q.b_rs, mcols, k0, kc, dst);
@@ -365,8 +376,8 @@ size_t matmul_scratch_bytes(DType w_type, int64_t n, int64_t m, int64_t k, int n
   return most + 128;
 }
 
-void matmul_with(const MatmulKernels& kernels, ThreadPool& pool, const Tensor& w, const Tensor* bias,
-                 const Tensor& x, Tensor& y, Arena* scratch) {
+void matmul_with(const MatmulKernels& kernels, ThreadPool& pool, const Tensor& w, const Tensor* bias, const Tensor& x,
+                 Tensor& y, Arena* scratch) {
   check_and_run(kernels, pool, w, bias, x, y, scratch, bias ? "matmul_bias" : "matmul");
 }
 
@@ -374,14 +385,12 @@ void matmul(ThreadPool& pool, const Tensor& w, const Tensor& x, Tensor& y, Arena
   check_and_run(matmul_kernels(active_isa()), pool, w, nullptr, x, y, scratch, "matmul");
 }
 
-void matmul_bias(ThreadPool& pool, const Tensor& w, const Tensor& bias, const Tensor& x, Tensor& y,
-                 Arena* scratch) {
+void matmul_bias(ThreadPool& pool, const Tensor& w, const Tensor& bias, const Tensor& x, Tensor& y, Arena* scratch) {
   check_and_run(matmul_kernels(active_isa()), pool, w, &bias, x, y, scratch, "matmul_bias");
 }
 
 void gemm_f32(ThreadPool& pool, const Tensor& a, const Tensor& b, Tensor& c, Arena* scratch, GemmPrecision prec) {
-  CBX_CHECK(b.dtype == DType::F32, "gemm_f32: b %s must be f32, got %s", b.shape_str().c_str(),
-            dtype_name(b.dtype));
+  CBX_CHECK(b.dtype == DType::F32, "gemm_f32: b %s must be f32, got %s", b.shape_str().c_str(), dtype_name(b.dtype));
   check_and_run(matmul_kernels(active_isa()), pool, b, nullptr, a, c, scratch, "gemm_f32",
                 prec == GemmPrecision::BF16 ? GemmPrecision::BF16 : GemmPrecision::F32);
 }

@@ -97,8 +97,8 @@ void gemm_f32(ThreadPool& pool, const Tensor& a, const Tensor& b, Tensor& c, Are
 
 // The same as matmul/matmul_bias (bias may be nullptr) with an explicit kernel table:
 // tests compare the active ISA with matmul_kernels(Isa::Generic).
-void matmul_with(const MatmulKernels& kernels, ThreadPool& pool, const Tensor& w, const Tensor* bias,
-                 const Tensor& x, Tensor& y, Arena* scratch = nullptr);
+void matmul_with(const MatmulKernels& kernels, ThreadPool& pool, const Tensor& w, const Tensor* bias, const Tensor& x,
+                 Tensor& y, Arena* scratch = nullptr);
 
 // The same with an explicit precision (Auto = the rules above), for tests and benches.
 void matmul_with_precision(const MatmulKernels& kernels, GemmPrecision prec, ThreadPool& pool, const Tensor& w,
@@ -163,7 +163,7 @@ class PackedWeight {
   int64_t cols() const { return k_; }  // K
   DType dtype() const { return dtype_; }
   bool has_panels() const { return panels_.data() != nullptr; }
-  bool int8() const { return int8_; }  // the panels are int8 (GemmPrecision::Int8)
+  bool int8() const { return int8_; }                    // the panels are int8 (GemmPrecision::Int8)
   size_t panel_bytes() const { return panels_.size(); }  // 0 without panels
   const std::vector<Tensor>& parts() const { return parts_; }
   const std::vector<int64_t>& part_rows() const { return offs_; }  // first row of each part
@@ -200,8 +200,8 @@ PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& par
 PackedWeight pack_weight_with(const MatmulKernels& kernels, ThreadPool& pool, const std::vector<const Tensor*>& parts,
                               GemmPrecision prec, const char* what);
 
-void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Tensor& y,
-                   const MatmulEpilogue& e = {}, Arena* scratch = nullptr);
+void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Tensor& y, const MatmulEpilogue& e = {},
+                   Arena* scratch = nullptr);
 // Upper bound of the scratch bytes one matmul_packed call with n rows needs.
 size_t matmul_packed_scratch_bytes(const PackedWeight& w, int64_t n, int n_threads);
 
@@ -210,11 +210,9 @@ size_t matmul_packed_scratch_bytes(const PackedWeight& w, int64_t n, int n_threa
 // 32-row tiles and keeps their hidden rows in its own scratch ([32, M1] f32 and its bf16 panel):
 // hidden is neither written nor read, one pool dispatch. x may be y itself (each row tile is read
 // before it is written). Otherwise two matmul_packed calls through `hidden`. Same bits either way.
-void matmul_mlp(ThreadPool& pool, const PackedWeight& w1, const MatmulEpilogue& e1,
-                const PackedWeight& w2, const MatmulEpilogue& e2, const Tensor& x, Tensor& hidden,
-                Tensor& y, Arena* scratch = nullptr);
-size_t matmul_mlp_scratch_bytes(const PackedWeight& w1, const PackedWeight& w2, int64_t n,
-                                int n_threads);
+void matmul_mlp(ThreadPool& pool, const PackedWeight& w1, const MatmulEpilogue& e1, const PackedWeight& w2,
+                const MatmulEpilogue& e2, const Tensor& x, Tensor& hidden, Tensor& y, Arena* scratch = nullptr);
+size_t matmul_mlp_scratch_bytes(const PackedWeight& w1, const PackedWeight& w2, int64_t n, int n_threads);
 
 // Activation rows from which the GEMM path is used.
 int64_t matmul_gemm_min_rows();

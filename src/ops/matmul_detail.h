@@ -22,9 +22,8 @@ const Bf16Gemm* bf16_for(const MatmulKernels& kern);
 // requested unless Auto; else the thread's scope; else the weight's lossiness.
 GemmPrecision effective_precision(GemmPrecision requested, DType w_type);
 // matmul / matmul_bias with validation (prec Auto = effective_precision's rules).
-void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w, const Tensor* bias,
-                   const Tensor& x, Tensor& y, Arena* arena, const char* what,
-                   GemmPrecision prec = GemmPrecision::Auto);
+void check_and_run(const MatmulKernels& kern, ThreadPool& pool, const Tensor& w, const Tensor* bias, const Tensor& x,
+                   Tensor& y, Arena* arena, const char* what, GemmPrecision prec = GemmPrecision::Auto);
 
 }  // namespace matmul_detail
 }  // namespace cbx

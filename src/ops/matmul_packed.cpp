@@ -52,8 +52,7 @@ size_t thread_bytes(const GemmKernel& g, int64_t kp, bool ln) {
 // matmul_packed's own temporaries: from the arena (after which matmul takes its scratch there
 // too), else from a grow-only per-thread buffer separate from matmul's.
 uint8_t* own_scratch(Arena* arena, size_t bytes) {
-  if (arena)
-    return static_cast<uint8_t*>(arena->alloc_bytes(bytes, 64, "matmul_packed temporaries"));
+  if (arena) return static_cast<uint8_t*>(arena->alloc_bytes(bytes, 64, "matmul_packed temporaries"));
   struct Buf {
     uint8_t* p = nullptr;
     size_t n = 0;
@@ -91,8 +90,8 @@ struct Epi {
 };
 
 // One finished tile (rows [n0, n0 + nrows), columns [m0, m0 + mcols)), t: [nrows][ld] f32.
-void finish_tile(const Epi& e, float* t, int64_t ld, int nrows, int mcols, float* y, int64_t ldy,
-                 int64_t n0, int64_t m0) {
+void finish_tile(const Epi& e, float* t, int64_t ld, int nrows, int mcols, float* y, int64_t ldy, int64_t n0,
+                 int64_t m0) {
   for (int i = 0; i < nrows; ++i) {
     float* v = t + i * ld;
     float* out = y + (n0 + i) * ldy + m0;
@@ -107,12 +106,11 @@ void finish_tile(const Epi& e, float* t, int64_t ld, int nrows, int mcols, float
 
 // Packs activation rows [n0, n0 + nrows) of x (rows xs bytes apart, k columns) into the x
 // panel xp, layer-normed into lnrows ([nr][k] f32) first when e has a prologue.
-void pack_rows(const GemmKernel& g, const Epi& e, const uint8_t* x, int64_t xs, int64_t n0,
-               int nrows, int64_t k, float* lnrows, uint8_t* xp) {
+void pack_rows(const GemmKernel& g, const Epi& e, const uint8_t* x, int64_t xs, int64_t n0, int nrows, int64_t k,
+               float* lnrows, uint8_t* xp) {
   if (e.ln_w) {
     for (int i = 0; i < nrows; ++i)
-      e.nn->layer_norm(reinterpret_cast<const float*>(x + (n0 + i) * xs), lnrows + i * k, k, e.ln_w,
-                       e.ln_b, e.ln_eps);
+      e.nn->layer_norm(reinterpret_cast<const float*>(x + (n0 + i) * xs), lnrows + i * k, k, e.ln_w, e.ln_b, e.ln_eps);
     g.pack_x(lnrows, size_t(k) * 4, nrows, k, xp);
   } else {
     g.pack_x(reinterpret_cast<const float*>(x + n0 * xs), size_t(xs), nrows, k, xp);
@@ -122,9 +120,8 @@ void pack_rows(const GemmKernel& g, const Epi& e, const uint8_t* x, int64_t xs, 
 // One output tile: rows [n0, n0 + nrows) x weight tile wt, over all of K (kp), with the epilogue.
 // Without one the tile kernel stores into y itself; else into `tile` ([nr][mr]: rows past
 // nrows and columns past mcols are zero padding), then finish_tile writes y.
-void run_tile(const GemmKernel& g, const Epi& e, const uint8_t* xp, const uint8_t* panels,
-              const PackedWeight::Tile& wt, int64_t kp, float* tile, int nrows, float* y,
-              int64_t ldy, int64_t n0) {
+void run_tile(const GemmKernel& g, const Epi& e, const uint8_t* xp, const uint8_t* panels, const PackedWeight::Tile& wt,
+              int64_t kp, float* tile, int nrows, float* y, int64_t ldy, int64_t n0) {
   if (!e.bias && e.act == MatmulAct::None && !e.res) {
     g.tile(xp, panels + wt.off, kp, y + n0 * ldy + wt.m0, ldy, nrows, wt.mcols, false);
     return;
@@ -134,14 +131,12 @@ void run_tile(const GemmKernel& g, const Epi& e, const uint8_t* xp, const uint8_
 }
 
 // The panel path: y = epilogue(x . w^T) with w's panels.
-void run_panels(const PackedWeight& w, const GemmKernel& g,
-                const std::vector<PackedWeight::Tile>& tiles, const uint8_t* panels, int64_t kp,
-                ThreadPool& pool, const uint8_t* x, int64_t xs, int64_t n, float* y, int64_t ldy,
-                const Epi& e, uint8_t* scratch) {
+void run_panels(const PackedWeight& w, const GemmKernel& g, const std::vector<PackedWeight::Tile>& tiles,
+                const uint8_t* panels, int64_t kp, ThreadPool& pool, const uint8_t* x, int64_t xs, int64_t n, float* y,
+                int64_t ldy, const Epi& e, uint8_t* scratch) {
   const int64_t n_tiles = (n + g.nr - 1) / g.nr, m_tiles = int64_t(tiles.size());
   const int64_t items = n_tiles * m_tiles, k = w.cols();
-  const size_t xbytes = align64(size_t(kp) * g.nr * g.elem_bytes),
-               per = thread_bytes(g, kp, e.ln_w != nullptr);
+  const size_t xbytes = align64(size_t(kp) * g.nr * g.elem_bytes), per = thread_bytes(g, kp, e.ln_w != nullptr);
   const size_t tbytes = align64(size_t(g.nr) * g.mr * 4);
   // Items row tile major; each thread works its own block a row tile at a time and then takes
   // single items from the back of the other blocks (WorkSplit), packing the x rows of a row
@@ -168,8 +163,7 @@ void run_panels(const PackedWeight& w, const GemmKernel& g,
 }
 
 // Bytes of one thread's scratch on the MLP panel path.
-size_t mlp_thread_bytes(const GemmKernel& g1, int64_t kp1, const GemmKernel& g2, int64_t kp2,
-                        int64_t f) {
+size_t mlp_thread_bytes(const GemmKernel& g1, int64_t kp1, const GemmKernel& g2, int64_t kp2, int64_t f) {
   return thread_bytes(g1, kp1, true) + align64(size_t(g2.nr) * size_t(f) * 4) +
          align64(size_t(kp2) * g2.nr * g2.elem_bytes);
 }
@@ -184,13 +178,11 @@ struct MlpSide {
   int64_t kp;
   Epi e;
 };
-void run_mlp_panels(const MlpSide& a, const MlpSide& b, ThreadPool& pool, const uint8_t* x,
-                    int64_t xs, int64_t n, int64_t k, int64_t f, float* y, int64_t ldy,
-                    uint8_t* scratch) {
+void run_mlp_panels(const MlpSide& a, const MlpSide& b, ThreadPool& pool, const uint8_t* x, int64_t xs, int64_t n,
+                    int64_t k, int64_t f, float* y, int64_t ldy, uint8_t* scratch) {
   const GemmKernel &g1 = *a.g, &g2 = *b.g;
   const int64_t n_tiles = (n + g1.nr - 1) / g1.nr;
-  const size_t x1 = align64(size_t(a.kp) * g1.nr * g1.elem_bytes),
-               t1 = align64(size_t(g1.nr) * g1.mr * 4);
+  const size_t x1 = align64(size_t(a.kp) * g1.nr * g1.elem_bytes), t1 = align64(size_t(g1.nr) * g1.mr * 4);
   const size_t ln = align64(size_t(a.kp) * g1.nr * 4), hb = align64(size_t(g2.nr) * size_t(f) * 4);
   const size_t per = mlp_thread_bytes(g1, a.kp, g2, b.kp, f);
   WorkSplit& ws = pool.work_split();
@@ -205,8 +197,7 @@ void run_mlp_panels(const MlpSide& a, const MlpSide& b, ThreadPool& pool, const 
       for (int64_t nt = r0; nt < r1; ++nt) {
         const int nrows = int(std::min<int64_t>(g1.nr, n - nt * g1.nr));
         pack_rows(g1, a.e, x, xs, nt * g1.nr, nrows, k, lnrows, xp);
-        for (const PackedWeight::Tile& wt : *a.tiles)
-          run_tile(g1, a.e, xp, a.panels, wt, a.kp, tile, nrows, h, f, 0);
+        for (const PackedWeight::Tile& wt : *a.tiles) run_tile(g1, a.e, xp, a.panels, wt, a.kp, tile, nrows, h, f, 0);
         g2.pack_x(h, size_t(f) * 4, nrows, f, hp);
         for (const PackedWeight::Tile& wt : *b.tiles)
           run_tile(g2, b.e, hp, b.panels, wt, b.kp, tile, nrows, y, ldy, nt * g1.nr);
@@ -217,9 +208,8 @@ void run_mlp_panels(const MlpSide& a, const MlpSide& b, ThreadPool& pool, const 
 
 // The epilogue as separate passes: src rows (the GEMM result, bias included; y itself or a
 // buffer) get act in place, then y = residual + src (or a copy into y).
-void epilogue_passes(ThreadPool& pool, const NnKernels& nn, MatmulAct act, const float* res,
-                     int64_t ldr, float* src, int64_t lds, float* y, int64_t ldy, int64_t n,
-                     int64_t m) {
+void epilogue_passes(ThreadPool& pool, const NnKernels& nn, MatmulAct act, const float* res, int64_t ldr, float* src,
+                     int64_t lds, float* y, int64_t ldy, int64_t n, int64_t m) {
   if (act == MatmulAct::None && !res && src == y) return;
   pool.run([&](int ith, int nth) {
     int64_t r0, r1;
@@ -260,8 +250,8 @@ static const GemmKernel& panel_kernel(const PackedWeight& w) {
 
 // Int8 panels (kernels/matmul_int8.h): each tile's channels widened to f32 and quantized.
 void PackedAccess::pack_int8(const MatmulKernels& kern, ThreadPool& pool, PackedWeight& w, const char* what) {
-  CBX_CHECK(w.k_ <= kInt8MaxK, "pack_weight %s: int8 GEMM needs K <= %lld, got K = %lld", what,
-            (long long)kInt8MaxK, (long long)w.k_);
+  CBX_CHECK(w.k_ <= kInt8MaxK, "pack_weight %s: int8 GEMM needs K <= %lld, got K = %lld", what, (long long)kInt8MaxK,
+            (long long)w.k_);
   w.kernels_ = &kern;
   w.int8_ = true;
   w.kp_ = int8_panel_k(w.k_);
@@ -269,8 +259,8 @@ void PackedAccess::pack_int8(const MatmulKernels& kern, ThreadPool& pool, Packed
   std::vector<std::pair<size_t, int64_t>> owner;  // (part, first row in the part) per tile
   for (size_t i = 0; i < w.parts_.size(); ++i)
     for (int64_t r = 0; r < w.parts_[i].shape[0]; r += kInt8Mr) {
-      w.tiles_.push_back({w.offs_[i] + r, int(std::min<int64_t>(kInt8Mr, w.parts_[i].shape[0] - r)),
-                          w.tiles_.size() * panel});
+      w.tiles_.push_back(
+          {w.offs_[i] + r, int(std::min<int64_t>(kInt8Mr, w.parts_[i].shape[0] - r)), w.tiles_.size() * panel});
       owner.push_back({i, r});
     }
   w.panels_ = HugePiece(w.tiles_.size() * panel);
@@ -296,24 +286,20 @@ void PackedAccess::pack_int8(const MatmulKernels& kern, ThreadPool& pool, Packed
   });
 }
 
-PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
-                              const std::vector<const Tensor*>& parts, GemmPrecision prec,
-                              const char* what) {
+PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool, const std::vector<const Tensor*>& parts,
+                              GemmPrecision prec, const char* what) {
   CBX_CHECK(!parts.empty(), "pack_weight %s: no weight parts", what);
   PackedWeight w;
   for (const Tensor* p : parts) {
-    CBX_CHECK(p && !p->empty() && p->ndim == 2,
-              "pack_weight %s: every part must be a 2-D weight, got %s", what,
+    CBX_CHECK(p && !p->empty() && p->ndim == 2, "pack_weight %s: every part must be a 2-D weight, got %s", what,
               p ? p->shape_str().c_str() : "null");
     const Tensor& f = *parts[0];
-    CBX_CHECK(
-        matmul_weight_slot(p->dtype) >= 0,
-        "pack_weight %s: part %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0, q4_k)",
-        what, p->shape_str().c_str(), dtype_name(p->dtype));
+    CBX_CHECK(matmul_weight_slot(p->dtype) >= 0,
+              "pack_weight %s: part %s has unsupported dtype %s (expected f32, f16, bf16, q8_0, q4_0, q4_k)", what,
+              p->shape_str().c_str(), dtype_name(p->dtype));
     CBX_CHECK(p->dtype == f.dtype && p->shape[1] == f.shape[1],
-              "pack_weight %s: part %s %s does not match the first part %s %s (one dtype and K)",
-              what, dtype_name(p->dtype), p->shape_str().c_str(), dtype_name(f.dtype),
-              f.shape_str().c_str());
+              "pack_weight %s: part %s %s does not match the first part %s %s (one dtype and K)", what,
+              dtype_name(p->dtype), p->shape_str().c_str(), dtype_name(f.dtype), f.shape_str().c_str());
     CBX_CHECK(type_traits(p->dtype).is_quantized || p->shape[1] <= 1 ||
                   p->stride[1] == int64_t(type_traits(p->dtype).block_bytes),
               "pack_weight %s: part %s rows must be contiguous", what, p->shape_str().c_str());
@@ -332,8 +318,7 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
     PackedAccess::pack_int8(kern, pool, w, what);
     return w;
   }
-  if (!b || w.k_ == 0 || w.m_ == 0 || effective_precision(prec, w.dtype_) != GemmPrecision::BF16)
-    return w;
+  if (!b || w.k_ == 0 || w.m_ == 0 || effective_precision(prec, w.dtype_) != GemmPrecision::BF16) return w;
 
   const int slot = matmul_weight_slot(w.dtype_);
   const GemmKernel& g = b->gemm[slot];
@@ -344,8 +329,7 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
   for (size_t i = 0; i < w.parts_.size(); ++i) {
     const int64_t rows = w.parts_[i].shape[0];
     for (int64_t r = 0; r < rows; r += g.mr)
-      w.tiles_.push_back(
-          {w.offs_[i] + r, int(std::min<int64_t>(g.mr, rows - r)), w.tiles_.size() * panel});
+      w.tiles_.push_back({w.offs_[i] + r, int(std::min<int64_t>(g.mr, rows - r)), w.tiles_.size() * panel});
   }
   w.panels_ = HugePiece(w.tiles_.size() * panel);
   CBX_CHECK(w.panels_.data(), "pack_weight %s: cannot allocate %zu bytes of panels", what, w.panels_.size());
@@ -363,8 +347,7 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
       uint8_t* dst = mem + w.tiles_[size_t(t)].off;
       for (int64_t k0 = 0; k0 < w.k_; k0 += b->kc) {
         const int64_t kc = std::min(b->kc, w.k_ - k0);
-        g.pack_w(src, size_t(p.stride[0]), w.tiles_[size_t(t)].mcols, k0, kc,
-                 dst + size_t(k0) * g.mr * g.elem_bytes);
+        g.pack_w(src, size_t(p.stride[0]), w.tiles_[size_t(t)].mcols, k0, kc, dst + size_t(k0) * g.mr * g.elem_bytes);
       }
     }
   });
@@ -373,8 +356,8 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool,
 
 const char* gemm_int8_kind() { return matmul_int8_kind(active_isa()); }
 
-PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts,
-                         GemmPrecision prec, const char* what) {
+PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts, GemmPrecision prec,
+                         const char* what) {
   return pack_weight_with(matmul_kernels(active_isa()), pool, parts, prec, what);
 }
 
@@ -383,8 +366,7 @@ size_t matmul_packed_scratch_bytes(const PackedWeight& w, int64_t n, int n_threa
   for (const Tensor& p : w.parts())
     most = std::max(most, matmul_scratch_bytes(p.dtype, n, p.shape[0], p.shape[1], n_threads));
   // GEMM result when the residual aliases y; normalized x with a LayerNorm prologue.
-  most +=
-      align64(size_t(n) * size_t(w.rows()) * 4) + align64(size_t(n) * size_t(w.cols()) * 4) + 128;
+  most += align64(size_t(n) * size_t(w.rows()) * 4) + align64(size_t(n) * size_t(w.cols()) * 4) + 128;
   if (w.has_panels()) {
     const GemmKernel& g = panel_kernel(w);
     most = std::max(most, size_t(n_threads) * thread_bytes(g, PackedAccess::kp(w), true) + 64);
@@ -404,51 +386,45 @@ Checked check_packed(const char* what, const PackedWeight& w, const Tensor& x, c
                      const MatmulEpilogue& e) {
   CBX_CHECK(!w.empty(), "%s: the weight is empty (not packed)", what);
   const int64_t m = w.rows(), k = w.cols();
-  CBX_CHECK(x.dtype == DType::F32 && y.dtype == DType::F32, "%s: x (%s) and y (%s) must be f32",
-            what, dtype_name(x.dtype), dtype_name(y.dtype));
+  CBX_CHECK(x.dtype == DType::F32 && y.dtype == DType::F32, "%s: x (%s) and y (%s) must be f32", what,
+            dtype_name(x.dtype), dtype_name(y.dtype));
   CBX_CHECK(x.ndim >= 1 && x.cols() == k && x.ndim == y.ndim && y.cols() == m,
-            "%s: x %s . weight [%lld, %lld]^T does not give y %s", what, x.shape_str().c_str(),
-            (long long)m, (long long)k, y.shape_str().c_str());
+            "%s: x %s . weight [%lld, %lld]^T does not give y %s", what, x.shape_str().c_str(), (long long)m,
+            (long long)k, y.shape_str().c_str());
   for (int i = 0; i + 1 < x.ndim; ++i)
     CBX_CHECK(x.shape[i] == y.shape[i], "%s: y %s does not match x %s", what, y.shape_str().c_str(),
               x.shape_str().c_str());
   CBX_CHECK((x.stride[x.ndim - 1] == 4 || k <= 1) && (y.stride[y.ndim - 1] == 4 || m <= 1),
-            "%s: x %s and y %s need a contiguous innermost dim", what, x.shape_str().c_str(),
-            y.shape_str().c_str());
+            "%s: x %s and y %s need a contiguous innermost dim", what, x.shape_str().c_str(), y.shape_str().c_str());
   if (e.bias)
-    CBX_CHECK(e.bias->dtype == DType::F32 && e.bias->ndim == 1 && e.bias->shape[0] == m &&
-                  (e.bias->stride[0] == 4 || m <= 1),
-              "%s: bias %s (%s) must be contiguous f32 [%lld]", what, e.bias->shape_str().c_str(),
-              dtype_name(e.bias->dtype), (long long)m);
+    CBX_CHECK(
+        e.bias->dtype == DType::F32 && e.bias->ndim == 1 && e.bias->shape[0] == m && (e.bias->stride[0] == 4 || m <= 1),
+        "%s: bias %s (%s) must be contiguous f32 [%lld]", what, e.bias->shape_str().c_str(), dtype_name(e.bias->dtype),
+        (long long)m);
   Checked c{row_stride(x, what, "x"), row_stride(y, what, "y"), 0, false};
-  CBX_CHECK(c.ys % 4 == 0, "%s: y row stride %lld is not a multiple of 4 bytes", what,
-            (long long)c.ys);
+  CBX_CHECK(c.ys % 4 == 0, "%s: y row stride %lld is not a multiple of 4 bytes", what, (long long)c.ys);
   const uint8_t *xl, *xh, *yl, *yh;
   byte_range(x, c.xs, &xl, &xh);
   byte_range(y, c.ys, &yl, &yh);
-  CBX_CHECK(!(xl < yh && yl < xh), "%s: x %s overlaps y %s", what, x.shape_str().c_str(),
-            y.shape_str().c_str());
+  CBX_CHECK(!(xl < yh && yl < xh), "%s: x %s overlaps y %s", what, x.shape_str().c_str(), y.shape_str().c_str());
   if (e.residual) {
     const Tensor& r = *e.residual;
     CBX_CHECK(r.dtype == DType::F32 && same_shape(r, y) && (r.stride[r.ndim - 1] == 4 || m <= 1),
-              "%s: residual %s (%s) must be f32 shaped like y %s", what, r.shape_str().c_str(),
-              dtype_name(r.dtype), y.shape_str().c_str());
+              "%s: residual %s (%s) must be f32 shaped like y %s", what, r.shape_str().c_str(), dtype_name(r.dtype),
+              y.shape_str().c_str());
     c.rs = row_stride(r, what, "residual");
-    CBX_CHECK(c.rs % 4 == 0, "%s: residual row stride %lld is not a multiple of 4 bytes", what,
-              (long long)c.rs);
+    CBX_CHECK(c.rs % 4 == 0, "%s: residual row stride %lld is not a multiple of 4 bytes", what, (long long)c.rs);
     const uint8_t *rl, *rh;
     byte_range(r, c.rs, &rl, &rh);
     c.aliased = rl < yh && yl < rh;
-    CBX_CHECK(!c.aliased || (r.data == y.data && c.rs == c.ys),
-              "%s: residual %s overlaps y %s without being y itself", what, r.shape_str().c_str(),
-              y.shape_str().c_str());
+    CBX_CHECK(!c.aliased || (r.data == y.data && c.rs == c.ys), "%s: residual %s overlaps y %s without being y itself",
+              what, r.shape_str().c_str(), y.shape_str().c_str());
   }
   if (e.ln_w)
     for (const Tensor* t : {e.ln_w, e.ln_b})
-      CBX_CHECK(!t || (t->dtype == DType::F32 && t->ndim == 1 && t->shape[0] == k &&
-                       (t->stride[0] == 4 || k <= 1)),
-                "%s: LayerNorm parameter %s (%s) must be contiguous f32 [%lld]", what,
-                t->shape_str().c_str(), dtype_name(t->dtype), (long long)k);
+      CBX_CHECK(!t || (t->dtype == DType::F32 && t->ndim == 1 && t->shape[0] == k && (t->stride[0] == 4 || k <= 1)),
+                "%s: LayerNorm parameter %s (%s) must be contiguous f32 [%lld]", what, t->shape_str().c_str(),
+                dtype_name(t->dtype), (long long)k);
   return c;
 }
 
@@ -465,17 +441,15 @@ Epi make_epi(const MatmulEpilogue& e, int64_t rs, const NnKernels& nn) {
 
 }  // namespace
 
-
-void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Tensor& y,
-                   const MatmulEpilogue& e, Arena* arena) {
+void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Tensor& y, const MatmulEpilogue& e,
+                   Arena* arena) {
   const char* what = "matmul_packed";
   const Checked c = check_packed(what, w, x, y, e);
   const int64_t m = w.rows(), k = w.cols(), xs = c.xs, ys = c.ys, rs = c.rs;
   const bool aliased = c.aliased;
   const int64_t n = x.rows();
   if (n == 0 || m == 0) return;
-  const MatmulKernels& kern =
-      PackedAccess::kernels(w) ? *PackedAccess::kernels(w) : matmul_kernels(active_isa());
+  const MatmulKernels& kern = PackedAccess::kernels(w) ? *PackedAccess::kernels(w) : matmul_kernels(active_isa());
   const NnKernels& nn = nn_kernels(kern.isa);
   const float* res = e.residual ? e.residual->ptr<float>() : nullptr;
   float* yp = y.ptr<float>();
@@ -484,11 +458,10 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
   auto body = [&] {
     if (use_panels(w, n)) {
       const GemmKernel& g = panel_kernel(w);
-      uint8_t* scratch = get_scratch(
-          arena, size_t(pool.size()) * thread_bytes(g, PackedAccess::kp(w), e.ln_w != nullptr));
+      uint8_t* scratch =
+          get_scratch(arena, size_t(pool.size()) * thread_bytes(g, PackedAccess::kp(w), e.ln_w != nullptr));
       run_panels(w, g, PackedAccess::tiles(w), PackedAccess::panels(w), PackedAccess::kp(w), pool,
-                 static_cast<const uint8_t*>(x.data), xs, n, yp, ys / 4, make_epi(e, rs, nn),
-                 scratch);
+                 static_cast<const uint8_t*>(x.data), xs, n, yp, ys / 4, make_epi(e, rs, nn), scratch);
       return;
     }
     // Per part through matmul (its dot / GEMM paths and precision rules), then the epilogue.
@@ -498,11 +471,10 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
     uint8_t* tmp = tmp_bytes + ln_bytes ? own_scratch(arena, tmp_bytes + ln_bytes) : nullptr;
     Tensor dst = y;
     if (aliased) dst = make_tensor(DType::F32, {n, m}, tmp, size_t(n) * size_t(m) * 4);
-    Tensor dst2 = dst.ndim == 2 ? dst
-                                : make_view(dst, 2, std::array<int64_t, 2>{n, m}.data(),
-                                            std::array<int64_t, 2>{ys, 4}.data(), 0);
-    Tensor x2 = make_view(x, 2, std::array<int64_t, 2>{n, k}.data(),
-                          std::array<int64_t, 2>{xs, 4}.data(), 0);
+    Tensor dst2 = dst.ndim == 2
+                      ? dst
+                      : make_view(dst, 2, std::array<int64_t, 2>{n, m}.data(), std::array<int64_t, 2>{ys, 4}.data(), 0);
+    Tensor x2 = make_view(x, 2, std::array<int64_t, 2>{n, k}.data(), std::array<int64_t, 2>{xs, 4}.data(), 0);
     if (e.ln_w) {
       float* lx = reinterpret_cast<float*>(tmp + tmp_bytes);
       const float *lw = e.ln_w->ptr<float>(), *lb = e.ln_b ? e.ln_b->ptr<float>() : nullptr;
@@ -510,9 +482,8 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
         int64_t r0, r1;
         ThreadPool::split(n, ith, nth, &r0, &r1);
         for (int64_t r = r0; r < r1; ++r)
-          nn.layer_norm(
-              reinterpret_cast<const float*>(static_cast<const uint8_t*>(x.data) + r * xs),
-              lx + r * k, k, lw, lb, e.ln_eps);
+          nn.layer_norm(reinterpret_cast<const float*>(static_cast<const uint8_t*>(x.data) + r * xs), lx + r * k, k, lw,
+                        lb, e.ln_eps);
       });
       x2 = make_tensor(DType::F32, {n, k}, lx, size_t(n) * size_t(k) * 4);
     }
@@ -527,8 +498,7 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
         check_and_run(kern, pool, p, nullptr, x2, yi, arena, what);
       }
     }
-    epilogue_passes(pool, nn, e.act, res, rs / 4, dst2.ptr<float>(), dst2.stride[0] / 4, yp, ys / 4,
-                    n, m);
+    epilogue_passes(pool, nn, e.act, res, rs / 4, dst2.ptr<float>(), dst2.stride[0] / 4, yp, ys / 4, n, m);
   };
   try {
     body();
@@ -539,28 +509,21 @@ void matmul_packed(ThreadPool& pool, const PackedWeight& w, const Tensor& x, Ten
   if (arena) arena->rewind(mark);
 }
 
-size_t matmul_mlp_scratch_bytes(const PackedWeight& w1, const PackedWeight& w2, int64_t n,
-                                int n_threads) {
-  size_t most = std::max(matmul_packed_scratch_bytes(w1, n, n_threads),
-                         matmul_packed_scratch_bytes(w2, n, n_threads));
+size_t matmul_mlp_scratch_bytes(const PackedWeight& w1, const PackedWeight& w2, int64_t n, int n_threads) {
+  size_t most = std::max(matmul_packed_scratch_bytes(w1, n, n_threads), matmul_packed_scratch_bytes(w2, n, n_threads));
   if (w1.has_panels() && w2.has_panels())
-    most =
-        std::max(most, size_t(n_threads) * mlp_thread_bytes(panel_kernel(w1), PackedAccess::kp(w1),
-                                                            panel_kernel(w2), PackedAccess::kp(w2),
-                                                            w1.rows()) +
-                           128);
+    most = std::max(most, size_t(n_threads) * mlp_thread_bytes(panel_kernel(w1), PackedAccess::kp(w1), panel_kernel(w2),
+                                                               PackedAccess::kp(w2), w1.rows()) +
+                              128);
   return most + 128;
 }
 
-void matmul_mlp(ThreadPool& pool, const PackedWeight& w1, const MatmulEpilogue& e1,
-                const PackedWeight& w2, const MatmulEpilogue& e2, const Tensor& x, Tensor& hidden,
-                Tensor& y, Arena* arena) {
+void matmul_mlp(ThreadPool& pool, const PackedWeight& w1, const MatmulEpilogue& e1, const PackedWeight& w2,
+                const MatmulEpilogue& e2, const Tensor& x, Tensor& hidden, Tensor& y, Arena* arena) {
   const char* what = "matmul_mlp";
-  CBX_CHECK(!e1.residual && !e2.ln_w,
-            "%s: the first GEMM takes no residual and the second no LayerNorm", what);
-  CBX_CHECK(!w1.empty() && !w2.empty() && w2.cols() == w1.rows(),
-            "%s: w2 [%lld, %lld] does not take w1's %lld outputs", what, (long long)w2.rows(),
-            (long long)w2.cols(), (long long)w1.rows());
+  CBX_CHECK(!e1.residual && !e2.ln_w, "%s: the first GEMM takes no residual and the second no LayerNorm", what);
+  CBX_CHECK(!w1.empty() && !w2.empty() && w2.cols() == w1.rows(), "%s: w2 [%lld, %lld] does not take w1's %lld outputs",
+            what, (long long)w2.rows(), (long long)w2.cols(), (long long)w1.rows());
   const Checked c1 = check_packed(what, w1, x, hidden, e1);
   const Checked c2 = check_packed(what, w2, hidden, y, e2);
   {  // x may be y itself (each thread reads its row tiles before writing them), else apart
@@ -568,8 +531,7 @@ void matmul_mlp(ThreadPool& pool, const PackedWeight& w1, const MatmulEpilogue& 
     byte_range(x, c1.xs, &xl, &xh);
     byte_range(y, c2.ys, &yl, &yh);
     CBX_CHECK(!(xl < yh && yl < xh) || (x.data == y.data && c1.xs == c2.ys && x.cols() == y.cols()),
-              "%s: x %s overlaps y %s without being y itself", what, x.shape_str().c_str(),
-              y.shape_str().c_str());
+              "%s: x %s overlaps y %s without being y itself", what, x.shape_str().c_str(), y.shape_str().c_str());
   }
   const int64_t n = x.rows();
   if (n == 0 || w2.rows() == 0) return;
@@ -581,16 +543,15 @@ void matmul_mlp(ThreadPool& pool, const PackedWeight& w1, const MatmulEpilogue& 
   const GemmKernel &g1 = panel_kernel(w1), &g2 = panel_kernel(w2);
   const NnKernels& nn = nn_kernels(PackedAccess::kernels(w1)->isa);
   const size_t mark = arena ? arena->mark() : 0;
-  uint8_t* scratch =
-      get_scratch(arena, size_t(pool.size()) * mlp_thread_bytes(g1, PackedAccess::kp(w1), g2,
-                                                                PackedAccess::kp(w2), w1.rows()));
+  uint8_t* scratch = get_scratch(
+      arena, size_t(pool.size()) * mlp_thread_bytes(g1, PackedAccess::kp(w1), g2, PackedAccess::kp(w2), w1.rows()));
   const MlpSide a{&g1, &PackedAccess::tiles(w1), PackedAccess::panels(w1), PackedAccess::kp(w1),
                   make_epi(e1, c1.rs, nn)};
   const MlpSide b{&g2, &PackedAccess::tiles(w2), PackedAccess::panels(w2), PackedAccess::kp(w2),
                   make_epi(e2, c2.rs, nn)};
   try {
-    run_mlp_panels(a, b, pool, static_cast<const uint8_t*>(x.data), c1.xs, n, w1.cols(), w1.rows(),
-                   y.ptr<float>(), c2.ys / 4, scratch);
+    run_mlp_panels(a, b, pool, static_cast<const uint8_t*>(x.data), c1.xs, n, w1.cols(), w1.rows(), y.ptr<float>(),
+                   c2.ys / 4, scratch);
   } catch (...) {
     if (arena) arena->rewind(mark);
     throw;

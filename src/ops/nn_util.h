@@ -13,8 +13,7 @@ namespace cbx::nn_detail {
 constexpr int64_t kParallelMin = 1 << 15;
 
 inline bool inner_contiguous(const Tensor& t) {
-  return t.ndim == 0 || t.shape[t.ndim - 1] <= 1 ||
-         t.stride[t.ndim - 1] == int64_t(type_traits(t.dtype).block_bytes);
+  return t.ndim == 0 || t.shape[t.ndim - 1] <= 1 || t.stride[t.ndim - 1] == int64_t(type_traits(t.dtype).block_bytes);
 }
 
 // F32, 1..4 dims, innermost dim contiguous, data present.
@@ -23,14 +22,12 @@ inline void check_f32(const char* op, const char* name, const Tensor& t) {
   CBX_CHECK(t.dtype == DType::F32, "%s: %s must be f32, got %s %s", op, name, dtype_name(t.dtype),
             t.shape_str().c_str());
   CBX_CHECK(t.ndim >= 1 && t.ndim <= kMaxDims, "%s: %s has %d dims", op, name, t.ndim);
-  CBX_CHECK(inner_contiguous(t), "%s: %s %s must be contiguous in its last dim", op, name,
-            t.shape_str().c_str());
+  CBX_CHECK(inner_contiguous(t), "%s: %s %s must be contiguous in its last dim", op, name, t.shape_str().c_str());
 }
 
-inline void check_same_shape(const char* op, const Tensor& a, const char* an, const Tensor& b,
-                             const char* bn) {
-  CBX_CHECK(same_shape(a, b), "%s: %s %s and %s %s differ in shape", op, an, a.shape_str().c_str(),
-            bn, b.shape_str().c_str());
+inline void check_same_shape(const char* op, const Tensor& a, const char* an, const Tensor& b, const char* bn) {
+  CBX_CHECK(same_shape(a, b), "%s: %s %s and %s %s differ in shape", op, an, a.shape_str().c_str(), bn,
+            b.shape_str().c_str());
 }
 
 // Pointer to row r (all dims but the last, row-major) without the bounds check of

@@ -16,9 +16,8 @@ using nn_detail::row_ptr;
 const float* param_vec(const char* op, const char* name, const Tensor& p, int64_t n) {
   if (p.empty()) return nullptr;
   check_f32(op, name, p);
-  CBX_CHECK(p.numel() == n && (p.ndim == 1 || p.is_contiguous()),
-            "%s: %s %s must be a contiguous vector of %lld", op, name, p.shape_str().c_str(),
-            (long long)n);
+  CBX_CHECK(p.numel() == n && (p.ndim == 1 || p.is_contiguous()), "%s: %s %s must be a contiguous vector of %lld", op,
+            name, p.shape_str().c_str(), (long long)n);
   return p.ptr<float>();
 }
 
@@ -30,24 +29,21 @@ void check_xy(const char* op, const Tensor& x, const Tensor& y) {
 
 }  // namespace
 
-void layer_norm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& b, float eps,
-                Tensor& y, Isa isa) {
+void layer_norm(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y, Isa isa) {
   check_xy("layer_norm", x, y);
   const int64_t D = x.cols();
   const float* wp = param_vec("layer_norm", "weight", w, D);
   const float* bp = param_vec("layer_norm", "bias", b, D);
   const NnKernels& k = nn_kernels(isa);
-  parallel_rows(pool, x.rows(), D, false, [&](int64_t r, int64_t, int64_t) {
-    k.layer_norm(row_ptr(x, r), row_ptr(y, r), D, wp, bp, eps);
-  });
+  parallel_rows(pool, x.rows(), D, false,
+                [&](int64_t r, int64_t, int64_t) { k.layer_norm(row_ptr(x, r), row_ptr(y, r), D, wp, bp, eps); });
 }
 
-void layer_norm_channels(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& b,
-                         float eps, Tensor& y, Isa isa) {
+void layer_norm_channels(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y,
+                         Isa isa) {
   const char* op = "layer_norm_channels";
   check_xy(op, x, y);
-  CBX_CHECK(x.ndim == 2 || x.ndim == 3, "%s: x %s must be [C, T] or [B, C, T]", op,
-            x.shape_str().c_str());
+  CBX_CHECK(x.ndim == 2 || x.ndim == 3, "%s: x %s must be [C, T] or [B, C, T]", op, x.shape_str().c_str());
   const int64_t C = x.dim(-2), T = x.dim(-1), B = x.ndim == 3 ? x.shape[0] : 1;
   const float* wp = param_vec(op, "weight", w, C);
   const float* bp = param_vec(op, "bias", b, C);
@@ -95,18 +91,16 @@ void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor& w, float eps, Ten
   const int64_t D = x.cols();
   const float* wp = param_vec("rms_norm", "weight", w, D);
   const NnKernels& k = nn_kernels(isa);
-  parallel_rows(pool, x.rows(), D, false, [&](int64_t r, int64_t, int64_t) {
-    k.rms_norm(row_ptr(x, r), row_ptr(y, r), D, wp, eps);
-  });
+  parallel_rows(pool, x.rows(), D, false,
+                [&](int64_t r, int64_t, int64_t) { k.rms_norm(row_ptr(x, r), row_ptr(y, r), D, wp, eps); });
 }
 
 void softmax(ThreadPool& pool, const Tensor& x, Tensor& y, Isa isa) {
   check_xy("softmax", x, y);
   const int64_t D = x.cols();
   const NnKernels& k = nn_kernels(isa);
-  parallel_rows(pool, x.rows(), D, false, [&](int64_t r, int64_t, int64_t) {
-    k.softmax(row_ptr(x, r), row_ptr(y, r), D);
-  });
+  parallel_rows(pool, x.rows(), D, false,
+                [&](int64_t r, int64_t, int64_t) { k.softmax(row_ptr(x, r), row_ptr(y, r), D); });
 }
 
 namespace {
@@ -115,25 +109,21 @@ constexpr int64_t kMaxRopeD = 1024;
 
 void check_rope(const char* op, const Tensor& x, const Tensor& positions, const Tensor& y) {
   check_xy(op, x, y);
-  CBX_CHECK(x.ndim == 2 || x.ndim == 3, "%s: x %s must be [T, D] or [T, H, D]", op,
-            x.shape_str().c_str());
+  CBX_CHECK(x.ndim == 2 || x.ndim == 3, "%s: x %s must be [T, D] or [T, H, D]", op, x.shape_str().c_str());
   const int64_t T = x.shape[0], D = x.cols();
-  CBX_CHECK(D % 2 == 0 && D <= kMaxRopeD, "%s: head dim %lld of x %s must be even and <= %lld", op,
-            (long long)D, x.shape_str().c_str(), (long long)kMaxRopeD);
-  CBX_CHECK(positions.data && positions.dtype == DType::I32 && positions.numel() == T &&
-                positions.is_contiguous(),
-            "%s: positions %s (%s) must be contiguous i32 [%lld] for x %s", op,
-            positions.shape_str().c_str(), dtype_name(positions.dtype), (long long)T,
-            x.shape_str().c_str());
+  CBX_CHECK(D % 2 == 0 && D <= kMaxRopeD, "%s: head dim %lld of x %s must be even and <= %lld", op, (long long)D,
+            x.shape_str().c_str(), (long long)kMaxRopeD);
+  CBX_CHECK(positions.data && positions.dtype == DType::I32 && positions.numel() == T && positions.is_contiguous(),
+            "%s: positions %s (%s) must be contiguous i32 [%lld] for x %s", op, positions.shape_str().c_str(),
+            dtype_name(positions.dtype), (long long)T, x.shape_str().c_str());
 }
 
-void rope_apply(ThreadPool& pool, const Tensor& x, const Tensor& positions, const float* inv_freq,
-                Tensor& y, Isa isa);
+void rope_apply(ThreadPool& pool, const Tensor& x, const Tensor& positions, const float* inv_freq, Tensor& y, Isa isa);
 
 }  // namespace
 
-void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, float theta,
-          const Tensor& freq_factors, Tensor& y, Isa isa) {
+void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, float theta, const Tensor& freq_factors,
+          Tensor& y, Isa isa) {
   const char* op = "rope";
   check_rope(op, x, positions, y);
   const int64_t D = x.cols(), half = D / 2;
@@ -146,8 +136,8 @@ void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, float thet
   rope_apply(pool, x, positions, inv_freq, y, isa);
 }
 
-void rope_inv_freq(ThreadPool& pool, const Tensor& x, const Tensor& positions,
-                   const Tensor& inv_freq, Tensor& y, Isa isa) {
+void rope_inv_freq(ThreadPool& pool, const Tensor& x, const Tensor& positions, const Tensor& inv_freq, Tensor& y,
+                   Isa isa) {
   const char* op = "rope_inv_freq";
   check_rope(op, x, positions, y);
   const float* f = param_vec(op, "inv_freq", inv_freq, x.cols() / 2);
@@ -155,8 +145,7 @@ void rope_inv_freq(ThreadPool& pool, const Tensor& x, const Tensor& positions,
   rope_apply(pool, x, positions, f, y, isa);
 }
 
-void rope_inv_freq_llama3(int64_t D, float theta, float factor, float low, float high,
-                          float orig_max_pos, float* out) {
+void rope_inv_freq_llama3(int64_t D, float theta, float factor, float low, float high, float orig_max_pos, float* out) {
   const float two_pi = 6.283185307179586f;
   for (int64_t i = 0; i < D / 2; ++i) {
     float inv = 1.f / std::pow(theta, float(2 * i) / float(D));
@@ -175,8 +164,7 @@ void rope_inv_freq_llama3(int64_t D, float theta, float factor, float low, float
 
 namespace {
 
-void rope_apply(ThreadPool& pool, const Tensor& x, const Tensor& positions, const float* inv_freq,
-                Tensor& y, Isa isa) {
+void rope_apply(ThreadPool& pool, const Tensor& x, const Tensor& positions, const float* inv_freq, Tensor& y, Isa isa) {
   const int64_t T = x.shape[0], H = x.ndim == 3 ? x.shape[1] : 1, D = x.cols(), half = D / 2;
   constexpr int64_t kMaxD = kMaxRopeD;
   const int32_t* pos = positions.ptr<int32_t>();

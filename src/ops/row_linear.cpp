@@ -68,8 +68,10 @@ RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa 
                 w.shape_str().c_str());
       packed_ = std::shared_ptr<uint8_t>(buf, [](uint8_t* p) { std::free(p); });
     }
-    if (q4kp) q4kp_pack_rows(w_, ws_, m_, k_, buf);
-    else planar_pack_rows(w.dtype, w_, ws_, m_, k_, buf);
+    if (q4kp)
+      q4kp_pack_rows(w_, ws_, m_, k_, buf);
+    else
+      planar_pack_rows(w.dtype, w_, ws_, m_, k_, buf);
     w_ = buf;
     ws_ = rb;
     dot_ = planar;
@@ -83,8 +85,8 @@ void RowLinear::dot(int64_t m0, int64_t m1, const void* act, size_t as, int64_t 
   if (packed_bytes_ && pairs_ && (m0 & 1)) {
     for (int64_t r = 0; r < n; ++r) {
       float two[2];
-      dot_->fn(w_ + size_t(m0 - 1) * ws_, ws_, 1, 2, static_cast<const uint8_t*>(act) + size_t(r) * as, 0, 1, k_,
-               two, 0);
+      dot_->fn(w_ + size_t(m0 - 1) * ws_, ws_, 1, 2, static_cast<const uint8_t*>(act) + size_t(r) * as, 0, 1, k_, two,
+               0);
       out[r * ldo] = two[1];
     }
     if (++m0 == m1) return;
@@ -205,8 +207,8 @@ void row_rms_norm(const float* x, float* y, int64_t n, const Tensor& w, float ep
   const float* wp = nullptr;
   if (!w.empty()) {
     CBX_CHECK(w.dtype == DType::F32 && w.numel() == n && w.is_contiguous(),
-              "row_rms_norm: weight %s (%s) must be contiguous f32 [%lld]", w.shape_str().c_str(),
-              dtype_name(w.dtype), (long long)n);
+              "row_rms_norm: weight %s (%s) must be contiguous f32 [%lld]", w.shape_str().c_str(), dtype_name(w.dtype),
+              (long long)n);
     wp = w.ptr<float>();
   }
   nn_kernels(isa).rms_norm(x, y, n, wp, eps);

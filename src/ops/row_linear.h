@@ -65,8 +65,8 @@ class RowLinear {
   const void* act_rows(const float* x, int64_t xs, int64_t n, void* buf, size_t* as) const;
   // Output rows [m0, m1) for activation rows [0, n): y[r * ldy + m]. tmp: at least
   // n * (m1 - m0) floats (AddTo only).
-  void run_rows(int64_t m0, int64_t m1, const void* act, size_t as, int64_t n, float* y, int64_t ldy,
-                RowEpilogue e, float* tmp = nullptr) const;
+  void run_rows(int64_t m0, int64_t m1, const void* act, size_t as, int64_t n, float* y, int64_t ldy, RowEpilogue e,
+                float* tmp = nullptr) const;
   // Whether o takes the same converted activations as this (same kernel format and K), so
   // one act_rows() serves both.
   bool same_act(const RowLinear& o) const;

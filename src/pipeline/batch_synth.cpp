@@ -64,9 +64,7 @@ const Voice& BatchSynth::voice_of(const Req& q) const {
   return q.in.voice ? *q.in.voice : with_pipe([](auto& p) -> const Voice& { return p.builtin_voice(); });
 }
 
-GemmPrecision BatchSynth::gemm_precision() const {
-  return turbo_ ? turbo_->gemm_precision() : mtl_->gemm_precision();
-}
+GemmPrecision BatchSynth::gemm_precision() const { return turbo_ ? turbo_->gemm_precision() : mtl_->gemm_precision(); }
 
 int64_t BatchSynth::submit(BatchSynthRequest r) {
   CBX_CHECK(can_admit(), "BatchSynth::submit: all %d rows are in use", max_batch());
@@ -137,8 +135,8 @@ void BatchSynth::start_chunk(Req& q) {
     q.fed = 0;
     q.seen_sos = q.ended = false;
     const StreamSchedule& sched = turbo_ ? q.in.params.stream_schedule : q.in.mtl_params.stream_schedule;
-    q.run = std::make_unique<StreamRun>(q.s3_stream, v, sched, nullptr, q.run_audio, q.in.on_audio,
-                                        int64_t(q.chunk), q.stats.n_chunks);
+    q.run = std::make_unique<StreamRun>(q.s3_stream, v, sched, nullptr, q.run_audio, q.in.on_audio, int64_t(q.chunk),
+                                        q.stats.n_chunks);
   }
   if (mtl_) {
     q.ms.seed = chunk_seed(q.in.mtl_params.seed, int64_t(q.chunk));
@@ -150,9 +148,9 @@ void BatchSynth::start_chunk(Req& q) {
     return;
   }
   q.sp.seed = chunk_seed(q.in.params.seed, int64_t(q.chunk));
-  q.row = batch_->start(ids.data(), int64_t(ids.size()), v.speaker_emb.data(), int64_t(v.speaker_emb.size()),
-                        v.cond_prompt_tokens.data(), int64_t(v.cond_prompt_tokens.size()), q.sp,
-                        turbo_->max_new_tokens());
+  q.row =
+      batch_->start(ids.data(), int64_t(ids.size()), v.speaker_emb.data(), int64_t(v.speaker_emb.size()),
+                    v.cond_prompt_tokens.data(), int64_t(v.cond_prompt_tokens.size()), q.sp, turbo_->max_new_tokens());
 }
 
 void BatchSynth::feed_stream(Req& q) {
@@ -218,8 +216,10 @@ bool BatchSynth::finish_chunk(Req& q) {
       decltype(p)& pp;
       ~Restore() { pp.reset_voice(); }
     } restore{p};
-    if (q.in.voice) p.set_voice(*q.in.voice, "voice");
-    else p.reset_voice();
+    if (q.in.voice)
+      p.set_voice(*q.in.voice, "voice");
+    else
+      p.reset_voice();
     p.set_s3gen_rng_state(q.rng);
     wave = p.tokens_to_audio(speech);
     q.rng = p.s3gen_rng_state();

@@ -111,8 +111,8 @@ class BatchSynth {
   struct Req {
     int64_t id = 0;
     BatchSynthRequest in;
-    SamplerParams sp;    // Turbo / Nano
-    T3MtlSampling ms;    // Multilingual, with its conditioning
+    SamplerParams sp;  // Turbo / Nano
+    T3MtlSampling ms;  // Multilingual, with its conditioning
     T3MtlCond cond;
     std::vector<std::vector<int32_t>> ids;  // token ids per text chunk
     size_t chunk = 0;                       // the chunk being decoded
@@ -156,7 +156,7 @@ class BatchSynth {
 
   TurboPipeline* turbo_ = nullptr;  // exactly one of the two pipelines
   MtlPipeline* mtl_ = nullptr;
-  std::unique_ptr<T3Batch> batch_;        // Turbo / Nano
+  std::unique_ptr<T3Batch> batch_;         // Turbo / Nano
   std::unique_ptr<T3MtlBatch> mtl_batch_;  // Multilingual
   std::list<Req> reqs_;
   std::vector<std::unique_ptr<S3GenStream>> own_streams_;  // the pool beyond the pipeline's stream

@@ -1,18 +1,17 @@
 // include/chatterbox.h over the variant-neutral Pipeline (pipeline/pipeline.h). Every entry point
 // catches everything.
-#include "chatterbox.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "chatterbox.h"
 #include "core/gguf.h"
 #include "core/log.h"
 #include "core/version.h"
@@ -32,8 +31,8 @@ struct cbx_voice {
 struct cbx_model {
   std::unique_ptr<cbx::Pipeline> pipe;  // TurboPipeline (Turbo / Nano) or MtlPipeline
   cbx::Variant variant = cbx::Variant::Turbo;
-  std::vector<std::string> languages;  // pipe->languages(), kept for cbx_model_language
-  mutable std::mutex mu;  // one synthesis (or voice build) at a time per model
+  std::vector<std::string> languages;          // pipe->languages(), kept for cbx_model_language
+  mutable std::mutex mu;                       // one synthesis (or voice build) at a time per model
   std::unique_ptr<cbx::VoiceBuilder> builder;  // made on the first cbx_voice_create
   cbx::VoiceBuildOptions builder_opts;
   cbx::SynthTimings last;
@@ -125,8 +124,10 @@ struct VoiceScope {
 // under the model's lock with the voice in use; failures of fn are CBX_ERR_FILE.
 template <class Fn>
 cbx_status with_prefix_file(cbx_model* model, const cbx_voice* voice, const char* path, const char* what, Fn&& fn) {
-  if (!model || !path) return set_error(CBX_ERR_INVALID_ARGUMENT, std::string(what) + ": model and path must not be NULL");
-  if (const cbx_status vs = usable_voice(model, voice, (std::string(what) + ": voice").c_str()); vs != CBX_OK) return vs;
+  if (!model || !path)
+    return set_error(CBX_ERR_INVALID_ARGUMENT, std::string(what) + ": model and path must not be NULL");
+  if (const cbx_status vs = usable_voice(model, voice, (std::string(what) + ": voice").c_str()); vs != CBX_OK)
+    return vs;
   if (!model->pipe->keeps_voice_prefix())
     return set_error(CBX_ERR_UNSUPPORTED_MODEL,
                      std::string(what) + ": Multilingual models keep no voice prefix (it depends on the text)");
@@ -172,8 +173,9 @@ cbx::GemmPrecision gemm_precision_of(int32_t v, bool int8_ok, const char* what) 
   if (v >= CBX_GEMM_DEFAULT && v <= (int8_ok ? CBX_GEMM_INT8 : CBX_GEMM_BF16)) return cbx::GemmPrecision(v);
   throw cbx::InvalidArgumentError(
       std::string(what) +
-      (int8_ok ? " must be CBX_GEMM_DEFAULT, CBX_GEMM_F32, CBX_GEMM_BF16 or CBX_GEMM_INT8 (auto, f32, bf16 or int8), got "
-               : " must be CBX_GEMM_DEFAULT, CBX_GEMM_F32 or CBX_GEMM_BF16 (auto, f32 or bf16), got ") +
+      (int8_ok
+           ? " must be CBX_GEMM_DEFAULT, CBX_GEMM_F32, CBX_GEMM_BF16 or CBX_GEMM_INT8 (auto, f32, bf16 or int8), got "
+           : " must be CBX_GEMM_DEFAULT, CBX_GEMM_F32 or CBX_GEMM_BF16 (auto, f32 or bf16), got ") +
       std::to_string(v));
 }
 
@@ -197,17 +199,17 @@ bool voice_options(const cbx_voice_params* params, cbx::VoiceBuildOptions& o, co
   cbx_voice_params p = cbx_voice_default_params();
   if (!read_versioned(params, p, (std::string(fn) + ": params").c_str())) return false;
   return guarded(CBX_ERR_INVALID_ARGUMENT, [&]() {
-    const std::optional<double> exaggeration = given(p.exaggeration), max_seconds = given(p.max_seconds);
-    if (exaggeration) cbx::check_param(cbx::param::kExaggeration, *exaggeration);
-    if (max_seconds) cbx::check_param(cbx::param::kVoiceMaxSeconds, *max_seconds);
-    if (p.norm_loudness != 0 && p.norm_loudness != 1)
-      throw cbx::InvalidArgumentError("norm_loudness (--no-norm-loudness) must be 0 or 1, got " +
-                                      std::to_string(p.norm_loudness));
-    o.exaggeration = exaggeration ? float(*exaggeration) : -1.0f;
-    o.norm_loudness = p.norm_loudness != 0;
-    o.max_seconds = max_seconds.value_or(30.0);
-    return CBX_OK;
-  }) == CBX_OK;
+           const std::optional<double> exaggeration = given(p.exaggeration), max_seconds = given(p.max_seconds);
+           if (exaggeration) cbx::check_param(cbx::param::kExaggeration, *exaggeration);
+           if (max_seconds) cbx::check_param(cbx::param::kVoiceMaxSeconds, *max_seconds);
+           if (p.norm_loudness != 0 && p.norm_loudness != 1)
+             throw cbx::InvalidArgumentError("norm_loudness (--no-norm-loudness) must be 0 or 1, got " +
+                                             std::to_string(p.norm_loudness));
+           o.exaggeration = exaggeration ? float(*exaggeration) : -1.0f;
+           o.norm_loudness = p.norm_loudness != 0;
+           o.max_seconds = max_seconds.value_or(30.0);
+           return CBX_OK;
+         }) == CBX_OK;
 }
 
 // Builds a voice with the model's VoiceBuilder (made once, remade when the options change);
@@ -247,17 +249,28 @@ int32_t cbx_api_version(void) { return CBX_API_VERSION; }
 
 const char* cbx_status_string(cbx_status s) {
   switch (s) {
-    case CBX_OK: return "ok";
-    case CBX_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case CBX_ERR_MODEL_LOAD: return "model load failed";
-    case CBX_ERR_UNSUPPORTED_MODEL: return "unsupported model";
-    case CBX_ERR_TEXT: return "invalid text";
-    case CBX_ERR_ABORTED: return "aborted";
-    case CBX_ERR_OUT_OF_MEMORY: return "out of memory";
-    case CBX_ERR_INTERNAL: return "internal error";
-    case CBX_ERR_AUDIO: return "reference audio rejected";
-    case CBX_ERR_VOICE: return "voice rejected";
-    case CBX_ERR_FILE: return "prompt cache file error";
+    case CBX_OK:
+      return "ok";
+    case CBX_ERR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case CBX_ERR_MODEL_LOAD:
+      return "model load failed";
+    case CBX_ERR_UNSUPPORTED_MODEL:
+      return "unsupported model";
+    case CBX_ERR_TEXT:
+      return "invalid text";
+    case CBX_ERR_ABORTED:
+      return "aborted";
+    case CBX_ERR_OUT_OF_MEMORY:
+      return "out of memory";
+    case CBX_ERR_INTERNAL:
+      return "internal error";
+    case CBX_ERR_AUDIO:
+      return "reference audio rejected";
+    case CBX_ERR_VOICE:
+      return "voice rejected";
+    case CBX_ERR_FILE:
+      return "prompt cache file error";
   }
   return "unknown status";
 }
@@ -328,10 +341,11 @@ cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_
   cbx_model_params p = cbx_model_default_params();
   if (!read_versioned(params, p, "cbx_model_load: params")) return CBX_ERR_INVALID_ARGUMENT;
   cbx::UserLoadOptions lo;
-  if (const cbx_status s = guarded(CBX_ERR_INVALID_ARGUMENT, [&]() {
-        lo = load_options(p);
-        return CBX_OK;
-      });
+  if (const cbx_status s = guarded(CBX_ERR_INVALID_ARGUMENT,
+                                   [&]() {
+                                     lo = load_options(p);
+                                     return CBX_OK;
+                                   });
       s != CBX_OK)
     return s;
   // The model's own limits (max_new_tokens and its T3 positions) are checked at load:
@@ -400,10 +414,11 @@ cbx_status cbx_synthesize_voice(cbx_model* model, const cbx_voice* voice, const 
   // The pipeline's checks (pipeline/pipeline.h; the CLI's messages, word for word), before the
   // voice's.
   const cbx::SynthRequest request = synth_request(model, p);
-  if (const cbx_status s = guarded(CBX_ERR_INVALID_ARGUMENT, [&]() {
-        model->pipe->check(request);
-        return CBX_OK;
-      });
+  if (const cbx_status s = guarded(CBX_ERR_INVALID_ARGUMENT,
+                                   [&]() {
+                                     model->pipe->check(request);
+                                     return CBX_OK;
+                                   });
       s != CBX_OK)
     return s;
   if (const cbx_status vs = usable_voice(model, voice, "cbx_synthesize_voice: voice"); vs != CBX_OK) return vs;
@@ -478,9 +493,8 @@ cbx_status cbx_voice_create(cbx_model* model, const char* audio_path, const cbx_
   if (!model || !audio_path)
     return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_voice_create: model and audio_path must not be NULL");
   const std::string path = audio_path;
-  return create_voice(model, params, voice, "cbx_voice_create", [&](cbx::VoiceBuilder& b, std::vector<std::string>& w) {
-    return b.build(path, nullptr, &w);
-  });
+  return create_voice(model, params, voice, "cbx_voice_create",
+                      [&](cbx::VoiceBuilder& b, std::vector<std::string>& w) { return b.build(path, nullptr, &w); });
 }
 
 cbx_status cbx_voice_create_from_memory(cbx_model* model, const void* data, size_t size, const char* name,
@@ -488,7 +502,8 @@ cbx_status cbx_voice_create_from_memory(cbx_model* model, const void* data, size
   if (!voice) return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_voice_create_from_memory: voice is NULL");
   *voice = nullptr;
   if (!model || !data || size == 0)
-    return set_error(CBX_ERR_INVALID_ARGUMENT, "cbx_voice_create_from_memory: model and data must not be NULL or empty");
+    return set_error(CBX_ERR_INVALID_ARGUMENT,
+                     "cbx_voice_create_from_memory: model and data must not be NULL or empty");
   const std::string nm = name ? name : "<memory>";
   return create_voice(model, params, voice, "cbx_voice_create_from_memory",
                       [&](cbx::VoiceBuilder& b, std::vector<std::string>& w) {
@@ -600,7 +615,8 @@ std::mutex& model_mutex(cbx_model* model) { return model->mu; }
 const Voice* voice_of_handle(const cbx_voice* voice) { return voice ? &voice->v : nullptr; }
 
 TurboSynthParams turbo_params_of(const cbx_model* model, const cbx_synth_params& p) {
-  CBX_CHECK(model && dynamic_cast<const TurboPipeline*>(model->pipe.get()), "turbo_params_of: not a Turbo / Nano model");
+  CBX_CHECK(model && dynamic_cast<const TurboPipeline*>(model->pipe.get()),
+            "turbo_params_of: not a Turbo / Nano model");
   const SynthRequest r = synth_request(model, p);
   model->pipe->check(r);
   TurboSynthParams sp = to_turbo_params(r.options);

@@ -144,7 +144,8 @@ std::vector<std::string> MtlPipeline::split_text(const std::string& text, const 
   const std::string lang = check_language(language);
   check_synth_text(text);
   const int64_t budget = max_chunk_tokens == 0 ? kDefaultChunkTokens : max_chunk_tokens;
-  check_param(param::kMaxChunkTokens.limited(double(m.max_text - 2), "the text tokens this model's T3 takes, SOT/EOT "
+  check_param(param::kMaxChunkTokens.limited(double(m.max_text - 2),
+                                             "the text tokens this model's T3 takes, SOT/EOT "
                                              "added"),
               double(budget));
   return split_into_chunks(
@@ -267,8 +268,8 @@ std::vector<float> MtlPipeline::synthesize(const std::string& text, const MtlSyn
     };
     // Streaming: S3Gen runs between decode steps on the schedule (stream_synth.h), over the
     // tokens postprocess would keep, decided as they come (see the header).
-    StreamRun stream(p.stream ? &m.s3gen->stream() : nullptr, voice, p.stream_schedule, &tm, loop.audio(), on_audio,
-                     k, n_chunks);
+    StreamRun stream(p.stream ? &m.s3gen->stream() : nullptr, voice, p.stream_schedule, &tm, loop.audio(), on_audio, k,
+                     n_chunks);
     bool seen_sos = false, ended = false;
     const T3Config& tc = m.cfg.t3;
     auto on_token = [&](int32_t tok) {

@@ -61,12 +61,12 @@ struct HiftDraws;
 struct Voice;
 
 struct MtlLoadParams {
-  int n_threads = 0;               // 0 = available_cpus() (core/cpu.h); else 1 .. 1024
-  DType kv_type = DType::F16;      // T3 KV cache: F16 or F32
-  int64_t max_new_tokens = -1;     // speech tokens per generation; negative = the GGUF's (1000); else
-                                   // 1 .. what the model's T3 positions hold
-  bool repack = true;              // as TurboLoadParams::repack
-  GemmPrecision gemm = GemmPrecision::Auto;           // as TurboLoadParams::gemm
+  int n_threads = 0;                         // 0 = available_cpus() (core/cpu.h); else 1 .. 1024
+  DType kv_type = DType::F16;                // T3 KV cache: F16 or F32
+  int64_t max_new_tokens = -1;               // speech tokens per generation; negative = the GGUF's (1000); else
+                                             // 1 .. what the model's T3 positions hold
+  bool repack = true;                        // as TurboLoadParams::repack
+  GemmPrecision gemm = GemmPrecision::Auto;  // as TurboLoadParams::gemm
   GemmPrecision cfm_precision = GemmPrecision::Auto;  // as TurboLoadParams::cfm_precision
 };
 
@@ -77,7 +77,7 @@ struct MtlSynthParams {
   // pipeline/synth_options.h (InvalidArgumentError).
   float temperature = -1, min_p = -1, top_p = -1, repetition_penalty = -1, cfg_weight = -1, exaggeration = -1;
   int64_t max_chunk_tokens = 0;  // text tokens per chunk; 0 = 150; else 1 .. the T3 text limit
-  SynthProgressFn on_progress;    // optional (pipeline_common.h)
+  SynthProgressFn on_progress;   // optional (pipeline_common.h)
   // Streaming (docs/streaming.md): on_audio gets each text chunk's audio in pieces while T3
   // decodes, on this schedule; the concatenation has the non-streamed length (tail trim
   // included) for the same speech tokens.
@@ -147,8 +147,8 @@ class MtlPipeline final : public Pipeline {
   int64_t max_new_tokens() const override;
   int64_t chunk_token_limit() const override { return max_new_tokens(); }
   std::vector<std::string> languages() const override;  // codes, sorted
-  GemmPrecision cfm_precision() const;   // what the CFM estimator's linears run (S3GenStage)
-  GemmPrecision gemm_precision() const;  // MtlLoadParams::gemm (callers driving t3() hold a scope)
+  GemmPrecision cfm_precision() const;                  // what the CFM estimator's linears run (S3GenStage)
+  GemmPrecision gemm_precision() const;                 // MtlLoadParams::gemm (callers driving t3() hold a scope)
   T3Mtl& t3();
 
   // Voices (pipeline/voice.h), as TurboPipeline: buffers are reserved at load for any voice

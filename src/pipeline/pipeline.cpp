@@ -31,8 +31,9 @@ double Pipeline::save_prefix_cache(const std::string&) { no_voice_prefix(*this);
 
 void check_sampler_order(const std::string& path, const ModelConfig& c, const char* order) {
   if (c.pipeline.sampler_order != order)
-    throw UnsupportedModelError(path + ": sampler order '" + c.pipeline.sampler_order + "' (chatterbox.sampler.order); a " +
-                                variant_name(c.variant) + " model runs the '" + order + "' chain");
+    throw UnsupportedModelError(path + ": sampler order '" + c.pipeline.sampler_order +
+                                "' (chatterbox.sampler.order); a " + variant_name(c.variant) + " model runs the '" +
+                                order + "' chain");
 }
 
 std::unique_ptr<Pipeline> load_pipeline(const std::string& path, const UserLoadOptions& o) {

@@ -29,7 +29,7 @@ struct AbortedError : Error {  // the abort callback asked to stop
 struct SynthTimings {
   double text_ms = 0, t3_prefill_ms = 0, t3_decode_ms = 0, flow_ms = 0, cfm_ms = 0, hift_ms = 0, total_ms = 0;
   int64_t n_chunks = 0, n_text_tokens = 0, n_speech_tokens = 0, n_decode_steps = 0;
-  int64_t chunks_at_limit = 0;  // chunks whose generation hit max_new_tokens without EOS
+  int64_t chunks_at_limit = 0;       // chunks whose generation hit max_new_tokens without EOS
   int64_t chunks_prefix_reused = 0;  // Turbo chunks whose T3 voice prefix came from the cache
   int64_t n_samples = 0;
   int sample_rate = 24000;

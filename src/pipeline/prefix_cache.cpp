@@ -1,17 +1,17 @@
 #include "pipeline/prefix_cache.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-
-#include <sys/stat.h>
 #include <memory>
 
 #include "core/cpu.h"
 #include "core/error.h"
-#include "core/output_file.h"
 #include "core/gguf.h"
+#include "core/output_file.h"
 #include "ops/matmul.h"
 
 namespace cbx {

@@ -32,13 +32,13 @@ namespace cbx {
 class GgufFile;
 
 struct PrefixCacheKey {
-  uint64_t model = 0;       // prefix_cache_model_key
-  std::string compute;      // prefix_cache_compute_key (< 64 bytes)
+  uint64_t model = 0;   // prefix_cache_model_key
+  std::string compute;  // prefix_cache_compute_key (< 64 bytes)
   const float* speaker = nullptr;
   int64_t n_speaker = 0;
   const int32_t* tokens = nullptr;
   int64_t n_prompt = 0;
-  size_t kv_bytes = 0;      // the prefix's K/V bytes on this model (T3Turbo::prefix_kv_bytes)
+  size_t kv_bytes = 0;  // the prefix's K/V bytes on this model (T3Turbo::prefix_kv_bytes)
 };
 
 enum class PrefixCacheStatus {

@@ -86,9 +86,9 @@ std::vector<float> S3GenStage::to_audio(const Voice& v, const std::vector<int32_
   CBX_CHECK(!speech.empty() && int64_t(speech.size()) <= max_speech_, "s3gen: %zu speech tokens (1 .. %lld)",
             speech.size(), (long long)max_speech_);
   const double t0 = pipeline_now_ms();
-  FlowEncoderOutput fo = flow_->forward(v.prompt_token.data(), int64_t(v.prompt_token.size()), speech.data(),
-                                        int64_t(speech.size()), v.prompt_feat.data(), v.n_prompt_frames(),
-                                        v.embedding.data(), int64_t(v.embedding.size()));
+  FlowEncoderOutput fo =
+      flow_->forward(v.prompt_token.data(), int64_t(v.prompt_token.size()), speech.data(), int64_t(speech.size()),
+                     v.prompt_feat.data(), v.n_prompt_frames(), v.embedding.data(), int64_t(v.embedding.size()));
   const double t1 = pipeline_now_ms();
   const Tensor& mel = cfm_->solve(fo.mu, fo.spks, fo.cond, fo.n_prompt_frames, cfm_noise);
   const double t2 = pipeline_now_ms();

@@ -132,9 +132,9 @@ void S3GenStream::run(const std::vector<int32_t>& tokens, bool finalize, SynthTi
   }
   ++runs_;
   const double t0 = pipeline_now_ms();
-  FlowEncoderOutput fo = s3_.flow().forward(v.prompt_token.data() + Dp, Tpw, tokens.data() + Dg, n - Dg,
-                                            v.prompt_feat.data() + r * Dp * M_, Tmw, v.embedding.data(),
-                                            int64_t(v.embedding.size()));
+  FlowEncoderOutput fo =
+      s3_.flow().forward(v.prompt_token.data() + Dp, Tpw, tokens.data() + Dg, n - Dg,
+                         v.prompt_feat.data() + r * Dp * M_, Tmw, v.embedding.data(), int64_t(v.embedding.size()));
   const double t1 = pipeline_now_ms();
   // The noise of each window frame's full-sequence position.
   for (int64_t ch = 0; ch < M_; ++ch) {
@@ -165,8 +165,7 @@ void S3GenStream::run(const std::vector<int32_t>& tokens, bool finalize, SynthTi
   vocode(g_end, finalize, tm, sink, keep_samples);
 }
 
-void S3GenStream::vocode(int64_t g_end, bool finalize, SynthTimings* tm, const StreamSink& sink,
-                         int64_t keep_samples) {
+void S3GenStream::vocode(int64_t g_end, bool finalize, SynthTimings* tm, const StreamSink& sink, int64_t keep_samples) {
   const double t0 = pipeline_now_ms();
   HiftVocoder& h = s3_.hift();
   const int64_t s = std::max<int64_t>(0, a_done_ - kHiftContext), T = g_end - s;

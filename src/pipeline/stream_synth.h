@@ -81,7 +81,7 @@ class S3GenStream {
   int64_t finish(const std::vector<int32_t>& tokens, SynthTimings* tm, const StreamSink& sink,
                  int64_t keep_samples = -1);
 
-  int64_t runs() const { return runs_; }                  // S3Gen runs of this generation
+  int64_t runs() const { return runs_; }  // S3Gen runs of this generation
   // The generation's mel frames so far ([M, mel_frames()], row stride mel_stride()) and the
   // first frame the last run added (tests compare them with the non-streamed mel).
   const float* mel() const { return mel_.data(); }
@@ -90,7 +90,7 @@ class S3GenStream {
   int64_t last_run_first_frame() const { return last_first_; }
   S3GenStage& stage() { return s3_; }
   int64_t emitted_samples() const { return emitted_; }
-  int64_t cfm_frames() const { return cfm_frames_; }       // CFM frames run (all runs)
+  int64_t cfm_frames() const { return cfm_frames_; }  // CFM frames run (all runs)
 
  private:
   void run(const std::vector<int32_t>& tokens, bool finalize, SynthTimings* tm, const StreamSink& sink,
@@ -108,11 +108,11 @@ class S3GenStream {
   std::unique_ptr<float[]> hift_noise_;       // [H1, spf max_out_frames], filled block by block
   std::vector<float> hift_phases_;
   uint64_t hift_key_ = 0;
-  int64_t noise_blocks_ = 0;                  // HiFT noise blocks filled
-  std::vector<double> cycles_;                // harmonic cycles at the start of frame a_done_
-  std::vector<float> tail_;                   // held-back audio of frames [a_done_, + kHiftFade)
+  int64_t noise_blocks_ = 0;    // HiFT noise blocks filled
+  std::vector<double> cycles_;  // harmonic cycles at the start of frame a_done_
+  std::vector<float> tail_;     // held-back audio of frames [a_done_, + kHiftFade)
   bool have_tail_ = false;
-  std::vector<float> out_;                    // emission scratch
+  std::vector<float> out_;  // emission scratch
   int64_t next_at_ = 0, last_first_ = 0, mel_done_ = 0, a_done_ = 0, emitted_ = 0, runs_ = 0, cfm_frames_ = 0;
 };
 

@@ -48,8 +48,7 @@ std::string lower_ascii(std::string s) {
   return s;
 }
 
-[[noreturn]] void throw_parse(const std::string& flag, const std::string& what,
-                              const std::string& text) {
+[[noreturn]] void throw_parse(const std::string& flag, const std::string& what, const std::string& text) {
   throw InvalidArgumentError(flag + " must be " + what + ", got '" + text + "'");
 }
 
@@ -77,18 +76,14 @@ bool ParamSpec::contains(double v) const {
 }
 
 std::string ParamSpec::range() const {
-  return std::string(lo_open ? "(" : "[") + format_double(lo) + ", " + format_double(hi) +
-         (hi_open ? ")" : "]");
+  return std::string(lo_open ? "(" : "[") + format_double(lo) + ", " + format_double(hi) + (hi_open ? ")" : "]");
 }
 
-std::string param_error(const ParamSpec& p, double value) {
-  return param_message(p, format_double(value));
-}
+std::string param_error(const ParamSpec& p, double value) { return param_message(p, format_double(value)); }
 
 void check_param(const ParamSpec& p, double value) {
   // Every non-integer parameter is stored as a float: 1e-50 must not become a temperature of 0.
-  if (!p.contains(value) || (!p.integer && !p.contains(double(float(value)))))
-    throw_param(p, format_double(value));
+  if (!p.contains(value) || (!p.integer && !p.contains(double(float(value))))) throw_param(p, format_double(value));
 }
 
 namespace {
@@ -114,8 +109,7 @@ void validate(const UserLoadOptions& o) {
   if (o.n_threads) check_int(param::kThreads, *o.n_threads);
   if (o.max_new_tokens) check_int(param::kMaxNewTokens, *o.max_new_tokens);
   if (o.kv_type && *o.kv_type != DType::F16 && *o.kv_type != DType::F32)
-    throw InvalidArgumentError(std::string("kv_type (--kv-type) must be f16 or f32, got ") +
-                               dtype_name(*o.kv_type));
+    throw InvalidArgumentError(std::string("kv_type (--kv-type) must be f16 or f32, got ") + dtype_name(*o.kv_type));
   if (o.gemm_precision && *o.gemm_precision != GemmPrecision::Auto && *o.gemm_precision != GemmPrecision::F32 &&
       *o.gemm_precision != GemmPrecision::BF16)
     throw InvalidArgumentError("gemm_precision (--gemm-precision) must be auto, f32 or bf16, got " +
@@ -195,17 +189,14 @@ std::string resolve_language(Variant variant, const std::vector<std::string>& su
   if (variant == Variant::Mtl) return check_mtl_language(supported, language.value_or(""));
   if (!language || language->empty() || lower_ascii(*language) == "en") return "en";
   throw InvalidArgumentError(std::string("language (--lang): a ") + variant_name(variant) +
-                             " model speaks English only (en); '" + *language +
-                             "' needs a Multilingual model");
+                             " model speaks English only (en); '" + *language + "' needs a Multilingual model");
 }
 
 uint64_t parse_u64(const std::string& flag, const std::string& text) {
   uint64_t v = 0;
   const char* end = text.data() + text.size();
   if (!all_digits(text) || std::from_chars(text.data(), end, v).ec != std::errc())
-    throw_parse(flag,
-                "an integer in [0, " + std::to_string(std::numeric_limits<uint64_t>::max()) + "]",
-                text);
+    throw_parse(flag, "an integer in [0, " + std::to_string(std::numeric_limits<uint64_t>::max()) + "]", text);
   return v;
 }
 
@@ -232,8 +223,7 @@ double parse_number(const std::string& flag, const std::string& text) {
   const char* end = text.data() + text.size();
   if (!chars_ok) throw_parse(flag, "a finite decimal number", text);
   const auto [ptr, ec] = std::from_chars(text.data(), end, v, std::chars_format::general);
-  if (ec != std::errc() || ptr != end || !std::isfinite(v))
-    throw_parse(flag, "a finite decimal number", text);
+  if (ec != std::errc() || ptr != end || !std::isfinite(v)) throw_parse(flag, "a finite decimal number", text);
   return v;
 }
 
@@ -258,8 +248,8 @@ GemmPrecision parse_cfm_precision_flag(const std::string& flag, const std::strin
 
 std::optional<std::string> thread_count_warning(int64_t n_threads, int available) {
   if (n_threads <= available) return std::nullopt;
-  return "n_threads (--threads) " + std::to_string(n_threads) + " is more than the " +
-         std::to_string(available) + " CPU" + (available == 1 ? "" : "s") +
+  return "n_threads (--threads) " + std::to_string(n_threads) + " is more than the " + std::to_string(available) +
+         " CPU" + (available == 1 ? "" : "s") +
          " this process may use (CPU affinity / cgroup quota): the threads will wait for each "
          "other and "
          "synthesis can be many times slower";

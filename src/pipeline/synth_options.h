@@ -18,7 +18,7 @@
 
 #include "core/dtype.h"
 #include "models/model_config.h"
-#include "ops/matmul.h"  // GemmPrecision
+#include "ops/matmul.h"                // GemmPrecision
 #include "pipeline/pipeline_common.h"  // InvalidArgumentError
 
 namespace cbx {
@@ -84,11 +84,10 @@ struct UserSynthOptions {
 
 // At load.
 struct UserLoadOptions {
-  std::optional<int64_t> n_threads;  // default: available_cpus()
-  std::optional<int64_t>
-      max_new_tokens;            // default: the model's (1000); model limit checked at load
-  std::optional<DType> kv_type;  // F16 (default) or F32
-  bool repack = true;            // TurboLoadParams::repack
+  std::optional<int64_t> n_threads;             // default: available_cpus()
+  std::optional<int64_t> max_new_tokens;        // default: the model's (1000); model limit checked at load
+  std::optional<DType> kv_type;                 // F16 (default) or F32
+  bool repack = true;                           // TurboLoadParams::repack
   std::optional<GemmPrecision> gemm_precision;  // TurboLoadParams::gemm; default Auto
   std::optional<GemmPrecision> cfm_precision;   // TurboLoadParams::cfm_precision; default Auto
 };
@@ -101,9 +100,8 @@ void validate(const UserLoadOptions& o);
 
 // Validated conversions (they call validate). Fields the variant does not use are dropped
 // (ignored_options lists them); the pipelines' internal "negative = default" stands for nullopt.
-TurboSynthParams to_turbo_params(
-    const UserSynthOptions& o);                           // language: use resolve_language first
-MtlSynthParams to_mtl_params(const UserSynthOptions& o);  // language copied; the pipeline checks it
+TurboSynthParams to_turbo_params(const UserSynthOptions& o);  // language: use resolve_language first
+MtlSynthParams to_mtl_params(const UserSynthOptions& o);      // language copied; the pipeline checks it
 TurboLoadParams to_turbo_load_params(const UserLoadOptions& o);
 MtlLoadParams to_mtl_load_params(const UserLoadOptions& o);
 

@@ -1,8 +1,8 @@
 #include "pipeline/turbo_pipeline.h"
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -37,9 +37,9 @@ struct TurboPipeline::Impl {
   std::unique_ptr<Gpt2Tokenizer> tok;
   std::unique_ptr<T3Turbo> t3;
   std::unique_ptr<S3GenStage> s3gen;
-  Voice builtin;  // the GGUF's voice.* tensors
-  Voice voice;    // the voice in use (set_voice)
-  int64_t max_cond_tokens = 0;    // T3 prompt tokens reserved for
+  Voice builtin;                // the GGUF's voice.* tensors
+  Voice voice;                  // the voice in use (set_voice)
+  int64_t max_cond_tokens = 0;  // T3 prompt tokens reserved for
   int64_t max_new = 0, max_speech = 0;
   DType kv_type = DType::F16;
   GemmPrecision gemm = GemmPrecision::Auto;  // TurboLoadParams::gemm
@@ -174,8 +174,8 @@ void TurboPipeline::set_voice(const Voice& v, const std::string& what) {
   Impl& m = *m_;
   check_voice(v, m.cfg, what);
   CBX_CHECK(int64_t(v.cond_prompt_tokens.size()) <= m.max_cond_tokens,
-            "%s: %zu T3 prompt tokens exceed the %lld the pipeline reserved", what.c_str(),
-            v.cond_prompt_tokens.size(), (long long)m.max_cond_tokens);
+            "%s: %zu T3 prompt tokens exceed the %lld the pipeline reserved", what.c_str(), v.cond_prompt_tokens.size(),
+            (long long)m.max_cond_tokens);
   m.s3gen->check_fits(v, what);
   m.voice = v;
 }
@@ -190,13 +190,14 @@ std::vector<std::string> TurboPipeline::split_text(const std::string& text, int6
   const Impl& m = *m_;
   check_synth_text(text);
   const int64_t budget = max_chunk_tokens == 0 ? kDefaultChunkTokens : max_chunk_tokens;
-  const int64_t t3_max = int64_t(m.tok->model_max_length() == Gpt2Tokenizer::kNoMaxLength ? 1024
-                                                                                          : m.tok->model_max_length());
+  const int64_t t3_max =
+      int64_t(m.tok->model_max_length() == Gpt2Tokenizer::kNoMaxLength ? 1024 : m.tok->model_max_length());
   check_param(param::kMaxChunkTokens.limited(double(t3_max), "the text tokens this model's T3 takes"), double(budget));
   // A chunk cut inside a sentence ends with "," (a Turbo sentence ender, continuation prosody)
   // rather than the "." punc_norm would append; the text's own ending stays on the last chunk.
-  return split_into_chunks(punc_norm(text, PuncNormFlavor::Turbo), budget,
-                           [&](const std::string& s) { return m.count_tokens(s); }, ChunkRules{});
+  return split_into_chunks(
+      punc_norm(text, PuncNormFlavor::Turbo), budget, [&](const std::string& s) { return m.count_tokens(s); },
+      ChunkRules{});
 }
 
 void TurboPipeline::reseed_s3gen(uint64_t seed) { m_->s3gen->reseed(seed); }
@@ -208,9 +209,8 @@ std::vector<float> TurboPipeline::tokens_to_audio(const std::vector<int32_t>& sp
   return m_->s3gen->to_audio(m_->voice, speech, tm);
 }
 
-std::vector<float> TurboPipeline::tokens_to_audio_stream(const std::vector<int32_t>& speech,
-                                                         const StreamSchedule& s, TurboTimings* tm,
-                                                         const StreamSink& on_piece) {
+std::vector<float> TurboPipeline::tokens_to_audio_stream(const std::vector<int32_t>& speech, const StreamSchedule& s,
+                                                         TurboTimings* tm, const StreamSink& on_piece) {
   const int64_t n_sil = std::min<int64_t>(m_->cfg.pipeline.n_silence_tokens, int64_t(speech.size()));
   return stream_tokens(m_->s3gen->stream(), m_->voice, s, speech, int64_t(speech.size()) - n_sil, tm, on_piece);
 }
@@ -235,9 +235,8 @@ SamplerParams TurboPipeline::sampler_params(const TurboSynthParams& p) const {
 }
 
 std::vector<float> TurboPipeline::synthesize_checked(const std::string& text, const SynthRequest& r,
-                                                     const std::string& /*language: always en*/,
-                                                     SynthTimings* timings, const SynthAudioFn& on_audio,
-                                                     const SynthAbortFn& should_abort) {
+                                                     const std::string& /*language: always en*/, SynthTimings* timings,
+                                                     const SynthAudioFn& on_audio, const SynthAbortFn& should_abort) {
   TurboSynthParams p = to_turbo_params(r.options);
   copy_call_fields(r, p);
   return synthesize(text, p, timings, on_audio, should_abort);
@@ -260,8 +259,8 @@ std::vector<float> TurboPipeline::synthesize(const std::string& text, const Turb
     sp.seed = chunk_seed(p.seed, k);
     int64_t steps = 0;
     // Streaming: S3Gen runs between decode steps on the schedule (stream_synth.h).
-    StreamRun stream(p.stream ? &m.s3gen->stream() : nullptr, m.voice, p.stream_schedule, &tm, loop.audio(),
-                     on_audio, k, n_chunks);
+    StreamRun stream(p.stream ? &m.s3gen->stream() : nullptr, m.voice, p.stream_schedule, &tm, loop.audio(), on_audio,
+                     k, n_chunks);
     auto on_step = [&](int64_t, const float*, const float*, int32_t tok) {
       if (p.on_progress) p.on_progress(k, n_chunks, ++steps);
       loop.check_abort();

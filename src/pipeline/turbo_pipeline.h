@@ -47,8 +47,8 @@ class ThreadPool;
 struct Voice;
 
 struct TurboLoadParams {
-  int n_threads = 0;               // 0 = available_cpus() (core/cpu.h); else 1 .. 1024
-  DType kv_type = DType::F16;      // T3 KV cache: F16 or F32
+  int n_threads = 0;           // 0 = available_cpus() (core/cpu.h); else 1 .. 1024
+  DType kv_type = DType::F16;  // T3 KV cache: F16 or F32
   // Speech tokens per generation after the first; negative = the GGUF's (1000); else 1 .. what
   // the model's T3 positions hold after the voice prompt and the text.
   int64_t max_new_tokens = -1;
@@ -74,7 +74,7 @@ struct TurboSynthParams {
   double top_p = -1;
   float repetition_penalty = -1;
   int64_t max_chunk_tokens = 0;  // BPE tokens per text chunk; 0 = 80; else 1 .. the T3 text limit
-  SynthProgressFn on_progress;    // optional (pipeline_common.h)
+  SynthProgressFn on_progress;   // optional (pipeline_common.h)
   // Streaming (docs/streaming.md): on_audio gets each text chunk's audio in pieces while T3
   // decodes, on this schedule; the concatenation has the non-streamed length.
   bool stream = false;
@@ -127,10 +127,10 @@ class TurboPipeline final : public Pipeline {
   const ModelConfig& config() const override;
   int n_threads() const override;
   int64_t max_new_tokens() const override;
-  int64_t chunk_token_limit() const override;  // max_new_tokens() + 1 (the prefill token)
+  int64_t chunk_token_limit() const override;           // max_new_tokens() + 1 (the prefill token)
   std::vector<std::string> languages() const override;  // {"en"}
-  GemmPrecision cfm_precision() const;   // what the CFM estimator's linears run (S3GenStage)
-  GemmPrecision gemm_precision() const;  // TurboLoadParams::gemm (callers driving t3() hold a scope)
+  GemmPrecision cfm_precision() const;                  // what the CFM estimator's linears run (S3GenStage)
+  GemmPrecision gemm_precision() const;                 // TurboLoadParams::gemm (callers driving t3() hold a scope)
   T3Turbo& t3();
   // The voice in use (default: the built-in one, conds.pt) as the pipeline uses it.
   const std::vector<float>& speaker_emb() const;

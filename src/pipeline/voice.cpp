@@ -27,13 +27,13 @@ std::vector<T> read_tensor(const GgufFile& f, const std::string& what, const cha
   const GgufTensorInfo* info = f.find_tensor(name);
   CBX_CHECK(info, "%s: missing tensor '%s'", what.c_str(), name);
   Tensor t = f.tensor(*info);
-  CBX_CHECK(t.dtype == dt && t.is_contiguous(), "%s: tensor '%s' is %s, expected a contiguous %s tensor",
-            what.c_str(), name, dtype_name(t.dtype), dtype_name(dt));
+  CBX_CHECK(t.dtype == dt && t.is_contiguous(), "%s: tensor '%s' is %s, expected a contiguous %s tensor", what.c_str(),
+            name, dtype_name(t.dtype), dtype_name(dt));
   CBX_CHECK(t.ndim == want_ndim, "%s: tensor '%s' has shape %s, expected %d dimension(s)", what.c_str(), name,
             t.shape_str().c_str(), want_ndim);
   if (want_cols > 0)
-    CBX_CHECK(t.shape[t.ndim - 1] == want_cols, "%s: tensor '%s' has shape %s, expected [.., %lld]", what.c_str(),
-              name, t.shape_str().c_str(), (long long)want_cols);
+    CBX_CHECK(t.shape[t.ndim - 1] == want_cols, "%s: tensor '%s' has shape %s, expected [.., %lld]", what.c_str(), name,
+              t.shape_str().c_str(), (long long)want_cols);
   if (rows) *rows = t.ndim == 2 ? t.shape[0] : t.numel();
   return std::vector<T>(t.ptr<T>(), t.ptr<T>() + t.numel());
 }
@@ -106,10 +106,10 @@ Voice builtin_voice(const GgufFile& f, const ModelConfig& c) {
   // The converter accepts conds.pt with more T3 prompt tokens than the model uses (warning);
   // the pipeline reserves for it, so only internal consistency is checked here.
   validate_voice(v, what);
-  CBX_CHECK(int64_t(v.speaker_emb.size()) == c.t3.speaker_embed_size &&
-                int64_t(v.embedding.size()) == c.flow.spk_embed_dim,
-            "%s: speaker_emb [%zu] / embedding [%zu], the model takes [%d] / [%d]", what.c_str(),
-            v.speaker_emb.size(), v.embedding.size(), c.t3.speaker_embed_size, c.flow.spk_embed_dim);
+  CBX_CHECK(
+      int64_t(v.speaker_emb.size()) == c.t3.speaker_embed_size && int64_t(v.embedding.size()) == c.flow.spk_embed_dim,
+      "%s: speaker_emb [%zu] / embedding [%zu], the model takes [%d] / [%d]", what.c_str(), v.speaker_emb.size(),
+      v.embedding.size(), c.t3.speaker_embed_size, c.flow.spk_embed_dim);
   return v;
 }
 
@@ -145,8 +145,8 @@ void check_voice(const Voice& v, const ModelConfig& c, const std::string& what) 
             c.t3.speaker_embed_size);
   CBX_CHECK(int64_t(v.embedding.size()) == c.flow.spk_embed_dim, "%s: embedding has %zu values, the model takes %d",
             what.c_str(), v.embedding.size(), c.flow.spk_embed_dim);
-  CBX_CHECK(v.mel_dim == c.flow.mel_dim, "%s: prompt_feat has %d mel bins, the model takes %d", what.c_str(),
-            v.mel_dim, c.flow.mel_dim);
+  CBX_CHECK(v.mel_dim == c.flow.mel_dim, "%s: prompt_feat has %d mel bins, the model takes %d", what.c_str(), v.mel_dim,
+            c.flow.mel_dim);
   CBX_CHECK(int64_t(v.cond_prompt_tokens.size()) <= c.t3.cond_prompt_len,
             "%s: %zu T3 prompt tokens, the model takes at most %d", what.c_str(), v.cond_prompt_tokens.size(),
             c.t3.cond_prompt_len);
@@ -154,8 +154,8 @@ void check_voice(const Voice& v, const ModelConfig& c, const std::string& what) 
   check_tokens(v.prompt_token, c.flow.vocab, what, "prompt_token");
   const int64_t max_tp = int64_t(std::lround(double(c.pipeline.dec_cond_seconds) * c.pipeline.token_rate));
   CBX_CHECK(int64_t(v.prompt_token.size()) <= max_tp,
-            "%s: %zu S3Gen prompt tokens, more than the %lld of a %g s reference", what.c_str(),
-            v.prompt_token.size(), (long long)max_tp, double(c.pipeline.dec_cond_seconds));
+            "%s: %zu S3Gen prompt tokens, more than the %lld of a %g s reference", what.c_str(), v.prompt_token.size(),
+            (long long)max_tp, double(c.pipeline.dec_cond_seconds));
 }
 
 namespace {
@@ -206,13 +206,13 @@ Voice voice_from_gguf(const GgufFile& f) {
   const GgufValue* arch = f.find("general.architecture");
   CBX_CHECK(arch && arch->type == GgufType::STRING, "%s: not a voice file (no general.architecture)", what.c_str());
   CBX_CHECK(arch->as_string() == kVoiceArchitecture,
-            "%s: not a voice file (general.architecture is '%s', expected '%s'; a model GGUF goes to -m)",
-            what.c_str(), arch->as_string().c_str(), kVoiceArchitecture);
+            "%s: not a voice file (general.architecture is '%s', expected '%s'; a model GGUF goes to -m)", what.c_str(),
+            arch->as_string().c_str(), kVoiceArchitecture);
   CBX_CHECK(f.has(key("format_version")), "%s: missing metadata '%s'", what.c_str(), key("format_version").c_str());
   const int64_t ver = meta_int(f, key("format_version"), what);
   CBX_CHECK(ver >= 1 && ver <= kVoiceFormatVersion,
-            "%s: voice format version %lld is not supported (this build reads 1 .. %d)", what.c_str(),
-            (long long)ver, kVoiceFormatVersion);
+            "%s: voice format version %lld is not supported (this build reads 1 .. %d)", what.c_str(), (long long)ver,
+            kVoiceFormatVersion);
   const std::string variant = meta_string(f, key("variant"), what);
   CBX_CHECK(!variant.empty(), "%s: missing metadata '%s'", what.c_str(), key("variant").c_str());
   Voice v;

@@ -111,9 +111,9 @@ Voice voice_from_gguf(const GgufFile& f);
 bool is_gguf_file(const std::string& path);
 
 struct VoiceBuildOptions {
-  float exaggeration = -1;     // emotion_adv; < 0: the model's generate default (pipeline.exaggeration)
-  bool norm_loudness = true;   // Turbo's norm_loudness flag (ignored where the variant never normalises)
-  double max_seconds = 30.0;   // decode at most this much of the reference (>= 10)
+  float exaggeration = -1;    // emotion_adv; < 0: the model's generate default (pipeline.exaggeration)
+  bool norm_loudness = true;  // Turbo's norm_loudness flag (ignored where the variant never normalises)
+  double max_seconds = 30.0;  // decode at most this much of the reference (>= 10)
 };
 
 // Wall time of each stage of one build (ms). The front-ends of the networks (VE mel, Kaldi
@@ -159,11 +159,11 @@ double voice_decode_seconds(const VoiceRecipe& r);
 
 // The signals the cloning networks take, before any network runs.
 struct VoiceSignals {
-  std::vector<float> full;   // the reference at 24 kHz, cut to max_seconds, loudness gain applied
-  std::vector<float> ref16;  // its soxr 16 kHz copy: the voice encoder's input, whole
-  int64_t t3_samples = 0;    // ref16's first t3_samples feed the T3 prompt tokenizer
-  int64_t s3gen_samples = 0; // full's first s3gen_samples feed S3Gen.embed_ref
-  double lufs = 0;           // integrated loudness of full before the gain
+  std::vector<float> full;    // the reference at 24 kHz, cut to max_seconds, loudness gain applied
+  std::vector<float> ref16;   // its soxr 16 kHz copy: the voice encoder's input, whole
+  int64_t t3_samples = 0;     // ref16's first t3_samples feed the T3 prompt tokenizer
+  int64_t s3gen_samples = 0;  // full's first s3gen_samples feed S3Gen.embed_ref
+  double lufs = 0;            // integrated loudness of full before the gain
   float gain = 1;
 };
 // Decoded audio -> VoiceSignals: non-finite samples, too short (the variant's minimum) and silent

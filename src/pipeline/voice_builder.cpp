@@ -48,8 +48,8 @@ VoiceRecipe voice_recipe(const ModelConfig& c, const VoiceBuildOptions& o, const
   r.sr16 = c.pipeline.s3_sample_rate;
   CBX_CHECK(r.sr24 == S3GenMel::kSampleRate && r.sr16 == S3TokenizerMel::kSampleRate,
             "%s: voice cloning needs 24 kHz / 16 kHz rates, the model says %d / %d", what.c_str(), r.sr24, r.sr16);
-  CBX_CHECK(c.flow.mel_dim == S3GenMel::kMels, "%s: flow.mel_dim %d, the S3Gen mel front-end has %d bins",
-            what.c_str(), c.flow.mel_dim, S3GenMel::kMels);
+  CBX_CHECK(c.flow.mel_dim == S3GenMel::kMels, "%s: flow.mel_dim %d, the S3Gen mel front-end has %d bins", what.c_str(),
+            c.flow.mel_dim, S3GenMel::kMels);
   CBX_CHECK(std::isfinite(o.max_seconds) && o.max_seconds >= c.pipeline.dec_cond_seconds && o.max_seconds <= 600,
             "voice builder: max_seconds %g must be in [%g, 600]", o.max_seconds, double(c.pipeline.dec_cond_seconds));
   r.max_seconds = o.max_seconds;
@@ -86,7 +86,8 @@ VoiceSignals voice_signals(const AudioData& a, const VoiceRecipe& r, const std::
   // librosa.load(path, sr=24000): soxr HQ to 24 kHz; cut to max_seconds when longer.
   VoiceSignals sig;
   double t0 = now_ms();
-  sig.full = a.sample_rate == r.sr24 ? a.samples : resample_soxr(a.samples.data(), a.samples.size(), a.sample_rate, r.sr24);
+  sig.full =
+      a.sample_rate == r.sr24 ? a.samples : resample_soxr(a.samples.data(), a.samples.size(), a.sample_rate, r.sr24);
   std::vector<float>& full = sig.full;
   const size_t max_24k = size_t(std::llround(r.max_seconds * r.sr24));
   if (full.size() > max_24k) {

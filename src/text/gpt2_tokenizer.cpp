@@ -103,8 +103,7 @@ nlohmann::json read_json(const std::string& path) {
 // A special-token entry of tokenizer_config.json: "str", {"content": "str", ...} or null.
 std::string special_token_content(const nlohmann::json& v) {
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string())
-    return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
   return "";
 }
 
@@ -151,13 +150,10 @@ struct Gpt2Tokenizer::Impl {
     return size_t(s) < vocab_size ? tokens[s] : sym_extra[s - vocab_size];
   }
 
-  static uint64_t pair_key(int32_t a, int32_t b) {
-    return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
-  }
+  static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
 
   void bpe(const std::string& piece, std::vector<int32_t>& out) const;
-  void encode_span(const std::string& text, size_t begin, size_t end,
-                   std::vector<int32_t>& out) const;
+  void encode_span(const std::string& text, size_t begin, size_t end, std::vector<int32_t>& out) const;
 };
 
 // Merges the piece's byte symbols, lowest rank first and leftmost among equal ranks, which is
@@ -211,8 +207,7 @@ void Gpt2Tokenizer::Impl::bpe(const std::string& piece, std::vector<int32_t>& ou
   std::vector<int32_t> ids;
   for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = nodes[i].next) {
     const int32_t s = nodes[i].sym;
-    CBX_CHECK(size_t(s) < vocab_size, "gpt2_tokenizer: BPE piece '%s' is not in the vocab",
-              sym_string(s).c_str());
+    CBX_CHECK(size_t(s) < vocab_size, "gpt2_tokenizer: BPE piece '%s' is not in the vocab", sym_string(s).c_str());
     ids.push_back(s);
   }
   out.insert(out.end(), ids.begin(), ids.end());
@@ -257,8 +252,7 @@ void Gpt2Tokenizer::Impl::encode_span(const std::string& text, size_t begin, siz
       const char32_t c1 = cps[p + 1], c2 = p + 2 < n ? cps[p + 2] : 0;
       if (c1 == U's' || c1 == U't' || c1 == U'm' || c1 == U'd') {
         q = p + 2;
-      } else if ((c1 == U'r' && c2 == U'e') || (c1 == U'v' && c2 == U'e') ||
-                 (c1 == U'l' && c2 == U'l')) {
+      } else if ((c1 == U'r' && c2 == U'e') || (c1 == U'v' && c2 == U'e') || (c1 == U'l' && c2 == U'l')) {
         q = p + 3;
       }
     }
@@ -289,15 +283,14 @@ void Gpt2Tokenizer::Impl::encode_span(const std::string& text, size_t begin, siz
   }
 }
 
-Gpt2Tokenizer::Gpt2Tokenizer(std::vector<std::string> tokens,
-                             const std::vector<std::string>& merges,
+Gpt2Tokenizer::Gpt2Tokenizer(std::vector<std::string> tokens, const std::vector<std::string>& merges,
                              std::vector<Gpt2AddedToken> added, size_t model_max_length)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.vocab_size = tokens.size();
   m.max_length = model_max_length;
-  CBX_CHECK(m.vocab_size > 0 && m.vocab_size < size_t(INT32_MAX / 2),
-            "gpt2_tokenizer: vocab size %zu out of range", m.vocab_size);
+  CBX_CHECK(m.vocab_size > 0 && m.vocab_size < size_t(INT32_MAX / 2), "gpt2_tokenizer: vocab size %zu out of range",
+            m.vocab_size);
 
   // Added tokens: unique content and ids; they may overlay vocab ids or extend the id space.
   size_t total = m.vocab_size;
@@ -311,8 +304,8 @@ Gpt2Tokenizer::Gpt2Tokenizer(std::vector<std::string> tokens,
     } catch (const Error&) {
       fail("gpt2_tokenizer: added token id %d is not valid UTF-8", a.id);
     }
-    CBX_CHECK(m.added_by_content.emplace(a.content, a.id).second,
-              "gpt2_tokenizer: added token '%s' listed twice", a.content.c_str());
+    CBX_CHECK(m.added_by_content.emplace(a.content, a.id).second, "gpt2_tokenizer: added token '%s' listed twice",
+              a.content.c_str());
     total = std::max(total, size_t(a.id) + 1);
   }
   is_added.resize(total, 0);
@@ -334,14 +327,13 @@ Gpt2Tokenizer::Gpt2Tokenizer(std::vector<std::string> tokens,
       continue;  // not reachable by BPE
     }
     CBX_CHECK(!t.empty(), "gpt2_tokenizer: vocab token %zu is empty", id);
-    CBX_CHECK(m.sym_index.emplace(t, int32_t(id)).second,
-              "gpt2_tokenizer: vocab token '%s' appears twice (id %zu)", t.c_str(), id);
+    CBX_CHECK(m.sym_index.emplace(t, int32_t(id)).second, "gpt2_tokenizer: vocab token '%s' appears twice (id %zu)",
+              t.c_str(), id);
   }
   for (const auto& a : added) {
     m.tokens[a.id] = a.content;
     m.token_bytes[a.id] = a.content;
-    m.added_by_first_byte[static_cast<unsigned char>(a.content[0])].push_back(
-        int32_t(m.added.size()));
+    m.added_by_first_byte[static_cast<unsigned char>(a.content[0])].push_back(int32_t(m.added.size()));
     m.added.push_back(a);
   }
 
@@ -357,8 +349,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(std::vector<std::string> tokens,
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string& line = merges[rank];
     const size_t sp = line.find(' ');
-    CBX_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() &&
-                  line.find(' ', sp + 1) == std::string::npos,
+    CBX_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() && line.find(' ', sp + 1) == std::string::npos,
               "gpt2_tokenizer: merge %zu '%s' is not 'a b'", rank, line.c_str());
     const std::string a = line.substr(0, sp), b = line.substr(sp + 1);
     const int32_t sa = m.intern(a), sb = m.intern(b), sr = m.intern(a + b);
@@ -370,8 +361,7 @@ Gpt2Tokenizer::~Gpt2Tokenizer() = default;
 Gpt2Tokenizer::Gpt2Tokenizer(Gpt2Tokenizer&&) noexcept = default;
 Gpt2Tokenizer& Gpt2Tokenizer::operator=(Gpt2Tokenizer&&) noexcept = default;
 
-Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& vocab_json,
-                                        const std::string& merges_txt,
+Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt,
                                         const std::string& added_tokens_json,
                                         const std::string& tokenizer_config_json) {
   // vocab.json: {"token": id}, ids dense from 0.
@@ -380,12 +370,12 @@ Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& vocab_json,
   std::vector<std::string> tokens(vocab.size());
   std::vector<char> seen(vocab.size(), 0);
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    CBX_CHECK(it.value().is_number_integer(), "gpt2_tokenizer: '%s': id of '%s' is not an integer",
-              vocab_json.c_str(), it.key().c_str());
+    CBX_CHECK(it.value().is_number_integer(), "gpt2_tokenizer: '%s': id of '%s' is not an integer", vocab_json.c_str(),
+              it.key().c_str());
     const int64_t id = it.value().get<int64_t>();
     CBX_CHECK(id >= 0 && size_t(id) < tokens.size() && !seen[id],
-              "gpt2_tokenizer: '%s': id %lld of '%s' is out of range or repeated",
-              vocab_json.c_str(), (long long)id, it.key().c_str());
+              "gpt2_tokenizer: '%s': id %lld of '%s' is out of range or repeated", vocab_json.c_str(), (long long)id,
+              it.key().c_str());
     seen[id] = 1;
     tokens[id] = it.key();
   }
@@ -413,12 +403,12 @@ Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& vocab_json,
   auto add = [&](const std::string& content, int64_t id, const std::string& src) {
     auto it = added_ids.find(content);
     if (it != added_ids.end()) {
-      CBX_CHECK(it->second == id, "gpt2_tokenizer: '%s': added token '%s' has ids %d and %lld",
-                src.c_str(), content.c_str(), it->second, (long long)id);
+      CBX_CHECK(it->second == id, "gpt2_tokenizer: '%s': added token '%s' has ids %d and %lld", src.c_str(),
+                content.c_str(), it->second, (long long)id);
       return;
     }
-    CBX_CHECK(id >= 0 && id < INT32_MAX / 2, "gpt2_tokenizer: '%s': id %lld of '%s' out of range",
-              src.c_str(), (long long)id, content.c_str());
+    CBX_CHECK(id >= 0 && id < INT32_MAX / 2, "gpt2_tokenizer: '%s': id %lld of '%s' out of range", src.c_str(),
+              (long long)id, content.c_str());
     added_ids.emplace(content, int32_t(id));
     added.push_back({content, int32_t(id)});
   };
@@ -427,17 +417,14 @@ Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& vocab_json,
   std::vector<std::string> specials;
   if (!tokenizer_config_json.empty()) {
     const nlohmann::json cfg = read_json(tokenizer_config_json);
-    CBX_CHECK(cfg.is_object(), "gpt2_tokenizer: '%s' is not a JSON object",
-              tokenizer_config_json.c_str());
+    CBX_CHECK(cfg.is_object(), "gpt2_tokenizer: '%s' is not a JSON object", tokenizer_config_json.c_str());
     if (cfg.contains("model_max_length") && cfg["model_max_length"].is_number()) {
       const double v = cfg["model_max_length"].get<double>();
-      CBX_CHECK(v >= 1, "gpt2_tokenizer: '%s': model_max_length %g", tokenizer_config_json.c_str(),
-                v);
+      CBX_CHECK(v >= 1, "gpt2_tokenizer: '%s': model_max_length %g", tokenizer_config_json.c_str(), v);
       if (v < 1e15) max_length = size_t(v);
     }
     if (cfg.contains("added_tokens_decoder") && cfg["added_tokens_decoder"].is_object()) {
-      for (auto it = cfg["added_tokens_decoder"].begin(); it != cfg["added_tokens_decoder"].end();
-           ++it) {
+      for (auto it = cfg["added_tokens_decoder"].begin(); it != cfg["added_tokens_decoder"].end(); ++it) {
         const std::string content = special_token_content(it.value());
         CBX_CHECK(!content.empty(), "gpt2_tokenizer: '%s': added token %s has no content",
                   tokenizer_config_json.c_str(), it.key().c_str());
@@ -454,12 +441,10 @@ Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& vocab_json,
   }
   if (!added_tokens_json.empty()) {
     const nlohmann::json at = read_json(added_tokens_json);
-    CBX_CHECK(at.is_object(), "gpt2_tokenizer: '%s' is not a JSON object",
-              added_tokens_json.c_str());
+    CBX_CHECK(at.is_object(), "gpt2_tokenizer: '%s' is not a JSON object", added_tokens_json.c_str());
     for (auto it = at.begin(); it != at.end(); ++it) {
-      CBX_CHECK(it.value().is_number_integer(),
-                "gpt2_tokenizer: '%s': id of '%s' is not an integer", added_tokens_json.c_str(),
-                it.key().c_str());
+      CBX_CHECK(it.value().is_number_integer(), "gpt2_tokenizer: '%s': id of '%s' is not an integer",
+                added_tokens_json.c_str(), it.key().c_str());
       add(it.key(), it.value().get<int64_t>(), added_tokens_json);
     }
   }
@@ -483,8 +468,8 @@ Gpt2Tokenizer Gpt2Tokenizer::from_dir(const std::string& dir) {
     const fs::path p = d / name;
     return fs::exists(p) ? p.string() : std::string();
   };
-  return from_files((d / "vocab.json").string(), (d / "merges.txt").string(),
-                    opt("added_tokens.json"), opt("tokenizer_config.json"));
+  return from_files((d / "vocab.json").string(), (d / "merges.txt").string(), opt("added_tokens.json"),
+                    opt("tokenizer_config.json"));
 }
 
 std::vector<int32_t> Gpt2Tokenizer::encode(const std::string& utf8, bool truncate) const {
@@ -524,8 +509,8 @@ std::string Gpt2Tokenizer::decode(const std::vector<int32_t>& ids) const {
   const Impl& m = *impl_;
   std::string bytes;
   for (int32_t id : ids) {
-    CBX_CHECK(id >= 0 && size_t(id) < m.tokens.size(),
-              "gpt2_tokenizer: decode: id %d out of range [0, %zu)", id, m.tokens.size());
+    CBX_CHECK(id >= 0 && size_t(id) < m.tokens.size(), "gpt2_tokenizer: decode: id %d out of range [0, %zu)", id,
+              m.tokens.size());
     bytes += m.token_bytes[id];
   }
   // bytes.decode("utf-8", errors="replace")
@@ -557,8 +542,8 @@ int32_t Gpt2Tokenizer::token_to_id(const std::string& token) const {
 }
 
 const std::string& Gpt2Tokenizer::id_to_token(int32_t id) const {
-  CBX_CHECK(id >= 0 && size_t(id) < impl_->tokens.size(),
-            "gpt2_tokenizer: id %d out of range [0, %zu)", id, impl_->tokens.size());
+  CBX_CHECK(id >= 0 && size_t(id) < impl_->tokens.size(), "gpt2_tokenizer: id %d out of range [0, %zu)", id,
+            impl_->tokens.size());
   return impl_->tokens[id];
 }
 

@@ -1,8 +1,7 @@
 #include "text/hf_bpe.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <queue>
 
 #include "core/error.h"
@@ -28,9 +27,7 @@ HfBpe::HfBpe(const json& model, const std::string& what) {
     CBX_CHECK(model[k].is_string(), "%s: 'model.%s' is not a string", what.c_str(), k);
     return model[k].get<std::string>();
   };
-  auto opt_bool = [&](const char* k) {
-    return model.contains(k) && model[k].is_boolean() && model[k].get<bool>();
-  };
+  auto opt_bool = [&](const char* k) { return model.contains(k) && model[k].is_boolean() && model[k].get<bool>(); };
   prefix_ = opt_string("continuing_subword_prefix");
   suffix_ = opt_string("end_of_word_suffix");
   fuse_unk_ = opt_bool("fuse_unk");
@@ -149,8 +146,7 @@ void HfBpe::tokenize(const std::string& word, std::vector<int32_t>& out) const {
   };
   std::priority_queue<Cand> heap;
   for (int32_t i = 0; i + 1 < int32_t(syms.size()); ++i)
-    if (const Merge* m = find_merge(syms[size_t(i)].id, syms[size_t(i) + 1].id))
-      heap.push(Cand{m->rank, i, m->new_id});
+    if (const Merge* m = find_merge(syms[size_t(i)].id, syms[size_t(i) + 1].id)) heap.push(Cand{m->rank, i, m->new_id});
   while (!heap.empty()) {
     const Cand c = heap.top();
     heap.pop();
@@ -164,7 +160,8 @@ void HfBpe::tokenize(const std::string& word, std::vector<int32_t>& out) const {
     cur.next = right.next;
     if (cur.next >= 0) syms[size_t(cur.next)].prev = c.pos;
     if (cur.prev >= 0)
-      if (const Merge* pm = find_merge(syms[size_t(cur.prev)].id, cur.id)) heap.push(Cand{pm->rank, cur.prev, pm->new_id});
+      if (const Merge* pm = find_merge(syms[size_t(cur.prev)].id, cur.id))
+        heap.push(Cand{pm->rank, cur.prev, pm->new_id});
     if (cur.next >= 0)
       if (const Merge* nm = find_merge(cur.id, syms[size_t(cur.next)].id)) heap.push(Cand{nm->rank, c.pos, nm->new_id});
   }

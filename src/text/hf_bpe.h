@@ -1,8 +1,7 @@
 // The BPE model of a Hugging Face tokenizer.json ("model": {"type": "BPE", ...}).
 #pragma once
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <unordered_map>

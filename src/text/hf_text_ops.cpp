@@ -16,17 +16,30 @@ using json = nlohmann::json;
 
 enum class OpKind {
   // normalizers
-  Lowercase, Nfd, Nfkd, Nfc, Nfkc, Strip, StripAccents, Replace, Prepend,
+  Lowercase,
+  Nfd,
+  Nfkd,
+  Nfc,
+  Nfkc,
+  Strip,
+  StripAccents,
+  Replace,
+  Prepend,
   // pre-tokenizers
-  Whitespace, WhitespaceSplit, Bert, Punctuation, Digits, Split,
+  Whitespace,
+  WhitespaceSplit,
+  Bert,
+  Punctuation,
+  Digits,
+  Split,
 };
 enum class Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
 
 struct HfTextOp {
   OpKind kind = OpKind::Lowercase;
-  std::string text, content;                // Replace/Split string pattern + replacement; Prepend text
-  std::unique_ptr<icu::RegexPattern> re;    // Replace/Split regex pattern
-  bool left = false, right = false;         // Strip
+  std::string text, content;              // Replace/Split string pattern + replacement; Prepend text
+  std::unique_ptr<icu::RegexPattern> re;  // Replace/Split regex pattern
+  bool left = false, right = false;       // Strip
   bool individual_digits = false, invert = false;
   Behavior behavior = Behavior::Isolated;
 };
@@ -141,23 +154,29 @@ void split_by(const std::string& s, std::vector<Seg>& segs, Behavior beh, bool i
       break;
     case Behavior::Contiguous:
       for (const Seg& g : segs) {
-        if (g.match == prev && !keep.empty()) keep.back().second = g.e;
-        else keep.emplace_back(g.b, g.e);
+        if (g.match == prev && !keep.empty())
+          keep.back().second = g.e;
+        else
+          keep.emplace_back(g.b, g.e);
         prev = g.match;
       }
       break;
     case Behavior::MergedWithPrevious:
       for (const Seg& g : segs) {
-        if (g.match && !prev && !keep.empty()) keep.back().second = g.e;
-        else keep.emplace_back(g.b, g.e);
+        if (g.match && !prev && !keep.empty())
+          keep.back().second = g.e;
+        else
+          keep.emplace_back(g.b, g.e);
         prev = g.match;
       }
       break;
     case Behavior::MergedWithNext: {
       for (size_t k = segs.size(); k-- > 0;) {
         const Seg& g = segs[k];
-        if (g.match && !prev && !keep.empty()) keep.back().first = g.b;
-        else keep.emplace_back(g.b, g.e);
+        if (g.match && !prev && !keep.empty())
+          keep.back().first = g.b;
+        else
+          keep.emplace_back(g.b, g.e);
         prev = g.match;
       }
       std::reverse(keep.begin(), keep.end());
@@ -206,12 +225,18 @@ void parse_normalizer(const json& j, std::vector<std::unique_ptr<HfTextOp>>& ops
     return;
   }
   auto op = std::make_unique<HfTextOp>();
-  if (t == "Lowercase") op->kind = OpKind::Lowercase;
-  else if (t == "NFD") op->kind = OpKind::Nfd;
-  else if (t == "NFKD") op->kind = OpKind::Nfkd;
-  else if (t == "NFC") op->kind = OpKind::Nfc;
-  else if (t == "NFKC") op->kind = OpKind::Nfkc;
-  else if (t == "StripAccents") op->kind = OpKind::StripAccents;
+  if (t == "Lowercase")
+    op->kind = OpKind::Lowercase;
+  else if (t == "NFD")
+    op->kind = OpKind::Nfd;
+  else if (t == "NFKD")
+    op->kind = OpKind::Nfkd;
+  else if (t == "NFC")
+    op->kind = OpKind::Nfc;
+  else if (t == "NFKC")
+    op->kind = OpKind::Nfkc;
+  else if (t == "StripAccents")
+    op->kind = OpKind::StripAccents;
   else if (t == "Strip") {
     op->kind = OpKind::Strip;
     op->left = j.value("strip_left", true);
@@ -238,9 +263,12 @@ void parse_pretokenizer(const json& j, std::vector<std::unique_ptr<HfTextOp>>& o
     return;
   }
   auto op = std::make_unique<HfTextOp>();
-  if (t == "Whitespace") op->kind = OpKind::Whitespace;
-  else if (t == "WhitespaceSplit") op->kind = OpKind::WhitespaceSplit;
-  else if (t == "BertPreTokenizer") op->kind = OpKind::Bert;
+  if (t == "Whitespace")
+    op->kind = OpKind::Whitespace;
+  else if (t == "WhitespaceSplit")
+    op->kind = OpKind::WhitespaceSplit;
+  else if (t == "BertPreTokenizer")
+    op->kind = OpKind::Bert;
   else if (t == "Punctuation") {
     op->kind = OpKind::Punctuation;
     op->behavior = parse_behavior(j, what);
@@ -260,11 +288,16 @@ void parse_pretokenizer(const json& j, std::vector<std::unique_ptr<HfTextOp>>& o
 
 std::string apply_normalizer(const HfTextOp& op, const std::string& s) {
   switch (op.kind) {
-    case OpKind::Lowercase: return rust_lower(s);
-    case OpKind::Nfd: return unicode_normalize(s, UnicodeForm::NFD);
-    case OpKind::Nfkd: return unicode_normalize(s, UnicodeForm::NFKD);
-    case OpKind::Nfc: return unicode_normalize(s, UnicodeForm::NFC);
-    case OpKind::Nfkc: return unicode_normalize(s, UnicodeForm::NFKC);
+    case OpKind::Lowercase:
+      return rust_lower(s);
+    case OpKind::Nfd:
+      return unicode_normalize(s, UnicodeForm::NFD);
+    case OpKind::Nfkd:
+      return unicode_normalize(s, UnicodeForm::NFKD);
+    case OpKind::Nfc:
+      return unicode_normalize(s, UnicodeForm::NFC);
+    case OpKind::Nfkc:
+      return unicode_normalize(s, UnicodeForm::NFKC);
     case OpKind::Strip: {
       size_t b = 0, e = s.size();
       std::vector<Seg> segs;
@@ -292,17 +325,23 @@ std::string apply_normalizer(const HfTextOp& op, const std::string& s) {
     }
     case OpKind::Replace: {
       std::vector<Seg> segs;
-      if (op.re) regex_matches(s, *op.re, segs);
-      else string_matches(s, op.text, segs);
+      if (op.re)
+        regex_matches(s, *op.re, segs);
+      else
+        string_matches(s, op.text, segs);
       std::string out;
       for (const Seg& g : segs) {
-        if (g.match) out += op.content;
-        else out.append(s, g.b, g.e - g.b);
+        if (g.match)
+          out += op.content;
+        else
+          out.append(s, g.b, g.e - g.b);
       }
       return out;
     }
-    case OpKind::Prepend: return s.empty() ? s : op.text + s;
-    default: CBX_ASSERT(false);
+    case OpKind::Prepend:
+      return s.empty() ? s : op.text + s;
+    default:
+      CBX_ASSERT(false);
   }
   return s;
 }
@@ -338,11 +377,14 @@ void apply_pretokenizer(const HfTextOp& op, const std::string& s, std::vector<st
       split_by(s, segs, op.individual_digits ? Behavior::Isolated : Behavior::Contiguous, false, pieces);
       return;
     case OpKind::Split:
-      if (op.re) regex_matches(s, *op.re, segs);
-      else string_matches(s, op.text, segs);
+      if (op.re)
+        regex_matches(s, *op.re, segs);
+      else
+        string_matches(s, op.text, segs);
       split_by(s, segs, op.behavior, op.invert, pieces);
       return;
-    default: CBX_ASSERT(false);
+    default:
+      CBX_ASSERT(false);
   }
 }
 

@@ -1,9 +1,8 @@
 // Normalizers and pre-tokenizers of a Hugging Face tokenizer.json (see hf_tokenizer.h for the
 // supported list). Strings are valid UTF-8; pieces are returned as substrings.
 #pragma once
-#include <nlohmann/json_fwd.hpp>
-
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 

@@ -1,10 +1,9 @@
 #include "text/hf_tokenizer.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_map>
 
@@ -84,7 +83,7 @@ constexpr size_t kMaxPadding = size_t(1) << 20;
 // naming the field (nlohmann's get<int>() of such a value would be undefined behaviour).
 int64_t json_index(const json& v, int64_t hi, const std::string& what, const char* field) {
   CBX_CHECK(v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(hi)
-                                                              : v.get<int64_t>() >= 0 && v.get<int64_t>() <= hi),
+                                                             : v.get<int64_t>() >= 0 && v.get<int64_t>() <= hi),
             "%s: %s must be an integer in [0, %lld], got %s", what.c_str(), field, (long long)hi, v.dump().c_str());
   return v.get<int64_t>();
 }
@@ -208,8 +207,10 @@ HfTokenizer HfTokenizer::from_json(const std::string& text, const std::string& w
     }
     for (size_t k = 0; k < m->added.size(); ++k) {
       const HfAddedToken& t = m->added[k];
-      if (t.normalized) m->norm_trie.add(m->normalizer.apply(t.content), k);
-      else m->raw_trie.add(t.content, k);
+      if (t.normalized)
+        m->norm_trie.add(m->normalizer.apply(t.content), k);
+      else
+        m->raw_trie.add(t.content, k);
     }
     m->size = size_t(max_id + 1);
 
@@ -319,8 +320,10 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& utf8) const {
   if (m.trunc_max) {
     const size_t room = *m.trunc_max > m.n_post_tokens ? *m.trunc_max - m.n_post_tokens : 0;
     if (ids.size() > room) {
-      if (m.trunc_left) ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(room));
-      else ids.resize(room);
+      if (m.trunc_left)
+        ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(room));
+      else
+        ids.resize(room);
     }
   }
   for (const PostStep& s : m.post) {
@@ -330,8 +333,10 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& utf8) const {
   if (m.pad) {
     size_t target = std::max(m.pad_fixed, ids.size());
     if (m.pad_multiple > 0 && target % m.pad_multiple) target += m.pad_multiple - target % m.pad_multiple;
-    if (m.pad_left) ids.insert(ids.begin(), target - ids.size(), m.pad_id);
-    else ids.resize(target, m.pad_id);
+    if (m.pad_left)
+      ids.insert(ids.begin(), target - ids.size(), m.pad_id);
+    else
+      ids.resize(target, m.pad_id);
   }
   return ids;
 }

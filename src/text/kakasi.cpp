@@ -93,12 +93,14 @@ const Kakasi& kakasi() {
   return g_kakasi;
 }
 
-bool is_kana(char32_t c) { return (c >= 0x3041 && c <= 0x309F) || (c >= 0x30A0 && c <= 0x30FF && c != 0x30F5 && c != 0x30F6); }
+bool is_kana(char32_t c) {
+  return (c >= 0x3041 && c <= 0x309F) || (c >= 0x30A0 && c <= 0x30FF && c != 0x30F5 && c != 0x30F6);
+}
 // Characters KAKASI reads through its kanji dictionary: ideographs, the marks 々 and 〆, and
 // the small ヵ ヶ counters (〇 it leaves alone).
 bool is_kanji_like(char32_t c) {
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0xF900 && c <= 0xFAFF) ||
-         c == 0x3005 || c == 0x3006 || c == 0x30F5 || c == 0x30F6;
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0xF900 && c <= 0xFAFF) || c == 0x3005 ||
+         c == 0x3006 || c == 0x30F5 || c == 0x30F6;
 }
 
 // The EUC-JP bytes of c when it is a two-byte JIS X 0208 character (the only kind KAKASI's
@@ -137,8 +139,10 @@ void parse_furigana(const std::string& s, std::vector<JaSegment>& out) {
   std::string pending;
   auto flush_plain = [&](std::string t) {
     if (t.empty()) return;
-    if (!out.empty() && !out.back().converted) out.back().orig += t;
-    else out.push_back({std::move(t), "", false});
+    if (!out.empty() && !out.back().converted)
+      out.back().orig += t;
+    else
+      out.push_back({std::move(t), "", false});
   };
   for (size_t i = 0; i < s.size();) {
     if (s[i] == '[') {
@@ -202,8 +206,10 @@ std::vector<JaSegment> kakasi_segments(const std::string& text) {
   bool run_has_kanji = false;
   auto add_plain = [&](const std::string& t) {
     if (t.empty()) return;
-    if (!out.empty() && !out.back().converted) out.back().orig += t;
-    else out.push_back({t, "", false});
+    if (!out.empty() && !out.back().converted)
+      out.back().orig += t;
+    else
+      out.push_back({t, "", false});
   };
   auto end_run = [&] {
     if (run_has_kanji) {

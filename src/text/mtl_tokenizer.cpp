@@ -1,10 +1,9 @@
 #include "text/mtl_tokenizer.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
@@ -24,11 +23,11 @@ struct LangName {
 };
 // mtl_tts.py SUPPORTED_LANGUAGES, sorted by code.
 constexpr LangName kLanguages[] = {
-    {"ar", "Arabic"},  {"da", "Danish"},    {"de", "German"},  {"el", "Greek"},      {"en", "English"},
-    {"es", "Spanish"}, {"fi", "Finnish"},   {"fr", "French"},  {"he", "Hebrew"},     {"hi", "Hindi"},
-    {"it", "Italian"}, {"ja", "Japanese"},  {"ko", "Korean"},  {"ms", "Malay"},      {"nl", "Dutch"},
-    {"no", "Norwegian"}, {"pl", "Polish"},  {"pt", "Portuguese"}, {"ru", "Russian"}, {"sv", "Swedish"},
-    {"sw", "Swahili"}, {"tr", "Turkish"},   {"zh", "Chinese"},
+    {"ar", "Arabic"},    {"da", "Danish"},   {"de", "German"},     {"el", "Greek"},   {"en", "English"},
+    {"es", "Spanish"},   {"fi", "Finnish"},  {"fr", "French"},     {"he", "Hebrew"},  {"hi", "Hindi"},
+    {"it", "Italian"},   {"ja", "Japanese"}, {"ko", "Korean"},     {"ms", "Malay"},   {"nl", "Dutch"},
+    {"no", "Norwegian"}, {"pl", "Polish"},   {"pt", "Portuguese"}, {"ru", "Russian"}, {"sv", "Swedish"},
+    {"sw", "Swahili"},   {"tr", "Turkish"},  {"zh", "Chinese"},
 };
 
 std::string read_file(const std::string& path, const char* what) {
@@ -80,8 +79,8 @@ MtlTokenizer MtlTokenizer::from_json(const std::string& hf_json, const std::vect
 
 MtlTokenizer MtlTokenizer::from_json_named(const std::string& hf_json, const std::vector<std::string>& cangjie,
                                            const std::string& json_what, const std::string& cj_what) {
-  auto m = std::make_unique<Impl>(Impl{HfTokenizer::from_json(hf_json, json_what), CangjieTable(cangjie, cj_what),
-                                       {}, {}});
+  auto m =
+      std::make_unique<Impl>(Impl{HfTokenizer::from_json(hf_json, json_what), CangjieTable(cangjie, cj_what), {}, {}});
   // Upstream asserts that [START] and [STOP] are in the vocab (T3's SOT/EOT).
   CBX_CHECK(m->hf.token_to_id("[START]") >= 0 && m->hf.token_to_id("[STOP]") >= 0,
             "%s: the vocab has no [START] / [STOP] token", json_what.c_str());
@@ -133,16 +132,23 @@ std::string MtlTokenizer::prepare(const std::string& text, const std::string& la
             "text: unsupported language '%s'; supported languages: %s", lang_in.c_str(), impl_->langs_list.c_str());
   utf8_check(text);
   std::string t = unicode_normalize(py_lower(text), UnicodeForm::NFKD);
-  if (lang == "zh") t = zh_cangjie(zh_segment(t), impl_->cangjie);
-  else if (lang == "ja") t = ja_normalize(t);
-  else if (lang == "he") t = he_normalize(t);
-  else if (lang == "ko") t = ko_normalize(t);
-  else if (lang == "ru") t = ru_normalize(t);
+  if (lang == "zh")
+    t = zh_cangjie(zh_segment(t), impl_->cangjie);
+  else if (lang == "ja")
+    t = ja_normalize(t);
+  else if (lang == "he")
+    t = he_normalize(t);
+  else if (lang == "ko")
+    t = ko_normalize(t);
+  else if (lang == "ru")
+    t = ru_normalize(t);
   std::string out = "[" + lang + "]";
   out.reserve(t.size() + t.size() / 2 + 8);
   for (char c : t) {
-    if (c == ' ') out += "[SPACE]";
-    else out.push_back(c);
+    if (c == ' ')
+      out += "[SPACE]";
+    else
+      out.push_back(c);
   }
   return out;
 }

@@ -30,14 +30,13 @@ constexpr Replacement kTurboTable[] = {
 
 // mtl_tts.py (and tts.py) punc_to_replace.
 constexpr Replacement kMultilingualTable[] = {
-    {"...", ", "},    {"\u2026", ", "}, {":", ","},      {" - ", ", "},
-    {";", ", "},      {"\u2014", "-"},  {"\u2013", "-"}, {" ,", ","},
-    {"\u201C", "\""}, {"\u201D", "\""}, {"\u2018", "'"}, {"\u2019", "'"},
+    {"...", ", "},   {"\u2026", ", "}, {":", ","},       {" - ", ", "},    {";", ", "},     {"\u2014", "-"},
+    {"\u2013", "-"}, {" ,", ","},      {"\u201C", "\""}, {"\u201D", "\""}, {"\u2018", "'"}, {"\u2019", "'"},
 };
 
 constexpr std::string_view kTurboEnders[] = {".", "!", "?", "-", ","};
-constexpr std::string_view kMultilingualEnders[] = {
-    ".", "!", "?", "-", ",", "\u3001", "\uFF0C", "\u3002", "\uFF1F", "\uFF01"};  // 、 ， 。 ？ ！
+constexpr std::string_view kMultilingualEnders[] = {".",      "!",      "?",      "-",     ",", "\u3001",
+                                                    "\uFF0C", "\u3002", "\uFF1F", "\uFF01"};  // 、 ， 。 ？ ！
 
 constexpr const char* kEmptyText = "You need to add some text for me to talk.";
 
@@ -87,8 +86,7 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
 }
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace

@@ -55,10 +55,18 @@ std::string unicode_normalize(const std::string& utf8, UnicodeForm form) {
   UErrorCode st = U_ZERO_ERROR;
   const icu::Normalizer2* n = nullptr;
   switch (form) {
-    case UnicodeForm::NFC: n = icu::Normalizer2::getNFCInstance(st); break;
-    case UnicodeForm::NFD: n = icu::Normalizer2::getNFDInstance(st); break;
-    case UnicodeForm::NFKC: n = icu::Normalizer2::getNFKCInstance(st); break;
-    case UnicodeForm::NFKD: n = icu::Normalizer2::getNFKDInstance(st); break;
+    case UnicodeForm::NFC:
+      n = icu::Normalizer2::getNFCInstance(st);
+      break;
+    case UnicodeForm::NFD:
+      n = icu::Normalizer2::getNFDInstance(st);
+      break;
+    case UnicodeForm::NFKC:
+      n = icu::Normalizer2::getNFKCInstance(st);
+      break;
+    case UnicodeForm::NFKD:
+      n = icu::Normalizer2::getNFKDInstance(st);
+      break;
   }
   CBX_CHECK(U_SUCCESS(st) && n, "text: ICU normalizer unavailable (%s)", u_errorName(st));
   const icu::UnicodeString out = n->normalize(to_icu(utf8), st);
@@ -98,8 +106,8 @@ bool rust_word_char(char32_t c) {
 }
 
 bool hf_punctuation(char32_t c) {
-  if (c < 0x80) return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
-                       (c >= 0x7B && c <= 0x7E);
+  if (c < 0x80)
+    return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
   return u_ispunct(static_cast<UChar32>(c));
 }
 

@@ -8,10 +8,10 @@
 #include <string>
 
 #include "command.h"
-#include "core/output_file.h"
 #include "convert/safetensors.h"
 #include "convert/torch_pt.h"
 #include "core/error.h"
+#include "core/output_file.h"
 
 namespace {
 
@@ -84,9 +84,7 @@ Json to_json(const cbx::PyObject& o) {
     case K::Dict: {
       Json d = Json::object();
       for (const auto& [k, v] : o.dict) {
-        std::string ks = k->kind == K::String ? k->s
-                         : k->kind == K::Int  ? std::to_string(k->i)
-                                              : "?";
+        std::string ks = k->kind == K::String ? k->s : k->kind == K::Int ? std::to_string(k->i) : "?";
         d[ks] = to_json(*v);
       }
       return d;
@@ -102,8 +100,7 @@ void print_tree(const cbx::PyObject& o, const std::string& path) {
   auto child = [&](const std::string& k) { return path.empty() ? k : path + "." + k; };
   switch (o.kind) {
     case K::Dict:
-      for (const auto& [k, v] : o.dict)
-        print_tree(*v, child(k->kind == K::String ? k->s : std::to_string(k->i)));
+      for (const auto& [k, v] : o.dict) print_tree(*v, child(k->kind == K::String ? k->s : std::to_string(k->i)));
       return;
     case K::List:
     case K::Tuple:
@@ -120,12 +117,12 @@ void print_tree(const cbx::PyObject& o, const std::string& path) {
 
 void usage(FILE* out) {
   std::fprintf(out,
-      "usage: chatterbox ckpt-dump FILE [--json] [--save-pt OUT [--zip64]] [--save-safetensors "
-      "OUT]\n"
-      "  FILE is a .safetensors or a torch.save .pt file.\n"
-      "  Prints every tensor (name dtype shape sum); --json prints the whole tree with values.\n"
-      "  --save-pt re-writes the tree with our torch.save writer; --save-safetensors writes\n"
-      "  the flattened tensors. --zip64 forces ZIP64 records (for tests).\n");
+               "usage: chatterbox ckpt-dump FILE [--json] [--save-pt OUT [--zip64]] [--save-safetensors "
+               "OUT]\n"
+               "  FILE is a .safetensors or a torch.save .pt file.\n"
+               "  Prints every tensor (name dtype shape sum); --json prints the whole tree with values.\n"
+               "  --save-pt re-writes the tree with our torch.save writer; --save-safetensors writes\n"
+               "  the flattened tensors. --zip64 forces ZIP64 records (for tests).\n");
 }
 
 int cmd_ckpt_dump(int argc, char** argv) {
@@ -186,7 +183,6 @@ int cmd_ckpt_dump(int argc, char** argv) {
   return 0;
 }
 
-cbx::cli::RegisterCommand reg("ckpt-dump", "inspect or re-write a .safetensors / torch .pt file",
-                              cmd_ckpt_dump);
+cbx::cli::RegisterCommand reg("ckpt-dump", "inspect or re-write a .safetensors / torch .pt file", cmd_ckpt_dump);
 
 }  // namespace

@@ -67,8 +67,7 @@ int cmd_convert(int argc, char** argv) {
     return 2;
   }
   cbx::cli::ProgressLine line("convert", cbx::cli::progress_wanted(quiet));
-  if (line.on())
-    opt.on_progress = [&](const cbx::ProgressEvent& e) { line.update(e.stage, e.done, e.total, e.item); };
+  if (line.on()) opt.on_progress = [&](const cbx::ProgressEvent& e) { line.update(e.stage, e.done, e.total, e.item); };
   opt.on_warning = [&](const std::string& w) {
     line.finish();
     cbx::cli::warn("convert", "%s", w.c_str());

@@ -14,9 +14,9 @@
 #include "audio/resample.h"
 #include "audio/stft.h"
 #include "command.h"
-#include "debug_npy.h"
 #include "core/error.h"
 #include "core/npy.h"
+#include "debug_npy.h"
 
 namespace {
 
@@ -43,8 +43,7 @@ std::vector<float> load_wave(const std::string& path) {
   cbx::NpyArray a = cbx::npy_load(path);
   CBX_CHECK(a.dtype == cbx::DType::F32, "debug-frontend: '%s' must be float32", path.c_str());
   CBX_CHECK(a.shape.size() == 1 || (a.shape.size() == 2 && a.shape[0] == 1),
-            "debug-frontend: '%s' must be [n] or [1, n], got %s", path.c_str(),
-            a.shape_str().c_str());
+            "debug-frontend: '%s' must be [n] or [1, n], got %s", path.c_str(), a.shape_str().c_str());
   return a.to_f32();
 }
 
@@ -80,27 +79,25 @@ int run(int argc, char** argv) {
     else
       cbx::fail("debug-frontend: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
-  CBX_CHECK(!kind.empty() && !in.empty() && !out.empty(),
-            "debug-frontend: --kind, --in and --out are required\n%s", kUsage);
+  CBX_CHECK(!kind.empty() && !in.empty() && !out.empty(), "debug-frontend: --kind, --in and --out are required\n%s",
+            kUsage);
 
   if (kind == "decode") {
     cbx::AudioData d = cbx::read_audio(in, max_seconds);
     cbx::npy_save_f32(out, {int64_t(d.samples.size())}, d.samples.data());
-    std::printf("sample_rate=%d channels=%d samples=%zu truncated=%d\n", d.sample_rate,
-                d.file_channels, d.samples.size(), int(d.truncated));
+    std::printf("sample_rate=%d channels=%d samples=%zu truncated=%d\n", d.sample_rate, d.file_channels,
+                d.samples.size(), int(d.truncated));
     return 0;
   }
   if (kind == "istft") {
     cbx::NpyArray a = cbx::npy_load(in);
-    CBX_CHECK(a.dtype == cbx::DType::F32 && a.shape.size() == 3 && a.shape[2] == 2 &&
-                  a.shape[1] == n_fft / 2 + 1,
-              "debug-frontend istft: want float32 [frames, %d, 2], got %s", n_fft / 2 + 1,
-              a.shape_str().c_str());
+    CBX_CHECK(a.dtype == cbx::DType::F32 && a.shape.size() == 3 && a.shape[2] == 2 && a.shape[1] == n_fft / 2 + 1,
+              "debug-frontend istft: want float32 [frames, %d, 2], got %s", n_fft / 2 + 1, a.shape_str().c_str());
     cbx::Istft istft(n_fft, hop, cbx::make_window(cbx::WindowKind::HannPeriodic, n_fft), true);
     const int64_t frames = a.shape[0];
     std::vector<float> y(istft.default_length(frames));
-    istft.inverse(reinterpret_cast<const std::complex<float>*>(a.as<float>()), frames, istft.bins(),
-                  1, y.data(), y.size());
+    istft.inverse(reinterpret_cast<const std::complex<float>*>(a.as<float>()), frames, istft.bins(), 1, y.data(),
+                  y.size());
     cbx::npy_save_f32(out, {int64_t(y.size())}, y.data());
     return 0;
   }
@@ -129,8 +126,7 @@ int run(int argc, char** argv) {
     int64_t v[2] = {int64_t(r.first), int64_t(r.second)};
     cbx::npy_save(out, cbx::DType::I64, {2}, v);
   } else if (kind == "stft") {
-    cbx::Stft stft(n_fft, hop, cbx::make_window(cbx::WindowKind::HannPeriodic, n_fft), true,
-                   cbx::StftPad::Reflect);
+    cbx::Stft stft(n_fft, hop, cbx::make_window(cbx::WindowKind::HannPeriodic, n_fft), true, cbx::StftPad::Reflect);
     T = stft.num_frames(n);
     std::vector<std::complex<float>> y(size_t(T) * stft.bins());
     stft.forward(x.data(), n, y.data(), stft.bins(), 1);
@@ -157,7 +153,6 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-cbx::cli::RegisterCommand reg("debug-frontend",
-                              "run an audio front-end (mel/fbank/stft/resample/loudness) on a .npy",
+cbx::cli::RegisterCommand reg("debug-frontend", "run an audio front-end (mel/fbank/stft/resample/loudness) on a .npy",
                               run);
 }  // namespace

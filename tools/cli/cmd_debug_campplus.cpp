@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "command.h"
-#include "debug_npy.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "debug_npy.h"
 #include "models/campplus.h"
 #include "models/model_config.h"
 
@@ -48,16 +48,26 @@ int run(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") model = next();
-    else if (a == "--wav") wav_path = next();
-    else if (a == "--fbank") fb_path = next();
-    else if (a == "-o" || a == "--out") out_path = next();
-    else if (a == "--out-fbank") out_fbank = next();
-    else if (a == "--dump-dir") dump_dir = next();
-    else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
-    else if (a == "--timing") timing = true;
-    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
-    else cbx::fail("debug campplus: unknown option '%s'\n%s", a.c_str(), kUsage);
+    } else if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--wav")
+      wav_path = next();
+    else if (a == "--fbank")
+      fb_path = next();
+    else if (a == "-o" || a == "--out")
+      out_path = next();
+    else if (a == "--out-fbank")
+      out_fbank = next();
+    else if (a == "--dump-dir")
+      dump_dir = next();
+    else if (a == "--repeat")
+      repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
+    else if (a == "--timing")
+      timing = true;
+    else if (a == "-t" || a == "--threads")
+      threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
+    else
+      cbx::fail("debug campplus: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && wav_path.empty() != fb_path.empty(),
             "debug campplus: -m and exactly one of --wav / --fbank are required\n%s", kUsage);
@@ -100,21 +110,22 @@ int run(int argc, char** argv) {
     emb = wav_path.empty() ? cam.embed_fbank(pool, in.as<float>(), T) : cam.embed(pool, in.as<float>(), n);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     cpu.push_back(cbx::cli::process_cpu_ms() - c0);
-    if (timing) std::fprintf(stderr, "run %d: %.1f ms%s%s\n", r, ms.back(), phases.empty() ? "" : "; up to each:",
-                             phases.c_str());
+    if (timing)
+      std::fprintf(stderr, "run %d: %.1f ms%s%s\n", r, ms.back(),
+                   phases.empty() ? "" : "; up to each:", phases.c_str());
   }
   if (timing) {
     std::sort(ms.begin(), ms.end());
     std::sort(cpu.begin(), cpu.end());
-    std::fprintf(stderr, "campplus: %lld fbank frames, %d threads: median %.1f ms (CPU %.1f ms) of %d runs, arena %.1f MB\n",
-                 (long long)(wav_path.empty() ? T : cam.num_frames(n)), threads, ms[ms.size() / 2], cpu[cpu.size() / 2], repeat,
-                 double(cam.arena_bytes()) / 1e6);
+    std::fprintf(stderr,
+                 "campplus: %lld fbank frames, %d threads: median %.1f ms (CPU %.1f ms) of %d runs, arena %.1f MB\n",
+                 (long long)(wav_path.empty() ? T : cam.num_frames(n)), threads, ms[ms.size() / 2], cpu[cpu.size() / 2],
+                 repeat, double(cam.arena_bytes()) / 1e6);
   }
   if (!out_path.empty()) cbx::npy_save_f32(out_path, {int64_t(emb.size())}, emb.data());
   return 0;
 }
 
-cbx::cli::RegisterCommand reg("debug-campplus",
-                              "run CAMPPlus on a 16 kHz wave or fbank .npy (parity / timing)", run);
+cbx::cli::RegisterCommand reg("debug-campplus", "run CAMPPlus on a 16 kHz wave or fbank .npy (parity / timing)", run);
 
 }  // namespace

@@ -1,21 +1,20 @@
 // chatterbox debug cfm: runs the S3Gen CFM solver (estimator + Euler steps) on mu / cond / spks
 // .npy inputs and writes the mel as .npy, for parity tests against the PyTorch reference (noise
 // injectable) and timing. Registered as `debug-cfm`; `chatterbox debug cfm ...` forwards to it.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <string>
 #include <vector>
 
 #include "command.h"
-#include "debug_npy.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
-#include "ops/matmul.h"
+#include "debug_npy.h"
 #include "models/cfm_estimator.h"
 #include "models/cfm_solver.h"
 #include "models/model_config.h"
@@ -69,22 +68,38 @@ int run(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") model = next();
-    else if (a == "--mu") mu_path = next();
-    else if (a == "--cond") cond_path = next();
-    else if (a == "--spks") spks_path = next();
-    else if (a == "--noise") noise_path = next();
-    else if (a == "--out-mel") out_path = next();
-    else if (a == "--prompt-frames") prompt = cbx::cli::int_flag("--prompt-frames", next(), 0, 1073741824);
-    else if (a == "--valid-frames") valid = cbx::cli::int_flag("--valid-frames", next(), 0, 1073741824);
-    else if (a == "--steps-out") steps_out = next();
-    else if (a == "--dump-dir") dump_dir = next();
-    else if (a == "--seed") seed = cbx::parse_u64("--seed", next());
-    else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
-    else if (a == "--timing") timing = true;
-    else if (a == "--gemm-precision") gemm = cbx::parse_gemm_precision(next().c_str(), "debug cfm --gemm-precision");
-    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
-    else cbx::fail("debug cfm: unknown option '%s'\n%s", a.c_str(), kUsage);
+    } else if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--mu")
+      mu_path = next();
+    else if (a == "--cond")
+      cond_path = next();
+    else if (a == "--spks")
+      spks_path = next();
+    else if (a == "--noise")
+      noise_path = next();
+    else if (a == "--out-mel")
+      out_path = next();
+    else if (a == "--prompt-frames")
+      prompt = cbx::cli::int_flag("--prompt-frames", next(), 0, 1073741824);
+    else if (a == "--valid-frames")
+      valid = cbx::cli::int_flag("--valid-frames", next(), 0, 1073741824);
+    else if (a == "--steps-out")
+      steps_out = next();
+    else if (a == "--dump-dir")
+      dump_dir = next();
+    else if (a == "--seed")
+      seed = cbx::parse_u64("--seed", next());
+    else if (a == "--repeat")
+      repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
+    else if (a == "--timing")
+      timing = true;
+    else if (a == "--gemm-precision")
+      gemm = cbx::parse_gemm_precision(next().c_str(), "debug cfm --gemm-precision");
+    else if (a == "-t" || a == "--threads")
+      threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
+    else
+      cbx::fail("debug cfm: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !mu_path.empty() && !cond_path.empty() && !spks_path.empty(),
             "debug cfm: -m, --mu, --cond and --spks are required\n%s", kUsage);
@@ -163,17 +178,15 @@ int run(int argc, char** argv) {
         std::snprintf(b, sizeof b, " %.1f", ms);
         steps += b;
       }
-      std::fprintf(stderr, "run %d: %.1f ms wall (estimator calls:%s ms), %.1f ms CPU over all threads\n", r,
-                   total, steps.c_str(), cpu_ms);
+      std::fprintf(stderr, "run %d: %.1f ms wall (estimator calls:%s ms), %.1f ms CPU over all threads\n", r, total,
+                   steps.c_str(), cpu_ms);
     }
   }
   if (!out_path.empty()) cbx::cli::save_tensor_npy(out_path, *mel);
   if (timing)
-    std::fprintf(stderr,
-                 "cfm: %s, T %lld frames (%lld prompt), %d steps%s, %d threads, estimator arena %.1f MB\n",
+    std::fprintf(stderr, "cfm: %s, T %lld frames (%lld prompt), %d steps%s, %d threads, estimator arena %.1f MB\n",
                  cfg.cfm.meanflow ? "meanflow" : "euler", (long long)T, (long long)prompt, solver.n_steps(),
-                 solver.uses_cfg() ? " x CFG pair" : "", threads,
-                 double(solver.estimator().arena_bytes()) / 1e6);
+                 solver.uses_cfg() ? " x CFG pair" : "", threads, double(solver.estimator().arena_bytes()) / 1e6);
   return 0;
 }
 

@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "command.h"
-#include "debug_npy.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
-#include "ops/matmul.h"
+#include "debug_npy.h"
 #include "models/flow_encoder.h"
 #include "models/model_config.h"
+#include "ops/matmul.h"
 
 namespace {
 
@@ -39,15 +39,15 @@ const char* kUsage =
 
 std::vector<int32_t> load_ids(const std::string& path) {
   cbx::NpyArray a = cbx::npy_load(path);
-  CBX_CHECK(a.dtype == cbx::DType::I32 || a.dtype == cbx::DType::I64,
-            "debug flow: '%s' must hold int32/int64 ids", path.c_str());
+  CBX_CHECK(a.dtype == cbx::DType::I32 || a.dtype == cbx::DType::I64, "debug flow: '%s' must hold int32/int64 ids",
+            path.c_str());
   CBX_CHECK(a.shape.size() == 1 || (a.shape.size() == 2 && a.shape[0] == 1),
             "debug flow: '%s' must be [n] or [1, n], got %s", path.c_str(), a.shape_str().c_str());
   std::vector<int32_t> out(size_t(a.numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     int64_t v = a.dtype == cbx::DType::I32 ? a.as<int32_t>()[i] : a.as<int64_t>()[i];
-    CBX_CHECK(v >= 0 && v <= INT32_MAX, "debug flow: '%s' id %lld at %zu is out of range", path.c_str(),
-              (long long)v, i);
+    CBX_CHECK(v >= 0 && v <= INT32_MAX, "debug flow: '%s' id %lld at %zu is out of range", path.c_str(), (long long)v,
+              i);
     out[i] = int32_t(v);
   }
   return out;
@@ -80,20 +80,34 @@ int run(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") model = next();
-    else if (a == "--tokens") tok_path = next();
-    else if (a == "--prompt-tokens") ptok_path = next();
-    else if (a == "--prompt-feat") feat_path = next();
-    else if (a == "--embedding") emb_path = next();
-    else if (a == "--out-mu") out_mu = next();
-    else if (a == "--out-cond") out_cond = next();
-    else if (a == "--out-spks") out_spks = next();
-    else if (a == "--dump-dir") dump_dir = next();
-    else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
-    else if (a == "--gemm-precision") gemm = cbx::parse_gemm_precision(next().c_str(), "debug flow --gemm-precision");
-    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
-    else if (a == "--timings") timings = true;
-    else cbx::fail("debug flow: unknown option '%s'\n%s", a.c_str(), kUsage);
+    } else if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--tokens")
+      tok_path = next();
+    else if (a == "--prompt-tokens")
+      ptok_path = next();
+    else if (a == "--prompt-feat")
+      feat_path = next();
+    else if (a == "--embedding")
+      emb_path = next();
+    else if (a == "--out-mu")
+      out_mu = next();
+    else if (a == "--out-cond")
+      out_cond = next();
+    else if (a == "--out-spks")
+      out_spks = next();
+    else if (a == "--dump-dir")
+      dump_dir = next();
+    else if (a == "--repeat")
+      repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
+    else if (a == "--gemm-precision")
+      gemm = cbx::parse_gemm_precision(next().c_str(), "debug flow --gemm-precision");
+    else if (a == "-t" || a == "--threads")
+      threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
+    else if (a == "--timings")
+      timings = true;
+    else
+      cbx::fail("debug flow: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !tok_path.empty(), "debug flow: -m and --tokens are required\n%s", kUsage);
   CBX_CHECK(threads > 0 && repeat > 0, "debug flow: bad --threads or --repeat");
@@ -103,7 +117,8 @@ int run(int argc, char** argv) {
   const cbx::FlowConfig& fc = cfg.flow;
   std::vector<int32_t> tokens = load_ids(tok_path);
   std::vector<int32_t> ptoks;
-  if (!ptok_path.empty()) ptoks = load_ids(ptok_path);
+  if (!ptok_path.empty())
+    ptoks = load_ids(ptok_path);
   else {
     cbx::Tensor t = f->tensor("voice.prompt_token");
     CBX_CHECK(t.dtype == cbx::DType::I32, "debug flow: voice.prompt_token must be i32");
@@ -111,7 +126,8 @@ int run(int argc, char** argv) {
   }
   std::vector<float> feat;
   int64_t n_frames = 0;
-  if (!feat_path.empty()) feat = load_f32(feat_path, fc.mel_dim, &n_frames);
+  if (!feat_path.empty())
+    feat = load_f32(feat_path, fc.mel_dim, &n_frames);
   else {
     cbx::Tensor t = f->tensor("voice.prompt_feat");
     CBX_CHECK(t.dtype == cbx::DType::F32 && t.ndim == 2 && t.shape[1] == fc.mel_dim,
@@ -120,7 +136,8 @@ int run(int argc, char** argv) {
     n_frames = t.shape[0];
   }
   std::vector<float> emb;
-  if (!emb_path.empty()) emb = load_f32(emb_path, 0, nullptr);
+  if (!emb_path.empty())
+    emb = load_f32(emb_path, 0, nullptr);
   else {
     cbx::Tensor t = f->tensor("voice.embedding");
     CBX_CHECK(t.dtype == cbx::DType::F32, "debug flow: voice.embedding must be f32");
@@ -151,8 +168,8 @@ int run(int argc, char** argv) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     if (timings && it == repeat - 1) marks.emplace_back("start", t0);
-    r = enc.forward(ptoks.data(), int64_t(ptoks.size()), tokens.data(), int64_t(tokens.size()), feat.data(),
-                    n_frames, emb.data(), int64_t(emb.size()));
+    r = enc.forward(ptoks.data(), int64_t(ptoks.size()), tokens.data(), int64_t(tokens.size()), feat.data(), n_frames,
+                    emb.data(), int64_t(emb.size()));
     const auto t1 = std::chrono::steady_clock::now();
     enc.set_capture(nullptr);
     if (it > 0 || dump_dir.empty())
@@ -161,10 +178,11 @@ int run(int argc, char** argv) {
   if (!out_mu.empty()) cbx::cli::save_tensor_npy(out_mu, r.mu);
   if (!out_cond.empty()) cbx::cli::save_tensor_npy(out_cond, r.cond);
   if (!out_spks.empty()) cbx::cli::save_tensor_npy(out_spks, r.spks);
-  std::printf("prompt_tokens=%zu tokens=%zu frames=%lld prompt_frames=%lld threads=%d arena_mb=%.1f "
-              "high_water_mb=%.1f",
-              ptoks.size(), tokens.size(), (long long)r.n_frames, (long long)r.n_prompt_frames, threads,
-              double(enc.arena_bytes()) / 1e6, double(enc.arena_high_water()) / 1e6);
+  std::printf(
+      "prompt_tokens=%zu tokens=%zu frames=%lld prompt_frames=%lld threads=%d arena_mb=%.1f "
+      "high_water_mb=%.1f",
+      ptoks.size(), tokens.size(), (long long)r.n_frames, (long long)r.n_prompt_frames, threads,
+      double(enc.arena_bytes()) / 1e6, double(enc.arena_high_water()) / 1e6);
   if (best_ms < 1e30) std::printf(" best_ms=%.1f", best_ms);
   std::printf("\n");
   for (size_t i = 1; i < marks.size(); ++i)

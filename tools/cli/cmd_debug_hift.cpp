@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "command.h"
-#include "debug_npy.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
-#include "ops/matmul.h"
+#include "debug_npy.h"
 #include "models/hift_vocoder.h"
 #include "models/model_config.h"
+#include "ops/matmul.h"
 
 namespace {
 
@@ -53,19 +53,32 @@ int run(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") model = next();
-    else if (a == "--mel") mel_path = next();
-    else if (a == "--out") out_path = next();
-    else if (a == "--phases") ph_path = next();
-    else if (a == "--noise") noise_path = next();
-    else if (a == "--seed") seed = cbx::parse_u64("--seed", next());
-    else if (a == "--trim-fade") trim = true;
-    else if (a == "--dump-dir") dump_dir = next();
-    else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
-    else if (a == "--timing") timing = true;
-    else if (a == "--gemm-precision") gemm = cbx::parse_gemm_precision(next().c_str(), "debug hift --gemm-precision");
-    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
-    else cbx::fail("debug hift: unknown option '%s'\n%s", a.c_str(), kUsage);
+    } else if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--mel")
+      mel_path = next();
+    else if (a == "--out")
+      out_path = next();
+    else if (a == "--phases")
+      ph_path = next();
+    else if (a == "--noise")
+      noise_path = next();
+    else if (a == "--seed")
+      seed = cbx::parse_u64("--seed", next());
+    else if (a == "--trim-fade")
+      trim = true;
+    else if (a == "--dump-dir")
+      dump_dir = next();
+    else if (a == "--repeat")
+      repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
+    else if (a == "--timing")
+      timing = true;
+    else if (a == "--gemm-precision")
+      gemm = cbx::parse_gemm_precision(next().c_str(), "debug hift --gemm-precision");
+    else if (a == "-t" || a == "--threads")
+      threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
+    else
+      cbx::fail("debug hift: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !mel_path.empty(), "debug hift: -m and --mel are required\n%s", kUsage);
   CBX_CHECK(ph_path.empty() == noise_path.empty(), "debug hift: give both --phases and --noise, or neither");
@@ -123,8 +136,8 @@ int run(int argc, char** argv) {
 
   if (timing) {
     const auto& tm = voc.last_timing();
-    std::fprintf(stderr, "hift: T %lld frames -> %lld samples, %d threads, arena %.1f MB\n", (long long)T,
-                 (long long)N, threads, double(voc.arena_bytes()) / 1e6);
+    std::fprintf(stderr, "hift: T %lld frames -> %lld samples, %d threads, arena %.1f MB\n", (long long)T, (long long)N,
+                 threads, double(voc.arena_bytes()) / 1e6);
     std::fprintf(stderr, "  f0 %.1f  source %.1f  stft %.1f  conv_pre %.1f ms\n", tm.f0, tm.source, tm.stft,
                  tm.conv_pre);
     for (size_t i = 0; i < tm.ups.size(); ++i)

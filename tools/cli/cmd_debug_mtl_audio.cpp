@@ -38,16 +38,26 @@ int run(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") model = next();
-    else if (a == "--tokens") tokens_path = next();
-    else if (a == "--out") out_path = next();
-    else if (a == "--out-tokens") out_tokens = next();
-    else if (a == "--cfm-noise") noise_path = next();
-    else if (a == "--phases") phases_path = next();
-    else if (a == "--hift-noise") hnoise_path = next();
-    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
-    else if (a == "--seed") seed = cbx::parse_u64("--seed", next());
-    else cbx::fail("%s: unknown option '%s'\n%s", kCmd, a.c_str(), kUsage);
+    } else if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--tokens")
+      tokens_path = next();
+    else if (a == "--out")
+      out_path = next();
+    else if (a == "--out-tokens")
+      out_tokens = next();
+    else if (a == "--cfm-noise")
+      noise_path = next();
+    else if (a == "--phases")
+      phases_path = next();
+    else if (a == "--hift-noise")
+      hnoise_path = next();
+    else if (a == "-t" || a == "--threads")
+      threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
+    else if (a == "--seed")
+      seed = cbx::parse_u64("--seed", next());
+    else
+      cbx::fail("%s: unknown option '%s'\n%s", kCmd, a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !tokens_path.empty() && !out_path.empty(), "%s", kUsage);
   const bool inject = !noise_path.empty();
@@ -55,8 +65,8 @@ int run(int argc, char** argv) {
             "%s: give all of --cfm-noise, --phases and --hift-noise, or none", kCmd);
 
   const cbx::NpyArray ta = cbx::npy_load(tokens_path);
-  CBX_CHECK(ta.dtype == cbx::DType::I32 || ta.dtype == cbx::DType::I64, "%s: '%s' must hold int32 or int64 ids",
-            kCmd, tokens_path.c_str());
+  CBX_CHECK(ta.dtype == cbx::DType::I32 || ta.dtype == cbx::DType::I64, "%s: '%s' must hold int32 or int64 ids", kCmd,
+            tokens_path.c_str());
   std::vector<int32_t> gen;
   for (int64_t i = 0; i < ta.numel(); ++i)
     gen.push_back(ta.dtype == cbx::DType::I32 ? ta.as<int32_t>()[i] : int32_t(ta.as<int64_t>()[i]));
@@ -65,8 +75,7 @@ int run(int argc, char** argv) {
   lp.n_threads = threads;
   cbx::MtlPipeline pipe(model, lp);
   const std::vector<int32_t> speech = cbx::MtlPipeline::postprocess(gen, pipe.config().t3);
-  if (!out_tokens.empty())
-    cbx::npy_save(out_tokens, cbx::DType::I32, {int64_t(speech.size())}, speech.data());
+  if (!out_tokens.empty()) cbx::npy_save(out_tokens, cbx::DType::I32, {int64_t(speech.size())}, speech.data());
 
   cbx::NpyArray za, pa, na;
   cbx::Tensor z;
@@ -86,8 +95,8 @@ int run(int argc, char** argv) {
     int64_t spf = pipe.config().hift.hop;
     for (int32_t r : pipe.config().hift.upsample_rates) spf *= r;
     const int64_t N = spf * (T - v.n_prompt_frames());
-    CBX_CHECK(pa.numel() == H1, "%s: '%s' has %lld phases, want %lld", kCmd, phases_path.c_str(),
-              (long long)pa.numel(), (long long)H1);
+    CBX_CHECK(pa.numel() == H1, "%s: '%s' has %lld phases, want %lld", kCmd, phases_path.c_str(), (long long)pa.numel(),
+              (long long)H1);
     CBX_CHECK(na.numel() == H1 * N, "%s: '%s' has shape %s, want [%lld, %lld]", kCmd, hnoise_path.c_str(),
               na.shape_str().c_str(), (long long)H1, (long long)N);
     draws.phases = pa.as<float>();

@@ -48,18 +48,30 @@ int run(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") model = next();
-    else if (a == "--wav") wav_path = next();
-    else if (a == "-o" || a == "--out") out = next();
-    else if (a == "--max-tokens") max_tokens = cbx::cli::int_flag("--max-tokens", next(), 0, 1073741824);
-    else if (a == "--out-proj") out_proj = next();
-    else if (a == "--out-encoder") out_enc = next();
-    else if (a == "--dump-dir") dump_dir = next();
-    else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
-    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
-    else if (a == "--timings") timings = true;
-    else if (a == "--gemm") gemm = next();
-    else cbx::fail("debug s3tok: unknown option '%s'\n%s", a.c_str(), kUsage);
+    } else if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--wav")
+      wav_path = next();
+    else if (a == "-o" || a == "--out")
+      out = next();
+    else if (a == "--max-tokens")
+      max_tokens = cbx::cli::int_flag("--max-tokens", next(), 0, 1073741824);
+    else if (a == "--out-proj")
+      out_proj = next();
+    else if (a == "--out-encoder")
+      out_enc = next();
+    else if (a == "--dump-dir")
+      dump_dir = next();
+    else if (a == "--repeat")
+      repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
+    else if (a == "-t" || a == "--threads")
+      threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
+    else if (a == "--timings")
+      timings = true;
+    else if (a == "--gemm")
+      gemm = next();
+    else
+      cbx::fail("debug s3tok: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !wav_path.empty(), "debug s3tok: -m and --wav are required\n%s", kUsage);
   CBX_CHECK(threads > 0 && repeat > 0, "debug s3tok: bad --threads or --repeat");

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "command.h"
-#include "debug_npy.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
+#include "debug_npy.h"
 #include "models/t3_turbo.h"
 
 namespace {
@@ -46,8 +46,7 @@ std::vector<int32_t> load_ids(const std::string& path) {
   std::vector<int32_t> out(size_t(a.numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     int64_t v = a.dtype == cbx::DType::I32 ? a.as<int32_t>()[i] : a.as<int64_t>()[i];
-    CBX_CHECK(v >= 0 && v <= INT32_MAX, "debug t3: '%s' id %lld at %zu is out of range", path.c_str(),
-              (long long)v, i);
+    CBX_CHECK(v >= 0 && v <= INT32_MAX, "debug t3: '%s' id %lld at %zu is out of range", path.c_str(), (long long)v, i);
     out[i] = int32_t(v);
   }
   return out;
@@ -91,25 +90,44 @@ int run(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") model = next();
-    else if (a == "--text-ids") text_path = next();
-    else if (a == "--speaker-emb") spk_path = next();
-    else if (a == "--prompt-tokens") prompt_path = next();
-    else if (a == "--steps") steps = cbx::cli::int_flag("--steps", next(), 0, 1073741824);
-    else if (a == "--out-logits") out_logits = next();
-    else if (a == "--out-tokens") out_tokens = next();
-    else if (a == "--out-speech-tokens") out_speech = next();
-    else if (a == "--out-processed") out_processed = next();
-    else if (a == "--dump-dir") dump_dir = next();
-    else if (a == "--greedy") greedy = true;
-    else if (a == "--seed") seed = cbx::parse_u64("--seed", next());
-    else if (a == "--temperature") temperature = cbx::parse_number("--temperature", next());
-    else if (a == "--top-k") top_k = int(cbx::cli::int_flag("--top-k", next(), 0, 1073741824));
-    else if (a == "--top-p") top_p = cbx::parse_number("--top-p", next());
-    else if (a == "--rep-penalty") rep = cbx::parse_number("--rep-penalty", next());
-    else if (a == "--kv-type") kv = next();
-    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
-    else cbx::fail("debug t3: unknown option '%s'\n%s", a.c_str(), kUsage);
+    } else if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--text-ids")
+      text_path = next();
+    else if (a == "--speaker-emb")
+      spk_path = next();
+    else if (a == "--prompt-tokens")
+      prompt_path = next();
+    else if (a == "--steps")
+      steps = cbx::cli::int_flag("--steps", next(), 0, 1073741824);
+    else if (a == "--out-logits")
+      out_logits = next();
+    else if (a == "--out-tokens")
+      out_tokens = next();
+    else if (a == "--out-speech-tokens")
+      out_speech = next();
+    else if (a == "--out-processed")
+      out_processed = next();
+    else if (a == "--dump-dir")
+      dump_dir = next();
+    else if (a == "--greedy")
+      greedy = true;
+    else if (a == "--seed")
+      seed = cbx::parse_u64("--seed", next());
+    else if (a == "--temperature")
+      temperature = cbx::parse_number("--temperature", next());
+    else if (a == "--top-k")
+      top_k = int(cbx::cli::int_flag("--top-k", next(), 0, 1073741824));
+    else if (a == "--top-p")
+      top_p = cbx::parse_number("--top-p", next());
+    else if (a == "--rep-penalty")
+      rep = cbx::parse_number("--rep-penalty", next());
+    else if (a == "--kv-type")
+      kv = next();
+    else if (a == "-t" || a == "--threads")
+      threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
+    else
+      cbx::fail("debug t3: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !text_path.empty(), "debug t3: -m and --text-ids are required\n%s", kUsage);
   CBX_CHECK(steps >= 0 && threads > 0, "debug t3: bad --steps or --threads");
@@ -117,14 +135,16 @@ int run(int argc, char** argv) {
   auto f = cbx::GgufFile::open(model);
   std::vector<int32_t> text = load_ids(text_path);
   std::vector<float> spk;
-  if (!spk_path.empty()) spk = load_vec(spk_path);
+  if (!spk_path.empty())
+    spk = load_vec(spk_path);
   else {
     cbx::Tensor t = f->tensor("voice.speaker_emb");
     CBX_CHECK(t.dtype == cbx::DType::F32, "debug t3: voice.speaker_emb must be f32");
     spk.assign(t.ptr<float>(), t.ptr<float>() + t.numel());
   }
   std::vector<int32_t> prompt;
-  if (!prompt_path.empty()) prompt = load_ids(prompt_path);
+  if (!prompt_path.empty())
+    prompt = load_ids(prompt_path);
   else {
     cbx::Tensor t = f->tensor("voice.cond_prompt_tokens");
     CBX_CHECK(t.dtype == cbx::DType::I32, "debug t3: voice.cond_prompt_tokens must be i32");
@@ -166,19 +186,19 @@ int run(int argc, char** argv) {
     if (!out_processed.empty()) processed.insert(processed.end(), pr, pr + V);
     ++n_pos;
   };
-  cbx::T3TurboResult r = t3.generate(text.data(), int64_t(text.size()), spk.data(), int64_t(spk.size()),
-                                     prompt.data(), int64_t(prompt.size()), sp, steps, on_step);
+  cbx::T3TurboResult r = t3.generate(text.data(), int64_t(text.size()), spk.data(), int64_t(spk.size()), prompt.data(),
+                                     int64_t(prompt.size()), sp, steps, on_step);
   if (!out_logits.empty()) cbx::npy_save_f32(out_logits, {n_pos, V}, logits.data());
   if (!out_processed.empty()) cbx::npy_save_f32(out_processed, {n_pos, V}, processed.data());
-  if (!out_tokens.empty())
-    cbx::npy_save(out_tokens, cbx::DType::I32, {int64_t(r.tokens.size())}, r.tokens.data());
+  if (!out_tokens.empty()) cbx::npy_save(out_tokens, cbx::DType::I32, {int64_t(r.tokens.size())}, r.tokens.data());
   if (!out_speech.empty())
     cbx::npy_save(out_speech, cbx::DType::I32, {int64_t(r.speech_tokens.size())}, r.speech_tokens.data());
   const double tok_s = r.n_decode > 0 ? 1000.0 * double(r.n_decode) / r.decode_ms : 0.0;
-  std::printf("prompt_len=%lld tokens=%zu speech_tokens=%zu stopped_eos=%d stopped_all_inf=%d "
-              "prefill_ms=%.1f decode_steps=%lld tok_s=%.2f\n",
-              (long long)r.prompt_len, r.tokens.size(), r.speech_tokens.size(), int(r.stopped_eos),
-              int(r.stopped_all_inf), r.prefill_ms, (long long)r.n_decode, tok_s);
+  std::printf(
+      "prompt_len=%lld tokens=%zu speech_tokens=%zu stopped_eos=%d stopped_all_inf=%d "
+      "prefill_ms=%.1f decode_steps=%lld tok_s=%.2f\n",
+      (long long)r.prompt_len, r.tokens.size(), r.speech_tokens.size(), int(r.stopped_eos), int(r.stopped_all_inf),
+      r.prefill_ms, (long long)r.n_decode, tok_s);
   return 0;
 }
 
@@ -198,7 +218,6 @@ int run_debug(int argc, char** argv) {
 }
 
 cbx::cli::RegisterCommand reg("debug-t3", "run T3 Turbo on ids, write logits/tokens .npy (parity)", run);
-cbx::cli::RegisterCommand reg_debug("debug", "debug NAME ...: runs debug-NAME (t3, frontend, ...)", run_debug,
-                                      true);
+cbx::cli::RegisterCommand reg_debug("debug", "debug NAME ...: runs debug-NAME (t3, frontend, ...)", run_debug, true);
 
 }  // namespace

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "command.h"
-#include "debug_npy.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
+#include "debug_npy.h"
 #include "models/model_config.h"
 #include "models/t3_mtl.h"
 
@@ -43,24 +43,22 @@ const char* kUsage =
 
 std::vector<int32_t> load_ids(const std::string& path) {
   cbx::NpyArray a = cbx::npy_load(path);
-  CBX_CHECK(a.dtype == cbx::DType::I32 || a.dtype == cbx::DType::I64,
-            "debug t3-mtl: '%s' must hold int32/int64 ids", path.c_str());
+  CBX_CHECK(a.dtype == cbx::DType::I32 || a.dtype == cbx::DType::I64, "debug t3-mtl: '%s' must hold int32/int64 ids",
+            path.c_str());
   CBX_CHECK(a.shape.size() == 1 || (a.shape.size() == 2 && a.shape[0] == 1),
-            "debug t3-mtl: '%s' must be [n] or [1, n], got %s", path.c_str(),
-            a.shape_str().c_str());
+            "debug t3-mtl: '%s' must be [n] or [1, n], got %s", path.c_str(), a.shape_str().c_str());
   std::vector<int32_t> out(size_t(a.numel()));
   for (size_t i = 0; i < out.size(); ++i) {
     int64_t v = a.dtype == cbx::DType::I32 ? a.as<int32_t>()[i] : a.as<int64_t>()[i];
-    CBX_CHECK(v >= 0 && v <= INT32_MAX, "debug t3-mtl: '%s' id %lld at %zu is out of range",
-              path.c_str(), (long long)v, i);
+    CBX_CHECK(v >= 0 && v <= INT32_MAX, "debug t3-mtl: '%s' id %lld at %zu is out of range", path.c_str(), (long long)v,
+              i);
     out[i] = int32_t(v);
   }
   return out;
 }
 
 int run(int argc, char** argv) {
-  std::string model, text_path, spk_path, prompt_path, out_cond, out_logits, out_guided,
-      out_processed, out_tokens;
+  std::string model, text_path, spk_path, prompt_path, out_cond, out_logits, out_guided, out_processed, out_tokens;
   int64_t steps = 50;
   int threads = 2;
   bool greedy = false, force = false;
@@ -118,14 +116,13 @@ int run(int argc, char** argv) {
     else
       cbx::fail("debug t3-mtl: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
-  CBX_CHECK(!model.empty() && !text_path.empty(),
-            "debug t3-mtl: -m and --text-ids are required\n%s", kUsage);
+  CBX_CHECK(!model.empty() && !text_path.empty(), "debug t3-mtl: -m and --text-ids are required\n%s", kUsage);
   CBX_CHECK(steps >= 1 && threads > 0, "debug t3-mtl: --steps must be >= 1 and --threads > 0");
 
   auto f = cbx::GgufFile::open(model);
   const cbx::ModelConfig cfg = cbx::read_config(*f);
-  CBX_CHECK(cfg.variant == cbx::Variant::Mtl, "debug t3-mtl: '%s' is a %s model, not mtl",
-            model.c_str(), cbx::variant_name(cfg.variant));
+  CBX_CHECK(cfg.variant == cbx::Variant::Mtl, "debug t3-mtl: '%s' is a %s model, not mtl", model.c_str(),
+            cbx::variant_name(cfg.variant));
   cbx::T3MtlCond cond;
   cond.exaggeration = exaggeration > -1e29 ? float(exaggeration) : cfg.pipeline.exaggeration;
   std::vector<int32_t> text = load_ids(text_path);
@@ -184,24 +181,20 @@ int run(int argc, char** argv) {
   if (!out_logits.empty()) cbx::npy_save_f32(out_logits, {n_pos, n_rows, V}, logits.data());
   if (!out_guided.empty()) cbx::npy_save_f32(out_guided, {n_pos, V}, guided.data());
   if (!out_processed.empty()) cbx::npy_save_f32(out_processed, {n_pos, V}, processed.data());
-  if (!out_tokens.empty())
-    cbx::npy_save(out_tokens, cbx::DType::I32, {int64_t(tokens.size())}, tokens.data());
+  if (!out_tokens.empty()) cbx::npy_save(out_tokens, cbx::DType::I32, {int64_t(tokens.size())}, tokens.data());
   const double tok_s = stats.n_decode > 0 ? 1000.0 * double(stats.n_decode) / stats.decode_ms : 0.0;
   const double ms_step = stats.n_decode > 0 ? stats.decode_ms / double(stats.n_decode) : 0.0;
-  const double gbs =
-      ms_step > 0 ? (stats.weight_bytes_per_step + stats.kv_bytes_per_step) / (ms_step * 1e6) : 0.0;
+  const double gbs = ms_step > 0 ? (stats.weight_bytes_per_step + stats.kv_bytes_per_step) / (ms_step * 1e6) : 0.0;
   std::printf(
       "prompt_len=%lld rows=%lld tokens=%zu hit_limit=%d prefill_ms=%.1f decode_steps=%lld "
       "tok_s=%.2f "
       "ms_per_step=%.2f weight_mb_per_step=%.1f kv_mb_per_step=%.1f read_gb_s=%.2f\n",
-      (long long)stats.prompt_len, (long long)stats.n_rows, tokens.size(), int(stats.hit_limit),
-      stats.prefill_ms, (long long)stats.n_decode, tok_s, ms_step,
-      stats.weight_bytes_per_step / 1e6, stats.kv_bytes_per_step / 1e6, gbs);
+      (long long)stats.prompt_len, (long long)stats.n_rows, tokens.size(), int(stats.hit_limit), stats.prefill_ms,
+      (long long)stats.n_decode, tok_s, ms_step, stats.weight_bytes_per_step / 1e6, stats.kv_bytes_per_step / 1e6, gbs);
   return 0;
 }
 
-cbx::cli::RegisterCommand reg("debug-t3-mtl",
-                              "run T3 Multilingual on ids, write cond/logits/tokens .npy (parity)",
+cbx::cli::RegisterCommand reg("debug-t3-mtl", "run T3 Multilingual on ids, write cond/logits/tokens .npy (parity)",
                               run);
 
 }  // namespace

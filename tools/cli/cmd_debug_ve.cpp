@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "command.h"
-#include "debug_npy.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "debug_npy.h"
 #include "models/model_config.h"
 #include "models/voice_encoder.h"
 
@@ -42,14 +42,22 @@ int run(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") model = next();
-    else if (a == "--wav") wav_path = next();
-    else if (a == "-o" || a == "--out") out_path = next();
-    else if (a == "--dump-dir") dump_dir = next();
-    else if (a == "--repeat") repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
-    else if (a == "--timing") timing = true;
-    else if (a == "-t" || a == "--threads") threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
-    else cbx::fail("debug ve: unknown option '%s'\n%s", a.c_str(), kUsage);
+    } else if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "--wav")
+      wav_path = next();
+    else if (a == "-o" || a == "--out")
+      out_path = next();
+    else if (a == "--dump-dir")
+      dump_dir = next();
+    else if (a == "--repeat")
+      repeat = int(cbx::cli::int_flag("--repeat", next(), 1, 1000000));
+    else if (a == "--timing")
+      timing = true;
+    else if (a == "-t" || a == "--threads")
+      threads = int(cbx::cli::int_flag("--threads", next(), 1, 1024));
+    else
+      cbx::fail("debug ve: unknown option '%s'\n%s", a.c_str(), kUsage);
   }
   CBX_CHECK(!model.empty() && !wav_path.empty(), "debug ve: -m and --wav are required\n%s", kUsage);
   CBX_CHECK(threads > 0 && repeat > 0, "debug ve: bad --threads or --repeat");
@@ -80,7 +88,8 @@ int run(int argc, char** argv) {
     std::sort(ms.begin(), ms.end());
     std::sort(cpu.begin(), cpu.end());
     std::fprintf(stderr,
-                 "ve: %lld samples (%.2f s), <= %lld partials, %d threads: median %.1f ms (CPU %.1f ms) of %d runs, arena %.1f MB\n",
+                 "ve: %lld samples (%.2f s), <= %lld partials, %d threads: median %.1f ms (CPU %.1f ms) of %d runs, "
+                 "arena %.1f MB\n",
                  (long long)n, double(n) / cfg.ve.sample_rate, (long long)ve.num_partials(n), threads,
                  ms[ms.size() / 2], cpu[cpu.size() / 2], repeat, double(ve.arena_bytes()) / 1e6);
   }

@@ -24,18 +24,21 @@ std::string value_str(const cbx::GgufValue& v, size_t max_items = 8) {
       if (s.size() > 60) return "\"" + s.substr(0, 57) + "...\" (" + std::to_string(s.size()) + " bytes)";
       return "\"" + s + "\"";
     }
-    case T::BOOL: return v.as_bool() ? "true" : "false";
+    case T::BOOL:
+      return v.as_bool() ? "true" : "false";
     case T::F32:
-    case T::F64: std::snprintf(buf, sizeof buf, "%g", v.as_float()); return buf;
+    case T::F64:
+      std::snprintf(buf, sizeof buf, "%g", v.as_float());
+      return buf;
     case T::ARRAY: {
       const cbx::GgufArray& a = v.as_array();
       std::string r = "[";
-      for (size_t i = 0; i < a.items.size() && i < max_items; ++i)
-        r += (i ? ", " : "") + value_str(a.items[i], 0);
+      for (size_t i = 0; i < a.items.size() && i < max_items; ++i) r += (i ? ", " : "") + value_str(a.items[i], 0);
       if (a.items.size() > max_items) r += ", ... (" + std::to_string(a.items.size()) + " items)";
       return r + "]";
     }
-    default: return std::to_string(v.as_int());
+    default:
+      return std::to_string(v.as_int());
   }
 }
 
@@ -45,13 +48,14 @@ int cmd_info(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
-      std::printf("usage: chatterbox info MODEL.gguf [--check] [--tensors]\n"
-                  "  --check    verify every tensor against the layout the metadata implies, and scan every\n"
-                  "             weight for NaN / Inf values: prints each offending tensor (dtype, NaN and Inf\n"
-                  "             counts, first element; for q8_0 / q4_0 / q4_k the blocks whose f16 scales are NaN / Inf)\n"
-                  "             and a summary. Exit status 0 when both pass, 1 when either finds a problem.\n"
-                  "             convert and quantize refuse to write NaN / Inf weights; loading does not scan.\n"
-                  "  --tensors  list every tensor\n");
+      std::printf(
+          "usage: chatterbox info MODEL.gguf [--check] [--tensors]\n"
+          "  --check    verify every tensor against the layout the metadata implies, and scan every\n"
+          "             weight for NaN / Inf values: prints each offending tensor (dtype, NaN and Inf\n"
+          "             counts, first element; for q8_0 / q4_0 / q4_k the blocks whose f16 scales are NaN / Inf)\n"
+          "             and a summary. Exit status 0 when both pass, 1 when either finds a problem.\n"
+          "             convert and quantize refuse to write NaN / Inf weights; loading does not scan.\n"
+          "  --tensors  list every tensor\n");
       return 0;
     } else if (a == "--check") {
       check = true;
@@ -72,8 +76,8 @@ int cmd_info(int argc, char** argv) {
   cbx::ModelConfig cfg = cbx::read_config(*f);
   auto str = [&](const char* k) { return f->has(k) ? value_str(f->get(k)) : std::string("-"); };
   std::printf("file:        %s (%.1f MB, GGUF v%u)\n", path.c_str(), f->size() / 1e6, f->version());
-  std::printf("model:       %s, variant %s, T3 %s (%s)\n", str("general.name").c_str(),
-              cbx::variant_name(cfg.variant), cfg.t3.arch.c_str(), str("chatterbox.convert.t3_checkpoint").c_str());
+  std::printf("model:       %s, variant %s, T3 %s (%s)\n", str("general.name").c_str(), cbx::variant_name(cfg.variant),
+              cfg.t3.arch.c_str(), str("chatterbox.convert.t3_checkpoint").c_str());
   std::printf("type:        %s\n", str("chatterbox.convert.type").c_str());
 
   std::printf("\nhyper-parameters:\n");
@@ -120,8 +124,7 @@ int cmd_info(int argc, char** argv) {
     for (const auto& t : f->tensors()) {
       std::string s = "[";
       for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
-      std::printf("  %-60s %-5s %-20s %10zu\n", t.name.c_str(), cbx::dtype_name(t.dtype), (s + "]").c_str(),
-                  t.nbytes);
+      std::printf("  %-60s %-5s %-20s %10zu\n", t.name.c_str(), cbx::dtype_name(t.dtype), (s + "]").c_str(), t.nbytes);
     }
   }
   if (check) {

@@ -180,7 +180,8 @@ int run(int argc, char** argv) {
     const double tc = now_ms();
     try {
       engine.save_prefix_cache(o.prompt_cache);
-      if (o.verbose) std::fprintf(stderr, "say: prompt cache %s written (%.0f ms)\n", o.prompt_cache.c_str(), now_ms() - tc);
+      if (o.verbose)
+        std::fprintf(stderr, "say: prompt cache %s written (%.0f ms)\n", o.prompt_cache.c_str(), now_ms() - tc);
     } catch (const cbx::Error& e) {
       cbx::cli::warn("say", "the prompt cache was not written: %s", e.what());
     }

@@ -86,6 +86,7 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-cbx::cli::RegisterCommand reg("tokenize", "text -> token ids (the text front-end alone; Turbo, Nano, Multilingual)", run);
+cbx::cli::RegisterCommand reg("tokenize", "text -> token ids (the text front-end alone; Turbo, Nano, Multilingual)",
+                              run);
 
 }  // namespace

@@ -13,10 +13,10 @@
 
 #include "command.h"
 #include "core/cpu.h"
-#include "core/output_file.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/npy.h"
+#include "core/output_file.h"
 #include "core/thread_pool.h"
 #include "models/model_config.h"
 #include "pipeline/synth_options.h"
@@ -89,8 +89,10 @@ int voice_create(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (a == "-m" || a == "--model") model = next();
-    else if (a == "-o" || a == "--output") out = next();
+    } else if (a == "-m" || a == "--model")
+      model = next();
+    else if (a == "-o" || a == "--output")
+      out = next();
     else if (a == "-t" || a == "--threads") {
       threads = cbx::parse_int(a, next());
       cbx::check_param(cbx::param::kThreads, double(threads));
@@ -98,15 +100,19 @@ int voice_create(int argc, char** argv) {
       const double x = cbx::parse_number(a, next());
       cbx::check_param(cbx::param::kExaggeration, x);
       o.exaggeration = float(x);
-    } else if (a == "--no-norm-loudness") o.norm_loudness = false;
+    } else if (a == "--no-norm-loudness")
+      o.norm_loudness = false;
     else if (a == "--max-seconds") {
       o.max_seconds = cbx::parse_number(a, next());
       cbx::check_param(cbx::param::kVoiceMaxSeconds, o.max_seconds);
-    }
-    else if (a == "-v" || a == "--verbose") verbose = true;
-    else if (a == "-q" || a == "--quiet") quiet = true;
-    else if (a == "--dump-dir") dump = next();
-    else if (a.size() > 1 && a[0] == '-') cbx::fail("voice create: unknown option '%s'\n%s", a.c_str(), kUsage);
+    } else if (a == "-v" || a == "--verbose")
+      verbose = true;
+    else if (a == "-q" || a == "--quiet")
+      quiet = true;
+    else if (a == "--dump-dir")
+      dump = next();
+    else if (a.size() > 1 && a[0] == '-')
+      cbx::fail("voice create: unknown option '%s'\n%s", a.c_str(), kUsage);
     else {
       CBX_CHECK(ref.empty(), "voice create: more than one reference file ('%s', '%s')", ref.c_str(), a.c_str());
       ref = a;
@@ -115,8 +121,7 @@ int voice_create(int argc, char** argv) {
   CBX_CHECK(!ref.empty(), "voice create: no reference audio file\n%s", kUsage);
   CBX_CHECK(!model.empty(), "voice create: -m MODEL.gguf is required");
   CBX_CHECK(!out.empty(), "voice create: -o NAME.voice is required");
-  if (const auto w = cbx::thread_count_warning(threads))
-    cbx::cli::warn("voice create", "%s", w->c_str());
+  if (const auto w = cbx::thread_count_warning(threads)) cbx::cli::warn("voice create", "%s", w->c_str());
   CBX_CHECK(!cbx::is_gguf_file(ref), "voice create: '%s' is a GGUF file, not reference audio", ref.c_str());
 
   // Before the work: the output must not be the model or the reference, and must be writable.
@@ -156,8 +161,8 @@ int voice_create(int argc, char** argv) {
   cbx::save_voice(v, out_file);
   if (!quiet)
     std::fprintf(stderr, "voice create: %s -> %s (%s voice, %.2f s reference, %zu + %zu prompt tokens)\n", ref.c_str(),
-               out.c_str(), cbx::variant_name(v.variant), double(v.ref_samples) / 24000.0,
-               v.cond_prompt_tokens.size(), v.prompt_token.size());
+                 out.c_str(), cbx::variant_name(v.variant), double(v.ref_samples) / 24000.0,
+                 v.cond_prompt_tokens.size(), v.prompt_token.size());
   if (verbose)
     std::fprintf(stderr,
                  "voice create: load_ms=%.1f decode_ms=%.1f resample_24k_ms=%.1f loudness_ms=%.1f "
@@ -247,8 +252,8 @@ int voice_list(int argc, char** argv) {
       const uintmax_t bytes = fs::file_size(p, ec);
       char size[32] = "?";
       if (!ec) std::snprintf(size, sizeof size, "%.1f kB", double(bytes) / 1e3);
-      const std::string tokens = std::to_string(v.cond_prompt_tokens.size()) + " + " +
-                                 std::to_string(v.prompt_token.size());
+      const std::string tokens =
+          std::to_string(v.cond_prompt_tokens.size()) + " + " + std::to_string(v.prompt_token.size());
       std::printf("%-*s  %-7s  %8.2f  %13s  %9s  %s\n", int(width), name.c_str(), cbx::variant_name(v.variant),
                   double(v.ref_samples) / 24000.0, tokens.c_str(), size, v.source.c_str());
     } catch (const std::exception& e) {

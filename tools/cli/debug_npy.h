@@ -19,12 +19,10 @@ inline NpyArray load_f32_npy(const char* cmd, const std::string& path) {
 }
 
 // Drops leading dims of size 1 until `want` dims remain.
-inline std::vector<int64_t> squeeze_to(const char* cmd, const NpyArray& a, size_t want,
-                                       const std::string& path) {
+inline std::vector<int64_t> squeeze_to(const char* cmd, const NpyArray& a, size_t want, const std::string& path) {
   std::vector<int64_t> s = a.shape;
   while (s.size() > want && s.front() == 1) s.erase(s.begin());
-  CBX_CHECK(s.size() == want, "%s: '%s' has shape %s, want %zu dims", cmd, path.c_str(),
-            a.shape_str().c_str(), want);
+  CBX_CHECK(s.size() == want, "%s: '%s' has shape %s, want %zu dims", cmd, path.c_str(), a.shape_str().c_str(), want);
   return s;
 }
 

@@ -22,8 +22,7 @@ namespace {
 
 void usage(FILE* out) {
   auto cmds = cbx::cli::commands();
-  std::sort(cmds.begin(), cmds.end(),
-            [](const auto& a, const auto& b) { return std::strcmp(a.name, b.name) < 0; });
+  std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return std::strcmp(a.name, b.name) < 0; });
   int width = 0;
   for (const auto& c : cmds) width = std::max(width, int(std::strlen(c.name)));
   std::fprintf(out, "usage: chatterbox COMMAND [options]\n       chatterbox --version\n\ncommands:\n");

@@ -42,8 +42,10 @@ std::vector<BatchItem> read_batch(const std::string& path) {
       const std::string& k = kv.key();
       const nlohmann::json& v = kv.value();
       if (k == "seed") {
-        CBX_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), "%s:%lld: \"seed\" "
-                  "must be an integer in [0, 2^64-1]", path.c_str(), (long long)n);
+        CBX_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
+                  "%s:%lld: \"seed\" "
+                  "must be an integer in [0, 2^64-1]",
+                  path.c_str(), (long long)n);
         it.seed = v.get<uint64_t>();
         continue;
       }
@@ -51,10 +53,14 @@ std::vector<BatchItem> read_batch(const std::string& path) {
                 "%s:%lld: unknown key \"%s\" (text, voice, lang, seed, out)", path.c_str(), (long long)n, k.c_str());
       CBX_CHECK(v.is_string(), "%s:%lld: \"%s\" must be a string", path.c_str(), (long long)n, k.c_str());
       const std::string s = v.get<std::string>();
-      if (k == "text") it.text = s;
-      else if (k == "voice") it.voice = s;
-      else if (k == "lang") it.lang = s;
-      else it.out = s;
+      if (k == "text")
+        it.text = s;
+      else if (k == "voice")
+        it.voice = s;
+      else if (k == "lang")
+        it.lang = s;
+      else
+        it.out = s;
     }
     CBX_CHECK(j.contains("text"), "%s:%lld: no \"text\"", path.c_str(), (long long)n);
     items.push_back(std::move(it));
@@ -71,9 +77,7 @@ struct Planned {
   AudioFormat format;
 };
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -141,7 +145,8 @@ int run_batch(const SayOptions& o, const ModelConfig& cfg, const std::string& la
     try {
       warnings.clear();
       engine.use_voice(p.voice, &warnings);
-      for (const std::string& w : warnings) warn("say", "%s:%lld: %s", o.batch.c_str(), (long long)p.item.line, w.c_str());
+      for (const std::string& w : warnings)
+        warn("say", "%s:%lld: %s", o.batch.c_str(), (long long)p.item.line, w.c_str());
       std::vector<OutputInput> in = inputs;
       if (!p.voice.empty()) in.push_back({"voice", p.voice});
       AudioOutput out(p.out, p.format, cfg.pipeline.sample_rate, o.post, in);
@@ -159,8 +164,8 @@ int run_batch(const SayOptions& o, const ModelConfig& cfg, const std::string& la
       audio_s += out.seconds();
       ++written;
       if (tm.chunks_at_limit > 0)
-        warn("say", "%s:%lld: %lld of %lld text chunks reached the speech-token limit without ending",
-             o.batch.c_str(), (long long)p.item.line, (long long)tm.chunks_at_limit, (long long)tm.n_chunks);
+        warn("say", "%s:%lld: %lld of %lld text chunks reached the speech-token limit without ending", o.batch.c_str(),
+             (long long)p.item.line, (long long)tm.chunks_at_limit, (long long)tm.n_chunks);
     } catch (const Error& e) {
       progress.clear();
       std::fprintf(stderr, "chatterbox say: error: %s:%lld: %s\n", o.batch.c_str(), (long long)p.item.line, e.what());

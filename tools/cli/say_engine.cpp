@@ -29,8 +29,9 @@ void SayEngine::use_voice(const std::string& path, std::vector<std::string>* war
   }
   auto it = voices_.find(path);
   if (it == voices_.end())
-    it = voices_.emplace(path, load_or_build_voice(path, pipe_->gguf(), pipe_->config(), pipe_->pool(), {}, nullptr,
-                                                   warnings))
+    it = voices_
+             .emplace(path,
+                      load_or_build_voice(path, pipe_->gguf(), pipe_->config(), pipe_->pool(), {}, nullptr, warnings))
              .first;
   pipe_->set_voice(it->second, path);
   voice_path_ = path;

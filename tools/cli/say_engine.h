@@ -46,8 +46,8 @@ class SayEngine {
 
  private:
   std::unique_ptr<Pipeline> pipe_;
-  std::string voice_path_;                // in use ("" = built-in)
-  std::map<std::string, Voice> voices_;   // built / loaded, by path
+  std::string voice_path_;               // in use ("" = built-in)
+  std::map<std::string, Voice> voices_;  // built / loaded, by path
 };
 
 }  // namespace cbx::cli

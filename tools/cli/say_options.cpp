@@ -148,9 +148,8 @@ std::string resolve_voice(const std::string& voice, const std::string& voices_di
   struct stat st;
   if (voice.empty() || voices_dir.empty() || ::stat(voice.c_str(), &st) == 0) return voice;
   const bool plain_name = voice.find('/') == std::string::npos && voice != "." && voice != "..";
-  const std::string name = voice.size() > 6 && voice.compare(voice.size() - 6, 6, ".voice") == 0
-                               ? voice.substr(0, voice.size() - 6)
-                               : voice;
+  const std::string name =
+      voice.size() > 6 && voice.compare(voice.size() - 6, 6, ".voice") == 0 ? voice.substr(0, voice.size() - 6) : voice;
   const std::string path = voices_dir + "/" + name + ".voice";
   if (plain_name && ::stat(path.c_str(), &st) == 0) return path;
   std::string list;
@@ -175,42 +174,78 @@ std::optional<SayOptions> parse_say_options(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       std::fputs(kSayUsage, stdout);
       return std::nullopt;
-    } else if (a == "-m" || a == "--model") o.model = next();
-    else if (a == "-o" || a == "--output") o.out = next();
-    else if (a == "-f" || a == "--file") o.file = next();
-    else if (a == "--format") o.format = next();
-    else if (a == "--float") o.float_wav = true;
-    else if (a == "--lines") o.lines = true;
-    else if (a == "--stream") o.stream = true;
-    else if (a == "--batch") o.batch = next();
-    else if (a == "--voice") o.voice = next();
-    else if (a == "--voices") o.voices_dir = next();
-    else if (a == "--prompt-cache") o.prompt_cache = next();
-    else if (a == "--seed") o.synth.seed = parse_u64(a, next());
-    else if (a == "--temperature") o.synth.temperature = parse_number(a, next());
-    else if (a == "--top-k") o.synth.top_k = parse_int(a, next());
-    else if (a == "--top-p") o.synth.top_p = parse_number(a, next());
-    else if (a == "--repetition-penalty") o.synth.repetition_penalty = parse_number(a, next());
-    else if (a == "--lang" || a == "--language") o.synth.language = next();
-    else if (a == "--min-p") o.synth.min_p = parse_number(a, next());
-    else if (a == "--cfg-weight") o.synth.cfg_weight = parse_number(a, next());
-    else if (a == "--exaggeration") o.synth.exaggeration = parse_number(a, next());
-    else if (a == "--max-tokens") o.load.max_new_tokens = parse_int(a, next());
-    else if (a == "--chunk-tokens") o.synth.max_chunk_tokens = parse_int(a, next());
-    else if (a == "-t" || a == "--threads") o.load.n_threads = parse_int("--threads", next());
-    else if (a == "--kv-type") o.load.kv_type = parse_kv_type(a, next());
-    else if (a == "--no-repack") o.load.repack = false;
-    else if (a == "--gemm-precision") o.load.gemm_precision = parse_gemm_precision_flag(a, next());
-    else if (a == "--cfm-precision") o.load.cfm_precision = parse_cfm_precision_flag(a, next());
-    else if (a == "--speed") o.post.speed = ranged("--speed", next(), 0.5, 2.0);
-    else if (a == "--pause-ms") o.post.pause_ms = ranged("--pause-ms", next(), 0, 10000);
-    else if (a == "--volume") o.post.gain_db = parse_volume(next());
-    else if (a == "--normalize") o.post.normalize_dbfs = o.post.normalize_dbfs.value_or(-1.0);
-    else if (a == "--normalize-peak") o.post.normalize_dbfs = ranged("--normalize-peak", next(), -60, 0);
-    else if (a == "-v" || a == "--verbose") o.verbose = true;
-    else if (a == "-q" || a == "--quiet") o.quiet = true;
-    else if (a == "--progress") o.progress = true;
-    else if (a.size() > 1 && a[0] == '-') fail("unknown option '%s' (see chatterbox say --help)", a.c_str());
+    } else if (a == "-m" || a == "--model")
+      o.model = next();
+    else if (a == "-o" || a == "--output")
+      o.out = next();
+    else if (a == "-f" || a == "--file")
+      o.file = next();
+    else if (a == "--format")
+      o.format = next();
+    else if (a == "--float")
+      o.float_wav = true;
+    else if (a == "--lines")
+      o.lines = true;
+    else if (a == "--stream")
+      o.stream = true;
+    else if (a == "--batch")
+      o.batch = next();
+    else if (a == "--voice")
+      o.voice = next();
+    else if (a == "--voices")
+      o.voices_dir = next();
+    else if (a == "--prompt-cache")
+      o.prompt_cache = next();
+    else if (a == "--seed")
+      o.synth.seed = parse_u64(a, next());
+    else if (a == "--temperature")
+      o.synth.temperature = parse_number(a, next());
+    else if (a == "--top-k")
+      o.synth.top_k = parse_int(a, next());
+    else if (a == "--top-p")
+      o.synth.top_p = parse_number(a, next());
+    else if (a == "--repetition-penalty")
+      o.synth.repetition_penalty = parse_number(a, next());
+    else if (a == "--lang" || a == "--language")
+      o.synth.language = next();
+    else if (a == "--min-p")
+      o.synth.min_p = parse_number(a, next());
+    else if (a == "--cfg-weight")
+      o.synth.cfg_weight = parse_number(a, next());
+    else if (a == "--exaggeration")
+      o.synth.exaggeration = parse_number(a, next());
+    else if (a == "--max-tokens")
+      o.load.max_new_tokens = parse_int(a, next());
+    else if (a == "--chunk-tokens")
+      o.synth.max_chunk_tokens = parse_int(a, next());
+    else if (a == "-t" || a == "--threads")
+      o.load.n_threads = parse_int("--threads", next());
+    else if (a == "--kv-type")
+      o.load.kv_type = parse_kv_type(a, next());
+    else if (a == "--no-repack")
+      o.load.repack = false;
+    else if (a == "--gemm-precision")
+      o.load.gemm_precision = parse_gemm_precision_flag(a, next());
+    else if (a == "--cfm-precision")
+      o.load.cfm_precision = parse_cfm_precision_flag(a, next());
+    else if (a == "--speed")
+      o.post.speed = ranged("--speed", next(), 0.5, 2.0);
+    else if (a == "--pause-ms")
+      o.post.pause_ms = ranged("--pause-ms", next(), 0, 10000);
+    else if (a == "--volume")
+      o.post.gain_db = parse_volume(next());
+    else if (a == "--normalize")
+      o.post.normalize_dbfs = o.post.normalize_dbfs.value_or(-1.0);
+    else if (a == "--normalize-peak")
+      o.post.normalize_dbfs = ranged("--normalize-peak", next(), -60, 0);
+    else if (a == "-v" || a == "--verbose")
+      o.verbose = true;
+    else if (a == "-q" || a == "--quiet")
+      o.quiet = true;
+    else if (a == "--progress")
+      o.progress = true;
+    else if (a.size() > 1 && a[0] == '-')
+      fail("unknown option '%s' (see chatterbox say --help)", a.c_str());
     else {
       CBX_CHECK(!o.have_text, "more than one text argument (quote the text)");
       o.text = a;

@@ -69,11 +69,12 @@ void AudioOutput::emit(const std::vector<uint8_t>& bytes) {
 
 void AudioOutput::add(const float* x, size_t n, bool starts_chunk) {
   std::vector<float> chunk;
-  if (post_.speed != 1.0) chunk = time_stretch(x, n, sample_rate_, post_.speed);
-  else chunk.assign(x, x + n);
+  if (post_.speed != 1.0)
+    chunk = time_stretch(x, n, sample_rate_, post_.speed);
+  else
+    chunk.assign(x, x + n);
   if (post_.gain_db) apply_gain_db(chunk.data(), chunk.size(), *post_.gain_db);
-  const size_t pause =
-      starts_chunk && chunks_ > 0 ? size_t(std::llround(post_.pause_ms * sample_rate_ / 1000.0)) : 0;
+  const size_t pause = starts_chunk && chunks_ > 0 ? size_t(std::llround(post_.pause_ms * sample_rate_ / 1000.0)) : 0;
   chunks_ += starts_chunk;
   samples_ += int64_t(pause + chunk.size());
   if (file_) {

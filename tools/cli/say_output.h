@@ -15,10 +15,10 @@
 namespace cbx::cli {
 
 struct AudioPost {
-  double speed = 1.0;                   // time_stretch; 1 = unchanged
-  double pause_ms = 0;                  // silence between chunks
-  std::optional<double> gain_db;        // --volume
-  std::optional<double> normalize_dbfs; // --normalize: the whole file's peak (files only)
+  double speed = 1.0;                    // time_stretch; 1 = unchanged
+  double pause_ms = 0;                   // silence between chunks
+  std::optional<double> gain_db;         // --volume
+  std::optional<double> normalize_dbfs;  // --normalize: the whole file's peak (files only)
 };
 
 class AudioOutput {

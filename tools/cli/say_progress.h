@@ -21,7 +21,7 @@ class SayProgress {
   void tokens(int64_t chunk, int64_t n_chunks, int64_t chunk_tokens);
   void audio(double seconds);
   void item(int64_t i, int64_t n);  // --batch: item i of n (1-based)
-  void clear();                      // ends the line (before other output)
+  void clear();                     // ends the line (before other output)
   bool on() const { return on_; }
 
  private:

@@ -48,8 +48,7 @@ void ensure_dir(const std::string& dir) {
     cbx::fail("%s exists and is not a directory", dir.c_str());
   if (!std::filesystem::is_directory(dir, ec) && !std::filesystem::create_directories(dir, ec))
     cbx::fail("cannot create directory %s: %s", dir.c_str(), ec.message().c_str());
-  if (access(dir.c_str(), W_OK) != 0)
-    cbx::fail("directory %s is not writable: %s", dir.c_str(), std::strerror(errno));
+  if (access(dir.c_str(), W_OK) != 0) cbx::fail("directory %s is not writable: %s", dir.c_str(), std::strerror(errno));
 }
 
 }  // namespace
@@ -82,9 +81,12 @@ int main(int argc, char** argv) {
       have_seed = true;
     } else if (a == "--t3-version") {
       const std::string v = value();
-      if (v == "v2" || v == "2") o.t3_version = 2;
-      else if (v == "v3" || v == "3") o.t3_version = 3;
-      else usage_error("unknown --t3-version '" + v + "' (v2 or v3)");
+      if (v == "v2" || v == "2")
+        o.t3_version = 2;
+      else if (v == "v3" || v == "3")
+        o.t3_version = 3;
+      else
+        usage_error("unknown --t3-version '" + v + "' (v2 or v3)");
     } else if (a == "--threads") {
       const std::string v = value();
       char* end = nullptr;
@@ -101,12 +103,18 @@ int main(int argc, char** argv) {
       usage_error("more than one DIR given");
     }
   }
-  if (variant == "turbo") o.variant = cbx::CkptVariant::Turbo;
-  else if (variant == "nano") o.variant = cbx::CkptVariant::Nano;
-  else if (variant == "mtl") o.variant = cbx::CkptVariant::Mtl;
-  else usage_error(variant.empty() ? "--variant is required" : "unknown variant '" + variant + "' (turbo, nano or mtl)");
-  if (size == "tiny") o.tiny = true;
-  else if (size != "full") usage_error(size.empty() ? "--size is required" : "unknown size '" + size + "' (full or tiny)");
+  if (variant == "turbo")
+    o.variant = cbx::CkptVariant::Turbo;
+  else if (variant == "nano")
+    o.variant = cbx::CkptVariant::Nano;
+  else if (variant == "mtl")
+    o.variant = cbx::CkptVariant::Mtl;
+  else
+    usage_error(variant.empty() ? "--variant is required" : "unknown variant '" + variant + "' (turbo, nano or mtl)");
+  if (size == "tiny")
+    o.tiny = true;
+  else if (size != "full")
+    usage_error(size.empty() ? "--size is required" : "unknown size '" + size + "' (full or tiny)");
   if (!have_seed) usage_error("--seed is required");
   if (dir.empty()) usage_error("DIR is required");
   if (o.variant != cbx::CkptVariant::Mtl && o.t3_version != 2)
@@ -119,8 +127,10 @@ int main(int argc, char** argv) {
     ensure_dir(o.dir);
     std::fprintf(stderr, "chatterbox-mkckpt: %s %s seed %llu -> %s\n", variant.c_str(), size.c_str(),
                  (unsigned long long)o.seed, o.dir.c_str());
-    if (o.variant != cbx::CkptVariant::Mtl) mk::write_gpt2_tokenizer(o);
-    else mk::write_mtl_tokenizer(o);
+    if (o.variant != cbx::CkptVariant::Mtl)
+      mk::write_gpt2_tokenizer(o);
+    else
+      mk::write_mtl_tokenizer(o);
     mk::write_conds(o);
     mk::write_weight_file(o, cbx::CkptFile::VE);
     mk::write_weight_file(o, cbx::CkptFile::S3Gen);

@@ -15,11 +15,10 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 // The tags of the Turbo tokenizer, in id order from 50257 (see spec §4.2).
-const char* const kTags[19] = {"[angry]",   "[fear]",          "[surprised]", "[whispering]",
-                               "[advertisement]", "[dramatic]", "[narration]", "[crying]",
-                               "[happy]",   "[sarcastic]",     "[clear throat]", "[sigh]",
-                               "[shush]",   "[cough]",         "[groan]",     "[sniff]",
-                               "[gasp]",    "[chuckle]",       "[laugh]"};
+const char* const kTags[19] = {"[angry]",        "[fear]",      "[surprised]", "[whispering]", "[advertisement]",
+                               "[dramatic]",     "[narration]", "[crying]",    "[happy]",      "[sarcastic]",
+                               "[clear throat]", "[sigh]",      "[shush]",     "[cough]",      "[groan]",
+                               "[sniff]",        "[gasp]",      "[chuckle]",   "[laugh]"};
 
 // GPT-2 bytes_to_unicode(): printable bytes map to themselves, the rest to U+0100 + n.
 // Returns the 256 byte-token strings in vocab id order.
@@ -52,7 +51,7 @@ size_t cp_len(const std::string& s) {  // code points
 
 void write_gpt2_tokenizer(const Options& o) {
   const int64_t vocab_size = cbx::upstream_dims(o.variant, o.tiny).text_vocab;  // incl. tags
-  const int64_t eot = vocab_size - 19 - 1;  // 50256 at full size
+  const int64_t eot = vocab_size - 19 - 1;                                      // 50256 at full size
   const int64_t n_merges = eot - 256;
   Rng r(stream_key(o.seed, "file", "merges.txt"));
 
@@ -76,15 +75,14 @@ void write_gpt2_tokenizer(const Options& o) {
     return true;
   };
   // Frequent English pieces first, as a trained merge list would have them.
-  const char* seeded[][2] = {{"Ġ", "t"}, {"Ġ", "a"}, {"h", "e"}, {"i", "n"}, {"r", "e"}, {"o", "n"},
-                             {"Ġt", "he"}, {"e", "r"}, {"Ġ", "s"}, {"a", "t"}, {"Ġ", "w"}, {"Ġ", "o"},
-                             {"e", "n"}, {"Ġ", "c"}, {"i", "t"}, {"i", "s"}, {"a", "n"}, {"o", "r"},
-                             {"e", "s"}, {"Ġ", "b"}, {"e", "d"}, {"Ġ", "f"}, {"in", "g"}, {"Ġ", "p"},
-                             {"o", "u"}, {"Ġa", "n"}, {"a", "l"}, {"a", "r"}, {"Ġt", "o"}, {"Ġ", "m"},
-                             {"Ġo", "f"}, {"Ġ", "in"}, {"Ġ", "d"}, {"Ġ", "h"}, {"Ġan", "d"}, {"i", "c"},
-                             {"a", "s"}, {"l", "e"}, {"Ġt", "h"}, {"i", "on"}, {"o", "m"}, {"l", "l"},
-                             {"Ġ", "1"}, {"Ġ", "2"}, {"0", "0"}, {"1", "9"}, {"2", "0"}, {"Ġ", "\""},
-                             {"Ġ", "("}, {"Ġ", "I"}, {"Ġ", "T"}, {"Ġ", "S"}, {"Ġ", "A"}, {"Ġ", "-"}};
+  const char* seeded[][2] = {{"Ġ", "t"},  {"Ġ", "a"},  {"h", "e"},  {"i", "n"},  {"r", "e"},  {"o", "n"},  {"Ġt", "he"},
+                             {"e", "r"},  {"Ġ", "s"},  {"a", "t"},  {"Ġ", "w"},  {"Ġ", "o"},  {"e", "n"},  {"Ġ", "c"},
+                             {"i", "t"},  {"i", "s"},  {"a", "n"},  {"o", "r"},  {"e", "s"},  {"Ġ", "b"},  {"e", "d"},
+                             {"Ġ", "f"},  {"in", "g"}, {"Ġ", "p"},  {"o", "u"},  {"Ġa", "n"}, {"a", "l"},  {"a", "r"},
+                             {"Ġt", "o"}, {"Ġ", "m"},  {"Ġo", "f"}, {"Ġ", "in"}, {"Ġ", "d"},  {"Ġ", "h"},  {"Ġan", "d"},
+                             {"i", "c"},  {"a", "s"},  {"l", "e"},  {"Ġt", "h"}, {"i", "on"}, {"o", "m"},  {"l", "l"},
+                             {"Ġ", "1"},  {"Ġ", "2"},  {"0", "0"},  {"1", "9"},  {"2", "0"},  {"Ġ", "\""}, {"Ġ", "("},
+                             {"Ġ", "I"},  {"Ġ", "T"},  {"Ġ", "S"},  {"Ġ", "A"},  {"Ġ", "-"}};
   for (auto& s : seeded) {
     std::string a = s[0], b = s[1];
     for (std::string* x : {&a, &b})
@@ -122,7 +120,7 @@ void write_gpt2_tokenizer(const Options& o) {
   write_text_file(o.dir + "/special_tokens_map.json", stm.dump(2) + "\n");
 
   auto entry = [](const std::string& content, bool special) {
-    return ojson{{"content", content}, {"lstrip", false}, {"normalized", !special},
+    return ojson{{"content", content}, {"lstrip", false},      {"normalized", !special},
                  {"rstrip", false},    {"single_word", false}, {"special", special}};
   };
   ojson dec = ojson::object();

@@ -59,36 +59,51 @@ void write_mtl_tokenizer(const Options& o) {
   pools.chars.resize(7);
   range(cs, 0x21, 0x7E);  // ASCII printable
   if (!o.tiny) {
-    range(cs, 0xC0, 0xD6); range(cs, 0xD8, 0xF6); range(cs, 0xF8, 0xFF);
+    range(cs, 0xC0, 0xD6);
+    range(cs, 0xD8, 0xF6);
+    range(cs, 0xF8, 0xFF);
     for (uint32_t c : {0xA1u, 0xBFu, 0xABu, 0xBBu}) cs.push_back(c);
-    range(cs, 0x100, 0x17F);   // Latin Extended-A
-    range(cs, 0x300, 0x36F);   // combining diacritics (NFKD output)
+    range(cs, 0x100, 0x17F);  // Latin Extended-A
+    range(cs, 0x300, 0x36F);  // combining diacritics (NFKD output)
     for (uint32_t c : {0x386u, 0x388u, 0x389u, 0x38Au, 0x38Cu}) cs.push_back(c);
-    range(cs, 0x38E, 0x3A1); range(cs, 0x3A3, 0x3CE);  // Greek
-    range(cs, 0x400, 0x45F);   // Cyrillic
-    range(cs, 0x5B0, 0x5C7); range(cs, 0x5D0, 0x5EA);  // Hebrew points + letters
+    range(cs, 0x38E, 0x3A1);
+    range(cs, 0x3A3, 0x3CE);  // Greek
+    range(cs, 0x400, 0x45F);  // Cyrillic
+    range(cs, 0x5B0, 0x5C7);
+    range(cs, 0x5D0, 0x5EA);  // Hebrew points + letters
     for (uint32_t c : {0x60Cu, 0x61Bu, 0x61Fu}) cs.push_back(c);
-    range(cs, 0x621, 0x64A); range(cs, 0x64B, 0x652); range(cs, 0x660, 0x669);  // Arabic
-    range(cs, 0x900, 0x97F);   // Devanagari
-    range(cs, 0x1100, 0x1112); range(cs, 0x1161, 0x1175); range(cs, 0x11A8, 0x11C2);  // jamo
+    range(cs, 0x621, 0x64A);
+    range(cs, 0x64B, 0x652);
+    range(cs, 0x660, 0x669);  // Arabic
+    range(cs, 0x900, 0x97F);  // Devanagari
+    range(cs, 0x1100, 0x1112);
+    range(cs, 0x1161, 0x1175);
+    range(cs, 0x11A8, 0x11C2);  // jamo
     for (uint32_t c : {0x2013u, 0x2014u, 0x2018u, 0x2019u, 0x201Cu, 0x201Du, 0x2026u}) cs.push_back(c);
     for (uint32_t c : {0x3001u, 0x3002u, 0x300Cu, 0x300Du}) cs.push_back(c);
-    range(cs, 0x3041, 0x3096); range(cs, 0x3099, 0x309C); range(cs, 0x30A1, 0x30FA);  // kana
+    range(cs, 0x3041, 0x3096);
+    range(cs, 0x3099, 0x309C);
+    range(cs, 0x30A1, 0x30FA);  // kana
     cs.push_back(0x30FC);
     for (uint32_t c : {0xFF01u, 0xFF0Cu, 0xFF1Au, 0xFF1Fu}) cs.push_back(c);
   } else {
-    for (uint32_t c : {0xE0u, 0xE1u, 0xE2u, 0xE4u, 0xE7u, 0xE8u, 0xE9u, 0xEAu, 0xEBu, 0xEDu, 0xEEu,
-                       0xEFu, 0xF1u, 0xF2u, 0xF3u, 0xF4u, 0xF6u, 0xF9u, 0xFAu, 0xFBu, 0xFCu, 0xDFu,
-                       0xF8u, 0xE5u, 0xE6u, 0x153u, 0x131u, 0x142u, 0x15Fu, 0x11Fu})
+    for (uint32_t c :
+         {0xE0u, 0xE1u, 0xE2u, 0xE4u, 0xE7u, 0xE8u, 0xE9u, 0xEAu, 0xEBu, 0xEDu, 0xEEu,  0xEFu,  0xF1u,  0xF2u,  0xF3u,
+          0xF4u, 0xF6u, 0xF9u, 0xFAu, 0xFBu, 0xFCu, 0xDFu, 0xF8u, 0xE5u, 0xE6u, 0x153u, 0x131u, 0x142u, 0x15Fu, 0x11Fu})
       cs.push_back(c);
     for (uint32_t c : {0x300u, 0x301u, 0x302u, 0x303u, 0x308u, 0x30Au, 0x30Cu, 0x327u}) cs.push_back(c);
-    range(cs, 0x3B1, 0x3C9);   // Greek lower
-    range(cs, 0x430, 0x44F); cs.push_back(0x451);  // Cyrillic lower
-    range(cs, 0x5D0, 0x5D9);   // Hebrew
-    range(cs, 0x627, 0x630);   // Arabic
-    range(cs, 0x915, 0x91E);   // Devanagari
-    range(cs, 0x1100, 0x1112); range(cs, 0x1161, 0x1175); range(cs, 0x11A8, 0x11AF);  // jamo
-    range(cs, 0x3042, 0x3055); cs.push_back(0x3099); cs.push_back(0x309A);  // hiragana
+    range(cs, 0x3B1, 0x3C9);  // Greek lower
+    range(cs, 0x430, 0x44F);
+    cs.push_back(0x451);      // Cyrillic lower
+    range(cs, 0x5D0, 0x5D9);  // Hebrew
+    range(cs, 0x627, 0x630);  // Arabic
+    range(cs, 0x915, 0x91E);  // Devanagari
+    range(cs, 0x1100, 0x1112);
+    range(cs, 0x1161, 0x1175);
+    range(cs, 0x11A8, 0x11AF);  // jamo
+    range(cs, 0x3042, 0x3055);
+    cs.push_back(0x3099);
+    cs.push_back(0x309A);       // hiragana
     range(cs, 0x30A2, 0x30AB);  // katakana
     for (uint32_t c : {0x3001u, 0x3002u, 0xFF0Cu, 0xFF1Fu, 0xFF01u}) cs.push_back(c);
   }
@@ -112,8 +127,7 @@ void write_mtl_tokenizer(const Options& o) {
 
   const int n_special = 7, n_tags = 23, n_cj = 26 + 10 + 1;
   const int64_t fixed = n_special + 1 /*[START]*/ + int64_t(cs.size()) + n_tags + n_cj;
-  CBX_CHECK(vocab_size > fixed + int64_t(cjk.size()), "mkckpt: MTL vocab %lld too small",
-            (long long)vocab_size);
+  CBX_CHECK(vocab_size > fixed + int64_t(cjk.size()), "mkckpt: MTL vocab %lld too small", (long long)vocab_size);
   // Full size: fill with strided CJK characters and merges (about 40/60); tiny: merges only.
   if (!o.tiny) {
     const int64_t want_cjk = (vocab_size - fixed) * 2 / 5;
@@ -177,27 +191,34 @@ void write_mtl_tokenizer(const Options& o) {
     merges.emplace_back(a, b);
     pools.grown[size_t(s)].push_back(ab);
   }
-  CBX_CHECK(int64_t(vocab.size()) == vocab_size, "mkckpt: MTL vocab %zu != %lld", vocab.size(),
-            (long long)vocab_size);
+  CBX_CHECK(int64_t(vocab.size()) == vocab_size, "mkckpt: MTL vocab %zu != %lld", vocab.size(), (long long)vocab_size);
 
   ojson at = ojson::array();
   for (auto& [id, content] : added)
-    at.push_back(ojson{{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", true}});
+    at.push_back(ojson{{"id", id},
+                       {"content", content},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", true}});
   ojson vj = ojson::object();
   for (size_t i = 0; i < vocab.size(); ++i) vj[vocab[i]] = i;
   ojson mj = ojson::array();
   for (auto& m : merges) mj.push_back(m.first + " " + m.second);
-  ojson model = {{"type", "BPE"},          {"dropout", nullptr},
-                 {"unk_token", "[UNK]"},   {"continuing_subword_prefix", nullptr},
-                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                 {"byte_fallback", false}, {"ignore_merges", false},
-                 {"vocab", vj},            {"merges", mj}};
-  ojson tok = {{"version", "1.0"},   {"truncation", nullptr},
-               {"padding", nullptr}, {"added_tokens", at},
-               {"normalizer", nullptr}, {"pre_tokenizer", ojson{{"type", "Whitespace"}}},
-               {"post_processor", nullptr}, {"decoder", nullptr},
-               {"model", model}};
+  ojson model = {{"type", "BPE"},
+                 {"dropout", nullptr},
+                 {"unk_token", "[UNK]"},
+                 {"continuing_subword_prefix", nullptr},
+                 {"end_of_word_suffix", nullptr},
+                 {"fuse_unk", false},
+                 {"byte_fallback", false},
+                 {"ignore_merges", false},
+                 {"vocab", vj},
+                 {"merges", mj}};
+  ojson tok = {{"version", "1.0"},          {"truncation", nullptr}, {"padding", nullptr},
+               {"added_tokens", at},        {"normalizer", nullptr}, {"pre_tokenizer", ojson{{"type", "Whitespace"}}},
+               {"post_processor", nullptr}, {"decoder", nullptr},    {"model", model}};
   write_text_file(o.dir + "/grapheme_mtl_merged_expanded_v1.json", tok.dump(2) + "\n");
 
   // ---- Cangjie table ----

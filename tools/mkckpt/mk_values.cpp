@@ -42,8 +42,7 @@ std::vector<float> slaney_mel(int64_t n_mels, int64_t n_bins, double sr) {
   std::vector<double> fft(n_bins), mel_f(n_mels + 2);
   for (int64_t i = 0; i < n_bins; ++i) fft[i] = double(i) * sr / double(n_fft);
   const double mmin = hz_to_mel(0.0), mmax = hz_to_mel(sr / 2);
-  for (int64_t i = 0; i < n_mels + 2; ++i)
-    mel_f[i] = mel_to_hz(mmin + (mmax - mmin) * double(i) / double(n_mels + 1));
+  for (int64_t i = 0; i < n_mels + 2; ++i) mel_f[i] = mel_to_hz(mmin + (mmax - mmin) * double(i) / double(n_mels + 1));
   std::vector<float> w(size_t(n_mels * n_bins), 0.0f);
   for (int64_t m = 0; m < n_mels; ++m) {
     const double enorm = 2.0 / (mel_f[m + 2] - mel_f[m]);
@@ -59,41 +58,53 @@ std::vector<float> slaney_mel(int64_t n_mels, int64_t n_bins, double sr) {
 float draw(const cbx::UpstreamTensor& t, Rng& r, int64_t idx) {
   switch (t.role) {
     case R::Weight:
-    case R::WnV: return r.normal() / std::sqrt(float(std::max<int64_t>(1, t.fan_in)));
-    case R::Bias: return 0.02f * r.normal();
+    case R::WnV:
+      return r.normal() / std::sqrt(float(std::max<int64_t>(1, t.fan_in)));
+    case R::Bias:
+      return 0.02f * r.normal();
     case R::Embedding:
       // T3 tables follow GPT-2's 0.02 init scale; S3Gen's token table is nn.Embedding N(0, 1).
       return (t.name.rfind("flow.", 0) == 0 ? 1.0f : 0.02f) * r.normal();
-    case R::PosEmbedding: return 0.02f * r.normal();
+    case R::PosEmbedding:
+      return 0.02f * r.normal();
     case R::NormWeight:
-    case R::BnWeight: return 1.0f + 0.05f * r.normal();
-    case R::NormBias: return 0.02f * r.normal();
-    case R::BnBias: return 0.05f * r.normal();
-    case R::BnMean: return 0.1f * r.normal();
-    case R::BnVar: return std::exp(0.3f * r.normal());
-    case R::WnG: return std::max(0.05f, 1.0f + 0.1f * r.normal());
-    case R::SnakeAlpha: return std::max(0.1f, 1.0f + 0.1f * r.normal());
+    case R::BnWeight:
+      return 1.0f + 0.05f * r.normal();
+    case R::NormBias:
+      return 0.02f * r.normal();
+    case R::BnBias:
+      return 0.05f * r.normal();
+    case R::BnMean:
+      return 0.1f * r.normal();
+    case R::BnVar:
+      return std::exp(0.3f * r.normal());
+    case R::WnG:
+      return std::max(0.05f, 1.0f + 0.1f * r.normal());
+    case R::SnakeAlpha:
+      return std::max(0.1f, 1.0f + 0.1f * r.normal());
     case R::Query: {
       const float a = std::sqrt(3.0f) * std::sqrt(2.0f / 64.0f);  // perceiver's uniform init
       return float((2.0 * r.uniform() - 1.0) * a);
     }
-    case R::PosBias: return 0.1f * r.normal();
+    case R::PosBias:
+      return 0.1f * r.normal();
     case R::TimeMixer: {  // [T, 2T], trained from [I | 0]
       const int64_t cols = t.shape[1], row = idx / cols, col = idx % cols;
       return (row == col ? 1.0f : 0.0f) + 0.01f * r.normal();
     }
-    case R::Constant: return t.value;
+    case R::Constant:
+      return t.value;
     case R::BnCount:
     case R::MelFilters:
-    case R::HannWindow: break;
+    case R::HannWindow:
+      break;
   }
   return 0.0f;
 }
 
 }  // namespace
 
-void fill_blocks(const cbx::UpstreamTensor& t, uint64_t key, int64_t block_begin,
-                 int64_t block_end, uint8_t* out) {
+void fill_blocks(const cbx::UpstreamTensor& t, uint64_t key, int64_t block_begin, int64_t block_end, uint8_t* out) {
   const int64_t n = numel(t.shape);
   const int64_t begin = block_begin * kBlock, end = std::min(n, block_end * kBlock);
   if (begin >= end) return;

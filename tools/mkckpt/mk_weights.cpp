@@ -6,8 +6,7 @@ namespace mk {
 void write_weight_file(const Options& o, cbx::CkptFile f) {
   const cbx::UpstreamDims d = cbx::upstream_dims(o.variant, o.tiny);
   std::vector<cbx::UpstreamTensor> tensors;
-  cbx::for_each_upstream_tensor(f, o.variant, d,
-                                [&](const cbx::UpstreamTensor& t) { tensors.push_back(t); });
+  cbx::for_each_upstream_tensor(f, o.variant, d, [&](const cbx::UpstreamTensor& t) { tensors.push_back(t); });
   const std::string name = cbx::upstream_file_name(f, o.variant, o.t3_version);
   const std::string path = o.dir + "/" + name;
   // The file name is part of the key, so t3_mtl23ls_v2 and _v3 hold different weights.

@@ -32,9 +32,12 @@ namespace {
 
 const char* st_dtype(cbx::DType d) {
   switch (d) {
-    case cbx::DType::F32: return "F32";
-    case cbx::DType::I64: return "I64";
-    default: cbx::fail("mkckpt: no safetensors name for dtype %s", cbx::dtype_name(d));
+    case cbx::DType::F32:
+      return "F32";
+    case cbx::DType::I64:
+      return "I64";
+    default:
+      cbx::fail("mkckpt: no safetensors name for dtype %s", cbx::dtype_name(d));
   }
 }
 
@@ -62,9 +65,8 @@ struct File {
 
 }  // namespace
 
-void write_safetensors_streaming(const std::string& path,
-                                 const std::vector<cbx::UpstreamTensor>& tensors, uint64_t file_key,
-                                 int threads) {
+void write_safetensors_streaming(const std::string& path, const std::vector<cbx::UpstreamTensor>& tensors,
+                                 uint64_t file_key, int threads) {
   std::vector<const cbx::UpstreamTensor*> order;
   for (const auto& t : tensors) order.push_back(&t);
   std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) {
@@ -128,8 +130,8 @@ void write_safetensors_streaming(const std::string& path,
   out.close();
 }
 
-void write_torch_state_dict(const std::string& path,
-                            const std::vector<cbx::UpstreamTensor>& tensors, uint64_t file_key) {
+void write_torch_state_dict(const std::string& path, const std::vector<cbx::UpstreamTensor>& tensors,
+                            uint64_t file_key) {
   std::vector<std::pair<std::string, cbx::PyRef>> items;
   items.reserve(tensors.size());
   size_t total = 0;

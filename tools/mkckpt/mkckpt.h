@@ -21,9 +21,9 @@ class Rng {  // xoshiro256** seeded by splitmix64
  public:
   explicit Rng(uint64_t key);
   uint64_t next();
-  double uniform();               // [0, 1)
-  int64_t below(int64_t n);       // [0, n)
-  float normal();                 // N(0, 1), Box-Muller
+  double uniform();          // [0, 1)
+  int64_t below(int64_t n);  // [0, n)
+  float normal();            // N(0, 1), Box-Muller
  private:
   uint64_t s_[4];
   bool have_spare_ = false;
@@ -36,8 +36,7 @@ constexpr int64_t kBlock = 1 << 16;
 int64_t numel(const std::vector<int64_t>& shape);
 size_t tensor_bytes(const cbx::UpstreamTensor& t);
 // Fills bytes for elements [block_begin*kBlock, min(numel, block_end*kBlock)) into out.
-void fill_blocks(const cbx::UpstreamTensor& t, uint64_t key, int64_t block_begin,
-                 int64_t block_end, uint8_t* out);
+void fill_blocks(const cbx::UpstreamTensor& t, uint64_t key, int64_t block_begin, int64_t block_end, uint8_t* out);
 // Whole tensor in memory (small tensors, .pt files).
 cbx::CkptTensor make_tensor(const cbx::UpstreamTensor& t, uint64_t key);
 
@@ -51,12 +50,11 @@ struct Progress {
 // Streams tensors into a safetensors file laid out as the Python `safetensors` package lays
 // it out: tensors sorted by dtype (widest alignment first) then name, compact JSON header
 // with __metadata__ {"format": "pt"} first, padded with spaces to a multiple of 8 bytes.
-void write_safetensors_streaming(const std::string& path,
-                                 const std::vector<cbx::UpstreamTensor>& tensors,
+void write_safetensors_streaming(const std::string& path, const std::vector<cbx::UpstreamTensor>& tensors,
                                  uint64_t file_key, int threads);
 // torch.save of a flat state dict (in the given order), through cbx::save_torch_pt.
-void write_torch_state_dict(const std::string& path,
-                            const std::vector<cbx::UpstreamTensor>& tensors, uint64_t file_key);
+void write_torch_state_dict(const std::string& path, const std::vector<cbx::UpstreamTensor>& tensors,
+                            uint64_t file_key);
 
 // ---- file families ----
 struct Options {

@@ -1,5 +1,6 @@
 // chatterbox serve: an OpenAI-compatible speech server (docs/server.md).
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -8,7 +9,6 @@
 #include <fstream>
 #include <mutex>
 #include <string>
-#include <sys/stat.h>
 #include <thread>
 
 #include "cli/command.h"
@@ -121,16 +121,30 @@ int serve_main(int argc, char** argv) {
       o.max_tokens = int32_t(int_flag(a, next(), 1, 100000));
     } else if (a == "--gemm-precision") {
       switch (parse_gemm_precision_flag(a, next())) {
-        case GemmPrecision::F32: o.gemm_precision = CBX_GEMM_F32; break;
-        case GemmPrecision::BF16: o.gemm_precision = CBX_GEMM_BF16; break;
-        default: o.gemm_precision = CBX_GEMM_DEFAULT; break;
+        case GemmPrecision::F32:
+          o.gemm_precision = CBX_GEMM_F32;
+          break;
+        case GemmPrecision::BF16:
+          o.gemm_precision = CBX_GEMM_BF16;
+          break;
+        default:
+          o.gemm_precision = CBX_GEMM_DEFAULT;
+          break;
       }
     } else if (a == "--cfm-precision") {
       switch (parse_cfm_precision_flag(a, next())) {
-        case GemmPrecision::F32: o.cfm_precision = CBX_GEMM_F32; break;
-        case GemmPrecision::BF16: o.cfm_precision = CBX_GEMM_BF16; break;
-        case GemmPrecision::Int8: o.cfm_precision = CBX_GEMM_INT8; break;
-        default: o.cfm_precision = CBX_GEMM_DEFAULT; break;
+        case GemmPrecision::F32:
+          o.cfm_precision = CBX_GEMM_F32;
+          break;
+        case GemmPrecision::BF16:
+          o.cfm_precision = CBX_GEMM_BF16;
+          break;
+        case GemmPrecision::Int8:
+          o.cfm_precision = CBX_GEMM_INT8;
+          break;
+        default:
+          o.cfm_precision = CBX_GEMM_DEFAULT;
+          break;
       }
     } else if (a == "--cors") {
       o.cors = next();
@@ -145,8 +159,7 @@ int serve_main(int argc, char** argv) {
     }
   }
   CBX_CHECK(!o.models.empty(), "-m MODEL.gguf is required\n%s", kUsage);
-  CBX_CHECK(o.models.size() <= 2, "at most two models (one Turbo or Nano, one Multilingual), got %zu",
-            o.models.size());
+  CBX_CHECK(o.models.size() <= 2, "at most two models (one Turbo or Nano, one Multilingual), got %zu", o.models.size());
   set_verbose(o.verbose);
 
   // Signals: a dedicated thread takes SIGINT / SIGTERM; a client that goes away must not kill us.

@@ -49,9 +49,7 @@ std::optional<SpeechEvent> SpeechJob::wait_event(std::chrono::milliseconds wait)
   return e;
 }
 
-void SpeechJob::drop(const std::string& why) {
-  push(SpeechEvent::failed(CBX_ERR_ABORTED, why, 503));
-}
+void SpeechJob::drop(const std::string& why) { push(SpeechEvent::failed(CBX_ERR_ABORTED, why, 503)); }
 
 void SpeechJob::run(cbx_model* model, const std::atomic<bool>& stop_all) {
   CallbackCtx ctx{this, &stop_all};
@@ -107,7 +105,9 @@ void SpeechJob::run(cbx_model* model, const std::atomic<bool>& stop_all) {
   switch (s) {
     case CBX_ERR_INVALID_ARGUMENT:
     case CBX_ERR_TEXT:
-    case CBX_ERR_VOICE: e.http_status = 400; break;
+    case CBX_ERR_VOICE:
+      e.http_status = 400;
+      break;
     case CBX_ERR_ABORTED:
       if (ctx.timed_out) {
         e.http_status = 504;
@@ -122,7 +122,8 @@ void SpeechJob::run(cbx_model* model, const std::atomic<bool>& stop_all) {
       if (metrics) metrics->count_cancelled();
       log_verbose("request " + std::to_string(id) + ": generation cancelled (" + e.message + ")");
       break;
-    default: break;
+    default:
+      break;
   }
   push(std::move(e));
 }
@@ -302,7 +303,8 @@ void Engine::loop_batched(cbx::TurboPipeline* turbo, cbx::MtlPipeline* mtl) {
   std::unique_ptr<cbx::BatchSynth> bs;
   {
     std::lock_guard<std::mutex> model_lock(cbx::model_mutex(model_.model));
-    bs = turbo ? std::make_unique<cbx::BatchSynth>(*turbo, max_batch_) : std::make_unique<cbx::BatchSynth>(*mtl, max_batch_);
+    bs = turbo ? std::make_unique<cbx::BatchSynth>(*turbo, max_batch_)
+               : std::make_unique<cbx::BatchSynth>(*mtl, max_batch_);
   }
   struct Active {
     std::shared_ptr<SpeechJob> job;

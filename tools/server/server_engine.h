@@ -71,7 +71,7 @@ class SpeechJob : public Task {
  public:
   std::string text;
   cbx_synth_params params{};
-  std::string language;  // params.language points here
+  std::string language;              // params.language points here
   std::shared_ptr<cbx_voice> voice;  // null: the built-in voice
   std::optional<Clock::time_point> deadline;
   Clock::time_point received = Clock::now();

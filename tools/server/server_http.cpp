@@ -26,8 +26,8 @@ void send_error(httplib::Response& res, const ApiError& e) {
 // The metrics label of a path: the route it matched ("other" for the rest, so that scanners
 // cannot grow the label set).
 std::string endpoint_label(const std::string& method, const std::string& path) {
-  static const char* known[] = {"/v1/audio/speech", "/v1/audio/voices", "/v1/models", "/v1/limits", "/health",
-                                 "/metrics", "/"};
+  static const char* known[] = {"/v1/audio/speech", "/v1/audio/voices", "/v1/models", "/v1/limits",
+                                "/health",          "/metrics",         "/"};
   for (const char* k : known)
     if (path == k) return k;
   if (path.rfind("/v1/audio/voices/", 0) == 0) return "/v1/audio/voices/{name}";
@@ -57,7 +57,8 @@ SpeechServer::SpeechServer(ServeOptions o) : opt_(std::move(o)), voices_(opt_.vo
   http_ = std::make_unique<httplib::Server>();
   // One connection thread per queued or running request, plus a few for the quick endpoints:
   // requests beyond the queue are answered 429 instead of waiting for a thread.
-  const size_t n_threads = size_t(opt_.max_queue) + size_t(opt_.max_batch) * std::max<size_t>(1, opt_.models.size()) + 8;
+  const size_t n_threads =
+      size_t(opt_.max_queue) + size_t(opt_.max_batch) * std::max<size_t>(1, opt_.models.size()) + 8;
   http_->new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   http_->set_payload_max_length(std::max(opt_.max_body_bytes, opt_.max_upload_bytes));
   http_->set_keep_alive_timeout(5);
@@ -179,14 +180,24 @@ void SpeechServer::routes() {
                                    {"max_input_chars", opt_.max_input_chars},
                                    {"max_body_bytes", opt_.max_body_bytes},
                                    {"max_upload_bytes", opt_.max_upload_bytes},
-                                   {"voice_uploads", voices_.enabled()}}.dump() + "\n", kJson);
+                                   {"voice_uploads", voices_.enabled()}}
+                            .dump() +
+                        "\n",
+                    kJson);
   });
   if (opt_.ui) add_ui_routes(s);
   s.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
     Engine* e = engine_for(req.matches[1]);
-    if (!e) return send_error(res, ApiError(404, "model '" + std::string(req.matches[1]) + "' does not exist; available: " + model_names(), "model", "model_not_found"));
-    res.set_content(nlohmann::json{{"id", e->model().id}, {"object", "model"}, {"created", started_unix_},
-                                   {"owned_by", "chatterbox.cpp"}}.dump() + "\n", kJson);
+    if (!e)
+      return send_error(
+          res, ApiError(404, "model '" + std::string(req.matches[1]) + "' does not exist; available: " + model_names(),
+                        "model", "model_not_found"));
+    res.set_content(
+        nlohmann::json{
+            {"id", e->model().id}, {"object", "model"}, {"created", started_unix_}, {"owned_by", "chatterbox.cpp"}}
+                .dump() +
+            "\n",
+        kJson);
   });
   s.Post("/v1/audio/speech", [this](const httplib::Request& req, httplib::Response& res) { speech(req, res); });
   s.Get("/v1/audio/voices", [this](const httplib::Request& req, httplib::Response& res) { voices_list(req, res); });
@@ -200,8 +211,9 @@ int SpeechServer::start() {
     port_ = http_->bind_to_any_port(opt_.host);
     CBX_CHECK(port_ > 0, "serve: cannot listen on %s (any port)", opt_.host.c_str());
   } else {
-    CBX_CHECK(http_->bind_to_port(opt_.host, opt_.port), "serve: cannot listen on %s:%d (in use, or not an address of this machine?)",
-              opt_.host.c_str(), opt_.port);
+    CBX_CHECK(http_->bind_to_port(opt_.host, opt_.port),
+              "serve: cannot listen on %s:%d (in use, or not an address of this machine?)", opt_.host.c_str(),
+              opt_.port);
     port_ = opt_.port;
   }
   listen_thread_ = std::thread([this] {
@@ -228,8 +240,8 @@ void SpeechServer::load() {
     lm.sample_rate = cbx_model_sample_rate(m);
     for (int32_t i = 0; i < cbx_model_language_count(m); ++i) lm.languages.push_back(cbx_model_language(m, i));
     for (const auto& e : engines_)
-      CBX_CHECK(e->model().id != lm.id, "serve: two models are %s (-m %s): serve one model per variant",
-                lm.id.c_str(), path.c_str());
+      CBX_CHECK(e->model().id != lm.id, "serve: two models are %s (-m %s): serve one model per variant", lm.id.c_str(),
+                path.c_str());
     // The built-in voice's T3 prefix, so that the first request does not pay for it.
     if (cbx_model_prepare_voice(m, nullptr) != CBX_OK)
       fail("serve: %s: preparing the built-in voice: %s", path.c_str(), cbx_last_error());
@@ -280,7 +292,8 @@ void SpeechServer::voices_create(const httplib::Request& req, httplib::Response&
     const std::string& name = u.name;
     Engine* engine = engines_[size_t(u.model)].get();
     if (!voices_.reserve(name))
-      throw ApiError(409, "voice '" + name + "' exists (or is being uploaded); DELETE /v1/audio/voices/" + name + " first",
+      throw ApiError(409,
+                     "voice '" + name + "' exists (or is being uploaded); DELETE /v1/audio/voices/" + name + " first",
                      "name", "voice_exists");
     auto job = std::make_shared<VoiceJob>();
     job->id = next_id_++;
@@ -301,9 +314,11 @@ void SpeechServer::voices_create(const httplib::Request& req, httplib::Response&
     if (s == CBX_ERR_ABORTED) throw ApiError(503, message, "", "shutting_down");
     if (s != CBX_OK) throw ApiError(500, "voice '" + name + "': " + message);
     res.status = 201;
-    res.set_content(nlohmann::json{{"id", name}, {"object", "voice"}, {"name", name}, {"variant", variant}, {"builtin", false}}
-                            .dump() + "\n",
-                    kJson);
+    res.set_content(
+        nlohmann::json{{"id", name}, {"object", "voice"}, {"name", name}, {"variant", variant}, {"builtin", false}}
+                .dump() +
+            "\n",
+        kJson);
   } catch (const ApiError& e) {
     send_error(res, e);
   }

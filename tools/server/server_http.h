@@ -24,9 +24,9 @@ namespace cbx::server {
 struct ServeOptions {
   std::vector<std::string> models;  // -m, in order; the first is what OpenAI's model names mean
   std::string host = "127.0.0.1";
-  int port = 8080;                  // 0: any free port (printed)
-  int32_t threads = CBX_DEFAULT_INT;     // per model; default: the CPUs this process may use
-  int32_t max_tokens = CBX_DEFAULT_INT;  // speech tokens per generation (load parameter)
+  int port = 8080;                            // 0: any free port (printed)
+  int32_t threads = CBX_DEFAULT_INT;          // per model; default: the CPUs this process may use
+  int32_t max_tokens = CBX_DEFAULT_INT;       // speech tokens per generation (load parameter)
   int32_t gemm_precision = CBX_GEMM_DEFAULT;  // cbx_gemm_precision (load parameter)
   int32_t cfm_precision = CBX_GEMM_DEFAULT;   // cbx_gemm_precision of the CFM linears (load parameter)
   std::string voices_dir;
@@ -34,12 +34,12 @@ struct ServeOptions {
   int max_batch = 4;  // Turbo / Nano requests decoded together (1: one at a time)
   int max_queue = 64;
   int max_input_chars = 4096;
-  double timeout_s = 600;  // per request, queue wait included; 0 = none
-  double grace_s = 10;     // at shutdown: how long running work may finish before it is aborted
-  size_t max_body_bytes = 1 << 20;    // JSON bodies
+  double timeout_s = 600;              // per request, queue wait included; 0 = none
+  double grace_s = 10;                 // at shutdown: how long running work may finish before it is aborted
+  size_t max_body_bytes = 1 << 20;     // JSON bodies
   size_t max_upload_bytes = 50 << 20;  // voice uploads
-  std::string cors;  // Access-Control-Allow-Origin value; "" = no CORS headers
-  bool ui = true;    // GET /: the web page (server_ui.h); --no-ui turns it off
+  std::string cors;                    // Access-Control-Allow-Origin value; "" = no CORS headers
+  bool ui = true;                      // GET /: the web page (server_ui.h); --no-ui turns it off
   // Token-chunked streaming inside a text chunk (docs/streaming.md, default schedule): a request's
   // first audio leaves after ~25 speech tokens; --no-stream-synthesis: whole text chunks only.
   bool stream_synthesis = true;

@@ -67,8 +67,8 @@ std::string Metrics::render() const {
   out += "# HELP chatterbox_requests_total HTTP requests by endpoint and status.\n";
   out += "# TYPE chatterbox_requests_total counter\n";
   for (const auto& [key, n] : requests_)
-    out += "chatterbox_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) +
-           "\"} " + std::to_string(n) + "\n";
+    out += "chatterbox_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
+           std::to_string(n) + "\n";
   out += "# HELP chatterbox_queue_depth Speech and voice requests waiting for a model.\n";
   out += "# TYPE chatterbox_queue_depth gauge\nchatterbox_queue_depth " + std::to_string(queue_depth_) + "\n";
   out += "# HELP chatterbox_active_requests Requests being generated now (batch rows; 1 per model today).\n";

@@ -33,7 +33,8 @@ AudioFormat parse_format(const std::optional<std::string>& name) {
     supported += std::string(supported.empty() ? "" : ", ") + f.name;
   }
   if (n == "aac")
-    throw ApiError(400, "response_format 'aac' is not supported: this server has no AAC encoder; use one of " + supported,
+    throw ApiError(400,
+                   "response_format 'aac' is not supported: this server has no AAC encoder; use one of " + supported,
                    "response_format", "unsupported_format");
   throw ApiError(400, "response_format '" + n + "' is not supported; use one of " + supported, "response_format",
                  "unsupported_format");
@@ -71,8 +72,10 @@ SpeechRequest parse_speech_request(const std::string& text, const RequestContext
   CBX_CHECK(!ctx.models.empty() && ctx.voices, "parse_speech_request: no models or no voice store");
   SpeechRequest r;
   if (text.size() > ctx.max_body_bytes)
-    throw ApiError(413, "the request body is " + std::to_string(text.size()) + " bytes; the limit is " +
-                            std::to_string(ctx.max_body_bytes), "", "body_too_large");
+    throw ApiError(413,
+                   "the request body is " + std::to_string(text.size()) + " bytes; the limit is " +
+                       std::to_string(ctx.max_body_bytes),
+                   "", "body_too_large");
   nlohmann::json body;
   try {
     body = nlohmann::json::parse(text);
@@ -83,7 +86,8 @@ SpeechRequest parse_speech_request(const std::string& text, const RequestContext
                      "invalid_utf8");
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
   }
-  if (!body.is_object()) throw ApiError(400, std::string("the request body must be a JSON object, got ") + body.type_name());
+  if (!body.is_object())
+    throw ApiError(400, std::string("the request body must be a JSON object, got ") + body.type_name());
 
   const std::optional<std::string> model = string_field(body, "model");
   r.model = model ? model_index(ctx.models, *model) : 0;
@@ -98,8 +102,9 @@ SpeechRequest parse_speech_request(const std::string& text, const RequestContext
     throw ApiError(400, "'input' is not valid UTF-8 (byte " + std::to_string(*at) + ")", "input", "invalid_utf8");
   if (is_blank(*input)) throw ApiError(400, "'input' is empty (or only white space)", "input", "empty_input");
   if (utf8_length(*input) > size_t(ctx.max_input_chars))
-    throw ApiError(400, "'input' has " + std::to_string(utf8_length(*input)) + " characters; the limit is " +
-                            std::to_string(ctx.max_input_chars) + " (--max-input-chars)",
+    throw ApiError(400,
+                   "'input' has " + std::to_string(utf8_length(*input)) + " characters; the limit is " +
+                       std::to_string(ctx.max_input_chars) + " (--max-input-chars)",
                    "input", "input_too_long");
   r.text = *input;
 
@@ -170,9 +175,11 @@ SpeechRequest parse_speech_request(const std::string& text, const RequestContext
 VoiceUpload parse_voice_upload(const httplib::Request& req, const RequestContext& ctx) {
   CBX_CHECK(!ctx.models.empty() && ctx.voices, "parse_voice_upload: no models or no voice store");
   if (!ctx.voices->enabled())
-    throw ApiError(400, "voice uploads need a voices directory: start the server with --voices DIR", "", "no_voices_dir");
+    throw ApiError(400, "voice uploads need a voices directory: start the server with --voices DIR", "",
+                   "no_voices_dir");
   if (!req.is_multipart_form_data())
-    throw ApiError(400, "upload a voice as multipart/form-data with the fields 'name' and 'file' (the reference audio)");
+    throw ApiError(400,
+                   "upload a voice as multipart/form-data with the fields 'name' and 'file' (the reference audio)");
   if (!req.has_file("name")) throw ApiError(400, "missing field 'name'", "name");
   VoiceUpload u;
   u.name = req.get_file_value("name").content;

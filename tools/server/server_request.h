@@ -58,10 +58,10 @@ SpeechRequest parse_speech_request(const std::string& body, const RequestContext
 
 // What a validated voice upload holds.
 struct VoiceUpload {
-  std::string name;      // a valid voice name (VoiceStore::name_problem)
-  std::string filename;  // the uploaded file's name, "upload" when none was sent
+  std::string name;                                  // a valid voice name (VoiceStore::name_problem)
+  std::string filename;                              // the uploaded file's name, "upload" when none was sent
   const httplib::MultipartFormData* file = nullptr;  // the audio part (in the request)
-  int model = 0;         // index into RequestContext::models
+  int model = 0;                                     // index into RequestContext::models
 };
 
 // The parts of POST /v1/audio/voices (fields name, file or audio_sample, optional model) -> the

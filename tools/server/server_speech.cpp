@@ -37,7 +37,8 @@ struct Stream {
     bool ok;
     if (sse) {
       const std::string ev =
-          "data: " + nlohmann::json{{"type", "speech.audio.delta"}, {"audio", base64_encode(bytes.data(), bytes.size())}}.dump() +
+          "data: " +
+          nlohmann::json{{"type", "speech.audio.delta"}, {"audio", base64_encode(bytes.data(), bytes.size())}}.dump() +
           "\n\n";
       ok = sink.write(ev.data(), ev.size());
     } else {
@@ -105,11 +106,12 @@ struct Stream {
         // Failed after the headers: the status cannot change any more.
         log_line("request " + std::to_string(job->id) + ": " + ev->message);
         if (sse) {
-          const std::string e = "data: " +
-                                nlohmann::json{{"type", "error"},
-                                               {"error", nlohmann::json::parse(error_body(ev->http_status, ev->message))["error"]}}
-                                    .dump() +
-                                "\n\n";
+          const std::string e =
+              "data: " +
+              nlohmann::json{{"type", "error"},
+                             {"error", nlohmann::json::parse(error_body(ev->http_status, ev->message))["error"]}}
+                  .dump() +
+              "\n\n";
           sink.write(e.data(), e.size());
         }
         return false;
@@ -152,16 +154,16 @@ void SpeechServer::speech(const httplib::Request& req, httplib::Response& res) {
   job->received = received;
   job->metrics = &metrics_;
   job->sample_rate = engine->model().sample_rate;
-  if (opt_.timeout_s > 0)
-    job->deadline = received + std::chrono::microseconds((long long)(opt_.timeout_s * 1e6));
+  if (opt_.timeout_s > 0) job->deadline = received + std::chrono::microseconds((long long)(opt_.timeout_s * 1e6));
   if (!engine->submit(job)) {
     const int wait = std::max(1, int(std::ceil(engine->estimated_wait_s())));
     res.set_header("Retry-After", std::to_string(wait));
-    const ApiError e = stopping_ ? ApiError(503, "the server is shutting down", "", "shutting_down")
-                                 : ApiError(429, "the server is busy: its queue is full (--max-queue " +
-                                                     std::to_string(opt_.max_queue) + "); retry after " +
-                                                     std::to_string(wait) + " s",
-                                            "", "queue_full");
+    const ApiError e =
+        stopping_ ? ApiError(503, "the server is shutting down", "", "shutting_down")
+                  : ApiError(429,
+                             "the server is busy: its queue is full (--max-queue " + std::to_string(opt_.max_queue) +
+                                 "); retry after " + std::to_string(wait) + " s",
+                             "", "queue_full");
     res.status = e.status;
     res.set_content(error_body(e.status, e.what(), e.param, e.code, e.type), "application/json");
     return;

@@ -5,7 +5,10 @@
 namespace cbx::server {
 
 ApiError::ApiError(int status_, const std::string& message, std::string param_, std::string code_, std::string type_)
-    : std::runtime_error(message), status(status_), type(std::move(type_)), param(std::move(param_)),
+    : std::runtime_error(message),
+      status(status_),
+      type(std::move(type_)),
+      param(std::move(param_)),
       code(std::move(code_)) {
   if (type.empty()) type = error_type_for(status);
 }
@@ -35,8 +38,9 @@ const nlohmann::json* field(const nlohmann::json& j, const char* name) {
   return &*it;
 }
 [[noreturn]] void wrong_type(const char* name, const char* expected, const nlohmann::json& v) {
-  throw ApiError(400, std::string("'") + name + "' must be " + expected + ", got " + v.type_name() +
-                          (v.is_primitive() ? " " + v.dump() : ""),
+  throw ApiError(400,
+                 std::string("'") + name + "' must be " + expected + ", got " + v.type_name() +
+                     (v.is_primitive() ? " " + v.dump() : ""),
                  name, "invalid_type");
 }
 }  // namespace
@@ -59,7 +63,8 @@ std::optional<int64_t> integer_field(const nlohmann::json& j, const char* name) 
   const nlohmann::json* v = field(j, name);
   if (!v) return std::nullopt;
   if (v->is_number_integer()) {
-    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)) wrong_type(name, "an integer in int64 range", *v);
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX))
+      wrong_type(name, "an integer in int64 range", *v);
     return v->get<int64_t>();
   }
   if (v->is_number_float()) {

@@ -1,11 +1,10 @@
 // Small helpers of the HTTP layer: OpenAI-shaped errors, typed JSON fields, UTF-8, base64.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace cbx::server {
 

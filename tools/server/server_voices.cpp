@@ -11,9 +11,8 @@
 namespace cbx::server {
 
 const std::vector<std::string>& openai_voice_names() {
-  static const std::vector<std::string> names = {"alloy", "ash",  "ballad",  "coral", "echo",  "fable",
-                                                 "nova",  "onyx", "sage",    "shimmer", "verse", "marin",
-                                                 "cedar"};
+  static const std::vector<std::string> names = {"alloy", "ash",  "ballad",  "coral", "echo",  "fable", "nova",
+                                                 "onyx",  "sage", "shimmer", "verse", "marin", "cedar"};
   return names;
 }
 
@@ -108,7 +107,8 @@ bool VoiceStore::remove(const std::string& name, std::string& error) {
   std::lock_guard<std::mutex> lock(mu_);
   cache_.erase(name);
   if (::unlink(path(name).c_str()) != 0) {
-    error = errno == ENOENT ? "no saved voice '" + name + "'" : "cannot delete voice '" + name + "': " + std::strerror(errno);
+    error = errno == ENOENT ? "no saved voice '" + name + "'"
+                            : "cannot delete voice '" + name + "': " + std::strerror(errno);
     return false;
   }
   return true;
