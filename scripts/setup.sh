@@ -20,6 +20,7 @@ RUNTIME_PACKAGES=(
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev                # CBX_TESTS=ON (the default)
   clang libclang-rt-14-dev                 # libFuzzer targets and sanitizers
+  clang-format                             # tests/test_format.sh (scripts/check_format.sh)
   libopenblas-dev                          # only the kernels benchmark compares against it
   python3-torch python3-numpy              # PyTorch references in parity tests (/usr/bin/python3)
   python3-regex                            # Unicode classes in the MTL tokenizer reference (tests/mtl_tokenizer_reference.py)
