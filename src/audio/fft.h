@@ -3,9 +3,8 @@
 // each RealFft owns aligned scratch, so one object must not be used by two threads at once
 // (make one per thread; construction is thread-safe).
 //
-// Why FFTW rather than our own: measured on this repo's dev machine (x86-64, -O3 -march=native,
-// single thread, per transform): n=16: FFTW 0.014 us vs own mixed-radix 0.25 us; n=400: 0.27 vs
-// 12.5 us; n=512: 0.50 (0.33 with FFTW_MEASURE) vs 17.5 us; n=1920: 2.4 (1.5 MEASURE) vs 74 us.
+// Why FFTW rather than our own: it is well kept, and an own mixed-radix FFT was 18-46x slower per
+// transform at the sizes used here (n = 16 .. 1920; docs/benchmarks.md "Tried and not kept").
 #pragma once
 #include <complex>
 #include <cstddef>

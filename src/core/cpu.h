@@ -23,9 +23,8 @@ int cpu_family();   // display family of CPUID leaf 1 (0x19 Zen 3/4, 0x1a Zen 5)
 
 // The cache level the decode's streaming dot kernels (weights read once per token) prefetch
 // into: L2 (prefetcht1) or L1 (prefetcht0). CBX_DEBUG_STREAM_PREFETCH=l1|l2 forces one; otherwise
-// L1 on AMD family 1Ah (Zen 5) and later, L2 elsewhere. Measured (docs/benchmarks.md): on
-// Zen 5 the q4p dot on two threads streams 54-63 GB/s with L2 prefetches and 75-80 with L1
-// (a plain read ~80); on Zen 4 the L2 choice was measured best.
+// L1 on AMD family 1Ah (Zen 5) and later, L2 elsewhere: on Zen 5 the q4p dot streams close to a
+// plain read only with L1 prefetches, while on Zen 4 L2 is the better choice (docs/benchmarks.md).
 enum class PrefetchLevel : int { L1 = 0, L2 = 1 };
 PrefetchLevel stream_prefetch_level();
 // The prefetch hint for a level: the _MM_HINT_T0 / _MM_HINT_T1 values, which are also

@@ -1,9 +1,8 @@
 // Large read-mostly buffers (KV caches, re-laid-out weights) on transparent huge pages where
 // the kernel allows them (THP "always" or "madvise" mode): 2 MB pages cut the TLB misses
 // of a decode step that streams a few hundred MB, and the page walks are dearer still under
-// a hypervisor. Measured on the 2-vCPU KVM dev machine, a 256 MB sequential read through
-// 4 KB vs huge pages (same process, alternating, loaded machine): 12.7 vs 15.2 GB/s on one
-// thread, 8.8 vs 13.1 GB/s on two. Without THP support this is a plain aligned buffer.
+// a hypervisor (a sequential read streams faster through huge pages). Without THP support this
+// is a plain aligned buffer.
 // The memory is not zeroed; pages are only backed once touched, but with huge pages a touch
 // backs the whole 2 MB around it: a buffer reserved much larger than the part written (a
 // head-major KV cache sized for far more keys than a generation uses) costs its full size
@@ -45,24 +44,22 @@ class HugeBuffer {
 // MADV_POPULATE_WRITE; the range is widened to whole 4 KB pages; contents unchanged) instead
 // of one page fault per page at first touch. False where the kernel cannot (then nothing
 // happened: the pages are backed on first touch as before). Under a hypervisor a fault is
-// dear: the Multilingual decode, whose 4 KB-page KV cache took ~60 fresh pages a step, went
-// from 115 to 122 tok/s (median of 7 alternating pairs, Zen 5 guest) with the cache backed
-// ahead this way (models/t3_llama.cpp back_kv).
+// dear: the Multilingual decode's 4 KB-page KV cache would take ~60 fresh pages a step, so
+// models/t3_llama.cpp (back_kv) backs it ahead this way.
 bool populate_pages(void* p, size_t bytes);
 
 // A 64-byte aligned piece of `bytes` for one of the many buffers under 2 MB a model makes at
 // load (packed weight panels): pieces are cut from shared 32 MB HugeBuffer chunks, so they sit
 // on huge pages where a buffer of their own never would; each piece keeps its chunk alive
 // and a chunk is freed with its last piece. Pieces over 8 MB get a HugeBuffer of their own.
-// Thread-safe. The packed panels this way: Turbo q4_0 load 881-900 -> 573-608 ms on the
-// 2-vCPU Zen 5 guest (4 alternating pairs), Multilingual q4_0 1359 -> 1042 ms; RSS +3 MB.
+// Thread-safe. Loading is faster this way (fewer page faults while the panels are written),
+// for a few MB of RSS.
 std::shared_ptr<uint8_t> huge_piece(size_t bytes);
 
 // A huge_piece and its size: a buffer made once at load that would otherwise get its own 4 KB
 // pages (PackedWeight panels, as above; CAMPPlus's folded conv copies; the f32 copies of f16
-// conv weights and the packed convs of CFM and HiFT: Turbo q4_0 load 544-587 -> 438-487 ms on
-// the Zen 5 guest, 4 alternating pairs of `say`; minor faults of a `say` 40k -> 25k, peak RSS
-// +2.5 MB). Copies share the piece.
+// conv weights and the packed convs of CFM and HiFT: fewer minor faults and a faster load for
+// a few MB of peak RSS). Copies share the piece.
 class HugePiece {
  public:
   HugePiece() = default;

@@ -97,8 +97,7 @@ inline void rows_dot(const BlockQ4_K* const* r, const Act& a, int64_t nsb, float
 
 }  // namespace
 
-// One weight row at a time: rows_dot<2> (two rows sharing the activation loads) measured
-// ~25% slower (bench kernels, matvec q4_k, one thread, Zen 5 VM).
+// One weight row at a time: rows_dot<2> (two rows sharing the activation loads) was slower.
 void dot_q4_k_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
                      int64_t k, float* y, int64_t ldy) {
   const int64_t nsb = k / kQK_K;

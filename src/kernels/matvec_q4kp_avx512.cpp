@@ -56,8 +56,8 @@ inline void rows_q4kp(const uint8_t* const* rows, const int8_t* qs, const float*
   for (int i = 0; i < R; ++i) y[i] = _mm512_reduce_add_ps(acc[i]) - _mm512_reduce_add_ps(accm[i]);
 }
 
-// One weight row at a time: two rows sharing the activation loads (rows_q4kp<2>) measured ~9%
-// more CPU per decode step (bench t3, Turbo q4_k, one thread, Zen 5 VM). Weight rows outermost:
+// One weight row at a time: two rows sharing the activation loads (rows_q4kp<2>) cost more CPU
+// per decode step than they saved in loads. Weight rows outermost:
 // with several activation rows (a CFG pair, a row prefill) each row is streamed once.
 void dot_q4kp_avx512(const void* w, size_t ws, int64_t m0, int64_t m1, const void* act, size_t as, int64_t n_rows,
                      int64_t k, float* y, int64_t ldy) {

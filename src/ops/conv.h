@@ -39,7 +39,7 @@ struct Conv1dParams {
 
 // A conv1d's weights in the bf16 direct conv's layout (kernels/matmul.h Bf16Gemm::Conv: wp,
 // bias16), made once at load for a conv that runs on every request: the per-call packing
-// it saves is a strided pass over w (HiFT: ~20 ms a request on Zen 4) and its scratch.
+// it saves is a strided pass over w on every request (HiFT has many such convs) and its scratch.
 // Empty where that kernel does not exist or would not run the conv (C_out above its limit),
 // and with CBX_DEBUG_NO_PREPACK=1.
 struct Conv1dPacked {
