@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/gguf.h"
+#include "ops/row_linear.h"
 #include "pipeline/pipeline_common.h"
 
 namespace cbx {
@@ -16,14 +17,18 @@ bool starts_with(const std::string& s, const char* prefix) { return s.compare(0,
 
 }  // namespace
 
-void LoadProgress::plan(const GgufFile& f) {
+void LoadProgress::plan(const GgufFile& f, bool t3_repack) {
   for (uint64_t& b : bytes_) b = 0;
   bytes_[int(LoadStage::Open)] = f.data_offset();  // header and metadata (tokenizer vocabulary included)
+  const Isa isa = active_isa();
   for (const GgufTensorInfo& t : f.tensors()) {
     const std::string& n = t.name;
-    if (starts_with(n, "t3."))
-      bytes_[int(LoadStage::T3)] += t.nbytes;
-    else if (starts_with(n, "flow."))
+    if (starts_with(n, "t3.")) {
+      // T3 binds its tensors in place; its load work is the planar copies of the layer matrices
+      // and the head (embedding tables are never copied).
+      if (t.ndim == 2 && n.find("emb") == std::string::npos)
+        bytes_[int(LoadStage::T3)] += RowLinear::pack_bytes(f.tensor(t), isa, t3_repack);
+    } else if (starts_with(n, "flow."))
       bytes_[int(LoadStage::Flow)] += t.nbytes;
     else if (starts_with(n, "cfm."))
       bytes_[int(LoadStage::Cfm)] += t.nbytes;

@@ -58,7 +58,7 @@ MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(s
   LoadProgress progress(p.on_progress, path);
   m.f = GgufFile::open(path);
   const GgufFile& f = *m.f;
-  progress.plan(f);
+  progress.plan(f, p.repack);
   m.cfg = read_config(f);
   const ModelConfig& c = m.cfg;
   if (c.variant != Variant::Mtl)

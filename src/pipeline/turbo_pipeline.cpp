@@ -52,7 +52,7 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   LoadProgress progress(p.on_progress, path);
   m.f = GgufFile::open(path);
   const GgufFile& f = *m.f;
-  progress.plan(f);
+  progress.plan(f, p.repack);
   m.cfg = read_config(f);
   const ModelConfig& c = m.cfg;
   if (c.variant != Variant::Turbo && c.variant != Variant::Nano)
