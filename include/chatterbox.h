@@ -74,8 +74,10 @@ extern "C" {
  * CBX_GEMM, CBX_FORCE_ISA, CBX_NO_AMX, CBX_VDPBF16, CBX_NO_PREPACK, CBX_STREAM_PREFETCH and
  * CBX_S3GEN_SHARED_ARENA are no longer read: GEMM precision is this parameter, the others are
  * debugging switches named CBX_DEBUG_* (README "Debugging switches"), and a bad CBX_DEBUG_*
- * value makes cbx_model_load fail with CBX_ERR_INVALID_ARGUMENT naming the variable. */
-#define CBX_API_VERSION 6
+ * value makes cbx_model_load fail with CBX_ERR_INVALID_ARGUMENT naming the variable. 7:
+ * cbx_model_params.progress_callback and progress_callback_user_data (appended): load progress,
+ * and a load the callback cancels returns CBX_ERR_ABORTED. */
+#define CBX_API_VERSION 7
 
 /* "Leave the field at the model's default" (set by the *_default_params functions). Values no
  * parameter can take: INT32_MIN for int32_t fields, -FLT_MAX for float fields. */
@@ -114,6 +116,16 @@ typedef enum cbx_gemm_precision {
 
 typedef struct cbx_model cbx_model; /* opaque */
 
+/* Progress of cbx_model_load: progress is the fraction of the load done, in [0, 1], never
+ * decreasing from one call to the next, and exactly 1 at the last call of a load that succeeds.
+ * The load runs in stages (reading the GGUF, then packing the weights of T3, the flow encoder,
+ * the CFM and HiFT; packing is most of the time), each reported when done with its share of the
+ * weight bytes, so a load calls it a handful of times (at least twice). It is called on the
+ * thread that called cbx_model_load, never after cbx_model_load returns. Return nonzero to go on,
+ * 0 to cancel the load: cbx_model_load then frees what it loaded and returns CBX_ERR_ABORTED,
+ * and cbx_last_error() says the progress callback cancelled it. */
+typedef int (*cbx_progress_callback)(float progress, void* user_data);
+
 /* Load-time parameters: the thread pool and every buffer are reserved once per model. */
 typedef struct cbx_model_params {
   size_t struct_size;     /* sizeof(cbx_model_params) */
@@ -132,6 +144,10 @@ typedef struct cbx_model_params {
                              quantized or f16/bf16 GGUF where the CPU has AVX-512 VNNI (mel
                              ~36-38 dB from the f32 path, docs/quantization.md), else as
                              gemm_precision; F32 / BF16 / INT8 force one. Since API 6 */
+  /* Since API 7: follows cbx_model_load (cbx_progress_callback); NULL (default): no reports. */
+  cbx_progress_callback progress_callback;
+  /* Since API 7: passed to progress_callback. */
+  void* progress_callback_user_data;
 } cbx_model_params;
 
 /* Per-call parameters. CBX_DEFAULT_INT / CBX_DEFAULT_FLOAT = the model's default (GGUF

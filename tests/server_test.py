@@ -158,6 +158,11 @@ def main():
     os.makedirs(voices)
     srv = Server("main", "-m", MTL, "--voices", voices, "--max-tokens", "30", "--max-queue", "8", "--max-input-chars", "1000")
 
+    # ---- the load progress -v logs (stderr is no terminal): rising percentages to 100% per model ----
+    for path in (MODEL, MTL):
+        pct = [int(p) for p in re.findall(r"^serve: loading " + re.escape(path) + r" (\d+)%$", srv.text(), re.M)]
+        check(len(pct) >= 2 and pct == sorted(pct) and pct[-1] == 100, f"load progress of {path}: {pct}\n" + srv.text())
+
     # ---- plain endpoints ----
     st, _, data = srv.request("GET", "/health")
     check(st == 200 and json.loads(data)["status"] == "ok", f"/health: {st} {data!r}")

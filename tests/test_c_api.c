@@ -552,6 +552,78 @@ static void test_voices(const char* dir, const char* gguf, const char* variant, 
   cbx_model_free(m);
 }
 
+/* Load progress (cbx_model_params.progress_callback) on a tiny model: several calls, fractions in
+ * [0, 1] that never decrease, only the last exactly 1; returning 0 at the first, a later or the
+ * last call cancels the load (CBX_ERR_ABORTED, no model, the message; ASan checks nothing leaks);
+ * no call after cbx_model_load returns; a NULL callback and a pre-7 struct load as before. */
+typedef struct {
+  int calls;
+  int stop_at; /* return 0 at this call (1-based); 0 = never */
+  float values[64];
+  int bad; /* a value outside [0, 1] or below the one before */
+} progress_state;
+
+static int on_load_progress(float p, void* user) {
+  progress_state* s = (progress_state*)user;
+  if (!(p >= 0.f && p <= 1.f) || (s->calls > 0 && s->calls <= 64 && p < s->values[s->calls - 1])) s->bad = 1;
+  if (s->calls < 64) s->values[s->calls] = p;
+  ++s->calls;
+  return s->calls != s->stop_at;
+}
+
+static void test_load_progress(const char* gguf) {
+  cbx_model_params mp = cbx_model_default_params();
+  CHECK(mp.progress_callback == NULL && mp.progress_callback_user_data == NULL);
+  mp.n_threads = 2;
+  mp.max_new_tokens = 24;
+  mp.progress_callback = on_load_progress;
+  progress_state st;
+  memset(&st, 0, sizeof st);
+  mp.progress_callback_user_data = &st;
+  cbx_model* m = (cbx_model*)1;
+  CHECK(cbx_model_load(gguf, &mp, &m) == CBX_OK && m != NULL);
+  const int n = st.calls;
+  CHECK(n >= 2 && n <= 64 && !st.bad);
+  CHECK(n >= 1 && n <= 64 && st.values[n - 1] == 1.0f);
+  for (int i = 0; i + 1 < n && i < 64; ++i) CHECK(st.values[i] < 1.0f); /* real steps, not 1 repeated */
+  CHECK(n >= 2 && st.values[0] < st.values[n - 2]);                     /* and rising */
+  float* x = NULL;
+  size_t nx = 0;
+  cbx_synth_params sp = cbx_synth_default_params();
+  sp.language = "en"; /* every model speaks English */
+  CHECK(m && cbx_synthesize(m, "Hi.", &sp, &x, &nx, NULL) == CBX_OK && nx > 0);
+  cbx_audio_free(x);
+  cbx_model_free(m);
+  CHECK(st.calls == n); /* never called after the load returned */
+
+  /* cancelled at the first call, a later one and the last (the 1.0 call) */
+  const int stops[3] = {1, 2, n};
+  for (int i = 0; i < 3; ++i) {
+    memset(&st, 0, sizeof st);
+    st.stop_at = stops[i];
+    m = (cbx_model*)1;
+    CHECK(cbx_model_load(gguf, &mp, &m) == CBX_ERR_ABORTED && m == NULL);
+    CHECK(st.calls == stops[i]);
+    CHECK(strstr(cbx_last_error(), "model load cancelled by the progress callback") != NULL);
+    CHECK(strstr(cbx_last_error(), gguf) != NULL);
+  }
+  /* the model loads again afterwards */
+  memset(&st, 0, sizeof st);
+  CHECK(cbx_model_load(gguf, &mp, &m) == CBX_OK && m != NULL && st.calls == n);
+  cbx_model_free(m);
+
+  /* a NULL callback (user data ignored), and a pre-7 caller whose struct ends before the fields */
+  mp.progress_callback = NULL;
+  memset(&st, 0, sizeof st);
+  CHECK(cbx_model_load(gguf, &mp, &m) == CBX_OK && m != NULL && st.calls == 0);
+  cbx_model_free(m);
+  mp.progress_callback = on_load_progress;
+  mp.struct_size = offsetof(cbx_model_params, progress_callback);
+  st.stop_at = 1; /* would cancel if it were read */
+  CHECK(cbx_model_load(gguf, &mp, &m) == CBX_OK && m != NULL && st.calls == 0);
+  cbx_model_free(m);
+}
+
 int main(int argc, char** argv) {
   char cmd[4096], dir[] = "/tmp/cbx-test-c-api-XXXXXX", gguf[1024], bin[1024];
   if (argc < 2) {
@@ -849,6 +921,8 @@ int main(int argc, char** argv) {
     test_voices(dir, turbo, "turbo", gguf);
     test_stream(turbo, gguf);
     test_same_errors(turbo, gguf);
+    test_load_progress(turbo);
+    test_load_progress(gguf);
   }
 
   /* Nano (Turbo's pipeline, GPT-2 small T3): loads, says Nano, synthesizes deterministically, and

@@ -128,6 +128,15 @@ grep -q "s of audio in .* (RTF .*real time) -> $T/f2.wav" "$T/s.err" || { cat "$
 grep -q "chunk 1/1" "$T/s.err" && fail "progress printed to a non-terminal"
 "${SAY[@]}" "Hello world." -o "$T/p.wav" --progress 2> "$T/p.err" || fail "--progress"
 grep -q "chunk 1/1, [0-9]* speech tokens" "$T/p.err" || { cat "$T/p.err"; fail "no progress line with --progress"; }
+# the model load's progress on the same line: rising percentages ending at 100%
+tr '\r' '\n' < "$T/p.err" | sed -n 's/^say: loading .*m\.gguf *\([0-9]*\)%.*/\1/p' > "$T/load.pct"
+[ "$(wc -l < "$T/load.pct")" -ge 2 ] || { cat "$T/p.err"; fail "no load progress with --progress"; }
+sort -n -c "$T/load.pct" || fail "load progress went down: $(tr '\n' ' ' < "$T/load.pct")"
+[ "$(tail -n 1 "$T/load.pct")" = 100 ] || fail "load progress did not end at 100%"
+grep -q "loading" "$T/s.err" && fail "load progress printed to a non-terminal"
+# audio on stdout: the progress stays on stderr, stdout holds the same samples as with -q
+"${SAY[@]}" "Hello world." -o - --seed 7 --progress > "$T/stdout-p.pcm" 2> /dev/null || fail "-o - --progress"
+cmp -s "$T/stdout-p.pcm" "$T/stdout.pcm" || fail "stdout audio differs with --progress"
 
 # ---- prosody: speed, pause, volume, normalize ----
 LONG="The first sentence is here. A second one follows it! Is this the third? Yes, and the fourth one ends it."

@@ -350,9 +350,13 @@ cbx_status cbx_model_load(const char* path, const cbx_model_params* params, cbx_
     return s;
   // The model's own limits (max_new_tokens and its T3 positions) are checked at load:
   // InvalidArgumentError, so CBX_ERR_INVALID_ARGUMENT.
+  // The progress callback runs only inside load_pipeline, on this thread.
+  cbx::LoadProgressFn on_progress;
+  if (p.progress_callback)
+    on_progress = [cb = p.progress_callback, ud = p.progress_callback_user_data](float f) { return cb(f, ud) != 0; };
   return guarded(CBX_ERR_MODEL_LOAD, [&]() {
     auto m = std::make_unique<cbx_model>();
-    m->pipe = cbx::load_pipeline(path, lo);
+    m->pipe = cbx::load_pipeline(path, lo, on_progress);
     m->variant = m->pipe->variant();
     m->languages = m->pipe->languages();
     *model = m.release();

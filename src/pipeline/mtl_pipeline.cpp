@@ -55,8 +55,10 @@ struct MtlPipeline::Impl {
 
 MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(std::make_unique<Impl>()) {
   Impl& m = *m_;
+  LoadProgress progress(p.on_progress, path);
   m.f = GgufFile::open(path);
   const GgufFile& f = *m.f;
+  progress.plan(f, p.repack);
   m.cfg = read_config(f);
   const ModelConfig& c = m.cfg;
   if (c.variant != Variant::Mtl)
@@ -80,6 +82,7 @@ MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(s
   // Generated token k is fed back at speech position k + 1 (T3Mtl; the last is never fed).
   check_param(param::kMaxNewTokens.limited(double(c.t3.max_speech_tokens) + 3, "this model's T3 speech positions"),
               double(m.max_new));
+  progress.done(LoadStage::Open);
   T3MtlLoadParams tp;
   tp.kv_type = p.kv_type;
   tp.pack_planar = p.repack;
@@ -88,10 +91,13 @@ MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(s
   m.max_text = tp.max_text_tokens;
   m.gemm = p.gemm;
   m.t3 = std::make_unique<T3Mtl>(f, c, *m.pool, tp);
+  progress.done(LoadStage::T3);
 
+  // Checked before S3Gen loads: its last stage reports the load complete. CfmSolver guides when
+  // the CFM is not mean-flow (checked above) and cfg_rate is nonzero.
+  CBX_CHECK(c.cfm.cfg_rate != 0.f, "%s: the Multilingual CFM must use classifier-free guidance", path.c_str());
   // T3 returns at most max_new tokens (EOS included), so S3Gen takes at most max_new.
-  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_new, p.gemm, p.cfm_precision);
-  CBX_CHECK(m.s3gen->cfm().uses_cfg(), "%s: the Multilingual CFM must use classifier-free guidance", path.c_str());
+  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_new, p.gemm, p.cfm_precision, &progress);
 }
 
 MtlPipeline::~MtlPipeline() = default;

@@ -48,6 +48,7 @@
 #include "models/model_config.h"
 #include "models/t3_mtl.h"
 #include "ops/matmul.h"
+#include "pipeline/load_progress.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/stream_synth.h"
@@ -68,6 +69,7 @@ struct MtlLoadParams {
   bool repack = true;                        // as TurboLoadParams::repack
   GemmPrecision gemm = GemmPrecision::Auto;  // as TurboLoadParams::gemm
   GemmPrecision cfm_precision = GemmPrecision::Auto;  // as TurboLoadParams::cfm_precision
+  LoadProgressFn on_progress;                         // as TurboLoadParams::on_progress
 };
 
 struct MtlSynthParams {

@@ -36,11 +36,18 @@ void check_sampler_order(const std::string& path, const ModelConfig& c, const ch
                                 order + "' chain");
 }
 
-std::unique_ptr<Pipeline> load_pipeline(const std::string& path, const UserLoadOptions& o) {
+std::unique_ptr<Pipeline> load_pipeline(const std::string& path, const UserLoadOptions& o,
+                                        const LoadProgressFn& on_progress) {
   validate(o);
   const ModelConfig cfg = read_config(*GgufFile::open(path));
-  if (cfg.variant == Variant::Mtl) return std::make_unique<MtlPipeline>(path, to_mtl_load_params(o));
-  return std::make_unique<TurboPipeline>(path, to_turbo_load_params(o));
+  if (cfg.variant == Variant::Mtl) {
+    MtlLoadParams p = to_mtl_load_params(o);
+    p.on_progress = on_progress;
+    return std::make_unique<MtlPipeline>(path, p);
+  }
+  TurboLoadParams p = to_turbo_load_params(o);
+  p.on_progress = on_progress;
+  return std::make_unique<TurboPipeline>(path, p);
 }
 
 }  // namespace cbx

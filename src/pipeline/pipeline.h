@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "models/model_config.h"
+#include "pipeline/load_progress.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/stream_synth.h"
 #include "pipeline/synth_options.h"
@@ -113,7 +114,10 @@ void check_sampler_order(const std::string& path, const ModelConfig& c, const ch
 // Loads the GGUF at `path` in the pipeline its config names (variant turbo / nano: TurboPipeline;
 // mtl: MtlPipeline). Throws InvalidArgumentError for a load option out of range (validate, or the
 // model's own limits), UnsupportedModelError for a model no pipeline runs, cbx::Error naming the
-// file on any other problem.
-std::unique_ptr<Pipeline> load_pipeline(const std::string& path, const UserLoadOptions& o = {});
+// file on any other problem. on_progress (optional) follows the load (pipeline/load_progress.h):
+// its fractions rise to exactly 1 on success; returning false cancels the load (AbortedError,
+// everything loaded so far freed).
+std::unique_ptr<Pipeline> load_pipeline(const std::string& path, const UserLoadOptions& o = {},
+                                        const LoadProgressFn& on_progress = nullptr);
 
 }  // namespace cbx

@@ -16,7 +16,7 @@
 namespace cbx {
 
 S3GenStage::S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const Voice& builtin,
-                       int64_t max_speech, GemmPrecision gemm, GemmPrecision cfm_precision)
+                       int64_t max_speech, GemmPrecision gemm, GemmPrecision cfm_precision, LoadProgress* progress)
     : c_(c), max_speech_(max_speech) {
   CBX_CHECK(max_speech >= 1, "s3gen: max_speech %lld must be >= 1", (long long)max_speech);
   max_prompt_tokens_ = std::max<int64_t>(int64_t(builtin.prompt_token.size()),
@@ -30,6 +30,7 @@ S3GenStage::S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool
   fo.work = work;
   fo.gemm = gemm;
   flow_ = std::make_unique<FlowEncoder>(c.flow, flow_w_, pool, fo);
+  if (progress) progress->done(LoadStage::Flow);
 
   bind_cfm_estimator(f, c.cfm, cfm_w_);
   CfmSolverOptions co;
@@ -37,6 +38,7 @@ S3GenStage::S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool
   co.work = work;
   co.gemm = cfm_precision != GemmPrecision::Auto ? cfm_precision : gemm;
   cfm_ = std::make_unique<CfmSolver>(c.cfm, cfm_w_, pool, co);
+  if (progress) progress->done(LoadStage::Cfm);
 
   // Generated frames = ratio (Tp + N) - Tm; a voice has Tm >= 2 Tp - 2 (validate_voice).
   HiftOptions ho;
@@ -46,6 +48,7 @@ S3GenStage::S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool
   ho.max_frames = ratio * max_speech_ +
                   std::max<int64_t>(2, ratio * int64_t(builtin.prompt_token.size()) - builtin.n_prompt_frames());
   hift_ = std::make_unique<HiftVocoder>(c, f, pool, ho);
+  if (progress) progress->done(LoadStage::Hift);
 }
 
 S3GenStage::~S3GenStage() = default;

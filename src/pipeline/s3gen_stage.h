@@ -16,6 +16,7 @@
 #include "models/cfm_estimator.h"
 #include "models/flow_encoder.h"
 #include "models/model_config.h"
+#include "pipeline/load_progress.h"
 #include "pipeline/pipeline_common.h"
 
 namespace cbx {
@@ -32,9 +33,12 @@ class S3GenStage {
  public:
   // f, c and pool must outlive this object. builtin sizes the reservations (see above). gemm:
   // the GEMM precision of the flow encoder, CFM and HiFT (ops/matmul.h; Auto: from their weights);
-  // cfm_precision: the CFM estimator's (Auto: gemm; Int8: int8 transformer linears).
+  // cfm_precision: the CFM estimator's (Auto: gemm; Int8: int8 transformer linears). progress
+  // (may be null): told when the flow encoder, the CFM and HiFT are loaded (LoadStage::Flow, Cfm,
+  // Hift); its AbortedError propagates.
   S3GenStage(const GgufFile& f, const ModelConfig& c, ThreadPool& pool, const Voice& builtin, int64_t max_speech,
-             GemmPrecision gemm = GemmPrecision::Auto, GemmPrecision cfm_precision = GemmPrecision::Auto);
+             GemmPrecision gemm = GemmPrecision::Auto, GemmPrecision cfm_precision = GemmPrecision::Auto,
+             LoadProgress* progress = nullptr);
   ~S3GenStage();
   S3GenStage(const S3GenStage&) = delete;
   S3GenStage& operator=(const S3GenStage&) = delete;

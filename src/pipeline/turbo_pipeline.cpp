@@ -49,8 +49,10 @@ struct TurboPipeline::Impl {
 
 TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) : m_(std::make_unique<Impl>()) {
   Impl& m = *m_;
+  LoadProgress progress(p.on_progress, path);
   m.f = GgufFile::open(path);
   const GgufFile& f = *m.f;
+  progress.plan(f, p.repack);
   m.cfg = read_config(f);
   const ModelConfig& c = m.cfg;
   if (c.variant != Variant::Turbo && c.variant != Variant::Nano)
@@ -73,6 +75,7 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   m.max_cond_tokens = std::max<int64_t>({1, int64_t(m.builtin.cond_prompt_tokens.size()), c.t3.cond_prompt_len});
 
   m.max_new = p.max_new_tokens < 0 ? c.pipeline.max_new_tokens : p.max_new_tokens;
+  progress.done(LoadStage::Open);
   T3TurboOptions to;
   to.max_text = int64_t(m.tok->model_max_length() == Gpt2Tokenizer::kNoMaxLength ? 1024 : m.tok->model_max_length());
   // T3's positions hold the speaker row, the voice prompt, the text with BOS and EOS, the
@@ -86,10 +89,11 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   m.kv_type = p.kv_type;
   m.gemm = p.gemm;
   m.t3 = std::make_unique<T3Turbo>(c, f, *m.pool, to);
+  progress.done(LoadStage::T3);
 
   // One generation: the prefill token + max_new, then the silence tokens.
   m.max_speech = 1 + m.max_new + c.pipeline.n_silence_tokens;
-  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_speech, p.gemm, p.cfm_precision);
+  m.s3gen = std::make_unique<S3GenStage>(f, c, *m.pool, m.builtin, m.max_speech, p.gemm, p.cfm_precision, &progress);
 }
 
 TurboPipeline::~TurboPipeline() = default;

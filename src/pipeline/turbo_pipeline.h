@@ -34,6 +34,7 @@
 #include "models/model_config.h"
 #include "models/sampler.h"
 #include "ops/matmul.h"
+#include "pipeline/load_progress.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/pipeline_common.h"
 #include "pipeline/stream_synth.h"
@@ -63,6 +64,9 @@ struct TurboLoadParams {
   // The CFM estimator's linears (ops/matmul.h): Auto = as `gemm`; Int8 runs its transformer
   // linears on the int8 GEMM (weights per channel, activations per row; faster, slightly lossier).
   GemmPrecision cfm_precision = GemmPrecision::Auto;
+  // Called as the load's stages finish (pipeline/load_progress.h); false cancels the load
+  // (AbortedError). Optional.
+  LoadProgressFn on_progress;
 };
 
 struct TurboSynthParams {

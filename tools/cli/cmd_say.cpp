@@ -101,8 +101,7 @@ int run(int argc, char** argv) {
     cbx::check_synth_text(text);  // empty / invalid UTF-8: before the (long) model load
   }
   const double t0 = now_ms();
-  progress.status("loading " + o.model);
-  cbx::cli::SayEngine engine(o.model, o.load);
+  cbx::cli::SayEngine engine(o.model, o.load, progress.loading(o.model));
   const double load_ms = now_ms() - t0;
   if (o.verbose)
     std::fprintf(stderr, "say: loaded %s (%s%s%s, %d threads) in %.0f ms; watermark: none (Perth not ported)\n",

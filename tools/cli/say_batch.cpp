@@ -123,8 +123,7 @@ int run_batch(const SayOptions& o, const ModelConfig& cfg, const std::string& la
     plan.push_back(std::move(p));
   }
 
-  progress.status("loading " + o.model);
-  SayEngine engine(o.model, o.load);
+  SayEngine engine(o.model, o.load, progress.loading(o.model));
   std::vector<std::string> warnings;
   engine.use_voice(o.voice, &warnings);
   bool cached = false;

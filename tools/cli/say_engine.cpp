@@ -18,7 +18,8 @@ void check_voice_early(const std::string& path, const ModelConfig& cfg) {
   CBX_CHECK(in, "voice '%s': cannot open it: %s", path.c_str(), std::strerror(errno));
 }
 
-SayEngine::SayEngine(const std::string& model, const UserLoadOptions& load) : pipe_(load_pipeline(model, load)) {}
+SayEngine::SayEngine(const std::string& model, const UserLoadOptions& load, const LoadProgressFn& on_progress)
+    : pipe_(load_pipeline(model, load, on_progress)) {}
 
 void SayEngine::use_voice(const std::string& path, std::vector<std::string>* warnings) {
   if (path == voice_path_) return;

@@ -21,8 +21,8 @@ void check_voice_early(const std::string& path, const ModelConfig& cfg);
 
 class SayEngine {
  public:
-  // Loads the model (the long part).
-  SayEngine(const std::string& model, const UserLoadOptions& load);
+  // Loads the model (the long part); on_progress (optional) follows it (pipeline/load_progress.h).
+  SayEngine(const std::string& model, const UserLoadOptions& load, const LoadProgressFn& on_progress = nullptr);
 
   // The voice for the next synthesize calls: "" = the built-in voice; a .voice file or a
   // reference recording (built once, kept for later calls with the same path). Warnings of a

@@ -12,6 +12,16 @@ void SayProgress::status(const std::string& what) {
   draw(true);
 }
 
+LoadProgressFn SayProgress::loading(const std::string& model) {
+  status("loading " + model);
+  return [this, model](float fraction) {
+    char pct[16];
+    std::snprintf(pct, sizeof pct, " %3.0f%%", double(fraction) * 100.0);
+    status("loading " + model + pct);
+    return true;
+  };
+}
+
 void SayProgress::tokens(int64_t chunk, int64_t n_chunks, int64_t chunk_tokens) {
   status_.clear();
   chunk_ = chunk + 1, n_chunks_ = n_chunks, tokens_ = chunk_tokens;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "command.h"  // warn()
+#include "pipeline/load_progress.h"
 #include "pipeline/pipeline_common.h"
 
 namespace cbx::cli {
@@ -18,6 +19,8 @@ class SayProgress {
  public:
   SayProgress(bool quiet, bool force);
   void status(const std::string& what);  // e.g. "loading MODEL"
+  // For SayEngine's load: shows "loading MODEL NN%" as the load's stages finish (never cancels).
+  LoadProgressFn loading(const std::string& model);
   void tokens(int64_t chunk, int64_t n_chunks, int64_t chunk_tokens);
   void audio(double seconds);
   void item(int64_t i, int64_t n);  // --batch: item i of n (1-based)

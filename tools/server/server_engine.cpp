@@ -11,12 +11,21 @@ namespace cbx::server {
 namespace {
 std::mutex g_log_mu;
 std::atomic<bool> g_verbose{false};
+bool g_progress_shown = false;  // a log_progress line without its newline yet (under g_log_mu)
 }  // namespace
 
 void log_line(const std::string& line) {
   std::lock_guard<std::mutex> lock(g_log_mu);
+  if (g_progress_shown) std::fputc('\n', stderr);
+  g_progress_shown = false;
   std::fprintf(stderr, "serve: %s\n", line.c_str());
   std::fflush(stderr);
+}
+void log_progress(const std::string& line) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  std::fprintf(stderr, "\rserve: %s", line.c_str());
+  std::fflush(stderr);
+  g_progress_shown = true;
 }
 void log_verbose(const std::string& line) {
   if (g_verbose) log_line(line);

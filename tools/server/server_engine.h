@@ -29,6 +29,9 @@ using Clock = std::chrono::steady_clock;
 
 // Logging to stderr, one line at a time; verbose lines only with -v.
 void log_line(const std::string& line);
+// A line rewritten in place ("\r", for a terminal: model load progress); the next log_line
+// starts on a line of its own.
+void log_progress(const std::string& line);
 void log_verbose(const std::string& line);
 void set_verbose(bool on);
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <ctime>
 
+#include "cli/command.h"
 #include "core/error.h"
 #include "pipeline/c_api_internal.h"
 #include "server_request.h"
@@ -223,9 +224,32 @@ int SpeechServer::start() {
   return port_;
 }
 
+namespace {
+// The model load's progress: a line rewritten in place on a terminal, one line per step with -v
+// elsewhere (the load reports a handful of steps), nothing otherwise.
+struct LoadProgressLine {
+  std::string path;
+  bool tty = false;
+};
+int show_load_progress(float fraction, void* user) {
+  const auto* l = static_cast<const LoadProgressLine*>(user);
+  const std::string line = "loading " + l->path + " " + std::to_string(std::lround(double(fraction) * 100.0)) + "%";
+  if (l->tty)
+    log_progress(line);
+  else
+    log_line(line);
+  return 1;
+}
+}  // namespace
+
 void SpeechServer::load() {
   for (const std::string& path : opt_.models) {
+    LoadProgressLine progress_line{path, cli::progress_wanted(false)};
     cbx_model_params mp = cbx_model_default_params();
+    if (progress_line.tty || opt_.verbose) {
+      mp.progress_callback = show_load_progress;
+      mp.progress_callback_user_data = &progress_line;
+    }
     mp.n_threads = opt_.threads;
     mp.max_new_tokens = opt_.max_tokens;
     mp.gemm_precision = opt_.gemm_precision;
