@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The matmul, conv and attention kernel tests again without AMX on the AVX-512 path, both ways
-# the bf16 GEMM precision can go there:
+# The matmul, conv and attention kernel tests and the ops' kernel decisions (test_kernels_ops_strategy)
+# again without AMX on the AVX-512 path, both ways the bf16 GEMM precision can go there:
 #   CBX_DEBUG_NO_AMX=1 CBX_DEBUG_VDPBF16=0: no bf16 GEMM; a BF16 request must fall back to the exact f32
 #     GEMM (the tests check it bit for bit), the BF16-weight GEMM uses vdpbf16ps, and the fused
 #     bf16 attention must report itself unavailable and refuse to run;
@@ -11,7 +11,7 @@
 # usage: test_kernels_no_amx.sh BUILD_DIR
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
-tests="test_kernels_matmul test_kernels_matmul_packed test_kernels_nn_conv test_kernels_attention_amx"
+tests="test_kernels_matmul test_kernels_matmul_packed test_kernels_nn_conv test_kernels_attention_amx test_kernels_ops_strategy"
 for t in $tests; do
   [ -x "$BUILD/bin/$t" ] || { echo "SKIP: $BUILD/bin/$t not built"; exit 77; }
 done

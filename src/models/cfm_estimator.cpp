@@ -234,15 +234,10 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
   bool lossy = false;
   for (const Tensor* t : {&w.time1_w, &w.time2_w, &w.down.resnet.mlp_w}) lossy |= gemm_weight_is_lossy(t->dtype);
   if (!w.down.blocks.empty()) lossy |= gemm_weight_is_lossy(w.down.blocks[0].to_q.dtype);
-  // The default for lossy weights is the int8 linears where the VNNI kernel runs them (mel within
-  // ~36-38 dB of the f32 path on the full-size models, docs/quantization.md); BF16 elsewhere.
-  GemmPrecision req = o.gemm;
-  if (req == GemmPrecision::Auto && gemm_precision_scope() == GemmPrecision::Auto && lossy &&
-      std::strcmp(gemm_int8_kind(), "vpdpbusd") == 0)
-    req = GemmPrecision::Int8;
-  const bool int8 = resolve_gemm_precision(req, lossy) == GemmPrecision::Int8;
-  gemm_ = int8 ? GemmPrecision::BF16 : resolve_gemm_precision(req, lossy);
-  linear_ = int8 ? GemmPrecision::Int8 : gemm_;
+  // The linears' precision is the ops layer's pick for the request (Auto with lossy weights:
+  // int8 where the VNNI kernel runs it); the other products run in bf16 next to int8 linears.
+  linear_ = resolve_packed_precision(o.gemm, lossy);
+  gemm_ = linear_ == GemmPrecision::Int8 ? GemmPrecision::BF16 : linear_;
   const int64_t B = max_batch_, T = max_frames_, C = c.channels;
   const int64_t N = B * T, K = c.conv_kernel;
   const int nt = pool.size();
@@ -299,7 +294,7 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
                : 0));
   // Attention: the fused bf16 kernel (AMX) takes its scratch from the per-call arena (work_); the
   // f32 path has, per thread, scores + v^T of one item and the GEMMs' single-thread scratch.
-  attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(c.head_dim);
+  attn_bf16_ = attention_kernel(gemm_, c.head_dim) == AttentionKernel::Bf16;
   if (attn_bf16_) {
     transient = std::max(transient, attention_bf16_scratch_bytes(B, c.n_head, T, c.head_dim, nt) + kAllocSlack);
   } else {
@@ -401,7 +396,7 @@ void CfmEstimator::transformer(const CfmTransformerWeights& tw, Bufs& bf, int64_
                 MatmulEpilogue{nullptr, MatmulAct::None, nullptr, &tw.norm1_w, &tw.norm1_b, kLnEps}, work_);
   // Keys are the valid prefix (a length mask); every query row is computed, as upstream does.
   if (attn_bf16_)
-    attention_amx(q, k, v, att, n_valid);
+    attention_fused(q, k, v, att, n_valid);
   else
     attention_f32(q, k, v, att, vt_all, n_valid);
   // xt += to_out(att) + b; xt += ff2(gelu(ff1(norm3(xt)) + b1)) + b2, epilogues fused into the GEMMs.
@@ -442,8 +437,8 @@ void CfmEstimator::attention_f32(Tensor& q, const Tensor& k, const Tensor& v, Te
   });
 }
 
-// The same in one fused bf16 pass on AMX tiles (ops/attention_bf16.h); q is not modified.
-void CfmEstimator::attention_amx(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& att, int64_t n_valid) {
+// The same in one fused bf16 pass (ops/attention_bf16.h: AMX tiles or vdpbf16ps); q is not modified.
+void CfmEstimator::attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& att, int64_t n_valid) {
   const int64_t B = q.shape[0], T = q.shape[1], H = c_.n_head, D = c_.head_dim;
   auto heads = [&](const Tensor& buf, int64_t rows) {  // [B, rows, H D] -> [B, H, rows, D]
     const int64_t sh[4] = {B, H, rows, D}, st[4] = {buf.stride[0], D * 4, buf.stride[1], 4};

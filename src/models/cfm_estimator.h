@@ -97,8 +97,8 @@ struct CfmEstimatorOptions {
   int64_t max_frames = 3000;  // most frames T one forward call takes (prompt + generated)
   int64_t max_batch = 1;      // 2 for the CFG pair
   // GEMM precision of the linears and convolutions (ops/matmul.h); attention stays f32.
-  // Auto: F32 for f32 weights; for lossy ones (not F32) Int8 where gemm_int8_kind() is the VNNI
-  // kernel (and no GemmPrecisionScope is held), else BF16.
+  // Auto: ops/matmul.h resolve_packed_precision: F32 for f32 weights; for lossy ones (not F32)
+  // Int8 where the VNNI int8 kernel runs (and no GemmPrecisionScope is held), else BF16.
   // Int8: the transformer linears (q|k|v, out, feed-forward) run the int8 GEMM (weights quantized
   // per channel at construction, activations per row); everything else as BF16.
   GemmPrecision gemm = GemmPrecision::Auto;
@@ -159,7 +159,7 @@ class CfmEstimator {
   void resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& tproj, Tensor& y, Tensor& tmp, int64_t n_valid);
   void transformer(const CfmTransformerWeights& tw, Bufs& b, int64_t n_valid);
   void attention_f32(Tensor& q, const Tensor& k, const Tensor& v, Tensor& att, Tensor& vt_all, int64_t n_valid);
-  void attention_amx(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& att, int64_t n_valid);
+  void attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& att, int64_t n_valid);
   void stage(const CfmStageWeights& sw, const char* resnet_name, const char* tfm_name, int index, Tensor& x,
              Tensor& out, const Tensor& tproj, Bufs& b, int64_t n_valid);
 
@@ -175,7 +175,7 @@ class CfmEstimator {
   int64_t max_frames_ = 0, max_batch_ = 0;
   GemmPrecision gemm_ = GemmPrecision::F32;
   GemmPrecision linear_ = GemmPrecision::F32;
-  bool attn_bf16_ = false;  // gemm_ is BF16 and the fused AMX attention is available
+  bool attn_bf16_ = false;  // attention_kernel(gemm_, head_dim) is Bf16: the fused attention_bf16
   Arena arena_;
   std::vector<std::unique_ptr<ThreadPool>> solo_;  // one single-thread pool per pool thread (attention)
   std::vector<Arena> solo_arena_;                  // their scratch

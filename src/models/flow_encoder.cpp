@@ -150,8 +150,9 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   // At the BF16 precision the position scores and the attention run in bf16 as well (the fused
   // kernel with the scores as its additive bias) where that kernel runs here; where the vdpbf16ps
   // kernel computes the position term itself, all heads run in one call (no [T, 2T-1] scores).
-  attn_bf16_ = gemm_ == GemmPrecision::BF16 && attention_bf16_available(D);
-  relpos_ = attn_bf16_ && attention_bf16_relpos_available(D);
+  const AttentionKernel attn = attention_kernel(gemm_, D, /*relpos=*/true);
+  attn_bf16_ = attn != AttentionKernel::F32;
+  relpos_ = attn == AttentionKernel::Bf16Relpos;
 
   size_t persistent = f32_bytes(P * d) + 2 * f32_bytes(M * T) + f32_bytes(M);  // pos, outputs
   size_t act = size_t(L) * 4 + kAllocSlack;                                    // ids

@@ -99,11 +99,6 @@ size_t t3_gpt2_decode_weight_bytes(const T3Config& c, const T3Gpt2Weights& w) {
 namespace {
 
 constexpr size_t kAllocSlack = 64;  // per arena allocation (alignment)
-// T3Gpt2Options::row_prefill_max = -1: text + BOS after a cached voice prefix (51 rows) ran
-// 98-127 ms on the row kernels vs 144-229 ms on the vdpbf16ps GEMM (Zen 4); 128 rows 282-307 vs
-// 362-506 ms; ~400 rows even.
-constexpr int64_t kRowPrefillMaxRows = 64;
-
 size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 
 }  // namespace
@@ -148,8 +143,8 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   // Fused decode: row projections (their planar copies, if any, in one huge-page buffer in the
   // order a step reads them: streamed every step, 4 KB pages cost TLB misses and prefetcher
   // restarts) and per-thread scratch.
-  const Isa isa = active_isa();
-  auto pack_size = [&](const Tensor& t) { return (RowLinear::pack_bytes(t, isa, o.pack_planar) + 63) / 64 * 64; };
+  const RowLinearOptions ro{o.pack_planar};
+  auto pack_size = [&](const Tensor& t) { return (RowLinear::pack_bytes(t, ro) + 63) / 64 * 64; };
   size_t packed_total = pack_size(w.speech_head_w);
   for (const T3Gpt2Layer& L : w.layers)
     for (const Tensor* t : {&L.c_attn_w, &L.c_proj_w, &L.fc_w, &L.proj_w}) packed_total += pack_size(*t);
@@ -158,7 +153,7 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   auto bind_rows = [&](const Tensor& t, const Tensor& b, const std::string& name) {
     uint8_t* at = packed_buf_.data() ? packed_buf_.data() + packed_at : nullptr;
     packed_at += pack_size(t);
-    return RowLinear(t, b, name.c_str(), isa, o.pack_planar, at);
+    return RowLinear(t, b, name.c_str(), ro, at);
   };
   size_t act_row = 0;
   rows_.reserve(size_t(c.n_layer));
@@ -179,14 +174,10 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   act_stride_ = (act_row + 63) / 64 * 64;
   for (int i = 0; i < 4 * c.n_layer + 1; ++i) splits_.emplace_back(nt);
   size_t fused = 2 * f32_bytes(nt * d) + size_t(nt) * act_stride_ + kAllocSlack;
-  bool quantized = true;
+  std::vector<const Tensor*> layer_mats;
   for (const T3Gpt2Layer& L : w.layers)
-    for (const Tensor* t : {&L.c_attn_w, &L.c_proj_w, &L.fc_w, &L.proj_w})
-      quantized &= t->dtype == DType::Q8_0 || t->dtype == DType::Q4_0 || t->dtype == DType::Q4_K;
-  const int64_t rows_max = o.row_prefill_max >= 0                      ? o.row_prefill_max
-                           : std::strcmp(gemm_bf16_kind(), "amx") == 0 ? 0
-                                                                       : kRowPrefillMaxRows;
-  row_prefill_max_ = quantized && rows_max > 1 ? std::min(rows_max, max_batch_) : 0;
+    for (const Tensor* t : {&L.c_attn_w, &L.c_proj_w, &L.fc_w, &L.proj_w}) layer_mats.push_back(t);
+  row_prefill_max_ = row_prefill_max_rows(layer_mats, o.row_prefill_max, max_batch_);
   if (row_prefill_max_ > 1) fused += size_t(row_prefill_max_) * act_stride_ + kAllocSlack;
 
   arena_.reserve(act + transient + fused + 4 * kAllocSlack);

@@ -92,9 +92,8 @@ struct T3Gpt2Options {
   // bits per block and integer dots, as in a decode step; each weight row is read once for
   // all rows, and every row's outputs equal those of a one-row call) instead of the GEMM,
   // which dequantizes every weight per call. Turbo's text + BOS after a cached voice prefix
-  // is such a call (~50 rows). 0 or 1: always the GEMM. -1 (default): 64, except where the
-  // bf16 GEMM runs on AMX tiles (ops/matmul.h gemm_bf16_kind), whose GEMM is ~3x the vdpbf16ps
-  // one and was not measured against the row kernels: there the GEMM stays.
+  // is such a call (~50 rows). 0 or 1: always the GEMM. -1 (default): the ops layer picks
+  // (ops/row_linear.h row_prefill_max_rows: 64, or the GEMM where it runs on AMX tiles).
   int64_t row_prefill_max = -1;
 };
 

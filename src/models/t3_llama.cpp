@@ -122,8 +122,8 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
 
   // Fused decode: row projections (their planar copies in one huge-page buffer, in the order a
   // step reads them) and per-thread scratch.
-  const Isa isa = active_isa();
-  auto pack_size = [&](const Tensor& t) { return (RowLinear::pack_bytes(t, isa, o.pack_planar) + 63) / 64 * 64; };
+  const RowLinearOptions ro{o.pack_planar};
+  auto pack_size = [&](const Tensor& t) { return (RowLinear::pack_bytes(t, ro) + 63) / 64 * 64; };
   size_t packed_total = pack_size(w.speech_head_w);
   for (const T3LlamaLayer& L : w.layers)
     for (const Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) packed_total += pack_size(*t);
@@ -132,7 +132,7 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
   auto bind_rows = [&](const Tensor& t, const std::string& name) {
     uint8_t* at = packed_buf_.data() ? packed_buf_.data() + packed_at : nullptr;
     packed_at += pack_size(t);
-    return RowLinear(t, Tensor{}, name.c_str(), isa, o.pack_planar, at);
+    return RowLinear(t, Tensor{}, name.c_str(), ro, at);
   };
   size_t act_row = 0;
   rows_.reserve(size_t(c.n_layer));

@@ -52,6 +52,23 @@ const float* at(const Tensor& t, int64_t b, int64_t h) {
 
 bool attention_bf16_available(int64_t head_dim) { return head_dim_ok(head_dim) && kernels() != nullptr; }
 
+AttentionKernel attention_kernel(GemmPrecision prec, int64_t head_dim, bool relpos) {
+  if (prec != GemmPrecision::BF16 || !attention_bf16_available(head_dim)) return AttentionKernel::F32;
+  return relpos && attention_bf16_relpos_available(head_dim) ? AttentionKernel::Bf16Relpos : AttentionKernel::Bf16;
+}
+
+const char* attention_kernel_name(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::F32:
+      return "f32";
+    case AttentionKernel::Bf16:
+      return "bf16";
+    case AttentionKernel::Bf16Relpos:
+      return "bf16_relpos";
+  }
+  return "?";
+}
+
 size_t attention_bf16_scratch_bytes(int64_t B, int64_t H, int64_t Tk, int64_t D, int n_threads) {
   const size_t heads = size_t(B * H);
   return heads * round64(attention_amx_kp_elems(Tk, D) * 2) + heads * round64(attention_amx_vp_elems(Tk, D) * 2) +

@@ -26,8 +26,21 @@
 #include "core/arena.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "ops/matmul.h"
 
 namespace cbx {
+
+// Which kernel a model's bidirectional attention (e.g. the CFM transformer's or the flow
+// encoder's conformer attention) runs, from what it computes: its GEMM precision and head dim.
+//   F32:        the f32 attention path (ops/attention, or gemm_f32 at `prec` and a softmax);
+//   Bf16:       attention_bf16 below (AMX tiles or vdpbf16ps): at the BF16 precision where
+//               attention_bf16_available(head_dim);
+//   Bf16Relpos: attention_bf16_relpos: as Bf16, when the caller has a relative-position term
+//               (relpos) and attention_bf16_relpos_available(head_dim).
+// Models branch on this answer instead of on the ISA; the scratch they reserve follows it.
+enum class AttentionKernel : int { F32 = 0, Bf16 = 1, Bf16Relpos = 2 };
+AttentionKernel attention_kernel(GemmPrecision prec, int64_t head_dim, bool relpos = false);
+const char* attention_kernel_name(AttentionKernel k);  // "f32", "bf16", "bf16_relpos"
 
 // Whether attention_bf16 runs here for head dim D: the AVX-512 ISA is active (CBX_DEBUG_FORCE_ISA),
 // the CPU and OS give AMX-BF16 tiles (CBX_DEBUG_NO_AMX unset) or the vdpbf16ps bf16 GEMM is chosen

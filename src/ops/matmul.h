@@ -88,6 +88,13 @@ const char* gemm_bf16_kind();
 // twice the bf16 GEMM's products per instruction) or "generic" (scalar: correct but far slower
 // than BF16; callers should offer Int8 only where this is "vpdpbusd").
 const char* gemm_int8_kind();
+// The precision of pre-packed linears (PackedWeight) for a requested one: resolve_gemm_precision,
+// except that Auto with lossy weights and no GemmPrecisionScope on the calling thread picks Int8
+// where gemm_int8_kind() is "vpdpbusd" (mel within ~36-38 dB of the f32 path on the full-size
+// CFM, docs/quantization.md). The int8 choice is an ISA decision, so it is made here.
+GemmPrecision resolve_packed_precision(GemmPrecision requested, bool lossy_weights);
+// The rule with the int8 kernel's availability given (for tests).
+GemmPrecision resolve_packed_precision(GemmPrecision requested, bool lossy_weights, bool vnni_int8);
 
 void matmul(ThreadPool& pool, const Tensor& w, const Tensor& x, Tensor& y, Arena* scratch = nullptr);
 void matmul_bias(ThreadPool& pool, const Tensor& w, const Tensor& bias, const Tensor& x, Tensor& y,

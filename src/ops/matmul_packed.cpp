@@ -356,6 +356,16 @@ PackedWeight pack_weight_with(const MatmulKernels& kern, ThreadPool& pool, const
 
 const char* gemm_int8_kind() { return matmul_int8_kind(active_isa()); }
 
+GemmPrecision resolve_packed_precision(GemmPrecision requested, bool lossy_weights, bool vnni_int8) {
+  if (requested == GemmPrecision::Auto && gemm_precision_scope() == GemmPrecision::Auto && lossy_weights && vnni_int8)
+    return GemmPrecision::Int8;
+  return resolve_gemm_precision(requested, lossy_weights);
+}
+
+GemmPrecision resolve_packed_precision(GemmPrecision requested, bool lossy_weights) {
+  return resolve_packed_precision(requested, lossy_weights, std::strcmp(gemm_int8_kind(), "vpdpbusd") == 0);
+}
+
 PackedWeight pack_weight(ThreadPool& pool, const std::vector<const Tensor*>& parts, GemmPrecision prec,
                          const char* what) {
   return pack_weight_with(matmul_kernels(active_isa()), pool, parts, prec, what);

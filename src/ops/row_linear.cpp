@@ -9,6 +9,7 @@
 #include "kernels/matvec_q4k.h"
 #include "kernels/matvec_q4p.h"
 #include "kernels/nn.h"
+#include "ops/matmul.h"
 
 namespace cbx {
 
@@ -26,6 +27,26 @@ size_t RowLinear::pack_bytes(const Tensor& w, Isa isa, bool pack) {
   if (q4kp_for(w, isa, pack)) return size_t(w.shape[0]) * q4kp_row_bytes(w.shape[1]);
   if (!pack || !planar_dot(w.dtype, isa) || w.ndim != 2) return 0;
   return planar_matrix_bytes(w.dtype, w.shape[0], w.shape[1]);
+}
+
+size_t RowLinear::pack_bytes(const Tensor& w, const RowLinearOptions& o) {
+  return pack_bytes(w, active_isa(), o.repack);
+}
+
+RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, const RowLinearOptions& o, uint8_t* storage)
+    : RowLinear(w, bias, name, active_isa(), o.repack, storage) {}
+
+int64_t row_prefill_max_rows(const std::vector<const Tensor*>& weights, int64_t requested, int64_t max_rows,
+                             bool amx_gemm) {
+  bool quantized = true;
+  for (const Tensor* t : weights)
+    quantized &= t->dtype == DType::Q8_0 || t->dtype == DType::Q4_0 || t->dtype == DType::Q4_K;
+  const int64_t rows = requested >= 0 ? requested : amx_gemm ? 0 : kRowPrefillAutoRows;
+  return quantized && rows > 1 ? std::min(rows, max_rows) : 0;
+}
+
+int64_t row_prefill_max_rows(const std::vector<const Tensor*>& weights, int64_t requested, int64_t max_rows) {
+  return row_prefill_max_rows(weights, requested, max_rows, std::strcmp(gemm_bf16_kind(), "amx") == 0);
 }
 
 RowLinear::RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa, bool pack, uint8_t* storage)

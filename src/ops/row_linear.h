@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/cpu.h"
 #include "core/tensor.h"
@@ -31,6 +32,15 @@ enum class RowEpilogue : int {
   AddTo,     // y[m] += w[m] . x + b[m]   (a residual stream)
 };
 
+// What a model asks of a RowLinear's weight layout; the layout itself follows the active ISA
+// (the planar / q4kp copies exist only where a kernel for them runs).
+struct RowLinearOptions {
+  // Re-lay Q4_0 / Q8_0 / Q4_K weights out for the SIMD row kernels where that ISA has them
+  // (the user's repack policy: cbx_model_params.repack, the CLI's --no-repack); false keeps the
+  // GGUF layout. Same results either way.
+  bool repack = true;
+};
+
 class RowLinear {
  public:
   RowLinear() = default;
@@ -40,8 +50,13 @@ class RowLinear {
   // Same, with the planar copy (if any) written to caller-owned storage: pack_bytes(w, isa, pack)
   // bytes, 64-aligned, outliving this object (e.g. one huge-page buffer for a whole model).
   RowLinear(const Tensor& w, const Tensor& bias, const char* name, Isa isa, bool pack, uint8_t* storage);
+  // The layout chosen for the active ISA under options o, the copy (if any) in caller-owned
+  // storage of pack_bytes(w, o) bytes as above (nullptr: the object allocates it).
+  RowLinear(const Tensor& w, const Tensor& bias, const char* name, const RowLinearOptions& o, uint8_t* storage);
   // Bytes of the re-laid-out copy a RowLinear of w would make (0: it reads w in place).
   static size_t pack_bytes(const Tensor& w, Isa isa = active_isa(), bool pack = true);
+  // The same for the active ISA under options o.
+  static size_t pack_bytes(const Tensor& w, const RowLinearOptions& o);
 
   int64_t rows() const { return m_; }
   int64_t cols() const { return k_; }
@@ -87,6 +102,24 @@ class RowLinear {
   size_t packed_bytes_ = 0;
   bool pairs_ = false;  // the packed copy is in row pairs (q4p / q8p; q4kp rows stand alone)
 };
+
+// Prefill strategy: the most rows a forward call through `weights` (a model's layer
+// projections) runs on the row kernels (RowLinear::run_rows: activations converted as in a
+// decode step, each weight row read once for all rows, every row's outputs equal to those of
+// a one-row call) instead of the GEMM of ops/matmul, which dequantizes every weight per call;
+// 0: every call of 2 or more rows takes the GEMM. Row kernels only when every weight is
+// Q8_0, Q4_0 or Q4_K. requested >= 0 is the caller's limit (0 or 1: always the GEMM); -1
+// picks it: kRowPrefillAutoRows, except where the bf16 GEMM runs on AMX tiles
+// (gemm_bf16_kind() "amx"), whose GEMM is ~3x the vdpbf16ps one and was not measured against
+// the row kernels: there the GEMM stays. The result is capped at max_rows. (Turbo's text +
+// BOS after a cached voice prefix, ~51 rows, ran 98-127 ms on the row kernels vs 144-229 ms on
+// the vdpbf16ps GEMM on Zen 4; 128 rows 282-307 vs 362-506 ms; ~400 rows even.)
+inline constexpr int64_t kRowPrefillAutoRows = 64;
+int64_t row_prefill_max_rows(const std::vector<const Tensor*>& weights, int64_t requested, int64_t max_rows);
+// The rule itself, with the bf16 GEMM's kind given (for tests: the answer on a CPU with or
+// without AMX).
+int64_t row_prefill_max_rows(const std::vector<const Tensor*>& weights, int64_t requested, int64_t max_rows,
+                             bool amx_gemm);
 
 // Per-row helpers with the kernels of `isa` (no pool): layer norm of one row of n
 // (w, b: f32 [n], either may be empty) and f32 -> f16 / f32 copies of n values (KV stores).
