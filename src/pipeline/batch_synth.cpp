@@ -156,7 +156,7 @@ void BatchSynth::start_chunk(Req& q) {
 void BatchSynth::feed_stream(Req& q) {
   const std::vector<int32_t>& toks = batch_ ? batch_->tokens(q.row) : mtl_batch_->tokens(q.row);
   if (q.fed >= toks.size()) return;
-  const int64_t runs0 = q.s3_stream->runs();
+  const int64_t runs0 = q.s3_stream->runs_total();  // runs() restarts when a generation begins
   const double t0 = pipeline_now_ms();
   with_rng(q, [&] {
     for (; q.fed < toks.size(); ++q.fed) {
@@ -177,8 +177,8 @@ void BatchSynth::feed_stream(Req& q) {
       }
     }
   });
-  if (q.s3_stream->runs() > runs0) {  // the token loop alone costs next to nothing
-    times_.stream_runs += q.s3_stream->runs() - runs0;
+  if (q.s3_stream->runs_total() > runs0) {  // the token loop alone costs next to nothing
+    times_.stream_runs += q.s3_stream->runs_total() - runs0;
     times_.stream_s += (pipeline_now_ms() - t0) / 1000.0;
   }
   q.stats.n_samples += int64_t(q.run_audio.size());
