@@ -21,11 +21,14 @@
 // requests sent at once (same text, seed and voice). One line per C:
 //   audio_s_per_s     audio seconds received (pcm bytes / 2 / 24000) / wall time of the rounds
 //   t3_tok_s_total    speech tokens generated (chatterbox_speech_tokens_total before/after each
-//                     round) / wall time of the rounds: the server does not export its T3 decode
-//                     time, so this includes S3Gen/HiFT and HTTP (a lower bound of decode tok/s)
+//                     round) / wall time of the rounds: S3Gen/HiFT and HTTP included (a lower
+//                     bound of decode tok/s; the decode time itself is on the engine line below)
 //   ttfa_p50_ms, ttfa_p95_ms  request sent -> first audio byte, over the counted requests
 //   peak_rss_mb       the server's VmHWM so far (since start); rss_mb its VmRSS after the rounds
 //   requests, failures, tokens_per_request, audio_s_per_request, wall_s
+// A batched server (--max-batch > 1) adds a comment line per C: its engine thread's seconds per
+// request by stage over the rounds (chatterbox_engine_seconds_total{stage} before/after each
+// round: decode, s3gen_stream, s3gen_final, s3gen_chunk, flow, cfm, hift) and wall_per_request.
 // then ratio_tok_s_4_vs_1= and ratio_audio_4_vs_1= when 1 and 4 were both measured.
 //
 // Soak (--soak): a warm-up (--warmup sequential requests, then one round of --clients concurrent
@@ -39,6 +42,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <cmath>
@@ -243,7 +247,22 @@ struct Server {
     ::rmdir(dir.c_str());
   }
   double metric(const std::string& name) const { return prometheus_value(http_get(port, "/metrics"), name); }
+  std::string metrics_page() const { return http_get(port, "/metrics"); }
 };
+
+// The engine stages GET /metrics reports (chatterbox_engine_seconds_total{stage=...}, batched engines).
+const char* const kStages[] = {"decode", "s3gen_stream", "s3gen_final", "s3gen_chunk", "flow", "cfm", "hift"};
+constexpr size_t kNStages = sizeof(kStages) / sizeof(kStages[0]);
+
+std::array<double, kNStages> stage_seconds(const std::string& page) {
+  std::array<double, kNStages> v{};
+  for (size_t i = 0; i < kNStages; ++i) {
+    const double x =
+        prometheus_value(page, std::string("chatterbox_engine_seconds_total{stage=\"") + kStages[i] + "\"}");
+    v[i] = std::isnan(x) ? 0 : x;
+  }
+  return v;
+}
 
 std::string speech_body(const Args& a, uint64_t seed, const char* format) {
   return nlohmann::json{
@@ -289,8 +308,8 @@ int run_throughput(const Args& a) {
   std::printf(
       "# chatterbox-bench serve: model=%s server=%s threads=%d max_batch=%d tokens_limit=%d rounds=%d "
       "(+1 warm-up) text_chars=%zu seed=%llu format=pcm; audio_s_per_s = audio seconds received / round "
-      "wall time; t3_tok_s_total = speech tokens (GET /metrics) / round wall time (no decode-only time is "
-      "exported, so S3Gen, HiFT and HTTP are included)\n",
+      "wall time; t3_tok_s_total = speech tokens (GET /metrics) / round wall time (S3Gen, HiFT and HTTP "
+      "included; decode-only time: engine_s_per_request)\n",
       a.model.c_str(), a.server_bin.c_str(), a.threads, a.max_batch, a.tokens, a.rounds, a.text.size(),
       (unsigned long long)a.seed);
   std::fflush(stdout);
@@ -303,12 +322,18 @@ int run_throughput(const Args& a) {
     double wall = 0, audio_s = 0, tokens = 0;
     int failures = 0, requests = 0;
     std::vector<double> ttfa;
+    std::array<double, kNStages> stages{};
     for (int round = 0; round < a.rounds; ++round) {
-      const double tok0 = srv.metric("chatterbox_speech_tokens_total");
+      const std::string page0 = srv.metrics_page();
+      const double tok0 = prometheus_value(page0, "chatterbox_speech_tokens_total");
+      const std::array<double, kNStages> st0 = stage_seconds(page0);
       const Clock::time_point t0 = Clock::now();
       const std::vector<SpeechResult> rs = burst(srv.port, bodies, a.request_timeout);
       wall += std::chrono::duration<double>(Clock::now() - t0).count();
-      tokens += srv.metric("chatterbox_speech_tokens_total") - tok0;
+      const std::string page1 = srv.metrics_page();
+      tokens += prometheus_value(page1, "chatterbox_speech_tokens_total") - tok0;
+      const std::array<double, kNStages> st1 = stage_seconds(page1);
+      for (size_t i = 0; i < kNStages; ++i) stages[i] += st1[i] - st0[i];
       for (const SpeechResult& r : rs) {
         ++requests;
         if (!r.ok) {
@@ -328,6 +353,11 @@ int run_throughput(const Args& a) {
         "audio_s_per_request=%.2f wall_s=%.2f\n",
         c, audio_rate, tok_rate, percentile(ttfa, 0.5), percentile(ttfa, 0.95), rss.hwm_mb, rss.rss_mb, requests,
         failures, tokens / requests, audio_s / std::max(1, requests - failures), wall);
+    if (stages[0] > 0) {  // a batched engine: where its time went, per request
+      std::printf("# engine_s_per_request concurrency=%d", c);
+      for (size_t i = 0; i < kNStages; ++i) std::printf(" %s=%.3f", kStages[i], stages[i] / requests);
+      std::printf(" wall_per_request=%.3f\n", wall / requests);
+    }
     if (tokens / requests > a.tokens + 0.5)
       std::printf(
           "# note: %.1f tokens per request > the %d-token limit per text chunk: this model's tokenizer "

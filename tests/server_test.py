@@ -440,6 +440,13 @@ def main():
         check(needle in text, f"{needle!r} not in /metrics")
     check(srv.metric("chatterbox_speech_tokens_total") > 0 and srv.metric("chatterbox_audio_seconds_total") > 0,
           "no tokens / audio counted")
+    # The batched engine's time by stage: decode steps and S3Gen runs (streaming is the default).
+    check(srv.metric('chatterbox_engine_runs_total{stage="decode"}') > 0, "no decode steps counted")
+    check(srv.metric('chatterbox_engine_runs_total{stage="s3gen_final"}') > 0, "no final S3Gen runs counted")
+    for stage in ["decode", "s3gen_stream", "s3gen_final", "s3gen_chunk", "flow", "cfm", "hift"]:
+        v = srv.metric(f'chatterbox_engine_seconds_total{{stage="{stage}"}}')
+        check(v is not None and v >= 0, f"engine seconds of stage {stage}: {v}")
+    check(srv.metric('chatterbox_engine_seconds_total{stage="cfm"}') > 0, "no CFM time counted")
     check(srv.stop(signal.SIGINT) == 0, "SIGINT: exit status not 0")
     check("stopped" in srv.text(), "no 'stopped' line after SIGINT")
 

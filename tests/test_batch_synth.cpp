@@ -238,6 +238,24 @@ TEST_F(BatchSynthTest, StreamedRequestsEqualSynthesizeAlone) {
   }
   expect_same(alone(pipe, cases[2], other), got[2], 2);
   EXPECT_EQ(bs.n_t3_active(), 0);
+
+  // The time breakdown counts what ran: one S3Gen run per plain chunk, a run for every streamed
+  // piece (a run may emit nothing, so at least as many runs as pieces), at most one final run
+  // per streamed chunk; the flow / CFM / HiFT parts lie inside the runs.
+  const BatchSynthTimes t = bs.times();
+  int64_t plain_chunks = 0, streamed_chunks = 0, pieces = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    (cases[i].stream ? streamed_chunks : plain_chunks) += got[i].n_chunks;
+    if (cases[i].stream) pieces += int64_t(got[i].chunks.size());
+  }
+  EXPECT_EQ(t.chunk_runs, plain_chunks);
+  EXPECT_LE(t.final_runs, streamed_chunks);
+  EXPECT_GE(t.stream_runs, 1);
+  EXPECT_GE(t.stream_runs + t.final_runs, pieces);
+  EXPECT_GT(t.decode_steps, 0);
+  EXPECT_GT(t.decode_s, 0);
+  EXPECT_GT(t.cfm_s, 0);
+  EXPECT_LE(t.flow_s + t.cfm_s + t.hift_s, t.stream_s + t.final_s + t.chunk_s);
 }
 
 // A streaming request cancelled after its first piece frees its row and its stream; the request

@@ -135,7 +135,7 @@ void BatchSynth::start_chunk(Req& q) {
     q.fed = 0;
     q.seen_sos = q.ended = false;
     const StreamSchedule& sched = turbo_ ? q.in.params.stream_schedule : q.in.mtl_params.stream_schedule;
-    q.run = std::make_unique<StreamRun>(q.s3_stream, v, sched, nullptr, q.run_audio, q.in.on_audio, int64_t(q.chunk),
+    q.run = std::make_unique<StreamRun>(q.s3_stream, v, sched, &s3_tm_, q.run_audio, q.in.on_audio, int64_t(q.chunk),
                                         q.stats.n_chunks);
   }
   if (mtl_) {
@@ -156,6 +156,8 @@ void BatchSynth::start_chunk(Req& q) {
 void BatchSynth::feed_stream(Req& q) {
   const std::vector<int32_t>& toks = batch_ ? batch_->tokens(q.row) : mtl_batch_->tokens(q.row);
   if (q.fed >= toks.size()) return;
+  const int64_t runs0 = q.s3_stream->runs_total();  // runs() restarts when a generation begins
+  const double t0 = pipeline_now_ms();
   with_rng(q, [&] {
     for (; q.fed < toks.size(); ++q.fed) {
       const int32_t tok = toks[q.fed];
@@ -175,6 +177,10 @@ void BatchSynth::feed_stream(Req& q) {
       }
     }
   });
+  if (q.s3_stream->runs_total() > runs0) {  // the token loop alone costs next to nothing
+    times_.stream_runs += q.s3_stream->runs_total() - runs0;
+    times_.stream_s += (pipeline_now_ms() - t0) / 1000.0;
+  }
   q.stats.n_samples += int64_t(q.run_audio.size());
   q.run_audio.clear();
 }
@@ -203,7 +209,12 @@ bool BatchSynth::finish_chunk(Req& q) {
   }
   if (q.stream) {
     const int64_t keep = mtl_ ? mtl_->tail_keep_samples(int64_t(speech.size())) : -1;
+    const double t0 = pipeline_now_ms();
     with_rng(q, [&] { q.run->finish(speech, keep); });
+    if (!speech.empty()) {
+      ++times_.final_runs;
+      times_.final_s += (pipeline_now_ms() - t0) / 1000.0;
+    }
     q.stats.n_samples += int64_t(q.run_audio.size());
     q.run.reset();
     q.run_audio.clear();
@@ -221,7 +232,10 @@ bool BatchSynth::finish_chunk(Req& q) {
     else
       p.reset_voice();
     p.set_s3gen_rng_state(q.rng);
-    wave = p.tokens_to_audio(speech);
+    const double t0 = pipeline_now_ms();
+    wave = p.tokens_to_audio(speech, &s3_tm_);
+    ++times_.chunk_runs;
+    times_.chunk_s += (pipeline_now_ms() - t0) / 1000.0;
     q.rng = p.s3gen_rng_state();
   });
   q.stats.n_samples += int64_t(wave.size());
@@ -261,10 +275,15 @@ int BatchSynth::step() {
   GemmPrecisionScope gemm_scope(gemm_precision());
   finish_rows();
   int n = 0;
+  const double t0 = pipeline_now_ms();
   if (batch_)
     n = batch_->n_decoding() > 0 ? batch_->step() : 0;
   else
     n = mtl_batch_->n_decoding() > 0 ? mtl_batch_->step() : 0;
+  if (n > 0) {
+    ++times_.decode_steps;
+    times_.decode_s += (pipeline_now_ms() - t0) / 1000.0;
+  }
   finish_rows();
   return n;
 }
@@ -286,6 +305,14 @@ void BatchSynth::fail_all(std::exception_ptr e) {
     if (q.row >= 0 && row_active(q.row)) row_release(q.row);
     if (q.in.on_error) q.in.on_error(e);
   }
+}
+
+BatchSynthTimes BatchSynth::times() const {
+  BatchSynthTimes t = times_;
+  t.flow_s = s3_tm_.flow_ms / 1000.0;
+  t.cfm_s = s3_tm_.cfm_ms / 1000.0;
+  t.hift_s = s3_tm_.hift_ms / 1000.0;
+  return t;
 }
 
 bool BatchSynth::has(int64_t id) const {

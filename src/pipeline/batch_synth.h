@@ -58,6 +58,16 @@ struct BatchSynthStats {
   int64_t n_chunks = 0, n_text_tokens = 0, n_speech_tokens = 0, n_samples = 0, chunks_at_limit = 0;
 };
 
+// Where a BatchSynth's time went since construction (wall seconds on the driving thread; the
+// server's GET /metrics exports them). S3Gen runs: stream_* the runs a streaming request's
+// schedule made due during decoding (S3GenStream::push), final_* the last run of a streamed
+// chunk (finish), chunk_* the S3Gen of a non-streamed chunk; flow_s / cfm_s / hift_s split all of
+// them by stage.
+struct BatchSynthTimes {
+  int64_t decode_steps = 0, stream_runs = 0, final_runs = 0, chunk_runs = 0;
+  double decode_s = 0, stream_s = 0, final_s = 0, chunk_s = 0, flow_s = 0, cfm_s = 0, hift_s = 0;
+};
+
 struct BatchSynthRequest {
   std::string text;
   // Turbo / Nano: seed, sampler values, max_chunk_tokens, stream + stream_schedule
@@ -106,6 +116,7 @@ class BatchSynth {
   int n_requests() const { return int(reqs_.size()); }
   int max_batch() const;
   int n_t3_active() const;  // requests holding a T3 batch slot
+  BatchSynthTimes times() const;
 
  private:
   struct Req {
@@ -162,6 +173,8 @@ class BatchSynth {
   std::vector<std::unique_ptr<S3GenStream>> own_streams_;  // the pool beyond the pipeline's stream
   std::vector<S3GenStream*> streams_;                      // the pool: max_batch streams
   int64_t next_id_ = 1;
+  BatchSynthTimes times_;
+  SynthTimings s3_tm_;  // flow / CFM / HiFT ms of every S3Gen run
 };
 
 }  // namespace cbx

@@ -131,6 +131,7 @@ void S3GenStream::run(const std::vector<int32_t>& tokens, bool finalize, SynthTi
     return;
   }
   ++runs_;
+  ++runs_total_;
   const double t0 = pipeline_now_ms();
   FlowEncoderOutput fo =
       s3_.flow().forward(v.prompt_token.data() + Dp, Tpw, tokens.data() + Dg, n - Dg,

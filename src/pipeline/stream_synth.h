@@ -81,7 +81,8 @@ class S3GenStream {
   int64_t finish(const std::vector<int32_t>& tokens, SynthTimings* tm, const StreamSink& sink,
                  int64_t keep_samples = -1);
 
-  int64_t runs() const { return runs_; }  // S3Gen runs of this generation
+  int64_t runs() const { return runs_; }              // S3Gen runs of this generation
+  int64_t runs_total() const { return runs_total_; }  // S3Gen runs of this object, all generations
   // The generation's mel frames so far ([M, mel_frames()], row stride mel_stride()) and the
   // first frame the last run added (tests compare them with the non-streamed mel).
   const float* mel() const { return mel_.data(); }
@@ -114,6 +115,7 @@ class S3GenStream {
   bool have_tail_ = false;
   std::vector<float> out_;  // emission scratch
   int64_t next_at_ = 0, last_first_ = 0, mel_done_ = 0, a_done_ = 0, emitted_ = 0, runs_ = 0, cfm_frames_ = 0;
+  int64_t runs_total_ = 0;
 };
 
 // Log-mel (S3GenMel, 480-sample frames) distance of x from ref (n samples each): the relative

@@ -320,6 +320,18 @@ void Engine::loop_batched(cbx::TurboPipeline* turbo, cbx::MtlPipeline* mtl) {
     Clock::time_point t0;
   };
   std::vector<Active> active;
+  cbx::BatchSynthTimes seen;  // bs->times() as last exported to the metrics
+  auto export_times = [&] {
+    const cbx::BatchSynthTimes t = bs->times();
+    metrics_.add_stage("decode", t.decode_steps - seen.decode_steps, t.decode_s - seen.decode_s);
+    metrics_.add_stage("s3gen_stream", t.stream_runs - seen.stream_runs, t.stream_s - seen.stream_s);
+    metrics_.add_stage("s3gen_final", t.final_runs - seen.final_runs, t.final_s - seen.final_s);
+    metrics_.add_stage("s3gen_chunk", t.chunk_runs - seen.chunk_runs, t.chunk_s - seen.chunk_s);
+    metrics_.add_stage("flow", 0, t.flow_s - seen.flow_s);
+    metrics_.add_stage("cfm", 0, t.cfm_s - seen.cfm_s);
+    metrics_.add_stage("hift", 0, t.hift_s - seen.hift_s);
+    seen = t;
+  };
   for (;;) {
     std::vector<std::shared_ptr<Task>> taken;
     {
@@ -365,6 +377,7 @@ void Engine::loop_batched(cbx::TurboPipeline* turbo, cbx::MtlPipeline* mtl) {
         } catch (...) {
           bs->fail_all(std::current_exception());
         }
+        export_times();
       }
     }
     for (auto it = active.begin(); it != active.end();) {

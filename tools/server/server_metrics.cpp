@@ -61,6 +61,13 @@ void Metrics::add_active(int64_t delta) {
   active_ += delta;
 }
 
+void Metrics::add_stage(const std::string& stage, int64_t runs, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& [n, s] = stages_[stage];
+  n += runs;
+  s += seconds;
+}
+
 std::string Metrics::render() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
@@ -80,6 +87,16 @@ std::string Metrics::render() const {
          std::to_string(speech_tokens_) + "\n";
   out += "# HELP chatterbox_audio_seconds_total Seconds of audio generated.\n";
   out += "# TYPE chatterbox_audio_seconds_total counter\nchatterbox_audio_seconds_total " + num(audio_seconds_) + "\n";
+  if (!stages_.empty()) {
+    out += "# HELP chatterbox_engine_seconds_total Engine thread time by stage (batched engines).\n";
+    out += "# TYPE chatterbox_engine_seconds_total counter\n";
+    for (const auto& [stage, v] : stages_)
+      out += "chatterbox_engine_seconds_total{stage=\"" + stage + "\"} " + num(v.second) + "\n";
+    out += "# HELP chatterbox_engine_runs_total Decode steps and S3Gen runs by stage (batched engines).\n";
+    out += "# TYPE chatterbox_engine_runs_total counter\n";
+    for (const auto& [stage, v] : stages_)
+      if (v.first > 0) out += "chatterbox_engine_runs_total{stage=\"" + stage + "\"} " + std::to_string(v.first) + "\n";
+  }
   ttfa_.render(out, "chatterbox_time_to_first_audio_seconds",
                "Time from a speech request's arrival to its first audio bytes.");
   duration_.render(out, "chatterbox_request_duration_seconds", "Time from a speech request's arrival to its end.");

@@ -21,6 +21,10 @@ class Metrics {
   void count_cancelled();                 // client gone, timeout or shutdown while generating
   void add_queue_depth(int64_t delta);
   void add_active(int64_t delta);  // requests being generated now (batch rows)
+  // Engine time by stage (batched engines: decode steps, S3Gen runs and their flow / CFM / HiFT
+  // parts, cbx::BatchSynthTimes): `runs` more runs that took `seconds` in all. Stages without
+  // runs of their own (flow, cfm, hift) pass 0.
+  void add_stage(const std::string& stage, int64_t runs, double seconds);
 
   std::string render() const;
 
@@ -40,6 +44,7 @@ class Metrics {
   int64_t speech_tokens_ = 0, queue_depth_ = 0, active_ = 0;
   uint64_t cancelled_ = 0;
   double audio_seconds_ = 0;
+  std::map<std::string, std::pair<int64_t, double>> stages_;  // stage -> runs, seconds
   Histogram ttfa_, duration_;
 };
 
