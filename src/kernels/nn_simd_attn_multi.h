@@ -131,11 +131,19 @@ void attn_multi_group(const AttnHead* hs, float* scratch) {
         const int64_t jj = g + j, row = j0 + jj;
         prefetch(false, row);
         // This tile's value rows, asked for while its scores are computed: P.V comes after
-        // the whole tile's scores, and the rows a shared prefix has are read from memory.
+        // the whole tile's scores, and its rows are read from memory (a shared row once for
+        // all queries, past the prefix each query's own row).
         if (row < shared_end) {
           int64_t at;
           const void* vb = base(0, true, row, &at);
           prefetch_kv_row(vb, kdt, at, d);
+        } else {
+          for (int r = 0; r < NQ; ++r)
+            if (jj < nk[r]) {
+              int64_t at;
+              const void* vb = base(r, true, row, &at);
+              prefetch_kv_row(vb, kdt, at, d);
+            }
         }
         if (kD != 0 && row < shared_end) {  // one load (and f16 widening) of the row for all
           int64_t at;
