@@ -88,6 +88,16 @@ void attn_multi_group(const AttnHead* hs, float* scratch) {
     return a;
   };
 
+  // The prefetch of `row`'s key (or value) row kAttnPrefetchRows ahead when that row is a
+  // shared one (one address for all queries), else prefetch()'s per-query walk.
+  auto prefetch_shared = [&](bool is_v, int64_t row) {
+    const int64_t ahead = row + kAttnPrefetchRows;
+    if (ahead < shared_end)
+      prefetch_kv_row(is_v ? h0.v : h0.k, kdt, ahead * (is_v ? h0.v_rs : h0.k_rs), d);
+    else
+      prefetch(is_v, row);
+  };
+
   R part[NQ][W];
   for (int64_t j0 = 0; j0 < kmax; j0 += KT) {
     int64_t nk[NQ];  // keys of this tile query r sees (<= 0: none, it is done)
@@ -99,15 +109,41 @@ void attn_multi_group(const AttnHead* hs, float* scratch) {
     R vmax[NQ];
     for (int r = 0; r < NQ; ++r) vmax[r] = V::set1(ninf);
     for (int64_t g = 0; g < nkmax; g += W) {
-      for (int j = 0; j < W; ++j) {
+      // W shared keys every query sees: the general loop's arithmetic without its per-key,
+      // per-query bounds checks and segment lookups.
+      bool all_shared = kD != 0 && j0 + g + W <= shared_end;
+      for (int r = 0; r < NQ; ++r) all_shared = all_shared && g + W <= nk[r];
+      if (all_shared) {
+        for (int j = 0; j < W; ++j) {
+          const int64_t row = j0 + g + j;
+          prefetch_shared(false, row);
+          prefetch_kv_row(h0.v, kdt, row * h0.v_rs, d);
+          R kc[kQv];
+          for (int c = 0; c < kQv; ++c) kc[c] = kv_row_load<V, kF16>(h0.k, row * h0.k_rs + c * W);
+          for (int r = 0; r < NQ; ++r) {
+            R a = V::zero();
+            for (int c = 0; c < kQv; ++c) a = V::fma(qv[r][c], kc[c], a);
+            part[r][j] = a;
+          }
+        }
+      }
+      for (int j = 0; j < W && !all_shared; ++j) {
         const int64_t jj = g + j, row = j0 + jj;
         prefetch(false, row);
         // This tile's value rows, asked for while its scores are computed: P.V comes after
-        // the whole tile's scores, and the rows a shared prefix has are read from memory.
+        // the whole tile's scores, and its rows are read from memory (a shared row once for
+        // all queries, past the prefix each query's own row).
         if (row < shared_end) {
           int64_t at;
           const void* vb = base(0, true, row, &at);
           prefetch_kv_row(vb, kdt, at, d);
+        } else {
+          for (int r = 0; r < NQ; ++r)
+            if (jj < nk[r]) {
+              int64_t at;
+              const void* vb = base(r, true, row, &at);
+              prefetch_kv_row(vb, kdt, at, d);
+            }
         }
         if (kD != 0 && row < shared_end) {  // one load (and f16 widening) of the row for all
           int64_t at;
@@ -223,7 +259,29 @@ void attn_multi_group(const AttnHead* hs, float* scratch) {
         }
         if (jj < nkv) key(jj, std::false_type{});
       };
-      if (nv == NC && last == W)
+      // A tile of shared keys that every query weighs in full: key() without the per-key,
+      // per-query checks and segment lookups (same FMAs in the same order).
+      bool all_shared = nv == NC && last == W && j0 + nkv <= shared_end;
+      for (int r = 0; r < NQ; ++r) all_shared = all_shared && act[r] && nk[r] == nkv;
+      if (all_shared) {
+        auto key = [&](int64_t jj, auto odd) {
+          const int64_t row = j0 + jj;
+          if (c0 == 0) prefetch_shared(true, row);
+          R vv[NC];
+          for (int v = 0; v < NC; ++v) vv[v] = kv_row_load<V, kF16>(h0.v, row * h0.v_rs + c0 + v * W);
+          for (int r = 0; r < NQ; ++r) {
+            const R p = V::set1(S[r][jj]);
+            R* a = decltype(odd)::value ? a1[r] : a0[r];
+            for (int v = 0; v < NC; ++v) a[v] = V::fma(p, vv[v], a[v]);
+          }
+        };
+        int64_t jj = 0;
+        for (; jj + 2 <= nkv; jj += 2) {
+          key(jj, std::false_type{});
+          key(jj + 1, std::true_type{});
+        }
+        if (jj < nkv) key(jj, std::false_type{});
+      } else if (nv == NC && last == W)
         keys(std::true_type{});
       else
         keys(std::false_type{});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 
 #include "core/error.h"
 #include "ops/attention.h"
@@ -211,23 +212,42 @@ int T3Batch::step() {
   const double t0 = now_ms();
   decode(step_rows_.data(), n);
   const float* lg = logits_.ptr<float>();
-  // T3Turbo::generate's loop body, per row.
-  for (int b = 0; b < n; ++b) {
-    Row& r = rows_[size_t(step_rows_[size_t(b)])];
-    ++r.pos;
-    ++r.n_decode;
-    const int32_t tok = r.sampler->sample(lg + int64_t(b) * c_.speech_vocab, r.tokens.data(), int64_t(r.tokens.size()));
-    if (tok < 0) {
-      r.stopped_all_inf = r.finished = true;
-    } else {
-      r.tokens.push_back(tok);
-      if (tok == c_.stop_speech_token) r.stopped_eos = r.finished = true;
+  // T3Turbo::generate's loop body, per row. Rows are independent (each its own sampler and
+  // tokens): with several rows the pool's threads take them round robin instead of one thread
+  // sampling them all; an error is rethrown here, the first row's.
+  std::exception_ptr err[64];
+  auto sample_row = [&](int b) {
+    try {
+      advance_row(b, lg + int64_t(b) * c_.speech_vocab);
+    } catch (...) {
+      err[b] = std::current_exception();
     }
-    if (r.n_decode >= r.max_new) r.finished = true;
-  }
+  };
+  if (n > 1 && pool_.size() > 1)
+    pool_.run([&](int ith, int nth) {
+      for (int b = ith; b < n; b += nth) sample_row(b);
+    });
+  else
+    for (int b = 0; b < n; ++b) sample_row(b);
+  for (int b = 0; b < n; ++b)
+    if (err[b]) std::rethrow_exception(err[b]);
   const double dt = now_ms() - t0;
   for (int b = 0; b < n; ++b) rows_[size_t(step_rows_[size_t(b)])].decode_ms += dt;
   return n;
+}
+
+void T3Batch::advance_row(int b, const float* logits) {
+  Row& r = rows_[size_t(step_rows_[size_t(b)])];
+  ++r.pos;
+  ++r.n_decode;
+  const int32_t tok = r.sampler->sample(logits, r.tokens.data(), int64_t(r.tokens.size()));
+  if (tok < 0) {
+    r.stopped_all_inf = r.finished = true;
+  } else {
+    r.tokens.push_back(tok);
+    if (tok == c_.stop_speech_token) r.stopped_eos = r.finished = true;
+  }
+  if (r.n_decode >= r.max_new) r.finished = true;
 }
 
 // One decode step of rows rows[0 .. n): T3Gpt2::decode_fused for n activation rows. Every

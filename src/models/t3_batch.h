@@ -92,6 +92,8 @@ class T3Batch {
   // K or V of layer l, slot s, head h: row 0 = the first position after the voice prefix.
   uint8_t* slot_head(int s, int l, int kv, int64_t h) const;
   void decode(const int* rows, int n);
+  // The sampling half of a step for step row b (its logits): the token, the stop checks.
+  void advance_row(int b, const float* logits);
   void check_row(int row) const;
 
   T3Turbo& turbo_;

@@ -247,7 +247,11 @@ void attention_part_split_multi(int ith, int nth, const Tensor& k0, const Tensor
                                 const AttentionParams& p, int64_t h0, int64_t h1, Isa isa) {
   const char* op = "attention_part_split_multi";
   CBX_CHECK(nq >= 1 && nq <= kAttnSplitMaxQueries, "%s: %d queries; 1 to %d", op, nq, kAttnSplitMaxQueries);
-  Setup s[kAttnSplitMaxQueries];
+  // Per thread, made once: a local array of kAttnSplitMaxQueries Setups and AttnHeads (27 KB
+  // of default member initializers) was filled on every call, and a decode step makes one
+  // call a head. Only the first nq entries are used, each written before it is read.
+  thread_local Setup s[kAttnSplitMaxQueries];
+  thread_local AttnHead heads[kAttnSplitMaxQueries];
   int64_t hend = h1;
   for (int r = 0; r < nq; ++r) {
     const AttnSplitQuery& a = qs[r];
@@ -262,7 +266,6 @@ void attention_part_split_multi(int ith, int nth, const Tensor& k0, const Tensor
   }
   const NnKernels& kern = *s[0].kern;
   alignas(64) float scratch[std::max(attn_scratch_floats(kMaxHeadDim), attn_multi_scratch_floats(kMaxHeadDim))];
-  AttnHead heads[kAttnSplitMaxQueries];
   for (int64_t h = h0 + ith; h < hend; h += nth) {
     if (nq == 1 || s[0].split == 0) {  // nothing shared: the one-query kernel per query
       for (int r = 0; r < nq; ++r) run_task(s[r], h, nullptr, 0, scratch);
