@@ -38,6 +38,11 @@ TEST(ArenaPlan, TensorBytesMatchArena) {
   EXPECT_EQ(arena_tensor_bytes(DType::F32, 3, shape), size_t(2 * 3 * 64 * 4));
   EXPECT_EQ(arena_tensor_bytes(DType::Q8_0, 3, shape), size_t(2 * 3 * 2 * 34));
   EXPECT_EQ(arena_tensor_bytes(DType::F32, 0, nullptr), 4u);
+  ArenaPlan plan;  // the plan's tensors have the shape and no data
+  const Tensor planned = plan.alloc(DType::Q4_0, 3, shape, "planned");
+  EXPECT_EQ(planned.data, nullptr);
+  EXPECT_EQ(planned.shape[2], 64);
+  EXPECT_EQ(plan.alloc_bytes(8, 64, "bytes"), nullptr);
   Arena a(4096);
   Tensor t = a.alloc(DType::Q4_0, 3, shape);
   EXPECT_EQ(a.used(), arena_tensor_bytes(DType::Q4_0, 3, shape));

@@ -5,12 +5,16 @@
 // water mark an Arena reaches replaying them, with no per-allocation slack terms.
 // Alignments up to 64 are exact (the arena's store is at least 64-byte aligned); a larger
 // one is planned at its worst case over a 64-byte aligned store (align - 64 extra bytes).
+// alloc / alloc_bytes have Arena's signatures and return a tensor with no data / nullptr,
+// so allocation code written as a generic lambda (auto& a) runs once on the plan, to size
+// the arena, and then on the arena itself.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace cbx {
 
@@ -20,11 +24,11 @@ size_t arena_tensor_bytes(DType dtype, int ndim, const int64_t* shape);
 class ArenaPlan {
  public:
   // An allocation of `bytes` at `align` (a power of two <= 4096, as Arena::alloc_bytes).
-  void alloc_bytes(size_t bytes, size_t align = 64);
-  void alloc(DType dtype, std::initializer_list<int64_t> shape) {
-    alloc_bytes(arena_tensor_bytes(dtype, int(shape.size()), shape.begin()));
+  void* alloc_bytes(size_t bytes, size_t align = 64, const char* what = "buffer");
+  Tensor alloc(DType dtype, std::initializer_list<int64_t> shape, const char* what = "tensor") {
+    return alloc(dtype, int(shape.size()), shape.begin(), what);
   }
-  void alloc(DType dtype, int ndim, const int64_t* shape) { alloc_bytes(arena_tensor_bytes(dtype, ndim, shape)); }
+  Tensor alloc(DType dtype, int ndim, const int64_t* shape, const char* what = "tensor");
   // A transient need at the current offset that is rewound afterwards: an op's scratch
   // (its *_scratch_bytes answer, taken from the arena as 64-byte aligned blocks).
   void scratch(size_t bytes);

@@ -170,16 +170,21 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
                                                                        : kRowPrefillMaxRows;
   row_prefill_max_ = quantized && rows_max > 1 ? std::min(rows_max, max_batch_) : 0;
 
-  // The arena: the buffers allocated below and kept, then forward()'s allocations for
+  // The arena: the buffers keep() allocates (on the plan, then on the arena), then forward()'s allocations for
   // T = max_batch rows in its order, then the largest op scratch it takes: the GEMMs (for
   // max_batch rows unless those go through the row kernels; one row op by op), attention
   // over the whole cache.
+  auto keep = [&](auto& a) {
+    logits_ = a.alloc(DType::F32, {V}, "t3 logits");
+    thread_h_ = a.alloc(DType::F32, {nt, d}, "t3 decode norm rows");
+    thread_tmp_ = a.alloc(DType::F32, {nt, d}, "t3 decode residual partials");
+    thread_act_ = static_cast<uint8_t*>(a.alloc_bytes(size_t(nt) * act_stride_ + 64, 64, "t3 decode activations"));
+    if (row_prefill_max_ > 1)
+      rows_act_ = static_cast<uint8_t*>(
+          a.alloc_bytes(size_t(row_prefill_max_) * act_stride_, 64, "t3 row prefill activations"));
+  };
   ArenaPlan plan;
-  plan.alloc(DType::F32, {V});
-  plan.alloc(DType::F32, {nt, d});
-  plan.alloc(DType::F32, {nt, d});
-  plan.alloc_bytes(size_t(nt) * act_stride_ + 64);
-  if (row_prefill_max_ > 1) plan.alloc_bytes(size_t(row_prefill_max_) * act_stride_);
+  keep(plan);
   const int64_t T = max_batch_;
   plan.alloc(DType::I32, {T});
   for (int i = 0; i < 5; ++i) plan.alloc(DType::F32, {T, d});
@@ -196,13 +201,7 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   plan.scratch(matmul_scratch_bytes(w.speech_head_w.dtype, 1, V, d, nt));
   plan.scratch(attention_scratch_bytes(H, max_ctx_, D));
   arena_.reserve(plan.bytes());
-  logits_ = arena_.alloc(DType::F32, {V}, "t3 logits");
-  thread_h_ = arena_.alloc(DType::F32, {nt, d}, "t3 decode norm rows");
-  thread_tmp_ = arena_.alloc(DType::F32, {nt, d}, "t3 decode residual partials");
-  thread_act_ = static_cast<uint8_t*>(arena_.alloc_bytes(size_t(nt) * act_stride_ + 64, 64, "t3 decode activations"));
-  if (row_prefill_max_ > 1)
-    rows_act_ = static_cast<uint8_t*>(
-        arena_.alloc_bytes(size_t(row_prefill_max_) * act_stride_, 64, "t3 row prefill activations"));
+  keep(arena_);
   call_mark_ = arena_.mark();
 }
 

@@ -89,13 +89,18 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
   // b*Hkv .. b*Hkv+Hkv-1, so a decode step attends for all sequences in one call.
   const size_t one = size_t(n_rows_ * Hkv * max_ctx_ * D) * es;
   kv_bytes_ = one * 2 * size_t(c.n_layer);
+  auto caches = [&](auto& a) {
+    k_cache_.clear();
+    v_cache_.clear();
+    for (int l = 0; l < c.n_layer; ++l) {
+      k_cache_.push_back(a.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama K cache"));
+      v_cache_.push_back(a.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama V cache"));
+    }
+  };
   ArenaPlan kv_plan;
-  for (int i = 0; i < 2 * c.n_layer; ++i) kv_plan.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D});
+  caches(kv_plan);
   kv_arena_.reserve(kv_plan.bytes(), /*huge_pages=*/false);
-  for (int l = 0; l < c.n_layer; ++l) {
-    k_cache_.push_back(kv_arena_.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama K cache"));
-    v_cache_.push_back(kv_arena_.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama V cache"));
-  }
+  caches(kv_arena_);
 
   const int nt = pool.size();
 
@@ -136,16 +141,22 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
 
-  // The arena: the buffers allocated below and kept, then forward()'s allocations for
+  // The arena: the buffers keep() allocates (on the plan, then on the arena), then forward()'s allocations for
   // n_rows * max_tokens rows in its order, then the largest op scratch it takes (the GEMMs
   // at those rows, the head at n_rows, a prefill's attention over the whole cache).
   const int64_t R = n_rows_ * max_tokens_;
+  auto keep = [&](auto& a) {
+    logits_ = a.alloc(DType::F32, {n_rows_, V}, "t3 llama logits");
+    thread_h_ = a.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode norm rows").template ptr<float>();
+    thread_tmp_ = a.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode residual partials").template ptr<float>();
+    // Two blocks per thread: gate and up may take differently converted activations, both
+    // needed while the thread's row pieces run.
+    thread_act_ = static_cast<uint8_t*>(
+        a.alloc_bytes(size_t(2 * nt * n_rows_) * act_stride_ + 64, 64, "t3 llama decode activations"));
+    rope_cs_ = a.alloc(DType::F32, {D}, "t3 llama decode rope angles").template ptr<float>();
+  };
   ArenaPlan plan;
-  plan.alloc(DType::F32, {n_rows_, V});
-  plan.alloc(DType::F32, {nt * n_rows_, d});
-  plan.alloc(DType::F32, {nt * n_rows_, d});
-  plan.alloc_bytes(size_t(2 * nt * n_rows_) * act_stride_ + 64);
-  plan.alloc(DType::F32, {D});
+  keep(plan);
   plan.alloc(DType::I32, {R});
   for (int i = 0; i < 3; ++i) plan.alloc(DType::F32, {R, d});
   for (int i = 0; i < 2; ++i) plan.alloc(DType::F32, {R, H * D});
@@ -164,14 +175,7 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
   plan.scratch(matmul_scratch_bytes(w.speech_head_w.dtype, n_rows_, V, d, nt));
   if (max_tokens_ > 1) plan.scratch(attention_scratch_bytes(Hkv, max_ctx_, D));  // one sequence at a time
   arena_.reserve(plan.bytes());
-  logits_ = arena_.alloc(DType::F32, {n_rows_, V}, "t3 llama logits");
-  thread_h_ = arena_.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode norm rows").ptr<float>();
-  thread_tmp_ = arena_.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode residual partials").ptr<float>();
-  // Two blocks per thread: gate and up may take differently converted activations, both
-  // needed while the thread's row pieces run.
-  thread_act_ = static_cast<uint8_t*>(
-      arena_.alloc_bytes(size_t(2 * nt * n_rows_) * act_stride_ + 64, 64, "t3 llama decode activations"));
-  rope_cs_ = arena_.alloc(DType::F32, {D}, "t3 llama decode rope angles").ptr<float>();
+  keep(arena_);
   call_mark_ = arena_.mark();
 }
 
