@@ -170,10 +170,10 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
                                                                        : kRowPrefillMaxRows;
   row_prefill_max_ = quantized && rows_max > 1 ? std::min(rows_max, max_batch_) : 0;
 
-  // The arena: the buffers keep() allocates (on the plan, then on the arena), then forward()'s allocations for
-  // T = max_batch rows in its order, then the largest op scratch it takes: the GEMMs (for
-  // max_batch rows unless those go through the row kernels; one row op by op), attention
-  // over the whole cache.
+  // The arena: the buffers keep() takes (run on the plan, then on the arena), then forward()'s
+  // allocations for T = max_batch rows in its order, then the largest op scratch it takes: the
+  // GEMMs (max_batch rows unless those take the row kernels; one row op by op), attention over
+  // the whole cache.
   auto keep = [&](auto& a) {
     logits_ = a.alloc(DType::F32, {V}, "t3 logits");
     thread_h_ = a.alloc(DType::F32, {nt, d}, "t3 decode norm rows");

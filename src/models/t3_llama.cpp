@@ -141,9 +141,9 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
 
-  // The arena: the buffers keep() allocates (on the plan, then on the arena), then forward()'s allocations for
-  // n_rows * max_tokens rows in its order, then the largest op scratch it takes (the GEMMs
-  // at those rows, the head at n_rows, a prefill's attention over the whole cache).
+  // The arena: the buffers keep() takes (run on the plan, then on the arena), then forward()'s
+  // allocations for n_rows * max_tokens rows in its order, then the largest op scratch it takes
+  // (the GEMMs at those rows, the head at n_rows, a prefill's attention over the whole cache).
   const int64_t R = n_rows_ * max_tokens_;
   auto keep = [&](auto& a) {
     logits_ = a.alloc(DType::F32, {n_rows_, V}, "t3 llama logits");
