@@ -11,6 +11,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cpu.h"
@@ -288,5 +289,40 @@ TEST(T3Decode, RowPrefillMatchesOneRowCalls) {
                   dtype_name(kv), worst, scale);
       EXPECT_LE(worst, 5e-2 * scale) << dtype_name(mt) << " kv " << dtype_name(kv);
     }
+  }
+}
+
+// The arena is sized by an ArenaPlan of forward()'s allocations: a prefill of max_batch
+// rows that fills the cache to max_ctx (the largest activations, GEMM and attention
+// scratch at once) stays inside it, and the plan leaves no more room than the ops' own
+// scratch estimates keep: matmul_scratch_bytes answers for the widest ISA the CPU has,
+// + 128 bytes, so under a forced narrower ISA only "fits, within half" is checked.
+TEST(T3Decode, ArenaFitsMaxSizes) {
+  const bool native = active_isa() == detected_isa();
+  const T3Config c = tiny_config();
+  for (DType mt : {DType::F32, DType::Q8_0}) {
+    Store st;
+    T3Gpt2Weights w;
+    fill_weights(c, mt, st, w);
+    for (int64_t row_max : {int64_t(-1), int64_t(0)})
+      for (int threads : {1, 3}) {
+        ThreadPool pool(threads);
+        T3Gpt2Options o;
+        o.max_ctx = 32;
+        o.max_batch = 16;
+        o.row_prefill_max = row_max;
+        T3Gpt2 m(c, w, pool, o);
+        std::vector<float> e(size_t(16 * c.n_embd), 0.25f);
+        Tensor rows = make_tensor(DType::F32, {16, c.n_embd}, e.data(), e.size() * 4);
+        m.forward(rows);
+        m.forward(rows);  // 16 + 16 = max_ctx keys
+        m.reset();
+        m.set_fused_decode(false);
+        m.forward(slice(rows, 0, 0, 1));  // one row op by op
+        const std::string what = std::string(dtype_name(mt)) + " row_prefill_max " + std::to_string(row_max) +
+                                 " threads " + std::to_string(threads);
+        EXPECT_LE(m.arena_high_water(), m.arena_bytes()) << what;
+        EXPECT_LE(m.arena_bytes() - m.arena_high_water(), native ? size_t(256) : m.arena_bytes() / 2) << what;
+      }
   }
 }

@@ -199,3 +199,36 @@ TEST(T3DecodeLlama, CaptureTakesOpByOpPath) {
   m.forward(make_tensor(DType::F32, {2, c.n_embd}, x.data(), x.size() * 4), 2);
   EXPECT_EQ(layers_seen, 2 * c.n_layer);
 }
+
+// The arena is sized by an ArenaPlan of forward()'s allocations: a prefill of n_rows *
+// max_tokens rows that fills the cache to max_ctx (the largest activations, GEMM and
+// attention scratch) stays inside it, and the plan leaves no more room than the ops' own
+// scratch estimates keep: matmul_scratch_bytes answers for the widest ISA the CPU has,
+// + 128 bytes, so under a forced narrower ISA only "fits, within half" is checked.
+TEST(T3DecodeLlama, ArenaFitsMaxSizes) {
+  const bool native = active_isa() == detected_isa();
+  for (int n_kv_head : {4, 2}) {
+    const T3Config c = tiny_config(n_kv_head);
+    for (DType mt : {DType::F32, DType::Q8_0}) {
+      Store st;
+      T3LlamaWeights w;
+      fill_weights(c, mt, st, w);
+      for (int threads : {1, 3}) {
+        ThreadPool pool(threads);
+        T3LlamaOptions o;
+        o.max_ctx = 16;
+        o.max_tokens = 8;
+        o.n_rows = 2;
+        T3Llama m(c, w, pool, o);
+        std::vector<float> e(size_t(16 * c.n_embd), 0.25f);
+        Tensor rows = make_tensor(DType::F32, {16, c.n_embd}, e.data(), e.size() * 4);
+        m.forward(rows, 2);
+        m.forward(rows, 2);  // 8 + 8 = max_ctx keys
+        const std::string what = std::string(dtype_name(mt)) + " kv heads " + std::to_string(n_kv_head) + " threads " +
+                                 std::to_string(threads);
+        EXPECT_LE(m.arena_high_water(), m.arena_bytes()) << what;
+        EXPECT_LE(m.arena_bytes() - m.arena_high_water(), native ? size_t(256) : m.arena_bytes() / 2) << what;
+      }
+    }
+  }
+}

@@ -137,6 +137,10 @@ void check_model(const std::string& path, int threads, int max_batch) {
     if (pending.empty() && batch.n_active() == 0) break;
   }
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_TRUE(got[i]) << "request " << i << " never finished";
+  // The arena is planned from the constructor's own allocation calls: the steps fit, and it
+  // holds no more than Arena::reserve's rounding to 64 bytes beyond them.
+  EXPECT_LE(batch.arena_high_water(), batch.arena_bytes());
+  EXPECT_LT(batch.arena_bytes() - batch.arena_high_water(), size_t(64));
   if (max_batch > 1) EXPECT_GE(max_seen, 2);
 }
 

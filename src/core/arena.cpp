@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "core/arena_plan.h"
 #include "core/error.h"
 
 namespace cbx {
@@ -48,12 +49,7 @@ void* Arena::alloc_bytes(size_t bytes, size_t align, const char* what) {
 }
 
 Tensor Arena::alloc(DType dtype, int ndim, const int64_t* shape, const char* what) {
-  size_t bytes = type_traits(dtype).block_bytes;
-  if (ndim > 0) {
-    int64_t rows = 1;
-    for (int i = 0; i + 1 < ndim; ++i) rows *= shape[i];
-    bytes = size_t(rows) * dtype_row_bytes(dtype, shape[ndim - 1]);
-  }
+  const size_t bytes = arena_tensor_bytes(dtype, ndim, shape);
   void* p = alloc_bytes(bytes, 64, what);
   return make_tensor(dtype, ndim, shape, p, bytes);
 }

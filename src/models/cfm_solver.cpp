@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "models/sampler.h"
 #include "ops/elementwise.h"
@@ -11,8 +12,6 @@
 namespace cbx {
 
 namespace {
-
-constexpr size_t kAllocSlack = 64;
 
 uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -45,8 +44,16 @@ CfmSolver::CfmSolver(const CfmConfig& c, const CfmEstimatorWeights& w, ThreadPoo
   eo.gemm = o.gemm;
   est_ = std::make_unique<CfmEstimator>(c, w, pool, eo);
   const int64_t M = c.out_channels, T = max_frames_, B = eo.max_batch;
-  // x; the batched x, mu, cond; spks; mel out.
-  arena_.reserve(size_t(M * T) * 4 * (1 + 3 * B + 1) + size_t(B * M) * 4 + 8 * kAllocSlack);
+  // solve()'s allocations at max_frames: x; with CFG the x, mu, cond and spks pairs; the mel
+  // (largest with no prompt frames).
+  ArenaPlan plan;
+  plan.alloc(DType::F32, {M, T});
+  if (B == 2) {
+    for (int i = 0; i < 3; ++i) plan.alloc(DType::F32, {2, M, T});
+    plan.alloc(DType::F32, {2, M});
+  }
+  plan.alloc(DType::F32, {M, T});
+  arena_.reserve(plan.bytes());
   step_ms_.reserve(size_t(c.n_timesteps));
 }
 

@@ -70,6 +70,7 @@ class CfmSolver {
   void set_step_capture(CfmStepCapture fn) { step_capture_ = std::move(fn); }
   CfmEstimator& estimator() { return *est_; }
   size_t arena_bytes() const { return arena_.capacity(); }
+  size_t arena_high_water() const { return arena_.high_water(); }
   // The last solve's mel (valid until the next solve).
   const Tensor& last_mel() const { return mel_; }
   // Wall time of each estimator call of the last solve, in ms.

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -19,8 +20,6 @@ double now_ms() {
 // Voice prefixes kept with no row using them (the most recent ones), so that a server's voice
 // is not copied again for every request.
 constexpr size_t kIdlePrefixes = 2;
-constexpr size_t kAllocSlack = 64;  // per arena allocation (alignment)
-size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 }  // namespace
 
 T3Batch::T3Batch(T3Turbo& turbo, ThreadPool& pool, int max_batch)
@@ -40,20 +39,25 @@ T3Batch::T3Batch(T3Turbo& turbo, ThreadPool& pool, int max_batch)
   const int nt = pool_.size();
   act_stride_ = gpt_.act_stride();
   const int64_t B = max_batch;
-  arena_.reserve(2 * f32_bytes(B) + 4 * f32_bytes(B * d) + f32_bytes(B * 3 * d) + f32_bytes(B * ff) + f32_bytes(B * V) +
-                 2 * f32_bytes(nt * B * d) + size_t(nt * B) * act_stride_ + 64 + 2 * kAllocSlack);
-  ids_ = arena_.alloc(DType::I32, {B}, "t3 batch token ids");
-  pos_ = arena_.alloc(DType::I32, {B}, "t3 batch positions");
-  emb_ = arena_.alloc(DType::F32, {B, d}, "t3 batch token embeddings");
-  pe_ = arena_.alloc(DType::F32, {B, d}, "t3 batch wpe rows");
-  x_ = arena_.alloc(DType::F32, {B, d}, "t3 batch x");
-  qkv_ = arena_.alloc(DType::F32, {B, 3 * d}, "t3 batch qkv");
-  att_ = arena_.alloc(DType::F32, {B, d}, "t3 batch attention");
-  f1_ = arena_.alloc(DType::F32, {B, ff}, "t3 batch ffn");
-  logits_ = arena_.alloc(DType::F32, {B, V}, "t3 batch logits");
-  thread_h_ = arena_.alloc(DType::F32, {nt, B * d}, "t3 batch norm rows");
-  thread_tmp_ = arena_.alloc(DType::F32, {nt, B * d}, "t3 batch residual partials");
-  thread_act_ = static_cast<uint8_t*>(arena_.alloc_bytes(size_t(nt * B) * act_stride_ + 64, 64, "t3 batch act"));
+  // Every buffer is taken here, once: the same calls size the arena on a plan, then allocate.
+  auto buffers = [&](auto& a) {
+    ids_ = a.alloc(DType::I32, {B}, "t3 batch token ids");
+    pos_ = a.alloc(DType::I32, {B}, "t3 batch positions");
+    emb_ = a.alloc(DType::F32, {B, d}, "t3 batch token embeddings");
+    pe_ = a.alloc(DType::F32, {B, d}, "t3 batch wpe rows");
+    x_ = a.alloc(DType::F32, {B, d}, "t3 batch x");
+    qkv_ = a.alloc(DType::F32, {B, 3 * d}, "t3 batch qkv");
+    att_ = a.alloc(DType::F32, {B, d}, "t3 batch attention");
+    f1_ = a.alloc(DType::F32, {B, ff}, "t3 batch ffn");
+    logits_ = a.alloc(DType::F32, {B, V}, "t3 batch logits");
+    thread_h_ = a.alloc(DType::F32, {nt, B * d}, "t3 batch norm rows");
+    thread_tmp_ = a.alloc(DType::F32, {nt, B * d}, "t3 batch residual partials");
+    thread_act_ = static_cast<uint8_t*>(a.alloc_bytes(size_t(nt * B) * act_stride_ + 64, 64, "t3 batch act"));
+  };
+  ArenaPlan plan;
+  buffers(plan);
+  arena_.reserve(plan.bytes());
+  buffers(arena_);
   for (int i = 0; i < 4 * c_.n_layer + 1; ++i) splits_.emplace_back(nt);
   step_rows_.reserve(size_t(max_batch));
   kv_views_.resize(size_t(max_batch) * size_t(c_.n_layer) * 4);

@@ -69,6 +69,10 @@ class T3Batch {
   size_t n_prefixes() const;  // voice prefixes held (a referenced one per voice in use)
   // Bytes reserved for the KV slots (resident only as rows are written).
   size_t slot_bytes() const { return slot_bytes_; }
+  // The step arena: its capacity (planned from the buffers the constructor takes) and its
+  // high-water mark.
+  size_t arena_bytes() const { return arena_.capacity(); }
+  size_t arena_high_water() const { return arena_.high_water(); }
 
  private:
   struct Prefix {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "models/t3_llama.h"
@@ -15,8 +16,6 @@ namespace cbx {
 
 namespace {
 constexpr float kPerceiverLnEps = 1e-5f;  // nn.LayerNorm default
-constexpr size_t kAllocSlack = 64;
-size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 }  // namespace
 
 void T3CondEncWeights::for_each_tensor(const T3Config& c, const Visitor& fn) {
@@ -64,16 +63,28 @@ T3CondEncoder::T3CondEncoder(const T3Config& c, const T3CondEncWeights& w, Threa
   CBX_CHECK(max_prompt >= 0, "t3 cond encoder: max_prompt %lld", (long long)max_prompt);
   CBX_CHECK(!w.spkr_enc_w.empty(), "t3 cond encoder: weights are not bound");
   const int64_t d = c.n_embd, Q = c.perceiver ? c.perceiver_n_query : 0;
-  const int64_t n2 = std::max(max_prompt, Q), n = std::max(n2, int64_t(1));
   const int nt = pool.size();
-  size_t need = 2 * f32_bytes(Q * d) + 7 * f32_bytes(n * d);  // pre; block temporaries
-  size_t transient = matmul_scratch_bytes(w.spkr_enc_w.dtype, 1, d, c.speaker_embed_size, nt);
-  if (c.perceiver) {
-    for (const Tensor* t : {&w.to_q_w, &w.to_k_w, &w.to_v_w, &w.proj_w})
-      transient = std::max(transient, matmul_scratch_bytes(t->dtype, n, d, d, nt));
-    transient = std::max(transient, f32_bytes(d * ((n + 63) / 64 * 64)));  // attention K^T
+  // forward()'s allocations at max_prompt rows in its order: the speaker projection's scratch,
+  // then with a perceiver its output rows and two blocks (each: six row buffers, the scratch
+  // of its projections and attention, all rewound).
+  ArenaPlan plan;
+  plan.scratch(matmul_scratch_bytes(w.spkr_enc_w.dtype, 1, d, c.speaker_embed_size, nt));
+  if (c.perceiver && max_prompt > 0) {
+    plan.alloc(DType::F32, {Q, d});
+    auto block = [&](int64_t n1, int64_t n2) {
+      const size_t m = plan.mark();
+      for (int64_t rows : {n1, n2, n1, n2, n2, n1}) plan.alloc(DType::F32, {rows, d});
+      plan.scratch(matmul_scratch_bytes(w.to_q_w.dtype, n1, d, d, nt));
+      plan.scratch(matmul_scratch_bytes(w.to_k_w.dtype, n2, d, d, nt));
+      plan.scratch(matmul_scratch_bytes(w.to_v_w.dtype, n2, d, d, nt));
+      plan.scratch(attention_scratch_bytes(c.perceiver_n_head, n2, d / c.perceiver_n_head));
+      plan.scratch(matmul_scratch_bytes(w.proj_w.dtype, n1, d, d, nt));
+      plan.rewind(m);
+    };
+    block(Q, max_prompt);
+    block(Q, Q);
   }
-  arena_.reserve(need + transient + 4 * kAllocSlack);
+  arena_.reserve(plan.bytes());
   mark_ = arena_.mark();
 }
 

@@ -48,6 +48,9 @@ class T3CondEncoder {
   // speaker: [S]; prompt_emb: F32 [P, d] (P may be 0: pass an empty Tensor); out: F32 [n_tokens(P),
   // d].
   void forward(const float* speaker, int64_t n_speaker, const Tensor& prompt_emb, float exaggeration, Tensor& out);
+  // The arena: its capacity (planned for max_prompt rows) and its high-water mark.
+  size_t arena_bytes() const { return arena_.capacity(); }
+  size_t arena_high_water() const { return arena_.high_water(); }
 
  private:
   // x1 [n1, d], x2 [n2, d] -> out [n1, d] (out may not alias x1 or x2).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "ops/attention.h"
@@ -96,13 +97,6 @@ size_t t3_gpt2_decode_weight_bytes(const T3Config& c, const T3Gpt2Weights& w) {
   return total;
 }
 
-namespace {
-
-constexpr size_t kAllocSlack = 64;  // per arena allocation (alignment)
-size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
-
-}  // namespace
-
 T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, const T3Gpt2Options& o)
     : c_(c), w_(w), pool_(pool), kv_type_(o.kv_type) {
   CBX_CHECK(kv_type_ == DType::F16 || kv_type_ == DType::F32, "t3: KV cache type must be f16 or f32, got %s",
@@ -123,22 +117,7 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
     v_cache_.push_back(make_tensor(kv_type_, {H, max_ctx_, D}, kv_buf_.data() + size_t(2 * l + 1) * one, one));
   }
 
-  // Activations for T = max_batch rows (see forward for the allocation order).
-  const int64_t T = max_batch_;
-  size_t act = f32_bytes(V) + size_t(T) * 4 + kAllocSlack;                 // logits, positions
-  act += 5 * f32_bytes(T * d) + f32_bytes(T * 3 * d) + f32_bytes(T * ff);  // x pe h att tmp, qkv, ff
-  act += f32_bytes(d);                                                     // ln_f row
-  // Transient scratch (rewound after each op): the largest matmul or attention need.
   const int nt = pool.size();
-  size_t transient = 0;
-  for (const T3Gpt2Layer& L : w.layers) {
-    transient = std::max(transient, matmul_scratch_bytes(L.c_attn_w.dtype, T, 3 * d, d, nt));
-    transient = std::max(transient, matmul_scratch_bytes(L.c_proj_w.dtype, T, d, d, nt));
-    transient = std::max(transient, matmul_scratch_bytes(L.fc_w.dtype, T, ff, d, nt));
-    transient = std::max(transient, matmul_scratch_bytes(L.proj_w.dtype, T, d, ff, nt));
-  }
-  transient = std::max(transient, matmul_scratch_bytes(w.speech_head_w.dtype, 1, V, d, nt));
-  transient = std::max(transient, f32_bytes(H * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
 
   // Fused decode: row projections (their planar copies, if any, in one huge-page buffer in the
   // order a step reads them: streamed every step, 4 KB pages cost TLB misses and prefetcher
@@ -173,21 +152,43 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
   for (int i = 0; i < 4 * c.n_layer + 1; ++i) splits_.emplace_back(nt);
-  size_t fused = 2 * f32_bytes(nt * d) + size_t(nt) * act_stride_ + kAllocSlack;
   std::vector<const Tensor*> layer_mats;
   for (const T3Gpt2Layer& L : w.layers)
     for (const Tensor* t : {&L.c_attn_w, &L.c_proj_w, &L.fc_w, &L.proj_w}) layer_mats.push_back(t);
   row_prefill_max_ = row_prefill_max_rows(layer_mats, o.row_prefill_max, max_batch_);
-  if (row_prefill_max_ > 1) fused += size_t(row_prefill_max_) * act_stride_ + kAllocSlack;
 
-  arena_.reserve(act + transient + fused + 4 * kAllocSlack);
-  logits_ = arena_.alloc(DType::F32, {V}, "t3 logits");
-  thread_h_ = arena_.alloc(DType::F32, {nt, d}, "t3 decode norm rows");
-  thread_tmp_ = arena_.alloc(DType::F32, {nt, d}, "t3 decode residual partials");
-  thread_act_ = static_cast<uint8_t*>(arena_.alloc_bytes(size_t(nt) * act_stride_ + 64, 64, "t3 decode activations"));
-  if (row_prefill_max_ > 1)
-    rows_act_ = static_cast<uint8_t*>(
-        arena_.alloc_bytes(size_t(row_prefill_max_) * act_stride_, 64, "t3 row prefill activations"));
+  // The arena: the buffers keep() takes (run on the plan, then on the arena), then forward()'s
+  // allocations for T = max_batch rows in its order, then the largest op scratch it takes: the
+  // GEMMs (max_batch rows unless those take the row kernels; one row op by op), attention over
+  // the whole cache.
+  auto keep = [&](auto& a) {
+    logits_ = a.alloc(DType::F32, {V}, "t3 logits");
+    thread_h_ = a.alloc(DType::F32, {nt, d}, "t3 decode norm rows");
+    thread_tmp_ = a.alloc(DType::F32, {nt, d}, "t3 decode residual partials");
+    thread_act_ = static_cast<uint8_t*>(a.alloc_bytes(size_t(nt) * act_stride_ + 64, 64, "t3 decode activations"));
+    if (row_prefill_max_ > 1)
+      rows_act_ = static_cast<uint8_t*>(
+          a.alloc_bytes(size_t(row_prefill_max_) * act_stride_, 64, "t3 row prefill activations"));
+  };
+  ArenaPlan plan;
+  keep(plan);
+  const int64_t T = max_batch_;
+  plan.alloc(DType::I32, {T});
+  for (int i = 0; i < 5; ++i) plan.alloc(DType::F32, {T, d});
+  plan.alloc(DType::F32, {T, 3 * d});
+  plan.alloc(DType::F32, {T, ff});
+  plan.alloc(DType::F32, {1, d});
+  const int64_t n_gemm = T > row_prefill_max_ ? T : 1;
+  for (const T3Gpt2Layer& L : w.layers) {
+    plan.scratch(matmul_scratch_bytes(L.c_attn_w.dtype, n_gemm, 3 * d, d, nt));
+    plan.scratch(matmul_scratch_bytes(L.c_proj_w.dtype, n_gemm, d, d, nt));
+    plan.scratch(matmul_scratch_bytes(L.fc_w.dtype, n_gemm, ff, d, nt));
+    plan.scratch(matmul_scratch_bytes(L.proj_w.dtype, n_gemm, d, ff, nt));
+  }
+  plan.scratch(matmul_scratch_bytes(w.speech_head_w.dtype, 1, V, d, nt));
+  plan.scratch(attention_scratch_bytes(H, max_ctx_, D));
+  arena_.reserve(plan.bytes());
+  keep(arena_);
   call_mark_ = arena_.mark();
 }
 

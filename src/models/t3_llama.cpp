@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/huge_buffer.h"
@@ -63,11 +64,6 @@ size_t t3_llama_decode_weight_bytes(const T3LlamaWeights& w) {
   return total;
 }
 
-namespace {
-constexpr size_t kAllocSlack = 64;
-size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
-}  // namespace
-
 T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, const T3LlamaOptions& o)
     : c_(c), w_(w), pool_(pool), kv_type_(o.kv_type) {
   CBX_CHECK(kv_type_ == DType::F16 || kv_type_ == DType::F32, "t3 llama: KV cache type must be f16 or f32, got %s",
@@ -93,32 +89,20 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
   // b*Hkv .. b*Hkv+Hkv-1, so a decode step attends for all sequences in one call.
   const size_t one = size_t(n_rows_ * Hkv * max_ctx_ * D) * es;
   kv_bytes_ = one * 2 * size_t(c.n_layer);
-  kv_arena_.reserve(kv_bytes_ + 2 * size_t(c.n_layer) * kAllocSlack, /*huge_pages=*/false);
-  for (int l = 0; l < c.n_layer; ++l) {
-    k_cache_.push_back(kv_arena_.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama K cache"));
-    v_cache_.push_back(kv_arena_.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama V cache"));
-  }
+  auto caches = [&](auto& a) {
+    k_cache_.clear();
+    v_cache_.clear();
+    for (int l = 0; l < c.n_layer; ++l) {
+      k_cache_.push_back(a.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama K cache"));
+      v_cache_.push_back(a.alloc(kv_type_, {n_rows_ * Hkv, max_ctx_, D}, "t3 llama V cache"));
+    }
+  };
+  ArenaPlan kv_plan;
+  caches(kv_plan);
+  kv_arena_.reserve(kv_plan.bytes(), /*huge_pages=*/false);
+  caches(kv_arena_);
 
-  // Activations for R = n_rows * max_tokens rows (allocation order in forward).
-  const int64_t R = n_rows_ * max_tokens_;
-  size_t act = f32_bytes(n_rows_ * V) + size_t(R) * 4 + kAllocSlack;  // logits, positions
-  act += 3 * f32_bytes(R * d);                                        // x, h, tmp
-  act += 2 * f32_bytes(R * H * D) + 2 * f32_bytes(R * Hkv * D);       // q, att, k, v
-  act += 2 * f32_bytes(R * ff);                                       // gate, up
-  act += f32_bytes(n_rows_ * d);                                      // final norm rows
   const int nt = pool.size();
-  size_t transient = 0;
-  for (const T3LlamaLayer& L : w.layers) {
-    transient = std::max(transient, matmul_scratch_bytes(L.wq.dtype, R, H * D, d, nt));
-    transient = std::max(transient, matmul_scratch_bytes(L.wk.dtype, R, Hkv * D, d, nt));
-    transient = std::max(transient, matmul_scratch_bytes(L.wv.dtype, R, Hkv * D, d, nt));
-    transient = std::max(transient, matmul_scratch_bytes(L.wo.dtype, R, d, H * D, nt));
-    transient = std::max(transient, matmul_scratch_bytes(L.w_gate.dtype, R, ff, d, nt));
-    transient = std::max(transient, matmul_scratch_bytes(L.w_up.dtype, R, ff, d, nt));
-    transient = std::max(transient, matmul_scratch_bytes(L.w_down.dtype, R, d, ff, nt));
-  }
-  transient = std::max(transient, matmul_scratch_bytes(w.speech_head_w.dtype, n_rows_, V, d, nt));
-  transient = std::max(transient, f32_bytes(n_rows_ * Hkv * D * ((max_ctx_ + 63) / 64 * 64)));  // attention K^T
 
   // Fused decode: row projections (their planar copies in one huge-page buffer, in the order a
   // step reads them) and per-thread scratch.
@@ -156,18 +140,42 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
   CBX_ASSERT(packed_at == packed_total);
   act_row = std::max(act_row, head_.act_bytes());
   act_stride_ = (act_row + 63) / 64 * 64;
-  const size_t fused =
-      2 * f32_bytes(nt * n_rows_ * d) + size_t(2 * nt * n_rows_) * act_stride_ + f32_bytes(D) + 2 * kAllocSlack;
 
-  arena_.reserve(act + transient + fused + 4 * kAllocSlack);
-  logits_ = arena_.alloc(DType::F32, {n_rows_, V}, "t3 llama logits");
-  thread_h_ = arena_.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode norm rows").ptr<float>();
-  thread_tmp_ = arena_.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode residual partials").ptr<float>();
-  // Two blocks per thread: gate and up may take differently converted activations, both
-  // needed while the thread's row pieces run.
-  thread_act_ = static_cast<uint8_t*>(
-      arena_.alloc_bytes(size_t(2 * nt * n_rows_) * act_stride_ + 64, 64, "t3 llama decode activations"));
-  rope_cs_ = arena_.alloc(DType::F32, {D}, "t3 llama decode rope angles").ptr<float>();
+  // The arena: the buffers keep() takes (run on the plan, then on the arena), then forward()'s
+  // allocations for n_rows * max_tokens rows in its order, then the largest op scratch it takes
+  // (the GEMMs at those rows, the head at n_rows, a prefill's attention over the whole cache).
+  const int64_t R = n_rows_ * max_tokens_;
+  auto keep = [&](auto& a) {
+    logits_ = a.alloc(DType::F32, {n_rows_, V}, "t3 llama logits");
+    thread_h_ = a.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode norm rows").template ptr<float>();
+    thread_tmp_ = a.alloc(DType::F32, {nt * n_rows_, d}, "t3 llama decode residual partials").template ptr<float>();
+    // Two blocks per thread: gate and up may take differently converted activations, both
+    // needed while the thread's row pieces run.
+    thread_act_ = static_cast<uint8_t*>(
+        a.alloc_bytes(size_t(2 * nt * n_rows_) * act_stride_ + 64, 64, "t3 llama decode activations"));
+    rope_cs_ = a.alloc(DType::F32, {D}, "t3 llama decode rope angles").template ptr<float>();
+  };
+  ArenaPlan plan;
+  keep(plan);
+  plan.alloc(DType::I32, {R});
+  for (int i = 0; i < 3; ++i) plan.alloc(DType::F32, {R, d});
+  for (int i = 0; i < 2; ++i) plan.alloc(DType::F32, {R, H * D});
+  for (int i = 0; i < 2; ++i) plan.alloc(DType::F32, {R, Hkv * D});
+  for (int i = 0; i < 2; ++i) plan.alloc(DType::F32, {R, ff});
+  plan.alloc(DType::F32, {n_rows_, d});
+  for (const T3LlamaLayer& L : w.layers) {
+    plan.scratch(matmul_scratch_bytes(L.wq.dtype, R, H * D, d, nt));
+    plan.scratch(matmul_scratch_bytes(L.wk.dtype, R, Hkv * D, d, nt));
+    plan.scratch(matmul_scratch_bytes(L.wv.dtype, R, Hkv * D, d, nt));
+    plan.scratch(matmul_scratch_bytes(L.wo.dtype, R, d, H * D, nt));
+    plan.scratch(matmul_scratch_bytes(L.w_gate.dtype, R, ff, d, nt));
+    plan.scratch(matmul_scratch_bytes(L.w_up.dtype, R, ff, d, nt));
+    plan.scratch(matmul_scratch_bytes(L.w_down.dtype, R, d, ff, nt));
+  }
+  plan.scratch(matmul_scratch_bytes(w.speech_head_w.dtype, n_rows_, V, d, nt));
+  if (max_tokens_ > 1) plan.scratch(attention_scratch_bytes(Hkv, max_ctx_, D));  // one sequence at a time
+  arena_.reserve(plan.bytes());
+  keep(arena_);
   call_mark_ = arena_.mark();
 }
 

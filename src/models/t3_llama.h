@@ -101,6 +101,9 @@ class T3Llama {
   void set_fused_decode(bool on) { fused_ = on; }
   // Bytes of re-laid-out weight copies held for the fused decode (T3LlamaOptions::pack_planar).
   size_t packed_weight_bytes() const;
+  // The activation arena: its capacity (planned at construction) and its high-water mark.
+  size_t arena_bytes() const { return arena_.capacity(); }
+  size_t arena_high_water() const { return arena_.high_water(); }
 
   // The fused decode's parts, for a decoder that batches sequences at different positions
   // (models/t3_mtl_batch.h): layer l's projection k (0 q, 1 k, 2 v, 3 o, 4 gate, 5 up, 6 down),

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/arena.h"
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
@@ -33,8 +34,6 @@ namespace {
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-constexpr size_t kAllocSlack = 64;
-size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 }  // namespace
 
 struct T3Mtl::Impl {
@@ -112,14 +111,20 @@ T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const 
 
   const int64_t n_pe = std::max(max_prompt, max_text + 2);
   const int64_t n_rows = std::max(2 * max_tokens, max_cond + max_prompt);
-  arena.reserve(f32_bytes(n_rows * d) + f32_bytes(n_pe * d) + size_t(n_pe) * 4 + f32_bytes(3 * d) + 4 * kAllocSlack);
-  prompt = arena.alloc(DType::F32, {n_rows, d}, "t3 mtl prompt");
-  prompt_pe = arena.alloc(DType::F32, {n_pe, d}, "t3 mtl positional rows");
-  ids = arena.alloc(DType::I32, {n_pe}, "t3 mtl ids");
-  tok = arena.alloc(DType::F32, {2, d}, "t3 mtl token embedding");
-  tok_pe = arena.alloc(DType::F32, {1, d}, "t3 mtl token position");
-  tok_id = arena.alloc(DType::I32, {1}, "t3 mtl token id");
-  pos_id = arena.alloc(DType::I32, {1}, "t3 mtl position id");
+  // Every buffer is taken here, once: the same calls size the arena on a plan, then allocate.
+  auto buffers = [&](auto& a) {
+    prompt = a.alloc(DType::F32, {n_rows, d}, "t3 mtl prompt");
+    prompt_pe = a.alloc(DType::F32, {n_pe, d}, "t3 mtl positional rows");
+    ids = a.alloc(DType::I32, {n_pe}, "t3 mtl ids");
+    tok = a.alloc(DType::F32, {2, d}, "t3 mtl token embedding");
+    tok_pe = a.alloc(DType::F32, {1, d}, "t3 mtl token position");
+    tok_id = a.alloc(DType::I32, {1}, "t3 mtl token id");
+    pos_id = a.alloc(DType::I32, {1}, "t3 mtl position id");
+  };
+  ArenaPlan plan;
+  buffers(plan);
+  arena.reserve(plan.bytes());
+  buffers(arena);
   history.reserve(size_t(max_new) + 1);
   out.reserve(size_t(max_new));
   txt.reserve(size_t(max_text) + 2);

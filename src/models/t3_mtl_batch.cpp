@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "models/t3_llama.h"
 #include "ops/attention.h"
@@ -17,8 +18,6 @@ namespace {
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-constexpr size_t kAllocSlack = 64;  // per arena allocation (alignment)
-size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
 }  // namespace
 
 T3MtlBatch::T3MtlBatch(T3Mtl& t3, ThreadPool& pool, int max_batch)
@@ -41,26 +40,30 @@ T3MtlBatch::T3MtlBatch(T3Mtl& t3, ThreadPool& pool, int max_batch)
   const int nt = pool_.size();
   const int64_t B = max_batch, R = 2 * B;
   act_stride_ = llama_.act_stride();
-  arena_.reserve(2 * f32_bytes(B) + 2 * f32_bytes(B * d) + f32_bytes(R * d) + 2 * f32_bytes(R * H * D) +
-                 2 * f32_bytes(R * Hkv * D) + 2 * f32_bytes(R * ff) + f32_bytes(R * V) + f32_bytes(R * D) +
-                 2 * f32_bytes(nt * R * d) + size_t(2 * nt * R) * act_stride_ + 64 + 2 * kAllocSlack);
-  ids_ = arena_.alloc(DType::I32, {B}, "t3 mtl batch token ids");
-  pos_ids_ = arena_.alloc(DType::I32, {B}, "t3 mtl batch speech positions");
-  emb_ = arena_.alloc(DType::F32, {B, d}, "t3 mtl batch token embeddings");
-  pe_ = arena_.alloc(DType::F32, {B, d}, "t3 mtl batch position rows");
-  x_ = arena_.alloc(DType::F32, {R, d}, "t3 mtl batch x");
-  q_ = arena_.alloc(DType::F32, {R, H * D}, "t3 mtl batch q");
-  att_ = arena_.alloc(DType::F32, {R, H * D}, "t3 mtl batch attention");
-  k_ = arena_.alloc(DType::F32, {R, Hkv * D}, "t3 mtl batch k");
-  v_ = arena_.alloc(DType::F32, {R, Hkv * D}, "t3 mtl batch v");
-  g_ = arena_.alloc(DType::F32, {R, ff}, "t3 mtl batch gate");
-  u_ = arena_.alloc(DType::F32, {R, ff}, "t3 mtl batch up");
-  logits_ = arena_.alloc(DType::F32, {R, V}, "t3 mtl batch logits");
-  rope_ = arena_.alloc(DType::F32, {R, D}, "t3 mtl batch rope angles");
-  thread_h_ = arena_.alloc(DType::F32, {nt * R, d}, "t3 mtl batch norm rows").ptr<float>();
-  thread_tmp_ = arena_.alloc(DType::F32, {nt * R, d}, "t3 mtl batch residual partials").ptr<float>();
-  thread_act_ =
-      static_cast<uint8_t*>(arena_.alloc_bytes(size_t(2 * nt * R) * act_stride_ + 64, 64, "t3 mtl batch activations"));
+  // Every buffer is taken here, once: the same calls size the arena on a plan, then allocate.
+  auto buffers = [&](auto& a) {
+    ids_ = a.alloc(DType::I32, {B}, "t3 mtl batch token ids");
+    pos_ids_ = a.alloc(DType::I32, {B}, "t3 mtl batch speech positions");
+    emb_ = a.alloc(DType::F32, {B, d}, "t3 mtl batch token embeddings");
+    pe_ = a.alloc(DType::F32, {B, d}, "t3 mtl batch position rows");
+    x_ = a.alloc(DType::F32, {R, d}, "t3 mtl batch x");
+    q_ = a.alloc(DType::F32, {R, H * D}, "t3 mtl batch q");
+    att_ = a.alloc(DType::F32, {R, H * D}, "t3 mtl batch attention");
+    k_ = a.alloc(DType::F32, {R, Hkv * D}, "t3 mtl batch k");
+    v_ = a.alloc(DType::F32, {R, Hkv * D}, "t3 mtl batch v");
+    g_ = a.alloc(DType::F32, {R, ff}, "t3 mtl batch gate");
+    u_ = a.alloc(DType::F32, {R, ff}, "t3 mtl batch up");
+    logits_ = a.alloc(DType::F32, {R, V}, "t3 mtl batch logits");
+    rope_ = a.alloc(DType::F32, {R, D}, "t3 mtl batch rope angles");
+    thread_h_ = a.alloc(DType::F32, {nt * R, d}, "t3 mtl batch norm rows").template ptr<float>();
+    thread_tmp_ = a.alloc(DType::F32, {nt * R, d}, "t3 mtl batch residual partials").template ptr<float>();
+    thread_act_ =
+        static_cast<uint8_t*>(a.alloc_bytes(size_t(2 * nt * R) * act_stride_ + 64, 64, "t3 mtl batch activations"));
+  };
+  ArenaPlan plan;
+  buffers(plan);
+  arena_.reserve(plan.bytes());
+  buffers(arena_);
   for (int i = 0; i < 3 * n_layer_ + 1; ++i) splits_.emplace_back(nt);
   step_reqs_.reserve(size_t(B));
   row_req_.reserve(size_t(R));

@@ -73,6 +73,10 @@ class T3MtlBatch {
   // for all of them (2 * max_batch rows).
   size_t row_slot_bytes() const { return 2 * size_t(n_layer_) * size_t(n_kv_head_) * head_bytes_; }
   size_t slot_bytes() const { return slot_bytes_; }
+  // The step arena: its capacity (planned from the buffers the constructor takes) and its
+  // high-water mark.
+  size_t arena_bytes() const { return arena_.capacity(); }
+  size_t arena_high_water() const { return arena_.high_water(); }
 
  private:
   struct Req {

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "ops/elementwise.h"
@@ -55,12 +56,18 @@ void T3Turbo::init(const GgufFile& f, const T3TurboOptions& o) {
   gpt_ = std::make_unique<T3Gpt2>(t, w_, pool_, go);
 
   const int64_t d = t.n_embd;
-  const size_t need = size_t(go.max_batch * d + d) * 4 + 4 + 3 * 64 +
-                      matmul_scratch_bytes(w_.spkr_enc_w.dtype, 1, d, t.speaker_embed_size, pool_.size());
-  arena_.reserve(need);
-  prompt_buf_ = arena_.alloc(DType::F32, {go.max_batch, d}, "t3 prompt embeddings");
-  tok_emb_ = arena_.alloc(DType::F32, {1, d}, "t3 token embedding");
-  tok_id_ = arena_.alloc(DType::I32, {1}, "t3 token id");
+  // The kept buffers (one generic lambda: run on the plan, then on the arena), then the
+  // scratch of the speaker projection the prompt assembly runs.
+  auto buffers = [&](auto& a) {
+    prompt_buf_ = a.alloc(DType::F32, {go.max_batch, d}, "t3 prompt embeddings");
+    tok_emb_ = a.alloc(DType::F32, {1, d}, "t3 token embedding");
+    tok_id_ = a.alloc(DType::I32, {1}, "t3 token id");
+  };
+  ArenaPlan plan;
+  buffers(plan);
+  plan.scratch(matmul_scratch_bytes(w_.spkr_enc_w.dtype, 1, d, t.speaker_embed_size, pool_.size()));
+  arena_.reserve(plan.bytes());
+  buffers(arena_);
   mark_ = arena_.mark();
   prefix_cache_ = o.prefix_cache;
   if (prefix_cache_) {  // pages are touched only when a prefix is kept

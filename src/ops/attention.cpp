@@ -174,6 +174,11 @@ Setup setup_split(const char* op, const Tensor& q, const Tensor& k0, const Tenso
 
 }  // namespace
 
+size_t attention_scratch_bytes(int64_t Hkv, int64_t Tk, int64_t D) {
+  const int64_t kt_rs = (Tk + kAttnKeyTile - 1) / kAttnKeyTile * kAttnKeyTile;
+  return size_t(Hkv * D * kt_rs) * 4;
+}
+
 void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, Tensor& out,
                const AttentionParams& p, Arena* arena, Isa isa) {
   const Setup s = setup("attention", q, k, v, mask, out, p, isa);

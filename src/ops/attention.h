@@ -35,6 +35,10 @@ struct AttentionParams {
 
 void attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, Tensor& out,
                const AttentionParams& p, Arena* scratch = nullptr, Isa isa = active_isa());
+// The most arena scratch attention() takes for Hkv key/value heads of Tk keys of width D
+// (f32 K^T copies, rows padded to whole key tiles; 0 when it needs none: few queries or the
+// generic kernel), one 64-byte aligned block.
+size_t attention_scratch_bytes(int64_t Hkv, int64_t Tk, int64_t D);
 
 // For a caller already inside ThreadPool::run (decode steps that fuse a whole layer into
 // one run): the same validation and result as attention(), for the heads [h0, h1) taken
