@@ -3,7 +3,8 @@
 // seed. Tiny synthetic Multilingual models (chatterbox-mkckpt --variant mtl + convert) with f32
 // and q4_0 T3 matrices; CFG pairs and single-row requests (cfg_weight 0); two voices; sampled
 // and greedy requests; different token limits so that requests leave at different steps; 1, 2
-// and 3 threads. Runs once per ISA (CMakeLists.txt: test_t3_decode*).
+// and 3 threads; voice prefixes shared by the requests of one conditioning. Runs once per ISA
+// (CMakeLists.txt: test_t3_decode*).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
+#include "models/t3_llama.h"
 #include "models/t3_mtl.h"
 #include "models/t3_mtl_batch.h"
 #include "pipeline/mtl_pipeline.h"
@@ -141,13 +144,117 @@ void check_model(const std::string& path, int threads, int max_batch) {
   // holds no more than Arena::reserve's rounding to 64 bytes beyond them.
   EXPECT_LE(batch.arena_high_water(), batch.arena_bytes());
   EXPECT_LT(batch.arena_bytes() - batch.arena_high_water(), size_t(64));
-  if (max_batch > 1) EXPECT_GE(max_seen, 2);
+  if (max_batch > 1) {
+    EXPECT_GE(max_seen, 2);
+  }
 }
 
 TEST_F(T3MtlBatchTest, RequestsMatchAloneF32) { check_model(g_dir + "/f32.gguf", 2, 3); }
 TEST_F(T3MtlBatchTest, RequestsMatchAloneQ4) { check_model(g_dir + "/q4_0.gguf", 2, 4); }
 TEST_F(T3MtlBatchTest, RequestsMatchAloneQ4ThreeThreads) { check_model(g_dir + "/q4_0.gguf", 3, 3); }
 TEST_F(T3MtlBatchTest, OneRequestBatch) { check_model(g_dir + "/q4_0.gguf", 1, 1); }
+
+// Voice prefixes: rows with the same conditioning (speaker, prompt, exaggeration) reference one
+// copy of its keys/values; a CFG request joining with its prefix held skips the prefix compute;
+// single-row requests keep their own copy; an idle copy is kept up to kIdlePrefixes and the
+// oldest one freed beyond them. Every request still gets generate's tokens alone.
+TEST_F(T3MtlBatchTest, VoicePrefixShared) {
+  MtlLoadParams lp;
+  lp.n_threads = 2;
+  lp.max_new_tokens = 20;
+  MtlPipeline pipe(g_dir + "/q4_0.gguf", lp);
+  T3Mtl& t3 = pipe.t3();
+  T3MtlCond v0;
+  v0.speaker_emb = pipe.voice().speaker_emb;
+  v0.cond_prompt_tokens = pipe.voice().cond_prompt_tokens;
+  T3MtlCond v1 = v0;  // another emotion: another prefix
+  v1.exaggeration = 0.9f;
+  T3MtlCond v2 = v0;  // another speaker, no prompt
+  for (float& v : v2.speaker_emb) v = 0.25f * v - 0.02f;
+  v2.cond_prompt_tokens.clear();
+  struct Job {
+    const T3MtlCond* cond;
+    const char* text;
+    float cfg;
+    uint64_t seed;
+  };
+  const Job jobs[] = {{&v0, "Hello there.", 0.5f, 11},     {&v0, "Another one, a bit longer.", 0.5f, 12},
+                      {&v1, "Hello there.", 0.5f, 13},     {&v0, "Single row.", 0.f, 14},
+                      {&v0, "Back again.", 0.7f, 15},      {&v1, "Emotion kept.", 0.5f, 16},
+                      {&v2, "No prompt at all.", 0.5f, 17}};
+  const int n_jobs = int(sizeof(jobs) / sizeof(jobs[0]));
+  std::vector<std::vector<int32_t>> text(n_jobs), want(n_jobs);
+  std::vector<T3MtlSampling> samp(n_jobs);
+  for (int i = 0; i < n_jobs; ++i) {
+    text[size_t(i)] = pipe.tokenize(jobs[i].text, "en");
+    samp[size_t(i)] = t3.default_sampling();
+    samp[size_t(i)].cfg_weight = jobs[i].cfg;
+    samp[size_t(i)].seed = jobs[i].seed;
+    want[size_t(i)] = t3.generate(*jobs[i].cond, text[size_t(i)], samp[size_t(i)]);
+  }
+  T3MtlBatch batch(t3, pipe.pool(), 4);
+  // A row's slot holds the positions after its prefix only.
+  const size_t rb = dtype_row_bytes(t3.backbone().kv_type(), t3.config().t3.head_dim);
+  const size_t whole_head = (size_t(t3.backbone().max_ctx()) * rb + 63) / 64 * 64;
+  EXPECT_LT(batch.row_slot_bytes(), 2 * size_t(t3.config().t3.n_layer * t3.config().t3.n_kv_head) * whole_head);
+  std::vector<int> job_of(4, -1);
+  auto start = [&](int i) {
+    const int q = batch.start(*jobs[i].cond, text[size_t(i)], samp[size_t(i)]);
+    job_of[size_t(q)] = i;
+    return q;
+  };
+  auto run_to_end = [&]() {
+    while (batch.step() > 0) {
+    }
+    for (int q = 0; q < 4; ++q)
+      if (batch.active(q)) {
+        EXPECT_TRUE(batch.finished(q));
+        EXPECT_EQ(batch.tokens(q), want[size_t(job_of[size_t(q)])]) << "job " << job_of[size_t(q)];
+      }
+  };
+  const size_t p0 = t3.backbone().prefix_bytes(t3.cond_len(v0));
+  const int a = start(0);
+  EXPECT_FALSE(batch.prefix_reused(a));
+  EXPECT_EQ(batch.n_prefixes(), size_t(1));
+  EXPECT_EQ(batch.prefix_bytes(), p0);
+  for (int k = 0; k < 3; ++k) batch.step();
+  const int b = start(1);  // same voice, joins 3 steps later: the held prefix
+  EXPECT_TRUE(batch.prefix_reused(b));
+  EXPECT_EQ(batch.n_prefixes(), size_t(1));
+  EXPECT_EQ(batch.prefix_bytes(), p0);
+  batch.step();
+  const int c = start(2);  // another exaggeration
+  EXPECT_FALSE(batch.prefix_reused(c));
+  EXPECT_EQ(batch.n_prefixes(), size_t(2));
+  const int d = start(3);  // single row: its own copy (prefix and text are one forward)
+  EXPECT_FALSE(batch.prefix_reused(d));
+  EXPECT_EQ(batch.n_prefixes(), size_t(3));
+  EXPECT_EQ(batch.n_idle_prefixes(), size_t(0));
+  run_to_end();
+  batch.release(a);
+  EXPECT_EQ(batch.n_idle_prefixes(), size_t(0));  // b still reads it
+  batch.release(b);
+  batch.release(c);
+  EXPECT_EQ(batch.n_idle_prefixes(), size_t(2));
+  EXPECT_EQ(batch.n_prefixes(), size_t(3));
+  batch.release(d);  // a third idle prefix: the oldest (v0's CFG copy) is freed
+  EXPECT_EQ(batch.n_idle_prefixes(), T3MtlBatch::kIdlePrefixes);
+  EXPECT_EQ(batch.n_prefixes(), T3MtlBatch::kIdlePrefixes);
+  const int e = start(4);  // v0 again: computed again
+  EXPECT_FALSE(batch.prefix_reused(e));
+  const int f = start(5);  // v1's idle copy was kept
+  EXPECT_TRUE(batch.prefix_reused(f));
+  const int g = start(6);
+  EXPECT_FALSE(batch.prefix_reused(g));
+  EXPECT_EQ(batch.n_prefixes(), size_t(4));  // e, f, g in use, v0's single-row copy idle
+  run_to_end();
+  for (int q : {e, f, g}) batch.release(q);
+  // A cached prefix is for the CFG pair only (a single-row prefill runs prefix and text as one).
+  std::vector<uint8_t> kv(p0);
+  EXPECT_THROW(t3.prefill_cached(v0, text[0], 0.f, kv.data(), nullptr), Error);
+  EXPECT_THROW(t3.prefill_cached(v0, text[0], 0.5f, nullptr, nullptr), Error);
+  EXPECT_EQ(batch.n_idle_prefixes(), T3MtlBatch::kIdlePrefixes);
+}
 
 TEST_F(T3MtlBatchTest, ErrorsAndCancel) {
   MtlLoadParams lp;

@@ -217,6 +217,37 @@ void T3Llama::copy_sequence(int64_t src, int64_t dst) {
   });
 }
 
+size_t T3Llama::prefix_bytes(int64_t rows) const {
+  return size_t(2 * c_.n_layer) * size_t(c_.n_kv_head) * size_t(rows) * dtype_row_bytes(kv_type_, c_.head_dim);
+}
+
+void T3Llama::save_prefix(int64_t rows, void* dst) const {
+  CBX_CHECK(rows >= 0 && rows <= n_past_, "t3 llama: save_prefix of %lld positions, %lld cached", (long long)rows,
+            (long long)n_past_);
+  const size_t bytes = size_t(rows) * dtype_row_bytes(kv_type_, c_.head_dim);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  for (int l = 0; l < c_.n_layer; ++l)
+    for (const Tensor* t : {&k_cache_[size_t(l)], &v_cache_[size_t(l)]})
+      for (int64_t h = 0; h < c_.n_kv_head; ++h, out += bytes)
+        std::memcpy(out, static_cast<const uint8_t*>(t->data) + h * t->stride[0], bytes);
+}
+
+void T3Llama::load_prefix(int64_t rows, const void* src, int64_t n_seq) {
+  CBX_CHECK(rows >= 0 && rows <= max_tokens_ && n_seq >= 1 && n_seq <= n_rows_,
+            "t3 llama: load_prefix of %lld positions into %lld sequences (at most %lld positions, %lld sequences)",
+            (long long)rows, (long long)n_seq, (long long)max_tokens_, (long long)n_rows_);
+  back_kv(rows);
+  const int64_t Hkv = c_.n_kv_head;
+  const size_t bytes = size_t(rows) * dtype_row_bytes(kv_type_, c_.head_dim);
+  const uint8_t* in = static_cast<const uint8_t*>(src);
+  for (int l = 0; l < c_.n_layer; ++l)
+    for (const Tensor* t : {&k_cache_[size_t(l)], &v_cache_[size_t(l)]})
+      for (int64_t h = 0; h < Hkv; ++h, in += bytes)
+        for (int64_t b = 0; b < n_seq; ++b)
+          std::memcpy(static_cast<uint8_t*>(t->data) + (b * Hkv + h) * t->stride[0], in, bytes);
+  n_past_ = rows;
+}
+
 void T3Llama::back_kv(int64_t upto) {
   if (upto <= kv_backed_ || !kv_populate_) return;
   const int64_t end = std::min(max_ctx_, upto + kKvBackAhead);

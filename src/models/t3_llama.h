@@ -95,6 +95,13 @@ class T3Llama {
   // (a prefix both sequences share is computed once: forward(prefix, 1), copy, then forward of
   // both sequences' remaining tokens with B = 2).
   void copy_sequence(int64_t src, int64_t dst);
+  // The keys/values of positions [0, rows) of sequence 0 (a conditioning prefix several decodes
+  // share), layer-major, K then V, [H_kv][rows][D] in the cache type: prefix_bytes(rows) bytes.
+  // load_prefix writes them to sequences [0, n_seq) and sets n_past() = rows: a forward then
+  // continues after them exactly as after the forward that computed them.
+  size_t prefix_bytes(int64_t rows) const;
+  void save_prefix(int64_t rows, void* dst) const;
+  void load_prefix(int64_t rows, const void* src, int64_t n_seq);
   void set_capture(T3Capture fn) { capture_ = std::move(fn); }
   // One-token calls (T == 1) take the fused decode path unless this is off or a capture is set
   // (the op-by-op path reports every named intermediate); both give the same logits.

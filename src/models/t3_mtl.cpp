@@ -64,8 +64,13 @@ struct T3Mtl::Impl {
   int64_t encode_cond(const T3MtlCond& cond, Tensor dst_rows);
   void embed_rows(const Tensor& table, const int32_t* id, int64_t n, const Tensor& pos_table, int64_t pos0, Tensor dst,
                   bool zero_tokens);
+  // Checks the conditioning prompt tokens; returns their count.
+  int64_t check_prompt(const T3MtlCond& cond) const;
   // Checks the inputs, then runs generate's prefill of B rows (1 or 2); returns the logits.
-  Tensor prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, int64_t B, int64_t* prompt_len);
+  // prefix_kv (B = 2 only): the conditioning prefix's keys/values (T3Llama::save_prefix),
+  // loaded instead of computed.
+  Tensor prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, int64_t B, int64_t* prompt_len,
+                 const void* prefix_kv = nullptr);
 };
 
 T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const T3MtlLoadParams& lp) : cfg(c), pool(p) {
@@ -146,7 +151,7 @@ void T3Mtl::Impl::embed_rows(const Tensor& table, const int32_t* id, int64_t n, 
   add(pool, dst, pe, dst);
 }
 
-int64_t T3Mtl::Impl::encode_cond(const T3MtlCond& cond, Tensor dst_rows) {
+int64_t T3Mtl::Impl::check_prompt(const T3MtlCond& cond) const {
   const T3Config& t = cfg.t3;
   const int64_t P = int64_t(cond.cond_prompt_tokens.size());
   CBX_CHECK(P <= max_prompt, "t3 mtl: %lld conditioning prompt tokens (at most %lld)", (long long)P,
@@ -156,6 +161,11 @@ int64_t T3Mtl::Impl::encode_cond(const T3MtlCond& cond, Tensor dst_rows) {
     CBX_CHECK(v >= 0 && v < t.speech_vocab, "t3 mtl: conditioning prompt token %d at %lld outside 0..%d", v,
               (long long)i, t.speech_vocab - 1);
   }
+  return P;
+}
+
+int64_t T3Mtl::Impl::encode_cond(const T3MtlCond& cond, Tensor dst_rows) {
+  const int64_t P = check_prompt(cond);
   const int64_t n = cond_enc->n_tokens(P);
   Tensor rows = slice(dst_rows, 0, 0, n);
   // The prompt embeddings go in the rows after the cond tokens (free until the text is written).
@@ -169,7 +179,7 @@ int64_t T3Mtl::Impl::encode_cond(const T3MtlCond& cond, Tensor dst_rows) {
 }
 
 Tensor T3Mtl::Impl::prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, int64_t B,
-                            int64_t* prompt_len) {
+                            int64_t* prompt_len, const void* prefix_kv) {
   Impl& m = *this;
   const T3Config& t = m.cfg.t3;
   CBX_CHECK(int64_t(cond.speaker_emb.size()) == t.speaker_embed_size,
@@ -185,7 +195,8 @@ Tensor T3Mtl::Impl::prefill(const T3MtlCond& cond, const std::vector<int32_t>& t
   // run once (sequence 0) and copied to sequence 1's cache. Rows of m.prompt: [0, n_cond) the
   // prefix, then sequence 0's L2 = Lt + 4 remaining tokens, then sequence 1's (sequence-major,
   // as the second forward call takes them).
-  const int64_t n_cond = m.encode_cond(cond, m.prompt);
+  CBX_CHECK(!prefix_kv || B == 2, "t3 mtl: a cached conditioning prefix needs the CFG pair (cfg_weight > 0)");
+  const int64_t n_cond = prefix_kv ? m.cond_enc->n_tokens(m.check_prompt(cond)) : m.encode_cond(cond, m.prompt);
   const int64_t L2 = Lt + 2 + 2, T = n_cond + L2;
   *prompt_len = T;
   {
@@ -206,8 +217,12 @@ Tensor T3Mtl::Impl::prefill(const T3MtlCond& cond, const std::vector<int32_t>& t
   }
   m.llama->reset();
   if (B == 1) return m.llama->forward(slice(m.prompt, 0, 0, T), 1);
-  m.llama->forward(slice(m.prompt, 0, 0, n_cond), 1);
-  m.llama->copy_sequence(0, 1);
+  if (prefix_kv) {
+    m.llama->load_prefix(n_cond, prefix_kv, 2);
+  } else {
+    m.llama->forward(slice(m.prompt, 0, 0, n_cond), 1);
+    m.llama->copy_sequence(0, 1);
+  }
   return m.llama->forward(slice(m.prompt, 0, n_cond, 2 * L2), 2);
 }
 
@@ -229,6 +244,16 @@ Tensor T3Mtl::prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_to
   if (prompt_len) *prompt_len = T;
   return lg;
 }
+Tensor T3Mtl::prefill_cached(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, float cfg_weight,
+                             const void* prefix_kv, int64_t* prompt_len) {
+  CBX_CHECK(prefix_kv, "t3 mtl: prefill_cached without a prefix");
+  int64_t T = 0;
+  Tensor lg = impl_->prefill(cond, text_tokens, cfg_weight > 0.f ? 2 : 1, &T, prefix_kv);
+  if (prompt_len) *prompt_len = T;
+  return lg;
+}
+int64_t T3Mtl::cond_len(const T3MtlCond& cond) const { return impl_->cond_enc->n_tokens(impl_->check_prompt(cond)); }
+int64_t T3Mtl::max_cond_len() const { return impl_->max_cond; }
 T3Llama& T3Mtl::backbone() { return *impl_->llama; }
 const Tensor& T3Mtl::speech_emb_table() const { return impl_->speech_emb; }
 const Tensor& T3Mtl::speech_pos_table() const { return impl_->speech_pos; }

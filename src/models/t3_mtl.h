@@ -117,6 +117,16 @@ class T3Mtl {
   // until the backbone's next call); their keys/values are left in backbone() sequences 0
   // (cond) and 1 (uncond), positions [0, *prompt_len).
   Tensor prefill(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, float cfg_weight, int64_t* prompt_len);
+  // prefill for a CFG pair (cfg_weight > 0) with the conditioning prefix's keys/values taken
+  // from prefix_kv instead of computed: T3Llama::save_prefix's copy of cond_len(cond) positions
+  // that an earlier prefill of the same cond with cfg_weight > 0 left in sequence 0. The same
+  // checks, logits and caches as prefill (which runs the prefix as one forward and copies it to
+  // the uncond sequence); the conditioning encoder and the prefix forward are skipped.
+  Tensor prefill_cached(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, float cfg_weight,
+                        const void* prefix_kv, int64_t* prompt_len);
+  // Conditioning positions (the prefix) for cond, and the most any cond gives.
+  int64_t cond_len(const T3MtlCond& cond) const;
+  int64_t max_cond_len() const;
   T3Llama& backbone();
   // speech_emb and speech_pos_emb tables: a fed-back token k is speech_emb[tok] +
   // speech_pos_emb[k + 1] (get_rows, then add).

@@ -27,7 +27,9 @@ T3MtlBatch::T3MtlBatch(T3Mtl& t3, ThreadPool& pool, int max_batch)
   n_layer_ = c_.n_layer;
   n_kv_head_ = Hkv;
   max_ctx_ = llama_.max_ctx();
-  head_bytes_ = size_t(max_ctx_) * dtype_row_bytes(llama_.kv_type(), D);
+  // The backbone holds the longest conditioning, the longest text and max_new positions.
+  slot_rows_ = max_ctx_ - t3.max_cond_len();
+  head_bytes_ = size_t(slot_rows_) * dtype_row_bytes(llama_.kv_type(), D);
   head_bytes_ = (head_bytes_ + 63) / 64 * 64;
   slot_bytes_ = size_t(2 * max_batch) * row_slot_bytes();
   slots_.reset(new uint8_t[slot_bytes_]);  // not touched here: pages become resident as rows are written
@@ -69,7 +71,8 @@ T3MtlBatch::T3MtlBatch(T3Mtl& t3, ThreadPool& pool, int max_batch)
   row_req_.reserve(size_t(R));
   row_seq_.reserve(size_t(R));
   row_pos_.reserve(size_t(R));
-  kv_views_.resize(size_t(R) * size_t(n_layer_) * 2);
+  kv_views_.resize(size_t(R) * size_t(n_layer_) * 4);
+  prefixes_.reserve(size_t(max_batch) + kIdlePrefixes + 1);
 }
 
 uint8_t* T3MtlBatch::slot_head(int s, int l, int kv, int64_t h) const {
@@ -101,6 +104,81 @@ int T3MtlBatch::n_decoding() const {
   return n;
 }
 
+bool T3MtlBatch::prefix_reused(int req) const {
+  check_req(req);
+  return reqs_[size_t(req)].prefix_reused;
+}
+size_t T3MtlBatch::n_idle_prefixes() const {
+  size_t n = 0;
+  for (const auto& p : prefixes_) n += p.use_count() == 1;
+  return n;
+}
+size_t T3MtlBatch::prefix_bytes() const {
+  size_t n = 0;
+  for (const auto& p : prefixes_) n += p->kv.size();
+  return n;
+}
+
+namespace {
+bool same_cond(const std::vector<float>& speaker, const std::vector<int32_t>& prompt, float exaggeration,
+               const T3MtlCond& c) {
+  return speaker.size() == c.speaker_emb.size() && prompt.size() == c.cond_prompt_tokens.size() &&
+         std::memcmp(&exaggeration, &c.exaggeration, 4) == 0 &&
+         std::memcmp(speaker.data(), c.speaker_emb.data(), speaker.size() * 4) == 0 &&
+         (prompt.empty() || std::memcmp(prompt.data(), c.cond_prompt_tokens.data(), prompt.size() * 4) == 0);
+}
+}  // namespace
+
+std::shared_ptr<const T3MtlBatch::Prefix> T3MtlBatch::find_prefix(const T3MtlCond& cond, int64_t n_rows) {
+  for (size_t i = 0; i < prefixes_.size(); ++i) {
+    const Prefix& p = *prefixes_[i];
+    if (p.n_rows != n_rows || !same_cond(p.speaker, p.prompt, p.exaggeration, cond)) continue;
+    std::shared_ptr<const Prefix> q = prefixes_[i];
+    prefixes_.erase(prefixes_.begin() + std::ptrdiff_t(i));
+    prefixes_.push_back(q);  // most recently used last
+    return q;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const T3MtlBatch::Prefix> T3MtlBatch::keep_prefix(const T3MtlCond& cond, int64_t n_rows, int64_t rows) {
+  auto p = std::make_shared<Prefix>();
+  p->kv.resize(llama_.prefix_bytes(rows));
+  llama_.save_prefix(rows, p->kv.data());
+  // A single-row prefill computes the prefix together with the text: share a held copy only
+  // when this one has the same bytes.
+  for (size_t i = 0; i < prefixes_.size(); ++i) {
+    const Prefix& q = *prefixes_[i];
+    if (q.n_rows == n_rows && q.rows == rows && q.kv == p->kv && same_cond(q.speaker, q.prompt, q.exaggeration, cond)) {
+      std::shared_ptr<const Prefix> r = prefixes_[i];
+      prefixes_.erase(prefixes_.begin() + std::ptrdiff_t(i));
+      prefixes_.push_back(r);
+      return r;
+    }
+  }
+  p->speaker = cond.speaker_emb;
+  p->prompt = cond.cond_prompt_tokens;
+  p->exaggeration = cond.exaggeration;
+  p->n_rows = n_rows;
+  p->rows = rows;
+  prefixes_.push_back(p);
+  trim_idle_prefixes();
+  return p;
+}
+
+void T3MtlBatch::trim_idle_prefixes() {
+  // Drop the oldest prefixes no request uses beyond kIdlePrefixes (the list is oldest first).
+  size_t idle = n_idle_prefixes();
+  for (size_t i = 0; i < prefixes_.size() && idle > kIdlePrefixes;) {
+    if (prefixes_[i].use_count() == 1) {
+      prefixes_.erase(prefixes_.begin() + std::ptrdiff_t(i));
+      --idle;
+    } else {
+      ++i;
+    }
+  }
+}
+
 int T3MtlBatch::start(const T3MtlCond& cond, const std::vector<int32_t>& text_tokens, const T3MtlSampling& s,
                       int64_t max_new, bool ignore_eos) {
   if (max_new < 0) max_new = t3_.max_new_tokens();
@@ -117,7 +195,10 @@ int T3MtlBatch::start(const T3MtlCond& cond, const std::vector<int32_t>& text_to
   auto sampler = std::make_unique<MtlSampler>(int32_t(c_.speech_vocab), sp);
   const int64_t B = s.cfg_weight > 0.f ? 2 : 1;
   int64_t T = 0;
-  const Tensor logits = t3_.prefill(cond, text_tokens, s.cfg_weight, &T);
+  std::shared_ptr<const Prefix> prefix = find_prefix(cond, B);
+  const bool reused = prefix != nullptr && B == 2;
+  const Tensor logits = reused ? t3_.prefill_cached(cond, text_tokens, s.cfg_weight, prefix->kv.data(), &T)
+                               : t3_.prefill(cond, text_tokens, s.cfg_weight, &T);
   const float* c = logits.ptr<float>();
   const float* u = B == 2 ? c + c_.speech_vocab : nullptr;
   const int32_t bos = c_.start_speech_token;
@@ -125,7 +206,15 @@ int T3MtlBatch::start(const T3MtlCond& cond, const std::vector<int32_t>& text_to
   const int32_t tok = any ? sampler->pick() : -1;
   CBX_CHECK(tok >= 0, "t3 mtl: every processed logit is -inf at step 0 (non-finite logits?)");
 
-  // The rows' keys/values, backbone positions [0, T) of sequence b -> request slot 2q + b.
+  const int64_t P = t3_.cond_len(cond);
+  CBX_CHECK(T > P && T - P <= slot_rows_, "t3 mtl batch: prompt of %lld positions, prefix %lld, slot %lld",
+            (long long)T, (long long)P, (long long)slot_rows_);
+  if (!reused) prefix = keep_prefix(cond, B, P);
+  CBX_CHECK(prefix->rows == P, "t3 mtl batch: held prefix of %lld positions, the conditioning has %lld",
+            (long long)prefix->rows, (long long)P);
+
+  // The rows' text + BOS keys/values, backbone positions [P, T) of sequence b -> request slot
+  // 2q + b (the prefix positions [0, P) are the shared copy's).
   const size_t rb = dtype_row_bytes(llama_.kv_type(), c_.head_dim);
   for (int64_t b = 0; b < B; ++b)
     for (int l = 0; l < n_layer_; ++l)
@@ -133,9 +222,12 @@ int T3MtlBatch::start(const T3MtlCond& cond, const std::vector<int32_t>& text_to
         const Tensor& cache = kv ? llama_.v_cache(l) : llama_.k_cache(l);
         for (int64_t h = 0; h < n_kv_head_; ++h)
           std::memcpy(slot_head(2 * q + int(b), l, kv, h),
-                      static_cast<const uint8_t*>(cache.data) + (b * n_kv_head_ + h) * cache.stride[0], size_t(T) * rb);
+                      static_cast<const uint8_t*>(cache.data) + (b * n_kv_head_ + h) * cache.stride[0] + P * rb,
+                      size_t(T - P) * rb);
       }
   r.active = true;
+  r.prefix = std::move(prefix);
+  r.prefix_reused = reused;
   r.ignore_eos = ignore_eos;
   r.n_rows = B;
   r.sampler = std::move(sampler);
@@ -164,6 +256,8 @@ void T3MtlBatch::release(int req) {
   Req& r = reqs_[size_t(req)];
   r.active = r.finished = false;
   r.sampler.reset();
+  r.prefix.reset();
+  trim_idle_prefixes();
 }
 
 T3MtlStats T3MtlBatch::stats(int req) const {
@@ -271,34 +365,80 @@ void T3MtlBatch::decode(int nr) {
       cs[half + i] = std::sin(a);
     }
   }
-  // Per row: q / out views [H, 1, D] and K / V views [H_kv, pos + 1, D] of its slot per layer.
+  // Per row: q / out views [H, 1, D], its prefix (the shared copy, [layer][K, V][H_kv][P][D])
+  // and K / V views per layer of the prefix [H_kv, P, D] and of its slot [H_kv, pos + 1 - P, D].
   struct View {
     Tensor q, o;
+    const Prefix* prefix = nullptr;
   };
   View views[128];  // 2 * max_batch rows
   const int64_t hsd[3] = {H, 1, D}, hst[3] = {D * 4, H * D * 4, 4};
   const Tensor slots = make_tensor(kvt, {int64_t(slot_bytes_ / es)}, slots_.get(), slot_bytes_);
   const int64_t kv_st[3] = {int64_t(head_bytes_), int64_t(rb), int64_t(es)};
   for (int b = 0; b < nr; ++b) {
-    views[b].q = make_view(q_, 3, hsd, hst, size_t(b) * size_t(H * D) * 4);
-    views[b].o = make_view(att_, 3, hsd, hst, size_t(b) * size_t(H * D) * 4);
+    View& v = views[b];
+    v.q = make_view(q_, 3, hsd, hst, size_t(b) * size_t(H * D) * 4);
+    v.o = make_view(att_, 3, hsd, hst, size_t(b) * size_t(H * D) * 4);
+    v.prefix = reqs_[size_t(row_req_[size_t(b)])].prefix.get();
+    const int64_t P = v.prefix->rows, own = row_pos_[size_t(b)] + 1 - P;
+    CBX_CHECK(own >= 1 && own <= slot_rows_, "t3 mtl batch: row %d at position %lld, prefix %lld, slot %lld", b,
+              (long long)row_pos_[size_t(b)], (long long)P, (long long)slot_rows_);
     const int s = 2 * row_req_[size_t(b)] + row_seq_[size_t(b)];
-    const int64_t shape[3] = {Hkv, row_pos_[size_t(b)] + 1, D};
+    const Tensor pre = make_tensor(kvt, {int64_t(v.prefix->kv.size() / es)}, const_cast<uint8_t*>(v.prefix->kv.data()),
+                                   v.prefix->kv.size());
+    const int64_t pshape[3] = {Hkv, P, D}, pst[3] = {int64_t(size_t(P) * rb), int64_t(rb), int64_t(es)};
+    const int64_t oshape[3] = {Hkv, own, D};
     for (int l = 0; l < n_layer_; ++l)
-      for (int kv = 0; kv < 2; ++kv)
-        kv_views_[(size_t(b) * size_t(n_layer_) + size_t(l)) * 2 + size_t(kv)] =
-            make_view(slots, 3, shape, kv_st, slot_head(s, l, kv, 0) - slots_.get());
+      for (int kv = 0; kv < 2; ++kv) {
+        Tensor* t = &kv_views_[(size_t(b) * size_t(n_layer_) + size_t(l)) * 4 + size_t(kv) * 2];
+        t[0] = make_view(pre, 3, pshape, pst, int64_t((size_t(l) * 2 + size_t(kv)) * size_t(Hkv) * size_t(P) * rb));
+        t[1] = make_view(slots, 3, oshape, kv_st, slot_head(s, l, kv, 0) - slots_.get());
+      }
   }
-  auto kvv = [&](int b, int l, int kv) -> const Tensor& {
-    return kv_views_[(size_t(b) * size_t(n_layer_) + size_t(l)) * 2 + size_t(kv)];
+  // [b][l][K prefix, K own, V prefix, V own]
+  auto kvv = [&](int b, int l, int i) -> const Tensor& {
+    return kv_views_[(size_t(b) * size_t(n_layer_) + size_t(l)) * 4 + size_t(i)];
   };
   AttentionParams ap;
   ap.causal = true;
-  // Nothing may throw inside the run: check every row's attention call here on an empty head
+  // Rows grouped by prefix (one buffer, one length), at most kAttnSplitMaxQueries a group: a
+  // group's rows go through attention together, each prefix row read once per head for all of
+  // them. Group g is rows order[gs[g] .. gs[g + 1]).
+  int order[128], gs[129], ng = 0;
+  {
+    bool taken[128] = {};
+    int at = 0;
+    for (int b = 0; b < nr; ++b) {
+      if (taken[b]) continue;
+      gs[ng++] = at;
+      int in_group = 0;
+      for (int c = b; c < nr; ++c) {
+        if (taken[c] || views[c].prefix != views[b].prefix) continue;
+        if (in_group == kAttnSplitMaxQueries) {
+          gs[ng++] = at;
+          in_group = 0;
+        }
+        taken[c] = true;
+        order[at++] = c;
+        ++in_group;
+      }
+    }
+    gs[ng] = at;
+  }
+  // One group's queries at layer l (q / out views, own K / V, causal end per row).
+  auto group_queries = [&](int g, int l, AttnSplitQuery* qa) {
+    for (int i = gs[g]; i < gs[g + 1]; ++i) {
+      const int b = order[i];
+      qa[i - gs[g]] = AttnSplitQuery{&views[b].q, &kvv(b, l, 1), &kvv(b, l, 3), &views[b].o, row_pos_[size_t(b)]};
+    }
+  };
+  // Nothing may throw inside the run: check every group's attention call here on an empty head
   // range (every layer's views have the same shapes and strides).
-  for (int b = 0; b < nr; ++b) {
-    ap.q_offset = row_pos_[size_t(b)];
-    attention_part(0, 1, views[b].q, kvv(b, 0, 0), kvv(b, 0, 1), Tensor{}, views[b].o, ap, 0, 0);
+  for (int g = 0; g < ng; ++g) {
+    AttnSplitQuery qa[kAttnSplitMaxQueries];
+    group_queries(g, 0, qa);
+    const int b0 = order[gs[g]];
+    attention_part_split_multi(0, 1, kvv(b0, 0, 0), kvv(b0, 0, 2), qa, gs[g + 1] - gs[g], ap, 0, 0);
   }
 
   const int nt = pool_.size();
@@ -352,7 +492,7 @@ void T3MtlBatch::decode(int nr) {
         const float* cs = rope + b * D;
         const float* sn = cs + half;
         const int s = 2 * row_req_[size_t(b)] + row_seq_[size_t(b)];
-        const size_t at = size_t(row_pos_[size_t(b)]) * rb;
+        const size_t at = size_t(row_pos_[size_t(b)] - views[b].prefix->rows) * rb;
         for (int64_t hh = g0 * group; hh < g1 * group; ++hh) row_rope(qr + b * H * D + hh * D, half, cs, sn);
         for (int64_t hk = g0; hk < g1; ++hk) {
           float* kh = kr + b * Hkv * D + hk * D;
@@ -362,10 +502,12 @@ void T3MtlBatch::decode(int nr) {
         }
       }
       if (g1 > g0)
-        for (int b = 0; b < nr; ++b) {
-          AttentionParams p = ap;
-          p.q_offset = row_pos_[size_t(b)];
-          attention_part(0, 1, views[b].q, kvv(b, l, 0), kvv(b, l, 1), Tensor{}, views[b].o, p, g0 * group, g1 * group);
+        for (int g = 0; g < ng; ++g) {
+          AttnSplitQuery qa[kAttnSplitMaxQueries];
+          group_queries(g, l, qa);
+          const int b0 = order[gs[g]];
+          attention_part_split_multi(0, 1, kvv(b0, l, 0), kvv(b0, l, 2), qa, gs[g + 1] - gs[g], ap, g0 * group,
+                                     g1 * group);
         }
       pool_.barrier();
       // x += o_proj(att)
