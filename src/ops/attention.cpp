@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "kernels/nn.h"
 #include "ops/nn_util.h"
@@ -175,6 +176,9 @@ Setup setup_split(const char* op, const Tensor& q, const Tensor& k0, const Tenso
 }  // namespace
 
 size_t attention_scratch_bytes(int64_t Hkv, int64_t Tk, int64_t D) {
+  // Only the SIMD kernels take the K^T copies: none on a CPU whose best ISA is the generic one
+  // (e.g. aarch64); otherwise planned for them, whichever ISA runs.
+  if (detected_isa() == Isa::Generic) return 0;
   const int64_t kt_rs = (Tk + kAttnKeyTile - 1) / kAttnKeyTile * kAttnKeyTile;
   return size_t(Hkv * D * kt_rs) * 4;
 }
