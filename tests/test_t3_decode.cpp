@@ -296,7 +296,8 @@ TEST(T3Decode, RowPrefillMatchesOneRowCalls) {
 // rows that fills the cache to max_ctx (the largest activations, GEMM and attention
 // scratch at once) stays inside it, and the plan leaves no more room than the ops' own
 // scratch estimates keep: matmul_scratch_bytes answers for the widest ISA the CPU has,
-// + 128 bytes, so under a forced narrower ISA only "fits, within half" is checked.
+// + 128 bytes (a generic-only CPU's one-row matvec takes a little less: 320 spare bytes on
+// aarch64, hence 512), so under a forced narrower ISA only "fits, within half" is checked.
 TEST(T3Decode, ArenaFitsMaxSizes) {
   const bool native = active_isa() == detected_isa();
   const T3Config c = tiny_config();
@@ -322,7 +323,7 @@ TEST(T3Decode, ArenaFitsMaxSizes) {
         const std::string what = std::string(dtype_name(mt)) + " row_prefill_max " + std::to_string(row_max) +
                                  " threads " + std::to_string(threads);
         EXPECT_LE(m.arena_high_water(), m.arena_bytes()) << what;
-        EXPECT_LE(m.arena_bytes() - m.arena_high_water(), native ? size_t(256) : m.arena_bytes() / 2) << what;
+        EXPECT_LE(m.arena_bytes() - m.arena_high_water(), native ? size_t(512) : m.arena_bytes() / 2) << what;
       }
   }
 }
