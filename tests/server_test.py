@@ -469,13 +469,17 @@ def main():
     st, _, data = srv2.speech({"input": "Hello.", "response_format": "pcm", "stream_format": "sse", "seed": 5}, good)
     deltas = [e for e in sse_events(data) if e["type"] == "speech.audio.delta"]
     check(st == 200 and len(deltas) >= 2, f"--max-batch 1: a one-chunk request came in {len(deltas)} piece(s)")
-    # A: running (no --max-tokens here: the tiny model's chunks run to the model's 1000 tokens);
-    # B: queued; C: refused with 429 + Retry-After.
+    # A: running (no --max-tokens here: the tiny model's chunks run to the model's 1000 tokens, and
+    # 30 of them keep it running long after B and C; SIGTERM cancels it); B: queued; C: refused with
+    # 429 + Retry-After. The previous request's task may still be counted as active for a moment
+    # after its response ended: wait for it to leave first, and for A to have left the queue.
+    srv2.wait_metric("chatterbox_active_requests", 0)
     a = socket.create_connection((HOST, srv2.port), timeout=120)
-    body = json.dumps({"input": LONG, "response_format": "pcm"}).encode()
+    body = json.dumps({"input": " ".join([LONG] * 3), "response_format": "pcm"}).encode()
     a.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n"
               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     srv2.wait_metric("chatterbox_active_requests", 1)
+    srv2.wait_metric("chatterbox_queue_depth", 0)
     b_result = []
     bt = threading.Thread(target=lambda: b_result.append(srv2.speech({"input": TEXT, "response_format": "pcm"}, good)))
     bt.start()
