@@ -66,10 +66,12 @@ int run_attention(int argc, char** argv) {
     else if (a == "--clock")
       g_cpu = std::string(next()) == "cpu";
     else {
-      std::fprintf(stderr,
+      const bool help = a == "--help" || a == "-h";
+      if (!help) std::fprintf(stderr, "chatterbox-bench attention: unknown option '%s'\n", a.c_str());
+      std::fprintf(help ? stdout : stderr,
                    "usage: chatterbox-bench attention [--t T] [--tk TK] [--batch B] [--heads H] [--dim D] "
                    "[--threads N] [--reps R] [--clock wall|cpu]\n");
-      return a == "--help" || a == "-h" ? 0 : 1;
+      return help ? 0 : 1;
     }
   }
   if (Tk < 0 || Tk > T) Tk = T;

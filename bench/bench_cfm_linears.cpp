@@ -101,10 +101,12 @@ int run_cfm_linears(int argc, char** argv) {
            : s == "q4_0" ? DType::Q4_0
                          : (fail("cfm-linears: --type %s is not f32, f16, q8_0, q4_0", s.c_str()), DType::F32);
     } else {
-      std::fprintf(stderr,
+      const bool help = a == "--help" || a == "-h";
+      if (!help) std::fprintf(stderr, "chatterbox-bench cfm-linears: unknown option '%s'\n", a.c_str());
+      std::fprintf(help ? stdout : stderr,
                    "usage: chatterbox-bench cfm-linears [--t T] [--batch B] [--type f16|q8_0|q4_0|f32] "
                    "[--threads N] [--reps R] [--clock wall|cpu] [--gemm f32|bf16|int8]\n");
-      return 2;
+      return help ? 0 : 2;
     }
   }
   CBX_CHECK(T >= 1 && B >= 1 && reps >= 1 && g_threads >= 1, "cfm-linears: bad --t / --batch / --reps / --threads");

@@ -154,8 +154,11 @@ int run_kernels(int argc, char** argv) {
     else if (a == "--clock")
       g_cpu_clock = std::string(next()) == "cpu";
     else {
-      std::fprintf(stderr, "usage: chatterbox-bench kernels [--threads N] [--reps R] [--mb MB] [--clock wall|cpu]\n");
-      return a == "--help" || a == "-h" ? 0 : 1;
+      const bool help = a == "--help" || a == "-h";
+      if (!help) std::fprintf(stderr, "chatterbox-bench kernels: unknown option '%s'\n", a.c_str());
+      std::fprintf(help ? stdout : stderr,
+                   "usage: chatterbox-bench kernels [--threads N] [--reps R] [--mb MB] [--clock wall|cpu]\n");
+      return help ? 0 : 1;
     }
   }
   std::printf("kernels isa=%s reps=%d working_set_mb=%zu clock=%s\n", isa_name(active_isa()), reps, mb,

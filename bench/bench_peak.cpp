@@ -85,8 +85,10 @@ int run_peak(int argc, char** argv) {
     if (a == "--reps" && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: chatterbox-bench peak [--reps R]  (see bench/bench_peak.cpp)\n");
-      return a == "--help" || a == "-h" ? 0 : 1;
+      const bool help = a == "--help" || a == "-h";
+      if (!help) std::fprintf(stderr, "chatterbox-bench peak: unknown option '%s'\n", a.c_str());
+      std::fprintf(help ? stdout : stderr, "usage: chatterbox-bench peak [--reps R]  (see bench/bench_peak.cpp)\n");
+      return help ? 0 : 1;
     }
   }
 #if CBX_BENCH_X86

@@ -64,6 +64,11 @@ int run_t3(int argc, char** argv) {
   uint64_t seed = 1;
   bool ab = false, pack_planar = true;
   int row_prefill = -1;
+  const char* const usage =
+      "usage: chatterbox-bench t3 -m MODEL.gguf [--threads N (2)] [--steps S] [--prompt P] [--text N] [--kv-type "
+      "f16|f32]\n"
+      "                           [--mb MB] [--seed S] [--ab] [--no-pack] [--row-prefill N]\n"
+      "  T3 Turbo prefill ms and decode tokens/s vs stream read bandwidth  (see bench/bench_t3.cpp)\n";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -92,10 +97,13 @@ int run_t3(int argc, char** argv) {
       pack_planar = false;
     else if (a == "--row-prefill")
       row_prefill = std::atoi(next());
-    else
+    else if (a == "-h" || a == "--help") {
+      std::fputs(usage, stdout);
+      return 0;
+    } else
       fail("bench t3: unknown option '%s' (see bench/bench_t3.cpp)", a.c_str());
   }
-  CBX_CHECK(!model.empty(), "usage: chatterbox-bench t3 -m MODEL.gguf [--threads N] [--steps S] [--prompt P]");
+  CBX_CHECK(!model.empty(), "bench t3: -m MODEL.gguf is required\n%s", usage);
   CBX_CHECK(threads > 0 && steps > 0 && prompt >= 0 && text >= 0 && mb > 0, "bench t3: bad arguments");
 
   auto f = GgufFile::open(model);

@@ -48,6 +48,12 @@ int run_t3_batch(int argc, char** argv) {
   int threads = 2, steps = 100, prompt = -1, text = 30, rounds = 3;
   uint64_t seed = 1;
   bool mtl = false;
+  const char* const usage =
+      "usage: chatterbox-bench t3-batch -m MODEL.gguf [--batch 1,2,4,8] [--rounds R (3)] [--steps S (100)]\n"
+      "                                 [--prompt P (the voice's)] [--text N (30)] [--threads T (2)] [--seed S] "
+      "[--mtl]\n"
+      "  tokens/s summed over N requests decoding as rows of one batch, and the ratio to one row\n"
+      "  (--mtl: Multilingual CFG pairs)  (see bench/bench_t3_batch.cpp)\n";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -72,10 +78,13 @@ int run_t3_batch(int argc, char** argv) {
       seed = std::strtoull(next(), nullptr, 10);
     else if (a == "--mtl")
       mtl = true;
-    else
+    else if (a == "-h" || a == "--help") {
+      std::fputs(usage, stdout);
+      return 0;
+    } else
       fail("bench t3-batch: unknown option '%s' (see bench/bench_t3_batch.cpp)", a.c_str());
   }
-  CBX_CHECK(!model.empty(), "usage: chatterbox-bench t3-batch -m MODEL.gguf [--batch 1,2,4,8] [--steps S]");
+  CBX_CHECK(!model.empty(), "bench t3-batch: -m MODEL.gguf is required\n%s", usage);
   std::vector<int> ns;
   std::stringstream ss(sizes);
   for (std::string t; std::getline(ss, t, ',');) ns.push_back(std::atoi(t.c_str()));

@@ -99,4 +99,15 @@ expect_error "usage: chatterbox-bench peak" -- "$BENCH" peak --bogus
 expect_error "bench turbo" "--sample-every" -- "$BENCH" turbo -m "$T/turbo.gguf" --sample-every 0
 expect_error "bench mtl" "--sample-mb" -- "$BENCH" mtl -m "$T/mtl.gguf" --sample-mb -1
 expect_error "unknown option '--bogus'" -- "$BENCH" turbo -m "$T/turbo.gguf" --bogus
+# Every bench answers --help with its usage on stdout and exit status 0 (the list from the top-level help).
+benches=$("$BENCH" --help 2>&1 | awk '/^benches:/ {on = 1; next} on && NF {print $1}')
+[ "$(printf '%s\n' "$benches" | wc -l)" -ge 10 ] || fail "chatterbox-bench --help lists too few benches: $benches"
+for b in $benches; do
+  help=$("$BENCH" "$b" --help 2> "$T/help.err") || fail "bench $b --help: exit status $? ($(cat "$T/help.err"))"
+  case "$help" in
+    *"usage: chatterbox-bench $b"*) ;;
+    *) fail "bench $b --help printed no usage line: $help" ;;
+  esac
+done
+expect_error "-m MODEL.gguf is required" -- "$BENCH" t3-batch --batch 1
 echo "PASS"
