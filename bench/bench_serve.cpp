@@ -77,6 +77,7 @@ const char* kUsage =
     "usage: chatterbox-bench serve -m MODEL.gguf [--concurrency 1,2,4,8] [--rounds R (2)] [--tokens N (200)]\n"
     "                              [--max-batch B (8)] [--threads T (2)] [--seed S] [--text TEXT] [--voice V]\n"
     "                              [--server-bin PATH] [--request-timeout S (600)] [--load-timeout S (600)]\n"
+    "                              [--no-stream-synthesis (the server's flag: one S3Gen run per text chunk)]\n"
     "       chatterbox-bench serve --soak -m MODEL.gguf [--warmup N (100)] [--sequential N (500)] [--clients K (8)]\n"
     "                              [--per-client N (25)] [--tokens N (5)] [--max-batch B (4)] ...\n"
     "  (see bench/bench_serve.cpp)";
@@ -89,6 +90,7 @@ struct Args {
   uint64_t seed = 0;
   double request_timeout = 600, load_timeout = 600;
   bool soak = false;
+  bool no_stream_synthesis = false;  // passed on to the server
   int warmup = 100, sequential = 500, clients = 8, per_client = 25;
 };
 
@@ -126,6 +128,8 @@ Args parse_args(int argc, char** argv) {
       a.text = next(), text_given = true;
     else if (f == "--voice")
       a.voice = next();
+    else if (f == "--no-stream-synthesis")
+      a.no_stream_synthesis = true;
     else if (f == "--soak")
       a.soak = true;
     else if (f == "--rounds")
@@ -212,26 +216,27 @@ struct Server {
     CBX_CHECK(::mkdtemp(tmpl), "cannot create a temporary directory in /tmp");
     dir = tmpl;
     // --max-tokens counts the tokens after the prefill one: N tokens in all per chunk.
-    const std::vector<std::string> args{"serve",
-                                        "-m",
-                                        a.model,
-                                        "--host",
-                                        "127.0.0.1",
-                                        "--port",
-                                        "0",
-                                        "-t",
-                                        std::to_string(a.threads),
-                                        "--max-batch",
-                                        std::to_string(a.max_batch),
-                                        "--max-tokens",
-                                        std::to_string(a.tokens - 1),
-                                        "--max-queue",
-                                        std::to_string(max_queue(a)),
-                                        "--timeout",
-                                        std::to_string(int(std::ceil(a.request_timeout))),
-                                        "--grace",
-                                        "2",
-                                        "--no-ui"};
+    std::vector<std::string> args{"serve",
+                                  "-m",
+                                  a.model,
+                                  "--host",
+                                  "127.0.0.1",
+                                  "--port",
+                                  "0",
+                                  "-t",
+                                  std::to_string(a.threads),
+                                  "--max-batch",
+                                  std::to_string(a.max_batch),
+                                  "--max-tokens",
+                                  std::to_string(a.tokens - 1),
+                                  "--max-queue",
+                                  std::to_string(max_queue(a)),
+                                  "--timeout",
+                                  std::to_string(int(std::ceil(a.request_timeout))),
+                                  "--grace",
+                                  "2",
+                                  "--no-ui"};
+    if (a.no_stream_synthesis) args.push_back("--no-stream-synthesis");
     try {
       proc = std::make_unique<ServerProcess>(a.server_bin, args, dir + "/server.log");
       port = proc->wait_ready(a.load_timeout);
@@ -307,11 +312,11 @@ int run_throughput(const Args& a) {
   Server srv(a);
   std::printf(
       "# chatterbox-bench serve: model=%s server=%s threads=%d max_batch=%d tokens_limit=%d rounds=%d "
-      "(+1 warm-up) text_chars=%zu seed=%llu format=pcm; audio_s_per_s = audio seconds received / round "
+      "(+1 warm-up) text_chars=%zu seed=%llu format=pcm synthesis=%s; audio_s_per_s = audio seconds received / round "
       "wall time; t3_tok_s_total = speech tokens (GET /metrics) / round wall time (S3Gen, HiFT and HTTP "
       "included; decode-only time: engine_s_per_request)\n",
       a.model.c_str(), a.server_bin.c_str(), a.threads, a.max_batch, a.tokens, a.rounds, a.text.size(),
-      (unsigned long long)a.seed);
+      (unsigned long long)a.seed, a.no_stream_synthesis ? "per-chunk" : "streamed");
   std::fflush(stdout);
   double tok_s_1 = -1, tok_s_4 = -1, audio_1 = -1, audio_4 = -1;
   int total_failures = 0;
