@@ -9,10 +9,9 @@
 // transpose-and-add tree turns them into one vector of 16 block sums, the 16 weight
 // scales are gathered (f16, stride = block size) and one FMA applies d_w * d_x. With
 // several activation rows (up to 4 at a time) each group is loaded, unpacked and its
-// scales gathered once for all of them (results unchanged). Measured on the loaded 2-core
-// VM, 1 thread: the Multilingual Q4_0 CFG decode (2 rows) went from ~38.5 to ~35 ms per
-// step; an isolated kernel loop over 300 MB of weights is memory-bound (N = 2 ~1.05x N = 1)
-// and barely moved.
+// scales gathered once for all of them (results unchanged): the unpacking is then paid once
+// per weight group instead of once per row, which is what a CFG pair's decode (2 rows)
+// spends beyond the memory read.
 #include <immintrin.h>
 
 #include <cstring>

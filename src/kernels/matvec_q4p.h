@@ -17,8 +17,9 @@
 // block's integer sum in its own 32-bit lane: no horizontal reduction, 16 scales per
 // 32-byte load (the GGUF layouts, 18- and 34-byte blocks, need per-block inserts, a gather
 // of scales and a lane reduction per 16 blocks). Pairs, not rows: a two-row pass reading
-// two rows' quants and scales from four places a row apart streams from DRAM ~15-30% slower
-// on Zen 5 than the same work on one sequential stream (docs/benchmarks.md). Made at load
+// two rows' quants and scales from four places a row apart streams from DRAM slower than the
+// same work on one sequential stream (the hardware prefetchers follow fewer streams better;
+// docs/benchmarks.md). Made at load
 // time from GGUF rows (planar_pack_rows); the GGUF file and every other path keep the GGUF
 // layout.
 #pragma once
@@ -65,8 +66,8 @@ void q8_to_lane_in_place(void* row, int64_t k);
 // How the SIMD planar kernels walk rows [m0, m1) of a planar matrix (rows ws bytes apart,
 // pairs from even rows): first a prefetch (hint kHint) of the range's first pf bytes, which the
 // kernels' in-loop prefetch, pf bytes ahead, does not cover (the fused decode's claimed pieces
-// and per-head ranges start cold; bench t3 on Zen 4, 7 interleaved pairs: median 97.4 -> 102.6
-// tok/s); then one(m) for a lone row (an odd first row, a last row without its partner) and
+// and per-head ranges start cold, so without it their first pf bytes wait on DRAM); then one(m)
+// for a lone row (an odd first row, a last row without its partner) and
 // two(m) for each whole pair (m even).
 template <int kHint, class One, class Two>
 inline void planar_walk(const uint8_t* wb, size_t ws, int64_t m0, int64_t m1, int64_t pf, One&& one, Two&& two) {

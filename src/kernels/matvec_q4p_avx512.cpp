@@ -23,10 +23,9 @@ static_assert(prefetch_hint(PrefetchLevel::L1) == _MM_HINT_T0 && prefetch_hint(P
 // x, which the compiler may no longer fold into the instructions that use it as a memory
 // operand: a vector used twice (a q4p chunk's two nibble halves; an activation chunk against
 // the two rows of a pair) is then loaded once instead of once a use. GCC otherwise re-reads it
-// for every use, and those loads bounded the dot: single core, q4p 256 x 1024 in L2, Zen 5,
-// this file's N = 1 pair dot: 84 -> 104 GB/s with the high-nibble change below (a stand-alone
-// copy: 110 with the activations held, 114 with the weights too, 116 with both changes). The
-// T3 decode did not get faster on this host: from DRAM it is not bound by this arithmetic.
+// for every use, and with weights in cache those loads, not the arithmetic, bound the dot.
+// From DRAM the decode is bound by the stream read instead, so this matters where the
+// weights (or a slice of them) are cache-resident and where several rows share one read.
 inline __m512i in_register(__m512i x) {
   __asm__("" : "+v"(x));
   return x;
@@ -89,8 +88,8 @@ inline void load_act16(const int8_t* q, __m512i* a) {
 // activation chunk a[t]; v[4 ..] scaled by 2^kHighShift) plus init. Four chains of two
 // dpbusd, two over v[0 .. 3] and two over v[4 .. 7] (exact integers: any order gives the
 // same sums; the high ones, < 2^21 a lane, shift down exactly); the offset correction enters
-// as the first chain's start, not as a subtraction at the end. Single core, L2-resident q4p
-// weights, Zen 5: 44-47 -> 50.6 GB/s against two chains of four.
+// as the first chain's start, not as a subtraction at the end. Four short chains instead of
+// two long ones keep more dpbusd in flight: each chain waits on its previous result.
 template <int kHighShift>
 inline __m512i block_sums16(const __m512i* v, const __m512i* a, __m512i init) {
   const __m512i zero = _mm512_setzero_si512();
@@ -231,10 +230,10 @@ void dot_planar(const void* w, size_t ws, int64_t m0, int64_t m1, const void* ac
                 float* y, int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* ab = static_cast<const uint8_t*>(act);
-  // 9 KB ahead in the stream (512 q4p blocks). Measured with the earlier row-by-row q4p
-  // layout (bench t3, Turbo Q4_0, AMD Zen 4): 1 thread 65 -> 90 tok/s against 128 blocks, 2
-  // threads +8%; on the Intel Xeon with AMX 256-384 blocks gave +8% on T3 alone and no change
-  // in the pipeline. q8p keeps the distance in bytes.
+  // 9 KB ahead in the stream (512 q4p blocks): far enough that a line asked for arrives
+  // before the kernel reaches it at DRAM latency, near enough to stay in L2 with the other
+  // threads' streams (the distance was chosen with bench t3; docs/benchmarks.md). q8p keeps
+  // the distance in bytes.
   const int64_t pf = 512 * 18;
   planar_walk<kHint>(
       wb, ws, m0, m1, pf, [&](int64_t m) { dot_all_rows<F, kHint, 1>(wb, ws, m, ab, as, n_rows, k, pf, y, ldy); },

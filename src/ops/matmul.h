@@ -24,7 +24,8 @@
 //         parity tests run this way.
 //   BF16  x and the weights are rounded to bf16 (round to nearest even, relative error
 //         <= 2^-9 per element) in the packed panels; products are accumulated in f32, on
-//         AMX tiles (~3x the f32 GEMM) or, on AMD Zen 4 and later, vdpbf16ps (~2x).
+//         AMX tiles or, where AVX512-BF16 exists (e.g. AMD Zen 4 and later), vdpbf16ps:
+//         twice the multiply-adds an instruction of the f32 FMA, more on AMX.
 //         Every weight type is dequantized while packing. It runs only where such a kernel
 //         exists (kernels/matmul.h, matmul_bf16_gemm_avx512; the debugging switches
 //         CBX_DEBUG_NO_AMX, CBX_DEBUG_VDPBF16 of core/debug_env.h);

@@ -110,10 +110,11 @@ class RowLinear {
 // 0: every call of 2 or more rows takes the GEMM. Row kernels only when every weight is
 // Q8_0, Q4_0 or Q4_K. requested >= 0 is the caller's limit (0 or 1: always the GEMM); -1
 // picks it: kRowPrefillAutoRows, except where the bf16 GEMM runs on AMX tiles
-// (gemm_bf16_kind() "amx"), whose GEMM is ~3x the vdpbf16ps one and was not measured against
-// the row kernels: there the GEMM stays. The result is capped at max_rows. (Turbo's text +
-// BOS after a cached voice prefix, ~51 rows, ran 98-127 ms on the row kernels vs 144-229 ms on
-// the vdpbf16ps GEMM on Zen 4; 128 rows 282-307 vs 362-506 ms; ~400 rows even.)
+// (gemm_bf16_kind() "amx"), whose GEMM is several times the vdpbf16ps one and was not measured
+// against the row kernels: there the GEMM stays. The result is capped at max_rows. The row
+// kernels win for short prefills because they read each quantized weight once, as a decode
+// step does, where the GEMM dequantizes and packs every weight first; that fixed cost is
+// repaid only over a few hundred rows.
 inline constexpr int64_t kRowPrefillAutoRows = 64;
 int64_t row_prefill_max_rows(const std::vector<const Tensor*>& weights, int64_t requested, int64_t max_rows);
 // The rule itself, with the bf16 GEMM's kind given (for tests: the answer on a CPU with or
