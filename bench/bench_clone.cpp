@@ -136,8 +136,8 @@ int run_clone(int argc, char** argv) {
 
   // Each network alone: wall and CPU/threads.
   VoiceEncoder ve(*f, c, int64_t(ref16.size()));
-  CampPlus cp(*f, c, int64_t(s3_16.size()));
-  S3Tokenizer tok(*f, c, int64_t(std::max(n_t3, s3_16.size())));
+  CampPlus cp(*f, c, int64_t(s3_16.size()), pool.size());
+  S3Tokenizer tok(*f, c, int64_t(std::max(n_t3, s3_16.size())), pool.size());
   std::vector<double> w_ve, w_cp, w_t3, w_s3, c_ve, c_cp, c_t3, c_s3;
   auto timed = [&](std::vector<double>& w, std::vector<double>& cc, auto&& fn) {
     const double w0 = now_ms(), c0 = cpu_ms();

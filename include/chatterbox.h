@@ -120,7 +120,8 @@ typedef struct cbx_model cbx_model; /* opaque */
  * decreasing from one call to the next, and exactly 1 at the last call of a load that succeeds.
  * The load runs in stages (reading the GGUF, then packing the weights of T3, the flow encoder,
  * the CFM and HiFT; packing is most of the time), each reported when done with its share of the
- * weight bytes, so a load calls it a handful of times (at least twice). It is called on the
+ * weight bytes, so a load calls it a handful of times (at least twice); a quantized T3 also
+ * reports each matrix it packs, the longest part of such a load. It is called on the
  * thread that called cbx_model_load, never after cbx_model_load returns. Return nonzero to go on,
  * 0 to cancel the load: cbx_model_load then frees what it loaded and returns CBX_ERR_ABORTED,
  * and cbx_last_error() says the progress callback cancelled it. */

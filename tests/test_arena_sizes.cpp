@@ -1,12 +1,14 @@
 // Arenas planned with ArenaPlan (core/arena_plan.h) on real tiny checkpoints
 // (chatterbox-mkckpt --size tiny + convert, Multilingual with its CFG pair and Turbo with
-// meanflow): a stage run at its reserved maximum size stays inside its arena, and the arena
+// meanflow; the S3 tokenizer and CAMPPlus in both GEMM precisions): a stage run at its
+// reserved maximum size stays inside its arena, and the arena
 // holds at most Arena::reserve's rounding to 64 bytes more than that run's high-water mark
 // (256 where a GEMM's scratch is planned: matmul_scratch_bytes adds 128 and answers for the
 // widest ISA the CPU has).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -15,10 +17,13 @@
 #include "core/gguf.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "models/campplus.h"
 #include "models/cfm_estimator.h"
 #include "models/cfm_solver.h"
 #include "models/model_config.h"
+#include "models/s3_tokenizer.h"
 #include "models/t3_cond_encoder.h"
+#include "ops/matmul.h"
 
 namespace cbx {
 namespace {
@@ -90,11 +95,59 @@ void check_cond_encoder(const std::string& path, bool perceiver) {
   EXPECT_LE(enc.arena_bytes() - enc.arena_high_water(), size_t(256)) << path;
 }
 
+// A 16 kHz test wave: two tones and a slow envelope (any signal does; tokens are not checked).
+std::vector<float> test_wave(int64_t n) {
+  std::vector<float> w(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    w[size_t(i)] = 0.3f * std::sin(0.05f * float(i)) * std::sin(0.0007f * float(i)) + 0.1f * std::sin(0.31f * float(i));
+  return w;
+}
+
+// The S3 tokenizer at max_samples in both GEMM precisions (set_gemm_precision may switch after
+// the arena is sized, so it is planned for either); past 30 s (3000 mel frames) the largest
+// call is the whole clip's log-mel cut to 750 tokens.
+void check_s3tok(const std::string& path, int64_t max_samples, int64_t max_tokens) {
+  auto f = GgufFile::open(path);
+  const ModelConfig c = read_config(*f);
+  ThreadPool pool(2);
+  S3Tokenizer tok(*f, c, max_samples, pool.size());
+  const std::vector<float> wav = test_wave(max_samples);
+  for (GemmPrecision g : {GemmPrecision::F32, GemmPrecision::BF16}) {
+    tok.set_gemm_precision(g);
+    tok.tokenize(pool, wav.data(), max_samples, max_tokens);
+  }
+  EXPECT_LE(tok.arena_high_water(), tok.arena_bytes()) << path;
+  EXPECT_LE(tok.arena_bytes() - tok.arena_high_water(), size_t(256)) << path;
+}
+
+// CAMPPlus at max_samples under an F32 and a BF16 precision scope (the caller's scope picks
+// its convs' path): the arena and the per-thread arenas of the head's convs.
+void check_campplus(const std::string& path) {
+  auto f = GgufFile::open(path);
+  const ModelConfig c = read_config(*f);
+  ThreadPool pool(2);
+  const int64_t n = 16000 * 2 + 77;
+  CampPlus cam(*f, c, n, pool.size());
+  const std::vector<float> wav = test_wave(n);
+  for (GemmPrecision g : {GemmPrecision::F32, GemmPrecision::BF16}) {
+    GemmPrecisionScope scope(g);
+    cam.embed(pool, wav.data(), n);
+  }
+  EXPECT_LE(cam.arena_high_water(), cam.arena_bytes()) << path;
+  EXPECT_LT(cam.arena_bytes() - cam.arena_high_water(), size_t(64)) << path;
+  EXPECT_LE(cam.thread_scratch_high_water(), cam.thread_scratch_bytes()) << path;
+  EXPECT_LT(cam.thread_scratch_bytes() - cam.thread_scratch_high_water(), size_t(64)) << path;
+}
+
 TEST_F(ArenaSizes, CondEncoderMtl) { check_cond_encoder(g_dir + "/mtl.gguf", true); }
 TEST_F(ArenaSizes, CondEncoderTurbo) { check_cond_encoder(g_dir + "/turbo.gguf", false); }
 
 TEST_F(ArenaSizes, CfmSolverMtl) { check_cfm_solver(g_dir + "/mtl.gguf", true); }
 TEST_F(ArenaSizes, CfmSolverTurbo) { check_cfm_solver(g_dir + "/turbo.gguf", false); }
+
+TEST_F(ArenaSizes, S3Tokenizer) { check_s3tok(g_dir + "/mtl.gguf", 16000 * 3 + 99, -1); }
+TEST_F(ArenaSizes, S3TokenizerPast30s) { check_s3tok(g_dir + "/turbo.gguf", 16000 * 31, 750); }
+TEST_F(ArenaSizes, CampPlus) { check_campplus(g_dir + "/mtl.gguf"); }
 
 }  // namespace
 }  // namespace cbx

@@ -112,7 +112,7 @@ TEST(S3TokCount, NumTokens) {
 }
 
 TEST_F(S3TokTest, TokensCountsRangeAndIntermediates) {
-  S3Tokenizer tok(*file, cfg, 48000);
+  S3Tokenizer tok(*file, cfg, 48000, 2);
   EXPECT_EQ(tok.max_samples(), 48000);
   ThreadPool pool(2);
   std::vector<float> wav = test_wave(48000, 1);
@@ -144,12 +144,12 @@ TEST_F(S3TokTest, TokensCountsRangeAndIntermediates) {
 TEST_F(S3TokTest, ReuseAcrossLengthsAndThreadCounts) {
   std::vector<float> wav = test_wave(48000, 2);
   ThreadPool pool2(2), pool1(1);
-  S3Tokenizer tok(*file, cfg, 48000);
+  S3Tokenizer tok(*file, cfg, 48000, 2);
   const std::vector<int32_t> a = tok.tokenize(pool2, wav.data(), 48000);
   const std::vector<int32_t> b = tok.tokenize(pool2, wav.data(), 16000);
   const std::vector<int32_t> c = tok.tokenize(pool2, wav.data(), 48000);
   EXPECT_EQ(a, c);
-  S3Tokenizer fresh(*file, cfg, 16000);
+  S3Tokenizer fresh(*file, cfg, 16000, 2);
   EXPECT_EQ(b, fresh.tokenize(pool2, wav.data(), 16000));
   EXPECT_EQ(a, tok.tokenize(pool1, wav.data(), 48000));
   // A different signal gives different tokens (the output depends on the input).
@@ -162,7 +162,7 @@ TEST_F(S3TokTest, ReuseAcrossLengthsAndThreadCounts) {
 TEST_F(S3TokTest, AllocatesOnlyTheResult) {
   std::vector<float> wav = test_wave(48000, 7);
   ThreadPool pool(2);
-  S3Tokenizer tok(*file, cfg, 48000);
+  S3Tokenizer tok(*file, cfg, 48000, 2);
   (void)tok.tokenize(pool, wav.data(), 48000);  // warm-up (first-use state in kernels, if any)
   for (int64_t n : {int64_t(48000), int64_t(20000)}) {
     g_allocs = 0;
@@ -175,7 +175,7 @@ TEST_F(S3TokTest, AllocatesOnlyTheResult) {
 }
 
 TEST_F(S3TokTest, InputErrors) {
-  S3Tokenizer tok(*file, cfg, 16000);
+  S3Tokenizer tok(*file, cfg, 16000, 2);
   ThreadPool pool(1);
   std::vector<float> wav = test_wave(16001, 4);
   EXPECT_NE(error_of([&] { tok.tokenize(pool, wav.data(), 16001); })
@@ -186,10 +186,18 @@ TEST_F(S3TokTest, InputErrors) {
   EXPECT_NE(error_of([&] { tok.tokenize(pool, wav.data(), 16000, 0); }).find("max_tokens must be > 0"),
             std::string::npos);
   EXPECT_NE(error_of([&] { tok.tokenize(pool, nullptr, 16000); }).find("null wave"), std::string::npos);
-  EXPECT_NE(error_of([&] { S3Tokenizer t(*file, cfg, 200); }).find("max_samples 200 must exceed 200"),
+  EXPECT_NE(error_of([&] { S3Tokenizer t(*file, cfg, 200, 2); }).find("max_samples 200 must exceed 200"),
+            std::string::npos);
+  // Scratch is sized for pools of up to max_threads.
+  EXPECT_NE(error_of([&] { S3Tokenizer t(*file, cfg, 16000, 0); }).find("max_threads 0 must be >= 1"),
+            std::string::npos);
+  ThreadPool pool3(3);
+  EXPECT_NE(error_of([&] {
+              tok.tokenize(pool3, wav.data(), 16000);
+            }).find("a pool of 3 threads exceeds the 2 its scratch was reserved for"),
             std::string::npos);
   // Over 30 s of mel frames after the cut: upstream's long-audio path is not ported.
-  S3Tokenizer big(*file, cfg, 16000 * 31);
+  S3Tokenizer big(*file, cfg, 16000 * 31, 2);
   std::vector<float> longw = test_wave(16000 * 31, 5);
   EXPECT_NE(error_of([&] { big.tokenize(pool, longw.data(), 16000 * 31); }).find("3100 mel frames"), std::string::npos);
   EXPECT_EQ(big.tokenize(pool, longw.data(), 16000 * 31, 10).size(), 10u);
@@ -214,7 +222,7 @@ TEST(S3TokWeights, ErrorsNameTheTensor) {
   for (const Case& c : cases) {
     const std::string p = write_gguf(cfg, c.edits);
     auto f = GgufFile::open(p);
-    const std::string err = error_of([&] { S3Tokenizer t(*f, cfg, 16000); });
+    const std::string err = error_of([&] { S3Tokenizer t(*f, cfg, 16000, 2); });
     EXPECT_NE(err.find(c.want), std::string::npos) << err;
     std::remove(p.c_str());
   }
@@ -222,7 +230,7 @@ TEST(S3TokWeights, ErrorsNameTheTensor) {
   {
     const std::string p = write_gguf(cfg, {{"s3tok.encoder.blocks.0.attn.query.weight", false, {}, DType::F16}});
     auto f = GgufFile::open(p);
-    S3Tokenizer t(*f, cfg, 16000);
+    S3Tokenizer t(*f, cfg, 16000, 2);
     std::vector<float> wav = test_wave(16000, 6);
     EXPECT_EQ(t.gemm_precision(), GemmPrecision::F32);  // f32 by default, even with lossy weights
     const std::vector<int32_t> a = t.tokenize(pool, wav.data(), 16000);
@@ -244,17 +252,17 @@ TEST(S3TokWeights, ConfigErrors) {
   auto f = GgufFile::open(p);
   ModelConfig bad = cfg;
   bad.s3tok.n_head = 4;  // 4 x 64 != 128
-  EXPECT_NE(error_of([&] { S3Tokenizer t(*f, bad, 16000); }).find("width 128 must be n_head (4) x 64"),
+  EXPECT_NE(error_of([&] { S3Tokenizer t(*f, bad, 16000, 2); }).find("width 128 must be n_head (4) x 64"),
             std::string::npos);
   bad = cfg;
   bad.s3tok.n_mels = 80;
-  EXPECT_NE(error_of([&] { S3Tokenizer t(*f, bad, 16000); }).find("front-end (n_mels 80"), std::string::npos);
+  EXPECT_NE(error_of([&] { S3Tokenizer t(*f, bad, 16000, 2); }).find("front-end (n_mels 80"), std::string::npos);
   bad = cfg;
   bad.s3tok.codebook_levels = 5;
-  EXPECT_NE(error_of([&] { S3Tokenizer t(*f, bad, 16000); }).find("FSQ has 5 levels"), std::string::npos);
+  EXPECT_NE(error_of([&] { S3Tokenizer t(*f, bad, 16000, 2); }).find("FSQ has 5 levels"), std::string::npos);
   bad = cfg;
   bad.s3tok.codebook_dim = 6;
-  EXPECT_NE(error_of([&] { S3Tokenizer t(*f, bad, 16000); }).find("FSQ has 3 levels x 6 dims"), std::string::npos);
+  EXPECT_NE(error_of([&] { S3Tokenizer t(*f, bad, 16000, 2); }).find("FSQ has 3 levels x 6 dims"), std::string::npos);
   std::remove(p.c_str());
 }
 

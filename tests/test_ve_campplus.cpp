@@ -187,7 +187,7 @@ TEST_F(VoiceNetsTest, VoiceEncoderInputErrors) {
 
 TEST_F(VoiceNetsTest, CampPlusIntermediatesAndFbankPath) {
   const int64_t n = 16000 * 3;  // 298 fbank frames -> 149 after the tdnn (2 context segments)
-  CampPlus cam(*file, cfg, n);
+  CampPlus cam(*file, cfg, n, 3);
   ThreadPool pool(2);
   std::vector<float> wav = test_wave(n, 6);
   std::vector<std::string> names;
@@ -225,12 +225,12 @@ TEST_F(VoiceNetsTest, CampPlusReuseThreadsAndAllocations) {
   const int64_t n = 16000 * 4;
   std::vector<float> wav = test_wave(n, 8);
   ThreadPool pool1(1), pool2(2), pool3(3);
-  CampPlus cam(*file, cfg, n);
+  CampPlus cam(*file, cfg, n, 3);
   const std::vector<float> a = cam.embed(pool2, wav.data(), n);
   const std::vector<float> b = cam.embed(pool2, wav.data(), 720);  // the shortest: 3 frames
   EXPECT_EQ(a, cam.embed(pool1, wav.data(), n));
   EXPECT_EQ(a, cam.embed(pool3, wav.data(), n));
-  CampPlus fresh(*file, cfg, 720);
+  CampPlus fresh(*file, cfg, 720, 3);
   EXPECT_EQ(b, fresh.embed(pool2, wav.data(), 720));
   for (int64_t len : {n, int64_t(9000)}) {
     g_allocs = 0;
@@ -243,7 +243,7 @@ TEST_F(VoiceNetsTest, CampPlusReuseThreadsAndAllocations) {
 }
 
 TEST_F(VoiceNetsTest, CampPlusInputErrors) {
-  CampPlus cam(*file, cfg, 16000);
+  CampPlus cam(*file, cfg, 16000, 3);
   ThreadPool pool(1);
   std::vector<float> wav = test_wave(16001, 9);
   EXPECT_NE(error_of([&] { cam.embed(pool, wav.data(), 16001); }).find("16001 samples exceed the 16000 reserved"),
@@ -253,6 +253,15 @@ TEST_F(VoiceNetsTest, CampPlusInputErrors) {
   EXPECT_NE(error_of([&] { cam.embed_fbank(pool, wav.data(), 2); }).find("2 fbank frames outside [3, 98]"),
             std::string::npos);
   EXPECT_NE(error_of([&] { cam.embed(pool, nullptr, 1000); }).find("null wave"), std::string::npos);
+  // Scratch is sized for pools of up to max_threads.
+  EXPECT_NE(error_of([&] { CampPlus k(*file, cfg, 16000, 0); }).find("max_threads 0 must be >= 1"), std::string::npos);
+  ThreadPool pool4(4);
+  EXPECT_NE(error_of([&] {
+              cam.embed(pool4, wav.data(), 16000);
+            }).find("a pool of 4 threads exceeds the 3 its scratch was reserved for"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { cam.embed_fbank(pool4, wav.data(), 50); }).find("a pool of 4 threads exceeds"),
+            std::string::npos);
 }
 
 TEST(VoiceNetsWeights, ErrorsNameTheTensor) {
@@ -285,7 +294,7 @@ TEST(VoiceNetsWeights, ErrorsNameTheTensor) {
       if (c.ve)
         VoiceEncoder v(*f, cfg, 16000);
       else
-        CampPlus k(*f, cfg, 16000);
+        CampPlus k(*f, cfg, 16000, 3);
     });
     EXPECT_NE(err.find(c.want), std::string::npos) << "got: " << err;
     std::remove(p.c_str());

@@ -12,6 +12,7 @@
 
 #include "audio/mel.h"
 #include "core/arena.h"
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/huge_buffer.h"
@@ -26,8 +27,15 @@ namespace cbx {
 
 namespace {
 
-constexpr size_t kSlack = 64;  // per arena allocation (alignment)
-size_t f32_bytes(int64_t n) { return size_t(std::max<int64_t>(n, 1)) * 4 + kSlack; }
+// conv1d's scratch in either GEMM precision (F32 or BF16: the calling thread's scope decides).
+size_t conv1d_scratch_either(int64_t cin, int64_t cout, int64_t t_in, int64_t K, const Conv1dParams& p, int nt) {
+  size_t most = 0;
+  for (GemmPrecision g : {GemmPrecision::F32, GemmPrecision::BF16}) {
+    GemmPrecisionScope scope(g);
+    most = std::max(most, conv1d_scratch_bytes(cin, cout, t_in, K, p, nt));
+  }
+  return most;
+}
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string r = "[";
@@ -119,49 +127,77 @@ struct CampPlus::Impl {
   // memory-bound or small, and each pooled op is a synchronisation, which costs a scheduler
   // time slice when the machine is oversubscribed. The GEMM-sized convs use the caller's pool.
   ThreadPool solo{1};
-  // Per pool thread: scratch of the head's single-threaded conv1d calls (row-offset tables,
-  // a few KB; the headroom covers conv1d's BF16 GEMM mode packing its panels there).
+  // Per pool thread (max_threads of them): scratch of the head's single-threaded conv1d calls.
   std::vector<Arena> tscratch;
-  static constexpr size_t kThreadScratch = size_t(2) << 20;
+  int max_threads = 1;  // the largest pool the arenas are sized for
   Capture capture;
 
   void emit(const char* name, const Tensor& t) const {
     if (capture) capture(name, t);
   }
   static int64_t t_half(int64_t T) { return (T - 1) / 2 + 1; }
-  size_t arena_bytes(int64_t T) const;
+  Conv1dParams tdnn_params() const {
+    Conv1dParams p;
+    p.stride = 2;
+    p.pad_left = p.pad_right = cfg.tdnn_kernel / 2;
+    return p;
+  }
+  static Conv1dParams local_params(const Block& b) {
+    Conv1dParams p;
+    p.dilation = b.dilation;
+    p.pad_left = p.pad_right = b.dilation * (b.kernel / 2);
+    return p;
+  }
+  void plan_forward(ArenaPlan& plan, int64_t T) const;
+  size_t thread_scratch_bytes(int64_t T) const;
   std::vector<float> forward(ThreadPool& pool, const float* feats, int64_t T);
 };
 
-// Every buffer forward(T) takes from the arena, by phase (the head's are rewound before the
-// dense blocks run; the two block slabs live throughout).
-size_t CampPlus::Impl::arena_bytes(int64_t T) const {
-  const int64_t T2 = t_half(T), m = cfg.head_channels, F = cfg.feat_dim;
-  const int64_t S = (T2 + cfg.seg_len - 1) / cfg.seg_len;
-  const size_t slabs = 2 * f32_bytes(c_max * T2);
-  // head: the input map [F+2, 1, T+2], the first [F+2, m, T+2] map, three [F/2+2, m, T+2]
-  // maps (the third holds the projection shortcuts), and the tdnn's strided conv1d im2col.
-  // (The head's conv1d row-offset tables come from the per-thread arenas.)
-  const int64_t W = T + 2;
-  const size_t tdnn_col = f32_bytes(std::max<int64_t>(int64_t(1) << 20, m * n_freq[3] * cfg.tdnn_kernel * 16)) +
-                          size_t(m * n_freq[3] * cfg.tdnn_kernel) * 8 + kSlack;
-  const size_t head =
-      f32_bytes((F + 2) * W) + f32_bytes((F + 2) * m * W) + 3 * f32_bytes((n_freq[1] + 2) * m * W) + tdnn_col;
-  // blocks: normalised input [c_max, T2], bottleneck [bn, T2], context / mask maps [., S],
-  // the padded input of the local conv and its row offsets, stats.
-  const int64_t bn = cfg.bn_channels;
-  int64_t kmax = 1, dmax = 1;
-  for (const Block& b : blocks) {
-    kmax = std::max(kmax, b.kernel);
-    dmax = std::max(dmax, b.dilation);
+// forward(T)'s allocations in its order, each conv's scratch a transient block (pools of up to
+// max_threads; the solo ones one thread): the two block slabs, the head's maps and the tdnn's
+// strided conv (rewound before the dense blocks run), then the blocks' buffers and convs.
+void CampPlus::Impl::plan_forward(ArenaPlan& plan, int64_t T) const {
+  const int64_t T2 = t_half(T), mc = cfg.head_channels, F = cfg.feat_dim, W = T + 2;
+  const int64_t bn = cfg.bn_channels, g = cfg.growth_rate, S = (T2 + cfg.seg_len - 1) / cfg.seg_len;
+  const int nt = max_threads;
+  for (int i = 0; i < 2; ++i) plan.alloc(DType::F32, {c_max, T2});
+  const size_t head = plan.mark();
+  plan.alloc(DType::F32, {(F + 2) * mc * W});
+  for (int i = 0; i < 3; ++i) plan.alloc(DType::F32, {(n_freq[1] + 2) * mc * W});
+  plan.alloc(DType::F32, {(F + 2) * W});
+  plan.scratch(conv1d_scratch_either(mc * n_freq[3], cfg.init_channels, T, cfg.tdnn_kernel, tdnn_params(), nt));
+  plan.rewind(head);
+  plan.alloc(DType::F32, {c_max, T2});
+  plan.alloc(DType::F32, {bn, T2});
+  plan.alloc(DType::F32, {bn, S});
+  plan.alloc(DType::F32, {bn / 2, S});
+  plan.alloc(DType::F32, {g, S});
+  for (const Block& blk : blocks) {
+    for (const DenseLayer& d : blk.layers) {
+      plan.scratch(conv1d_scratch_either(d.in, bn, T2, 1, Conv1dParams{}, nt));
+      plan.scratch(conv1d_scratch_either(bn, g, T2, blk.kernel, local_params(blk), nt));
+      plan.scratch(conv1d_scratch_either(bn, bn / 2, S, 1, Conv1dParams{}, 1));
+      plan.scratch(conv1d_scratch_either(bn / 2, g, S, 1, Conv1dParams{}, 1));
+    }
+    plan.scratch(conv1d_scratch_either(blk.out, blk.out / 2, T2, 1, Conv1dParams{}, nt));
   }
-  const size_t dense = f32_bytes(c_max * T2) + f32_bytes(bn * T2) + 3 * f32_bytes(bn * S) +
-                       f32_bytes(bn * (T2 + 2 * dmax * (kmax / 2))) + size_t(bn * kmax) * 8 + kSlack +
-                       size_t(c_max) * 8 + kSlack + f32_bytes(2 * c_max) + f32_bytes(cfg.embed_size);
-  return f32_bytes(T * F) + slabs + std::max(head, dense) + 8 * kSlack;  // fbank features first
+  plan.alloc(DType::F32, {1, 2 * c_final});
+  plan.alloc(DType::F32, {1, cfg.embed_size});
 }
 
-CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples) : impl_(std::make_unique<Impl>()) {
+// The most scratch one of the head's single-threaded convs takes from its thread's arena (a
+// 3x3 conv is a k3 conv1d over T + 2 columns of 3C input rows; the shortcut a 1x1 one).
+size_t CampPlus::Impl::thread_scratch_bytes(int64_t T) const {
+  const int64_t mc = cfg.head_channels;
+  ArenaPlan plan;
+  plan.scratch(conv1d_scratch_either(3, mc, T + 2, 3, Conv1dParams{}, 1));
+  plan.scratch(conv1d_scratch_either(3 * mc, mc, T + 2, 3, Conv1dParams{}, 1));
+  plan.scratch(conv1d_scratch_either(mc, mc, T, 1, Conv1dParams{}, 1));
+  return plan.bytes();
+}
+
+CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples, int max_threads)
+    : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   const CampplusConfig& k = c.campplus;
   m.cfg = k;
@@ -180,11 +216,10 @@ CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples)
             "%s: campplus block lists differ in length (%zu layers, %zu kernels, %zu dilations)", f.path().c_str(),
             k.block_layers.size(), k.block_kernels.size(), k.block_dilations.size());
   CBX_CHECK(max_samples >= 1, "campplus: max_samples %lld must be >= 1", (long long)max_samples);
+  CBX_CHECK(max_threads >= 1, "campplus: max_threads %d must be >= 1", max_threads);
   m.max_samples = max_samples;
   m.max_frames = m.fbank.num_frames(size_t(max_samples));
-  CBX_CHECK(size_t(k.head_channels) * 3 * 3 * 8 + 256 <= Impl::kThreadScratch,
-            "%s: campplus head_channels %d too large for the per-thread conv scratch", f.path().c_str(),
-            k.head_channels);
+  m.max_threads = max_threads;
   m.n_freq[0] = k.feat_dim;
   for (int i = 1; i < 4; ++i) m.n_freq[i] = (m.n_freq[i - 1] - 1) / 2 + 1;
 
@@ -262,12 +297,27 @@ CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples)
   m.dense_w = reshape(dw, {k.embed_size, 2 * ch});
   m.dense_b = db;
 
-  m.arena.reserve(m.arena_bytes(std::max<int64_t>(m.max_frames, 3)));
+  // embed()'s fbank features at the most frames, then forward(); embed_fbank() takes at most
+  // as many frames without them.
+  const int64_t T = std::max<int64_t>(m.max_frames, 3);
+  ArenaPlan plan;
+  plan.alloc(DType::F32, {T, k.feat_dim});
+  m.plan_forward(plan, T);
+  m.arena.reserve(plan.bytes());
+  const size_t per_thread = m.thread_scratch_bytes(T);
+  for (int i = 0; i < max_threads; ++i) m.tscratch.emplace_back(per_thread);
 }
 
 CampPlus::~CampPlus() = default;
 
 size_t CampPlus::arena_bytes() const { return impl_->arena.capacity(); }
+size_t CampPlus::arena_high_water() const { return impl_->arena.high_water(); }
+size_t CampPlus::thread_scratch_bytes() const { return impl_->tscratch[0].capacity(); }
+size_t CampPlus::thread_scratch_high_water() const {
+  size_t hw = 0;
+  for (const Arena& a : impl_->tscratch) hw = std::max(hw, a.high_water());
+  return hw;
+}
 
 void CampPlus::set_capture(Capture fn) { impl_->capture = std::move(fn); }
 
@@ -304,6 +354,9 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
   const int64_t F = cfg.feat_dim, mc = cfg.head_channels, T2 = t_half(T);
   const int64_t bn = cfg.bn_channels, g = cfg.growth_rate, L = cfg.seg_len;
   const int64_t S = (T2 + L - 1) / L;
+  CBX_CHECK(pool.size() <= max_threads,
+            "campplus: a pool of %d threads exceeds the %d its scratch was reserved for at construction", pool.size(),
+            max_threads);
   // (The caller reset the arena; the fbank features may lie at its start.)
   // Two slabs for the dense blocks: block b reads/appends in cur; its transit writes next.
   Tensor slab[2] = {arena.alloc(DType::F32, {c_max, T2}, "campplus block slab"),
@@ -345,9 +398,6 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
     auto interior = [&](const Map& m) { return view(m, {m.H * m.C, T}, {W, 1}, m.C * W + 1); };
     // Each step below is one parallel region: the threads own ranges of output rows and run
     // the ops on them single-threaded (one synchronisation per step instead of one per row).
-    if (tscratch.size() < size_t(pool.size())) {  // once per larger pool: conv1d row-offset tables
-      for (size_t i = tscratch.size(); i < size_t(pool.size()); ++i) tscratch.emplace_back(kThreadScratch);
-    }
     auto rows_par = [&](int64_t rows, const auto& fn) {
       auto body = [&](int ith, int nth) {
         int64_t r0, r1;
@@ -434,10 +484,7 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
 
     // ---- tdnn: conv1d k5 stride 2 (BN folded) + relu, into slab 0 rows [0, init) ----
     Tensor y = slice(slab[0], 0, 0, cfg.init_channels);
-    Conv1dParams pt;
-    pt.stride = 2;
-    pt.pad_left = pt.pad_right = cfg.tdnn_kernel / 2;
-    conv1d(pool, flat, tdnn_w, tdnn_b, y, pt, &arena);
+    conv1d(pool, flat, tdnn_w, tdnn_b, y, tdnn_params(), &arena);
     relu(solo, y, y);
     emit("tdnn", y);
   }
@@ -462,10 +509,7 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
       conv1d(pool, nx, d.l1_w, d.l1_b, bott, Conv1dParams{}, &arena);
       relu(solo, bott, bott);
       Tensor y = slice(sl, 0, d.in, g);
-      Conv1dParams pl;
-      pl.dilation = blk.dilation;
-      pl.pad_left = pl.pad_right = blk.dilation * (blk.kernel / 2);
-      conv1d(pool, bott, d.local_w, Tensor{}, y, pl, &arena);
+      conv1d(pool, bott, d.local_w, Tensor{}, y, local_params(blk), &arena);
       // context = mean over time + the mean of each seg_len segment (ceil mode: the last
       // one averages only its frames); it is constant per segment, so the two 1x1 convs
       // run on [bn, S] and the mask is repeated over each segment's frames.

@@ -37,15 +37,16 @@ struct Tensor;
 class CampPlus {
  public:
   // Binds campplus.* weights (errors name the tensor); reserves all scratch for 16 kHz inputs of up
-  // to max_samples samples. Throws cbx::Error.
-  CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples);
+  // to max_samples samples on pools of up to max_threads threads (sized by an ArenaPlan of
+  // embed()'s allocations). Throws cbx::Error.
+  CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples, int max_threads);
   ~CampPlus();
   CampPlus(const CampPlus&) = delete;
   CampPlus& operator=(const CampPlus&) = delete;
 
   // S3Gen's x-vector [c.campplus.embed_size=192] as upstream S3Gen.embed_ref computes it from
   // ref_wav_16 (speaker_encoder.inference: Kaldi fbank 80 + mean normalisation + CAMPPlus).
-  // Throws cbx::Error (too short, n > max_samples).
+  // Throws cbx::Error (too short, n > max_samples, pool larger than max_threads).
   std::vector<float> embed(ThreadPool& pool, const float* wav, int64_t n);
 
   // The network alone on mean-normalised fbank features [T, feat_dim] (T <= the frames of
@@ -60,8 +61,12 @@ class CampPlus {
   // Fbank frames of n samples (0 below one 400-sample frame).
   int64_t num_frames(int64_t n) const;
 
-  // Bytes of the scratch arena reserved at construction.
+  // Bytes of the scratch arena reserved at construction, and the most any call has used.
   size_t arena_bytes() const;
+  size_t arena_high_water() const;
+  // The same for each pool thread's arena (the head's single-threaded convs).
+  size_t thread_scratch_bytes() const;
+  size_t thread_scratch_high_water() const;
 
  private:
   struct Impl;

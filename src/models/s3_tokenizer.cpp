@@ -7,6 +7,7 @@
 #include "audio/mel.h"
 #include "audio/stft.h"
 #include "core/arena.h"
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/thread_pool.h"
@@ -25,12 +26,27 @@ constexpr int64_t kHeadDim = 64;                  // precompute_freqs_cis(64, ..
 constexpr int64_t kMaxMelFrames = 3000;           // longer inputs take upstream's 30 s window path
 constexpr int64_t kRopePositions = 2048;          // upstream's table: precompute_freqs_cis(64, 1024 * 2)
 constexpr float kFsqScale = 0.9990000128746033f;  // FSQCodebook.encode
-constexpr size_t kAllocSlack = 64;
-
-size_t f32_bytes(int64_t n) { return size_t(std::max<int64_t>(n, 1)) * 4 + kAllocSlack; }
-
 // Output length of the stem's k=3, stride 2, pad 1 convolutions: (T - 1) / 2 + 1.
 int64_t stem_len(int64_t t) { return t <= 0 ? 0 : (t - 1) / 2 + 1; }
+
+// conv1d's scratch in either GEMM precision (set_gemm_precision may switch after the arena is sized).
+size_t conv1d_scratch_either(int64_t cin, int64_t cout, int64_t t_in, int64_t K, const Conv1dParams& p, int nt) {
+  size_t most = 0;
+  for (GemmPrecision g : {GemmPrecision::F32, GemmPrecision::BF16}) {
+    GemmPrecisionScope scope(g);
+    most = std::max(most, conv1d_scratch_bytes(cin, cout, t_in, K, p, nt));
+  }
+  return most;
+}
+
+// The FSMN memory's depthwise conv over time: zero pad (K-1)/2 left, the rest right.
+Conv1dParams fsmn_params(const S3TokConfig& c) {
+  Conv1dParams p;
+  p.pad_left = (c.fsmn_kernel - 1) / 2;
+  p.pad_right = c.fsmn_kernel - 1 - p.pad_left;
+  p.groups = c.n_state;
+  return p;
+}
 
 struct Block {
   Tensor attn_ln_w, attn_ln_b;                   // [C]
@@ -83,6 +99,7 @@ struct S3Tokenizer::Impl {
   Tensor positions;  // I32 [max_tokens]: 0, 1, ...
   Tensor inv_freq;   // F32 [32]
   size_t call_mark = 0;
+  int max_threads = 1;  // the largest pool the arena is sized for
   GemmPrecision gemm = GemmPrecision::F32;
   bool lossy_weights = false;
   S3TokCapture capture;
@@ -99,7 +116,7 @@ struct S3Tokenizer::Impl {
   void block(ThreadPool& pool, const Block& W, Tensor& x);
 };
 
-S3Tokenizer::S3Tokenizer(const GgufFile& f, const ModelConfig& mc, int64_t max_samples)
+S3Tokenizer::S3Tokenizer(const GgufFile& f, const ModelConfig& mc, int64_t max_samples, int max_threads)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   const S3TokConfig& c = mc.s3tok;
@@ -164,40 +181,60 @@ S3Tokenizer::S3Tokenizer(const GgufFile& f, const ModelConfig& mc, int64_t max_s
                                    MelScale::Slaney, MelNorm::Slaney),
                     S3TokenizerMel::kMels, S3TokenizerMel::kNFft / 2 + 1);
 
-  // ---- arena: persistent tables, per-call activations, the largest op's scratch ----
-  const int64_t T100 = m.max_frames, T50 = stem_len(std::min(T100, kMaxMelFrames)), T = m.max_tokens;
-  const int64_t nb = S3TokenizerMel::kNFft / 2 + 1, H = c.n_head, D8 = c.codebook_dim;
-  const int nt = 64;  // matmul scratch bound for any pool up to 64 threads
-  size_t persistent = size_t(T) * 4 + kAllocSlack + f32_bytes(kHeadDim / 2);
-  // mel, then either the power spectrum (released once the mel is done) or the encoder:
-  // conv1, conv2, x, and per block 6 [T, C] + 2 [C, T] (attention) or [T, C] + [T, F] (mlp).
-  size_t act = f32_bytes(int64_t(S3TokenizerMel::kMels) * T100);
-  act += std::max(f32_bytes((T100 + 1) * nb), f32_bytes(C * T50) + 2 * f32_bytes(C * T) +
-                                                  std::max(8 * f32_bytes(T * C), f32_bytes(T * C) + f32_bytes(T * F)) +
-                                                  f32_bytes(T * D8));
-  size_t tr = 0;
-  auto mm = [&](const Tensor& w) {
-    tr = std::max(tr, matmul_scratch_bytes(w.dtype, T, w.shape[0], w.shape[1], nt) + kAllocSlack);
+  // ---- arena ----
+  // The tables kept across calls (run on the plan, then on the arena), then tokenize()'s
+  // allocations at its largest input in their order: max_samples, cut to the 3000-frame limit
+  // (a longer clip takes a max_tokens cut), each op's scratch for pools of up to max_threads.
+  const int64_t T_all = m.max_frames, T100 = std::min(T_all, kMaxMelFrames), T50 = stem_len(T100);
+  const int64_t T = m.max_tokens, nb = S3TokenizerMel::kNFft / 2 + 1, H = c.n_head, D8 = c.codebook_dim;
+  CBX_CHECK(max_threads >= 1, "s3 tokenizer: max_threads %d must be >= 1", max_threads);
+  m.max_threads = max_threads;
+  const int nt = max_threads;
+  auto keep = [&](auto& a) {
+    m.positions = a.alloc(DType::I32, {std::max<int64_t>(T, 1)}, "s3tok positions");
+    m.inv_freq = a.alloc(DType::F32, {kHeadDim / 2}, "s3tok rope inv_freq");
   };
-  for (const Block& b : m.blocks) mm(b.q_w), mm(b.k_w), mm(b.v_w), mm(b.out_w), mm(b.mlp0_w), mm(b.mlp2_w);
+  ArenaPlan plan;
+  keep(plan);
+  auto mm = [&](const Tensor& w) { plan.scratch(matmul_scratch_bytes(w.dtype, T, w.shape[0], w.shape[1], nt)); };
+  plan.alloc(DType::F32, {S3TokenizerMel::kMels, T_all});  // log-mel over the whole clip
+  {
+    const size_t mk = plan.mark();
+    plan.alloc_bytes(size_t(T_all + 1) * nb * 4);  // its power spectrum
+    plan.rewind(mk);
+  }
+  plan.alloc(DType::F32, {C, T50});  // conv1, conv2, x
+  plan.alloc(DType::F32, {C, T});
+  plan.alloc(DType::F32, {T, C});
+  Conv1dParams sp;
+  sp.stride = 2;
+  sp.pad_left = sp.pad_right = 1;
+  plan.scratch(conv1d_scratch_either(c.n_mels, C, T100, 3, sp, nt));
+  plan.scratch(conv1d_scratch_either(C, C, T50, 3, sp, nt));
+  const Conv1dParams fp = fsmn_params(c);
+  for (const Block& b : m.blocks) {  // see block()
+    const size_t mk = plan.mark();
+    for (int i = 0; i < 6; ++i) plan.alloc(DType::F32, {T, C});
+    for (int i = 0; i < 2; ++i) plan.alloc(DType::F32, {C, T});
+    mm(b.q_w), mm(b.k_w), mm(b.v_w);
+    plan.scratch(attention_scratch_bytes(H, T, kHeadDim));
+    {
+      GemmPrecisionScope f32_scope(GemmPrecision::F32);  // as block() runs it
+      plan.scratch(conv1d_scratch_bytes(C, C, T, K, fp, nt));
+    }
+    mm(b.out_w);
+    plan.rewind(mk);
+    plan.alloc(DType::F32, {T, C});
+    plan.alloc(DType::F32, {T, F});
+    mm(b.mlp0_w), mm(b.mlp2_w);
+    plan.rewind(mk);
+  }
+  plan.alloc(DType::F32, {T, D8});
   mm(m.proj_w);
-  auto conv_strided = [&](int64_t cin, int64_t tout) {
-    const int64_t rows = cin * 3;
-    const int64_t nt_cols = std::clamp<int64_t>((int64_t(1) << 20) / rows, 16, std::max<int64_t>(tout, 16));
-    tr = std::max(tr, f32_bytes(rows * nt_cols) + kAllocSlack);
-  };
-  conv_strided(c.n_mels, T50);
-  conv_strided(C, T);
-  // BF16 conv GEMMs pack the weights on top of the im2col chunk (see set_gemm_precision).
-  tr += gemm_bf16_kmajor_scratch_bytes(C, std::max<int64_t>(c.n_mels, C) * 3, nt) + kAllocSlack;
-  tr = std::max(tr, f32_bytes(C * (T + K - 1)) + size_t(K) * 8 + 2 * kAllocSlack);  // FSMN (depthwise, f32)
-  tr = std::max(tr, f32_bytes(H * kHeadDim * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T
-  m.arena.reserve(persistent + act + tr + (size_t(1) << 16));
-
-  m.positions = m.arena.alloc(DType::I32, {std::max<int64_t>(T, 1)}, "s3tok positions");
+  m.arena.reserve(plan.bytes());
+  keep(m.arena);
   for (int64_t i = 0; i < m.positions.numel(); ++i) m.positions.ptr<int32_t>()[i] = int32_t(i);
   // precompute_freqs_cis: 1 / theta^(arange(0, 64, 2) / 64) in f32.
-  m.inv_freq = m.arena.alloc(DType::F32, {kHeadDim / 2}, "s3tok rope inv_freq");
   for (int64_t i = 0; i < kHeadDim / 2; ++i)
     m.inv_freq.ptr<float>()[i] = 1.0f / std::pow(c.rope_theta, float(2 * i) / float(kHeadDim));
   m.call_mark = m.arena.mark();
@@ -206,6 +243,9 @@ S3Tokenizer::S3Tokenizer(const GgufFile& f, const ModelConfig& mc, int64_t max_s
 S3Tokenizer::~S3Tokenizer() = default;
 
 int64_t S3Tokenizer::max_samples() const { return impl_->max_samples; }
+int S3Tokenizer::max_threads() const { return impl_->max_threads; }
+size_t S3Tokenizer::arena_bytes() const { return impl_->arena.capacity(); }
+size_t S3Tokenizer::arena_high_water() const { return impl_->arena.high_water(); }
 void S3Tokenizer::set_capture(S3TokCapture fn) { impl_->capture = std::move(fn); }
 void S3Tokenizer::set_gemm_precision(GemmPrecision p) { impl_->gemm = resolve_gemm_precision(p, impl_->lossy_weights); }
 GemmPrecision S3Tokenizer::gemm_precision() const { return impl_->gemm; }
@@ -270,10 +310,7 @@ void S3Tokenizer::Impl::block(ThreadPool& pool, const Block& W, Tensor& x) {
             ap, sc);
   // FSMN memory: depthwise conv (zero pad (K-1)/2 left, the rest right) over time, plus v.
   copy_strided(transpose(v, 0, 1), vt);
-  Conv1dParams fp;
-  fp.pad_left = (c.fsmn_kernel - 1) / 2;
-  fp.pad_right = c.fsmn_kernel - 1 - fp.pad_left;
-  fp.groups = C;
+  const Conv1dParams fp = fsmn_params(c);
   {
     GemmPrecisionScope f32_scope(GemmPrecision::F32);  // C groups of one row: no bf16 gain
     conv1d(pool, vt, W.fsmn_w, Tensor{}, mt, fp, sc);
@@ -306,6 +343,9 @@ std::vector<int32_t> S3Tokenizer::tokenize(ThreadPool& pool, const float* wav, i
             (long long)n, S3TokenizerMel::kNFft / 2);
   CBX_CHECK(n <= m.max_samples, "s3 tokenizer: %lld samples exceed the reserved max_samples %lld", (long long)n,
             (long long)m.max_samples);
+  CBX_CHECK(pool.size() <= m.max_threads,
+            "s3 tokenizer: a pool of %d threads exceeds the %d its scratch was reserved for at construction",
+            pool.size(), m.max_threads);
   CBX_CHECK(max_tokens != 0, "s3 tokenizer: max_tokens must be > 0 (or < 0 for no limit), got 0");
   const int64_t T_all = n / S3TokenizerMel::kHop;
   const int64_t T100 = max_tokens > 0 ? std::min(T_all, 4 * max_tokens) : T_all;

@@ -132,7 +132,9 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
   auto bind_rows = [&](const Tensor& t, const Tensor& b, const std::string& name) {
     uint8_t* at = packed_buf_.data() ? packed_buf_.data() + packed_at : nullptr;
     packed_at += pack_size(t);
-    return RowLinear(t, b, name.c_str(), ro, at);
+    RowLinear r(t, b, name.c_str(), ro, at);
+    if (o.on_packed && r.packed_bytes() > 0) o.on_packed(RowLinear::pack_bytes(t, ro));
+    return r;
   };
   size_t act_row = 0;
   rows_.reserve(size_t(c.n_layer));

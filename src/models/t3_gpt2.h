@@ -95,6 +95,10 @@ struct T3Gpt2Options {
   // is such a call (~50 rows). 0 or 1: always the GEMM. -1 (default): the ops layer picks
   // (ops/row_linear.h row_prefill_max_rows: 64, or the GEMM where it runs on AMX tiles).
   int64_t row_prefill_max = -1;
+  // Called on the constructing thread after each matrix's planar copy is written, with its
+  // RowLinear::pack_bytes (load progress: the copies are most of a quantized model's load); it
+  // may throw to cancel the construction. Empty: no calls.
+  std::function<void(size_t bytes)> on_packed;
 };
 
 // Named intermediates, reported during forward when a capture function is set (layer -1 for

@@ -116,7 +116,9 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
   auto bind_rows = [&](const Tensor& t, const std::string& name) {
     uint8_t* at = packed_buf_.data() ? packed_buf_.data() + packed_at : nullptr;
     packed_at += pack_size(t);
-    return RowLinear(t, Tensor{}, name.c_str(), ro, at);
+    RowLinear r(t, Tensor{}, name.c_str(), ro, at);
+    if (o.on_packed && r.packed_bytes() > 0) o.on_packed(RowLinear::pack_bytes(t, ro));
+    return r;
   };
   size_t act_row = 0;
   rows_.reserve(size_t(c.n_layer));

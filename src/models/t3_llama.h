@@ -68,6 +68,10 @@ struct T3LlamaOptions {
   // those weights, ~290 MB for the full Multilingual Q4_0 model). Off: the decode reads the
   // GGUF layout.
   bool pack_planar = true;
+  // Called on the constructing thread after each matrix's planar copy is written, with its
+  // RowLinear::pack_bytes (load progress: the copies are most of a quantized model's load); it
+  // may throw to cancel the construction. Empty: no calls.
+  std::function<void(size_t bytes)> on_packed;
 };
 
 // Named intermediates (capture): "inp" [B*T, d]; per layer "attn_norm", "q" (after RoPE) [B*T,

@@ -112,6 +112,7 @@ T3Mtl::Impl::Impl(const GgufFile& f, const ModelConfig& c, ThreadPool& p, const 
   o.n_rows = 2;
   o.kv_type = lp.kv_type;
   o.pack_planar = lp.pack_planar;
+  o.on_packed = lp.on_packed;
   llama = std::make_unique<T3Llama>(t, lw, pool, o);
 
   const int64_t n_pe = std::max(max_prompt, max_text + 2);

@@ -35,6 +35,7 @@ struct T3MtlLoadParams {
   int64_t max_new_tokens = -1;  // -1: GGUF's (1000)
   int64_t max_text_tokens = 2048;
   bool pack_planar = true;  // T3LlamaOptions::pack_planar (q4p / q8p copies of Q4_0 / Q8_0 matrices)
+  std::function<void(size_t bytes)> on_packed;  // T3LlamaOptions::on_packed
 };
 
 struct T3MtlCond {                          // T3 conditioning (from a Voice)

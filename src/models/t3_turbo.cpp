@@ -53,6 +53,7 @@ void T3Turbo::init(const GgufFile& f, const T3TurboOptions& o) {
   go.kv_type = o.kv_type;
   go.pack_planar = o.pack_planar;
   go.row_prefill_max = o.row_prefill_max;
+  go.on_packed = o.on_packed;
   gpt_ = std::make_unique<T3Gpt2>(t, w_, pool_, go);
 
   const int64_t d = t.n_embd;

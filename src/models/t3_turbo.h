@@ -36,6 +36,7 @@ struct T3TurboOptions {
   // Keep the keys/values of the voice prefix (speaker row + prompt speech tokens, rows that
   // do not depend on the text) and reuse them while the voice stays the same (T3Turbo::prefill).
   bool prefix_cache = true;
+  std::function<void(size_t bytes)> on_packed;  // T3Gpt2Options::on_packed
 };
 
 struct T3TurboResult {

@@ -1,5 +1,6 @@
 #include "pipeline/load_progress.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -38,6 +39,7 @@ void LoadProgress::plan(const GgufFile& f, bool t3_repack) {
       bytes_[int(LoadStage::Open)] += t.nbytes;  // voice.* and anything else read at open
   }
   done_bytes_ = 0;
+  stage_bytes_ = 0;
   next_ = 0;
 }
 
@@ -45,12 +47,28 @@ void LoadProgress::done(LoadStage s) {
   CBX_CHECK(int(s) == next_, "model load: stage %d reported after stage %d", int(s), next_ - 1);
   ++next_;
   done_bytes_ += bytes_[int(s)];
+  stage_bytes_ = 0;
+  report(0, next_ == kStages);
+}
+
+void LoadProgress::advance(LoadStage s, uint64_t bytes) {
+  CBX_CHECK(int(s) == next_, "model load: progress within stage %d while stage %d is in progress", int(s), next_);
+  CBX_CHECK(next_ < kStages, "model load: progress after the last stage");
+  stage_bytes_ = std::min(stage_bytes_ + bytes, bytes_[int(s)]);
+  report(stage_bytes_, false);
+}
+
+void LoadProgress::report(uint64_t part, bool last) {
   if (!fn_) return;
   uint64_t total = 0;
   for (uint64_t b : bytes_) total += b;
-  // The last stage reports exactly 1; the others the planned share (1 when nothing was planned).
+  // The last stage reports exactly 1; the others the planned share (below 1; 0 when nothing
+  // was planned).
   float fraction = 1.f;
-  if (next_ < kStages && total > 0) fraction = std::fmin(1.f, float(double(done_bytes_) / double(total)));
+  if (!last) {
+    fraction = total > 0 ? float(double(done_bytes_ + part) / double(total)) : 0.f;
+    fraction = std::fmin(fraction, std::nextafter(1.f, 0.f));
+  }
   if (!fn_(fraction)) {
     char pct[16];
     std::snprintf(pct, sizeof pct, "%.0f%%", double(fraction) * 100.0);

@@ -9,9 +9,10 @@
 // f32 weights or without repack, whose T3 decodes from the GGUF layout and binds in no time), the
 // bytes of the GGUF tensors S3Gen's stages read and pack (flow.*, cfm.*, hift.*), the header and
 // voice.* for Open. Tensors the load does not touch (the voice encoders: ve.*, campplus.*, s3tok.*,
-// read on the first voice build) count for nothing. The fractions never decrease and the last
-// stage reports exactly 1. Bytes are a proxy for time (an int8 CFM quantizes its weights, a
-// slower pass per byte than a copy).
+// read on the first voice build) count for nothing. T3 also reports its progress within the
+// stage, a call per planar copy written (advance), the longest part of a quantized model's load.
+// The fractions never decrease and only the last stage's report is exactly 1. Bytes are a
+// proxy for time (an int8 CFM quantizes its weights, a slower pass per byte than a copy).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -38,6 +39,10 @@ class LoadProgress {
   // Hift). Throws AbortedError ("PATH: model load cancelled by the progress callback at N%")
   // when the callback returns false.
   void done(LoadStage s);
+  // `bytes` more of stage s (the one in progress: its done() not yet called) are done; the
+  // stage's count is capped at its planned bytes. Reports like done() (never 1) and throws
+  // the same AbortedError when the callback returns false.
+  void advance(LoadStage s, uint64_t bytes);
 
   // The planned bytes of a stage (tests, the CLI's -v).
   uint64_t stage_bytes(LoadStage s) const { return bytes_[int(s)]; }
@@ -48,8 +53,12 @@ class LoadProgress {
   LoadProgressFn fn_;
   std::string path_;
   uint64_t bytes_[kStages] = {};
-  uint64_t done_bytes_ = 0;
-  int next_ = 0;  // the stage done() expects next
+  uint64_t done_bytes_ = 0;   // of the finished stages
+  uint64_t stage_bytes_ = 0;  // of the stage in progress (advance)
+  int next_ = 0;              // the stage done() expects next
+
+  // Reports done_bytes_ + part of the planned total (1 when last), or throws AbortedError.
+  void report(uint64_t part, bool last);
 };
 
 }  // namespace cbx

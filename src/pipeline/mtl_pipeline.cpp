@@ -86,6 +86,7 @@ MtlPipeline::MtlPipeline(const std::string& path, const MtlLoadParams& p) : m_(s
   T3MtlLoadParams tp;
   tp.kv_type = p.kv_type;
   tp.pack_planar = p.repack;
+  tp.on_packed = [&progress](size_t bytes) { progress.advance(LoadStage::T3, bytes); };
   tp.max_new_tokens = m.max_new;
   tp.max_text_tokens = c.t3.max_text_tokens;
   m.max_text = tp.max_text_tokens;

@@ -86,6 +86,7 @@ TurboPipeline::TurboPipeline(const std::string& path, const TurboLoadParams& p) 
   to.max_new = m.max_new;
   to.kv_type = p.kv_type;
   to.pack_planar = p.repack;
+  to.on_packed = [&progress](size_t bytes) { progress.advance(LoadStage::T3, bytes); };
   m.kv_type = p.kv_type;
   m.gemm = p.gemm;
   m.t3 = std::make_unique<T3Turbo>(c, f, *m.pool, to);

@@ -193,8 +193,8 @@ VoiceBuilder::VoiceBuilder(const GgufFile& f, const ModelConfig& c, ThreadPool& 
   const int64_t max_16k = int64_t(std::ceil(o.max_seconds * m.r.sr16)) + 1;
   const int64_t dec_16k = int64_t(std::ceil(double(m.r.dec_cond_24k) * m.r.sr16 / m.r.sr24));
   m.ve = std::make_unique<VoiceEncoder>(f, c, max_16k);
-  m.campplus = std::make_unique<CampPlus>(f, c, dec_16k);
-  m.s3tok = std::make_unique<S3Tokenizer>(f, c, std::max(m.r.enc_cond_16k, dec_16k));
+  m.campplus = std::make_unique<CampPlus>(f, c, dec_16k, pool.size());
+  m.s3tok = std::make_unique<S3Tokenizer>(f, c, std::max(m.r.enc_cond_16k, dec_16k), pool.size());
   m.sinc = std::make_unique<SincResampler>(m.r.sr24, m.r.sr16);
 }
 

@@ -89,7 +89,7 @@ int run(int argc, char** argv) {
   }
 
   cbx::ThreadPool pool(threads);
-  cbx::CampPlus cam(*f, cfg, n);
+  cbx::CampPlus cam(*f, cfg, n, pool.size());
   std::vector<float> emb;
   std::vector<double> ms, cpu;
   for (int r = 0; r < repeat; ++r) {

@@ -83,9 +83,9 @@ int run(int argc, char** argv) {
 
   auto f = cbx::GgufFile::open(model);
   const cbx::ModelConfig cfg = cbx::read_config(*f);
-  cbx::S3Tokenizer tok(*f, cfg, std::max<int64_t>(n, 201));
-  tok.set_gemm_precision(cbx::parse_gemm_precision(gemm.c_str(), "debug s3tok --gemm"));
   cbx::ThreadPool pool(threads);
+  cbx::S3Tokenizer tok(*f, cfg, std::max<int64_t>(n, 201), pool.size());
+  tok.set_gemm_precision(cbx::parse_gemm_precision(gemm.c_str(), "debug s3tok --gemm"));
   const std::string enc_name =
       cfg.s3tok.n_layer > 0 ? "s3tok.block" + std::to_string(cfg.s3tok.n_layer - 1) + ".out" : "s3tok.conv2";
 

@@ -226,14 +226,19 @@ int SpeechServer::start() {
 
 namespace {
 // The model load's progress: a line rewritten in place on a terminal, one line per step with -v
-// elsewhere (the load reports a handful of steps), nothing otherwise.
+// elsewhere (at most one per percent: a quantized T3 reports each matrix it packs), nothing
+// otherwise.
 struct LoadProgressLine {
   std::string path;
   bool tty = false;
+  long last = -1;  // the percentage shown last
 };
 int show_load_progress(float fraction, void* user) {
-  const auto* l = static_cast<const LoadProgressLine*>(user);
-  const std::string line = "loading " + l->path + " " + std::to_string(std::lround(double(fraction) * 100.0)) + "%";
+  auto* l = static_cast<LoadProgressLine*>(user);
+  const long pct = std::lround(double(fraction) * 100.0);
+  if (pct == l->last) return 1;
+  l->last = pct;
+  const std::string line = "loading " + l->path + " " + std::to_string(pct) + "%";
   if (l->tty)
     log_progress(line);
   else
