@@ -162,6 +162,12 @@ def main():
     for path in (MODEL, MTL):
         pct = [int(p) for p in re.findall(r"^serve: loading " + re.escape(path) + r" (\d+)%$", srv.text(), re.M)]
         check(len(pct) >= 2 and pct == sorted(pct) and pct[-1] == 100, f"load progress of {path}: {pct}\n" + srv.text())
+        # then the built-in voice's prefix, and one line with the whole time before the model serves
+        log = srv.text()
+        prep = log.find("serve: preparing the built-in voice of " + path + "\n")
+        done = re.search(r"^serve: loaded " + re.escape(path) + r" as chatterbox-\S+ in \d+\.\d s \(voice prefix \d+ ms\)$",
+                         log, re.M)
+        check(prep >= 0 and done and prep < done.start(), f"voice preparation / loaded lines of {path}:\n" + log)
 
     # ---- plain endpoints ----
     st, _, data = srv.request("GET", "/health")

@@ -3,7 +3,9 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 
 #include "cli/command.h"
@@ -260,7 +262,9 @@ void SpeechServer::load() {
     mp.gemm_precision = opt_.gemm_precision;
     mp.cfm_precision = opt_.cfm_precision;
     cbx_model* m = nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
     if (cbx_model_load(path.c_str(), &mp, &m) != CBX_OK) fail("serve: %s: %s", path.c_str(), cbx_last_error());
+    const auto t1 = std::chrono::steady_clock::now();
     models_.push_back(m);
     LoadedModel lm;
     lm.model = m;
@@ -272,9 +276,15 @@ void SpeechServer::load() {
       CBX_CHECK(e->model().id != lm.id, "serve: two models are %s (-m %s): serve one model per variant", lm.id.c_str(),
                 path.c_str());
     // The built-in voice's T3 prefix, so that the first request does not pay for it.
+    if (progress_line.tty || opt_.verbose) log_line("preparing the built-in voice of " + path);
     if (cbx_model_prepare_voice(m, nullptr) != CBX_OK)
       fail("serve: %s: preparing the built-in voice: %s", path.c_str(), cbx_last_error());
-    log_line("loaded " + path + " as " + lm.id);
+    const auto t2 = std::chrono::steady_clock::now();
+    char took[96];
+    std::snprintf(took, sizeof took, " in %.1f s (voice prefix %.0f ms)",
+                  std::chrono::duration<double>(t2 - t0).count(),
+                  std::chrono::duration<double, std::milli>(t2 - t1).count());
+    log_line("loaded " + path + " as " + lm.id + took);
     engines_.push_back(std::make_unique<Engine>(std::move(lm), size_t(opt_.max_queue), metrics_, opt_.max_batch));
     ctx_.models.push_back(&engines_.back()->model());
     if (opt_.max_batch > 1 && cbx::model_turbo_pipeline(m))
