@@ -87,11 +87,14 @@ class Server:
         return float(m.group(1)) if m else None
 
     def wait_metric(self, name, value):
-        for _ in range(2000):
+        # Bounded by a deadline far above any step's time (ASan builds on a loaded machine are slow),
+        # not by a count of polls, whose own time grows with the load.
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
             if self.metric(name) == value:
                 return
             time.sleep(0.02)
-        fail(f"{name} never became {value} (is {self.metric(name)})")
+        fail(f"{name} never became {value} (is {self.metric(name)}); server log:\n" + self.text()[-4000:])
 
     def stop(self, sig=signal.SIGTERM):
         self.proc.send_signal(sig)
