@@ -7,6 +7,7 @@ loop bounded in count; nothing asserts on wall-clock time.
 
 usage: server_test.py CHATTERBOX MODEL.gguf MTL.gguf REF.wav SHORT.wav TMPDIR
 """
+import atexit
 import base64
 import http.client
 import json
@@ -27,6 +28,19 @@ LONG = " ".join(f"Sentence number {w} is spoken here, and it keeps going for a w
                 ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"])
 
 
+# Every server process this test starts: killed at exit, so a failed check (or an exception)
+# leaves none running.
+PROCS = []
+
+
+@atexit.register
+def kill_servers():
+    for p in PROCS:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def fail(msg):
     print("FAIL: " + msg)
     sys.exit(1)
@@ -43,6 +57,7 @@ class Server:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([CLI, "serve", "-m", MODEL, "--host", HOST, "--port", "0", "-t", "2", "-v"] +
                                      list(args), stdout=self.log, stderr=self.log)
+        PROCS.append(self.proc)
         self.port = None
         for _ in range(600):  # the port line comes before loading
             m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.text())
@@ -62,6 +77,16 @@ class Server:
     def text(self):
         with open(self.log_path) as f:
             return f.read()
+
+    def wait_log(self, needle):
+        # The access line of a request is written after its response is sent: wait for it
+        # (bounded by a deadline, as wait_metric).
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if needle in self.text():
+                return True
+            time.sleep(0.02)
+        return False
 
     def conn(self):
         return http.client.HTTPConnection(HOST, self.port, timeout=300)
@@ -394,7 +419,7 @@ def main():
     check(st == 400 and json.loads(data)["error"]["param"] == "name", f"name not UTF-8: {st} {data!r}")
     st, _, data = srv.request("DELETE", "/v1/audio/voices/bad%FF")
     check(st == 400 and json.loads(data)["error"]["code"] == "invalid_name", f"delete, name not UTF-8: {st} {data!r}")
-    check("bad\\xff" in srv.text(), "the log does not escape a path that is not UTF-8")
+    check(srv.wait_log("DELETE /v1/audio/voices/bad\\xff 400"), "the log does not escape a path that is not UTF-8")
     st, _, data = srv.request("DELETE", "/v1/audio/voices/..%2Fmain.log")
     check(st in (400, 404), f"delete ../: {st} {data!r}")
     check(os.path.isfile(srv.log_path), "a path outside the voices directory was deleted")
@@ -520,6 +545,7 @@ def main():
     blog_path = os.path.join(TMP, "broken.log")
     with open(blog_path, "w") as blog:
         bproc = subprocess.Popen([CLI, "serve", "-m", broken, "--host", HOST, "--port", "0"], stdout=blog, stderr=blog)
+        PROCS.append(bproc)
         bport = None
         for _ in range(600):
             with open(blog_path) as f:
