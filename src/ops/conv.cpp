@@ -99,13 +99,6 @@ const Bf16Gemm* bf16_kernels() {
   return active_isa() == Isa::Avx512 ? matmul_bf16_gemm_avx512(matmul_kernels(Isa::Avx512)) : nullptr;
 }
 
-}  // namespace conv_detail
-
-namespace {
-
-using nn_detail::check_f32;
-using namespace conv_detail;
-
 // Time tiles (32 steps) per input chunk of the direct conv: each thread packs the input
 // columns of its own tiles chunk by chunk into a buffer of its own (C_in pairs x (32 n +
 // halo) columns of bf16, ~128 KB: it stays in L2 while the tiles read it), instead of the
@@ -114,6 +107,18 @@ int64_t direct_chunk_tiles(int64_t cin_pad, int64_t halo, int64_t n_tt) {
   const int64_t cols = (int64_t(128) << 10) / (cin_pad * 2);
   return std::clamp<int64_t>((cols - halo) / 32, 1, std::max<int64_t>(n_tt, 1));
 }
+
+bool conv1d_runs_direct(int64_t cout, const Conv1dParams& p, Isa isa) {
+  return conv_uses_bf16(isa) && p.stride == 1 && p.groups == 1 && cout <= bf16_kernels()->direct_conv_max_cout;
+}
+
+}  // namespace conv_detail
+
+namespace {
+
+using nn_detail::check_f32;
+using namespace conv_detail;
+
 size_t direct_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t d, int n_threads) {
   const int64_t cin_pad = round32(cin), halo = (K - 1) * d;
   const int64_t chunk_cols = direct_chunk_tiles(cin_pad, halo, (t_out + 31) / 32) * 32 + halo;
@@ -206,7 +211,7 @@ void conv1d_one(ThreadPool& pool, const NnKernels& k, const float* x, int64_t xs
   // Direct path for few output channels: the k-major GEMM packs B once per 32 time columns
   // and k block, amortised over only C_out rows; where the direct kernel stops paying is
   // per kernel family (Bf16Gemm::direct_conv_max_cout: 128 on AMX, 512 on vdpbf16ps).
-  if (bf16 && s == 1 && G == 1 && Cout <= bf16_kernels()->direct_conv_max_cout) {
+  if (conv1d_runs_direct(Cout, p, k.isa)) {
     conv1d_direct_bf16(pool, *bf16_kernels(), x, xs, Cin, T, w, Cout, K, bias, y, ys, Tout, p, arena);
     return;
   }
@@ -247,7 +252,7 @@ void conv1d_one(ThreadPool& pool, const NnKernels& k, const float* x, int64_t xs
   }
   // Strided: im2col chunks col[(c, k), t - t0] = x[c, t s + k d - pl].
   const int64_t rows = Cin * K;
-  const int64_t NT = std::clamp<int64_t>(kChunkFloats / rows, 16, Tout);
+  const int64_t NT = conv1d_chunk_cols(rows, Tout);
   float* col = sc.get<float>(rows * NT, "conv1d im2col");
   j.t.b = col;
   j.t.b_rs = NT;
@@ -381,9 +386,7 @@ size_t Conv1dPacks::bytes() const {
   return n;
 }
 
-bool conv1d_snake_fused(int64_t cout, const Conv1dParams& p, Isa isa) {
-  return conv_uses_bf16(isa) && p.stride == 1 && p.groups == 1 && cout <= bf16_kernels()->direct_conv_max_cout;
-}
+bool conv1d_snake_fused(int64_t cout, const Conv1dParams& p, Isa isa) { return conv1d_runs_direct(cout, p, isa); }
 
 void conv1d_snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, const Tensor& w, const Tensor& bias,
                   const Tensor& residual, Tensor& y, const Conv1dParams& p, Arena* scratch, Isa isa) {

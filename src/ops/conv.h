@@ -7,9 +7,9 @@
 // an Arena inside a decode step or a vocoder chunk. Scratch need is bounded: at most
 // C_in*(T+pads) floats for stride-1 conv1d and ~4 MiB chunks otherwise, plus, when conv1d
 // runs in BF16 GEMM precision (ops/matmul.h: the GemmPrecisionScope models hold; the
-// weights being f32, never without one), conv1d_bf16_scratch_bytes
-// for its packed bf16 operands; conv_transpose1d in BF16 precision the same way (x and w
-// rounded to bf16, f32 accumulation) with conv_transpose1d_bf16_scratch_bytes.
+// weights being f32, never without one), its packed bf16 operands; conv_transpose1d in BF16
+// precision the same way (x and w rounded to bf16, f32 accumulation). conv1d_scratch_bytes
+// and conv_transpose1d_scratch_bytes say exactly how much a call takes (for an ArenaPlan).
 // conv2d stays f32.
 #pragma once
 #include <cstdint>
@@ -86,6 +86,16 @@ void conv1d_snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, const 
 // Extra scratch bytes conv1d takes in BF16 precision, at most (0 where the bf16 GEMM does
 // not exist): cin, cout, the output length and K as in conv1d; the largest dilation.
 size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t dilation, int n_threads);
+// The scratch bytes one conv1d call takes from its arena, exactly: the high-water mark of its
+// 64-byte aligned allocations from a 64-byte aligned start (ArenaPlan::scratch's terms), for
+// the path the call takes under this thread's GEMM precision scope on `isa`: f32 padded
+// input + row offsets or im2col chunk, the bf16 k-major GEMM's packing on top, or the bf16
+// direct conv's packed weights (none with p.packed) and per-thread input chunks.
+// cin, cout, t_in (the input length) and K as in conv1d's x and w; p the call's params
+// (groups, packed included); n_threads the pool's size. A batched x [B, C_in, T] takes the
+// same (each item's scratch is rewound). conv1d_snake takes what conv1d takes for its shapes.
+size_t conv1d_scratch_bytes(int64_t cin, int64_t cout, int64_t t_in, int64_t K, const Conv1dParams& p, int n_threads,
+                            Isa isa = active_isa());
 
 struct ConvTranspose1dPacked;
 
@@ -119,6 +129,11 @@ void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const 
 // Extra scratch bytes conv_transpose1d takes in BF16 precision, at most (0 where the bf16
 // GEMM does not exist): the transposed weights and the packed bf16 operands.
 size_t conv_transpose1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t K, int n_threads);
+// The scratch bytes one conv_transpose1d call takes from its arena, exactly (as for
+// conv1d_scratch_bytes): its column chunk, and in BF16 precision the transposed weights (none
+// with p.packed) and the k-major GEMM's packing. cin, cout, t_in, K as in x and w.
+size_t conv_transpose1d_scratch_bytes(int64_t cin, int64_t cout, int64_t t_in, int64_t K,
+                                      const ConvTranspose1dParams& p, int n_threads, Isa isa = active_isa());
 
 struct Conv2dParams {
   int64_t stride_h = 1, stride_w = 1;

@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "kernels/matmul.h"
 #include "kernels/nn.h"
+#include "ops/conv.h"
 #include "ops/nn_util.h"
 
 namespace cbx::conv_detail {
@@ -63,6 +64,18 @@ void run_threads(ThreadPool& pool, int64_t work, F&& f) {
 
 inline int64_t round32(int64_t v) { return (v + 31) / 32 * 32; }
 
+// Output positions per im2col chunk of a strided conv1d (rows = C_in K B rows): ~kChunkFloats
+// floats, at least 16 columns, at most all of them.
+inline int64_t conv1d_chunk_cols(int64_t rows, int64_t t_out) {
+  return std::min(std::max<int64_t>(kChunkFloats / rows, 16), t_out);
+}
+// Input positions per chunk of conv_transpose1d's columns Z (mk = C_out K rows), the same way.
+inline int64_t conv_transpose1d_chunk_cols(int64_t mk, int64_t t_in) {
+  return std::min(std::max<int64_t>(kChunkFloats / mk, 8), t_in);
+}
+// Time tiles (32 steps) per packed input chunk of the bf16 direct conv (conv.cpp).
+int64_t direct_chunk_tiles(int64_t cin_pad, int64_t halo, int64_t n_tt);
+
 // Every tile sets its C block to the bias (or zero) and then accumulates A B.
 void run_job(const NnKernels& k, const GemmJob& j, int ith, int nth);
 // bias: empty (nullptr) or a contiguous f32 [cout]; errors name op.
@@ -71,6 +84,9 @@ const float* check_bias(const char* op, const Tensor& bias, int64_t cout);
 int64_t row_stride_floats(const char* op, const char* name, const Tensor& t, int dim);
 // The conv GEMMs of one call run in bf16 (see ops/conv.cpp's header comment).
 bool conv_uses_bf16(Isa isa);
+// conv1d runs on the bf16 direct conv (Bf16Gemm::Conv): bf16 GEMMs, stride 1, one group and
+// few enough output channels.
+bool conv1d_runs_direct(int64_t cout, const Conv1dParams& p, Isa isa);
 // j's GEMM (every group, bias as the initial value) on the bf16 kernel.
 void run_job_bf16(ThreadPool& pool, const GemmJob& j, Arena* arena);
 // The AVX-512 bf16 kernels (direct conv, k-major GEMM), or nullptr on other ISAs.

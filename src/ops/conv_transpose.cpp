@@ -76,7 +76,7 @@ void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const 
   const int64_t xs = row_stride_floats(op, "x", x, 0), ys = row_stride_floats(op, "y", y, 0);
   const NnKernels& k = nn_kernels(isa);
   const int64_t MK = Cout * K;
-  const int64_t NT = std::clamp<int64_t>(kChunkFloats / MK, 8, T);
+  const int64_t NT = conv_transpose1d_chunk_cols(MK, T);
   Scratch sc(arena);
   float* Z = sc.get<float>(MK * NT, "conv_transpose1d columns");
   const float* xp = x.ptr<float>();

@@ -319,7 +319,7 @@ size_t gemm_bf16_kmajor_scratch_bytes(int64_t m, int64_t k, int n_threads) {
   const Bf16Gemm* b = bf16_for(matmul_kernels(active_isa()));
   if (!b) return 0;
   const GemmKernel& g = b->gemm[kWF32];
-  return gemm_x_bytes(g, m, k) + size_t(n_threads) * gemm_w_bytes(g, k, b->kc) + 128;
+  return gemm_x_bytes(g, m, k) + size_t(n_threads) * gemm_w_bytes(g, k, b->kc);
 }
 
 bool gemm_bf16_kmajor(ThreadPool& pool, const KMajorGemm& q, Arena* arena) {

@@ -127,7 +127,8 @@ struct KMajorGemm {
   int64_t m = 0, n = 0, k = 0;
 };
 bool gemm_bf16_kmajor(ThreadPool& pool, const KMajorGemm& g, Arena* scratch = nullptr);
-// Upper bound of the scratch bytes gemm_bf16_kmajor needs (0 where it is unavailable).
+// The scratch bytes gemm_bf16_kmajor takes from its arena, exactly (one 64-byte aligned
+// block; 0 where it is unavailable). n_threads: the pool's size.
 size_t gemm_bf16_kmajor_scratch_bytes(int64_t m, int64_t k, int n_threads);
 
 // ---- Pre-packed weights and fused epilogues (repeated GEMMs of one model) ----
