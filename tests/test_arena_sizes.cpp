@@ -4,7 +4,8 @@
 // reserved maximum size stays inside its arena, and the arena
 // holds at most Arena::reserve's rounding to 64 bytes more than that run's high-water mark
 // (256 where a GEMM's scratch is planned: matmul_scratch_bytes adds 128 and answers for the
-// widest ISA the CPU has).
+// widest ISA the CPU has). The S3Gen stages (flow encoder, CFM estimator, HiFT) are checked in
+// F32 and BF16 precision, with their own arena and with one shared work arena.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,6 +21,8 @@
 #include "models/campplus.h"
 #include "models/cfm_estimator.h"
 #include "models/cfm_solver.h"
+#include "models/flow_encoder.h"
+#include "models/hift_vocoder.h"
 #include "models/model_config.h"
 #include "models/s3_tokenizer.h"
 #include "models/t3_cond_encoder.h"
@@ -139,6 +142,95 @@ void check_campplus(const std::string& path) {
   EXPECT_LT(cam.thread_scratch_bytes() - cam.thread_scratch_high_water(), size_t(64)) << path;
 }
 
+// The arena a stage's per-call buffers went to: its own, or the shared work arena.
+void expect_fits(size_t capacity, size_t high_water, size_t slack, const std::string& what) {
+  EXPECT_LE(high_water, capacity) << what;
+  EXPECT_LE(capacity - high_water, slack) << what << ": capacity " << capacity << ", high water " << high_water;
+}
+
+void check_flow(const std::string& path, GemmPrecision prec, bool shared) {
+  auto f = GgufFile::open(path);
+  const ModelConfig c = read_config(*f);
+  FlowEncoderWeights w;
+  bind_flow_encoder(*f, c.flow, w);
+  ThreadPool pool(2);
+  Arena work;
+  FlowEncoderOptions o;
+  o.max_tokens = 12;
+  o.gemm = prec;
+  if (shared) o.work = &work;
+  FlowEncoder enc(c.flow, w, pool, o);
+  std::vector<int32_t> prompt(4), tokens(size_t(o.max_tokens) - prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(i * 7 % size_t(c.flow.vocab));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 13 + 5) % size_t(c.flow.vocab));
+  const int64_t M = c.flow.mel_dim, Tm = 6;
+  std::vector<float> feat(size_t(Tm * M), 0.1f), emb(size_t(c.flow.spk_embed_dim), 0.3f);
+  enc.forward(prompt.data(), int64_t(prompt.size()), tokens.data(), int64_t(tokens.size()), feat.data(), Tm, emb.data(),
+              int64_t(emb.size()));
+  const std::string what = path + " flow" + (shared ? " (shared)" : "");
+  // The convs' scratch is exact, the GEMMs' and attention's planned by their upper bounds
+  // (matmul_scratch_bytes, matmul_packed_scratch_bytes: every kernel choice of the widest ISA),
+  // which at these tiny sizes leave up to ~15% of the arena unused.
+  expect_fits(enc.arena_bytes(), enc.arena_high_water(), enc.arena_bytes() / 4, what);
+  if (shared) expect_fits(work.capacity(), work.high_water(), work.capacity() / 4, what + " work arena");
+}
+
+void check_cfm_estimator(const std::string& path, GemmPrecision prec, bool shared) {
+  auto f = GgufFile::open(path);
+  const ModelConfig c = read_config(*f);
+  CfmEstimatorWeights w;
+  bind_cfm_estimator(*f, c.cfm, w);
+  ThreadPool pool(2);
+  Arena work;
+  CfmEstimatorOptions o;
+  o.max_frames = 20;
+  o.max_batch = 2;
+  o.gemm = prec;
+  if (shared) o.work = &work;
+  CfmEstimator est(c.cfm, w, pool, o);
+  const int64_t B = o.max_batch, M = c.cfm.out_channels, T = o.max_frames;
+  std::vector<float> x(size_t(B * M * T), 0.2f), mu(x.size(), 0.1f), cond(x.size(), 0.f), spks(size_t(B * M), 0.3f);
+  const Tensor xt = make_tensor(DType::F32, {B, M, T}, x.data(), x.size() * 4);
+  const Tensor mt = make_tensor(DType::F32, {B, M, T}, mu.data(), mu.size() * 4);
+  const Tensor ct = make_tensor(DType::F32, {B, M, T}, cond.data(), cond.size() * 4);
+  const Tensor st = make_tensor(DType::F32, {B, M}, spks.data(), spks.size() * 4);
+  const float t[2] = {0.3f, 0.6f}, r[2] = {0.5f, 0.9f};
+  est.forward(xt, Tensor{}, mt, t, st, ct, r);
+  const std::string what = path + " cfm estimator" + (shared ? " (shared)" : "");
+  // As for the flow encoder: the GEMMs' scratch is planned by upper bounds (~25% here).
+  expect_fits(est.arena_bytes(), est.arena_high_water(), est.arena_bytes() / 3, what);
+  if (shared) expect_fits(work.capacity(), work.high_water(), work.capacity() / 3, what + " work arena");
+}
+
+void check_hift(const std::string& path, GemmPrecision prec, bool shared) {
+  auto f = GgufFile::open(path);
+  const ModelConfig c = read_config(*f);
+  ThreadPool pool(2);
+  Arena work;
+  HiftOptions o;
+  o.max_frames = 10;
+  o.gemm = prec;
+  if (shared) o.work = &work;
+  HiftVocoder voc(c, *f, pool, o);
+  std::vector<float> mel(size_t(c.hift.in_channels * o.max_frames), -2.f);
+  const Tensor mt = make_tensor(DType::F32, {c.hift.in_channels, o.max_frames}, mel.data(), mel.size() * 4);
+  voc.forward(mt);
+  const std::string what = path + " hift" + (shared ? " (shared)" : "");
+  // Convolutions only: their scratch is exact, so only Arena::reserve's rounding is left.
+  expect_fits(voc.arena_bytes(), voc.arena_high_water(), 63, what);
+  if (shared) expect_fits(work.capacity(), work.high_water(), 63, what + " work arena");
+}
+
+void check_s3gen(const std::string& path) {
+  for (GemmPrecision prec : {GemmPrecision::F32, GemmPrecision::BF16})
+    for (bool shared : {false, true}) {
+      SCOPED_TRACE(std::string(prec == GemmPrecision::F32 ? "f32" : "bf16") + (shared ? ", shared" : ", own"));
+      check_flow(path, prec, shared);
+      check_cfm_estimator(path, prec, shared);
+      check_hift(path, prec, shared);
+    }
+}
+
 TEST_F(ArenaSizes, CondEncoderMtl) { check_cond_encoder(g_dir + "/mtl.gguf", true); }
 TEST_F(ArenaSizes, CondEncoderTurbo) { check_cond_encoder(g_dir + "/turbo.gguf", false); }
 
@@ -148,6 +240,8 @@ TEST_F(ArenaSizes, CfmSolverTurbo) { check_cfm_solver(g_dir + "/turbo.gguf", fal
 TEST_F(ArenaSizes, S3Tokenizer) { check_s3tok(g_dir + "/mtl.gguf", 16000 * 3 + 99, -1); }
 TEST_F(ArenaSizes, S3TokenizerPast30s) { check_s3tok(g_dir + "/turbo.gguf", 16000 * 31, 750); }
 TEST_F(ArenaSizes, CampPlus) { check_campplus(g_dir + "/mtl.gguf"); }
+TEST_F(ArenaSizes, S3GenStagesMtl) { check_s3gen(g_dir + "/mtl.gguf"); }
+TEST_F(ArenaSizes, S3GenStagesTurbo) { check_s3gen(g_dir + "/turbo.gguf"); }
 
 }  // namespace
 }  // namespace cbx

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "ops/attention_bf16.h"
@@ -19,10 +20,7 @@ namespace {
 constexpr float kLnEps = 1e-5f;         // nn.LayerNorm default (decoder.py, diffusers block)
 constexpr float kTimeScale = 1000.f;    // SinusoidalPosEmb.forward(scale=1000)
 constexpr double kMaxPeriod = 10000.0;  // log(10000) / (half - 1)
-constexpr size_t kAllocSlack = 64;
-constexpr int64_t kQueryChunk = 128;  // attention queries per work item
-
-size_t f32_bytes(int64_t n) { return size_t(n) * 4 + kAllocSlack; }
+constexpr int64_t kQueryChunk = 128;    // attention queries per work item
 
 std::string idx(const std::string& p, int i) { return p + "." + std::to_string(i); }
 
@@ -203,23 +201,27 @@ void bind_cfm_estimator(const GgufFile& f, const CfmConfig& c, CfmEstimatorWeigh
 
 // ---------------------------------------------------------------------------------------
 
-namespace {
-
-// Per-call activations, allocated in this order by forward (sizes for the reservation).
-size_t activation_bytes(const CfmConfig& c, int64_t B, int64_t T) {
-  const int64_t C = c.channels, E = c.time_emb_dim, S = c.time_sin_dim, inner = inner_dim(c);
-  const int64_t n_res = 2 + c.n_mid_blocks;
-  size_t b = 0;
-  b += f32_bytes(2 * B * S) + 2 * f32_bytes(2 * B * E) + 2 * f32_bytes(B * E);  // time embedding
-  b += f32_bytes(n_res * B * C);                                                // resnet time projections
-  b += f32_bytes(B * c.in_channels * T) + f32_bytes(B * 2 * C * T);             // x_in, [h | skip]
-  b += 2 * f32_bytes(B * C * T);                                                // t0, t1
-  b += f32_bytes(B * T * C) + f32_bytes(B * T * 3 * inner) + f32_bytes(B * T * inner);
-  b += f32_bytes(B * T * c.ff_dim) + f32_bytes(B * inner * T);
+template <class A>
+CfmEstimator::Bufs CfmEstimator::alloc_bufs(A& a, const CfmConfig& c, int64_t B, int64_t T) {
+  const int64_t C = c.channels, E = c.time_emb_dim, inner = inner_dim(c), n = c.meanflow ? 2 * B : B;
+  Bufs b;
+  b.temb = a.alloc(DType::F32, {B, E}, "cfm temb");
+  b.sin_in = a.alloc(DType::F32, {n, c.time_sin_dim}, "cfm sinusoid");
+  b.h1 = a.alloc(DType::F32, {n, E}, "cfm time mlp");
+  b.h2 = a.alloc(DType::F32, {n, E}, "cfm time mlp out");
+  b.temb_act = a.alloc(DType::F32, {B, E}, "cfm mish(temb)");
+  b.tproj = a.alloc(DType::F32, {2 + c.n_mid_blocks, B, C}, "cfm time projections");
+  b.xin = a.alloc(DType::F32, {B, c.in_channels, T}, "cfm x_in");
+  b.hs = a.alloc(DType::F32, {B, 2 * C, T}, "cfm [h | skip]");
+  b.t0 = a.alloc(DType::F32, {B, C, T}, "cfm t0");
+  b.t1 = a.alloc(DType::F32, {B, C, T}, "cfm t1");
+  b.xt = a.alloc(DType::F32, {B, T, C}, "cfm xt");
+  b.qkv = a.alloc(DType::F32, {B, T, 3 * inner}, "cfm qkv");
+  b.att = a.alloc(DType::F32, {B, T, inner}, "cfm attention");
+  b.ff = a.alloc(DType::F32, {B, T, c.ff_dim}, "cfm ff");
+  b.vt = a.alloc(DType::F32, {B, inner, T}, "cfm v^T");
   return b;
 }
-
-}  // namespace
 
 CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, ThreadPool& pool,
                            const CfmEstimatorOptions& o)
@@ -238,38 +240,21 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
   // int8 where the VNNI kernel runs it); the other products run in bf16 next to int8 linears.
   linear_ = resolve_packed_precision(o.gemm, lossy);
   gemm_ = linear_ == GemmPrecision::Int8 ? GemmPrecision::BF16 : linear_;
-  const int64_t B = max_batch_, T = max_frames_, C = c.channels;
-  const int64_t N = B * T, K = c.conv_kernel;
-  const int nt = pool.size();
-
-  // Transient scratch (rewound after each op): the largest matmul, conv or attention need.
-  size_t transient = 0;
-  auto mm = [&](const Tensor& wt, int64_t rows) {
-    transient = std::max(transient, matmul_scratch_bytes(wt.dtype, rows, wt.shape[0], wt.shape[1], nt));
-  };
-  mm(w.time1_w, 2 * B);
-  mm(w.time2_w, 2 * B);
-  if (c.meanflow) mm(w.mixer_w, B);
   // Transformer matrices packed once (bf16 panels when gemm_ is BF16 on AMX): q | k | v stacked.
-  auto stage_mm = [&](const CfmStageWeights& s) {
-    mm(s.resnet.mlp_w, B);
+  auto stage_pack = [&](const CfmStageWeights& s) {
     for (const CfmTransformerWeights& b : s.blocks) {
       PackedBlock pb;
       pb.qkv = pack_weight(pool, {&b.to_q, &b.to_k, &b.to_v}, linear_, "cfm attn1.to_q|to_k|to_v");
       pb.out = pack_weight(pool, {&b.to_out_w}, linear_, "cfm attn1.to_out.0");
       pb.ff1 = pack_weight(pool, {&b.ff1_w}, linear_, "cfm ff.net.0.proj");
       pb.ff2 = pack_weight(pool, {&b.ff2_w}, linear_, "cfm ff.net.2");
-      for (const PackedWeight* p : {&pb.qkv, &pb.out, &pb.ff1, &pb.ff2}) {
-        transient = std::max(transient, matmul_packed_scratch_bytes(*p, N, nt));
-        packed_bytes_ += p->panel_bytes();
-      }
-      transient = std::max(transient, matmul_mlp_scratch_bytes(pb.ff1, pb.ff2, N, nt));
+      for (const PackedWeight* p : {&pb.qkv, &pb.out, &pb.ff1, &pb.ff2}) packed_bytes_ += p->panel_bytes();
       packed_.emplace_back(&b, std::move(pb));
     }
   };
-  stage_mm(w.down);
-  for (const CfmStageWeights& s : w.mid) stage_mm(s);
-  stage_mm(w.up);
+  stage_pack(w.down);
+  for (const CfmStageWeights& s : w.mid) stage_pack(s);
+  stage_pack(w.up);
   if (gemm_ == GemmPrecision::BF16) {
     auto resnet_convs = [&](const CfmResnetWeights& r) {
       conv_packs_.add(pool, r.conv1_w, r.conv1_b);
@@ -285,49 +270,82 @@ CfmEstimator::CfmEstimator(const CfmConfig& c, const CfmEstimatorWeights& w, Thr
     conv_packs_.add(pool, w.proj_w, w.proj_b);
     packed_bytes_ += conv_packs_.bytes();
   }
-  const int64_t cin_max = std::max<int64_t>(c.in_channels, 2 * C);
-  transient = std::max(
-      transient,
-      f32_bytes(cin_max * (T + K - 1)) + size_t(cin_max * K) * 8 + 2 * kAllocSlack +
-          (gemm_ == GemmPrecision::BF16
-               ? conv1d_bf16_scratch_bytes(cin_max, std::max<int64_t>(C, c.out_channels), T, K, 1, nt) + kAllocSlack
-               : 0));
-  // Attention: the fused bf16 kernel (AMX) takes its scratch from the per-call arena (work_); the
-  // f32 path has, per thread, scores + v^T of one item and the GEMMs' single-thread scratch.
+  // Attention: the fused bf16 kernel (AMX or vdpbf16ps) takes its scratch from the per-call
+  // arena (work_); the f32 path has per-thread arenas.
   attn_bf16_ = attention_kernel(gemm_, c.head_dim) == AttentionKernel::Bf16;
+  plan_arenas(o);
+}
+
+void CfmEstimator::plan_arenas(const CfmEstimatorOptions& o) {
+  GemmPrecisionScope scope(gemm_);  // the convs take the paths forward's scope gives them
+  const int64_t B = max_batch_, T = max_frames_, N = B * T;
+  const int nt = pool_.size();
+  ArenaPlan keep;  // the output, then (without options.work) the per-call buffers after it
+  keep.alloc(DType::F32, {B, c_.out_channels, T});
+  ArenaPlan call = o.work ? ArenaPlan() : keep;
+  alloc_bufs(call, c_, B, T);
+  // Every op's scratch, taken after all the activations and rewound.
+  auto mm = [&](const Tensor& wt, int64_t rows) {
+    call.scratch(matmul_scratch_bytes(wt.dtype, rows, wt.shape[0], wt.shape[1], nt));
+  };
+  mm(w_.time1_w, c_.meanflow ? 2 * B : B);
+  mm(w_.time2_w, c_.meanflow ? 2 * B : B);
+  if (c_.meanflow) mm(w_.mixer_w, B);
+  auto conv = [&](const Tensor& cw, int64_t pad_left) {
+    Conv1dParams p;
+    p.pad_left = pad_left;
+    p.packed = conv_packs_.find(cw);
+    call.scratch(conv1d_scratch_bytes(cw, T, p, nt));
+  };
+  auto stage = [&](const CfmStageWeights& s) {
+    mm(s.resnet.mlp_w, B);
+    conv(s.resnet.conv1_w, s.resnet.conv1_w.shape[2] - 1);
+    conv(s.resnet.conv2_w, s.resnet.conv2_w.shape[2] - 1);
+    conv(s.resnet.res_w, 0);
+    for (const CfmTransformerWeights& b : s.blocks) {
+      const PackedBlock& pb = packed_for(b);
+      for (const PackedWeight* p : {&pb.qkv, &pb.out, &pb.ff1, &pb.ff2})
+        call.scratch(matmul_packed_scratch_bytes(*p, N, nt));
+      call.scratch(matmul_mlp_scratch_bytes(pb.ff1, pb.ff2, N, nt));
+    }
+  };
+  stage(w_.down);
+  for (const CfmStageWeights& s : w_.mid) stage(s);
+  stage(w_.up);
+  conv(w_.down.conv_w, c_.conv_kernel - 1);
+  conv(w_.up.conv_w, c_.conv_kernel - 1);
+  conv(w_.final_conv_w, w_.final_conv_w.shape[2] - 1);
+  conv(w_.proj_w, 0);
   if (attn_bf16_) {
-    transient = std::max(transient, attention_bf16_scratch_bytes(B, c.n_head, T, c.head_dim, nt) + kAllocSlack);
-  } else {
-    const int64_t Qc = std::min<int64_t>(T, kQueryChunk), D = c.head_dim;
-    const size_t gemm =
-        std::max(matmul_scratch_bytes(DType::F32, Qc, T, D, 1), matmul_scratch_bytes(DType::F32, Qc, D, T, 1));
-    const size_t per_thread = f32_bytes(Qc * T) + gemm + 4 * kAllocSlack;
+    call.scratch(attention_bf16_scratch_bytes(B, c_.n_head, T, c_.head_dim, nt));
+  } else {  // per thread: one item's scores, then the GEMMs' single-thread scratch
+    const int64_t Qc = std::min<int64_t>(T, kQueryChunk), D = c_.head_dim;
+    ArenaPlan solo;
+    solo.alloc(DType::F32, {Qc, T});
+    solo.scratch(
+        std::max(matmul_scratch_bytes(DType::F32, Qc, T, D, 1), matmul_scratch_bytes(DType::F32, Qc, D, T, 1)));
     for (int i = 0; i < nt; ++i) {
       solo_.push_back(std::make_unique<ThreadPool>(1));
-      solo_arena_.emplace_back(per_thread);
+      solo_arena_.emplace_back(solo.bytes());
     }
   }
-
-  const size_t per_call = activation_bytes(c, B, T) + transient + 30 * kAllocSlack;
   if (o.work) {
-    arena_.reserve(f32_bytes(B * c.out_channels * T) + 2 * kAllocSlack);
+    arena_.reserve(keep.bytes());
     work_ = o.work;
-    work_->reserve_at_least(per_call);
+    work_->reserve_at_least(call.bytes());
   } else {
-    arena_.reserve(f32_bytes(B * c.out_channels * T) + 2 * kAllocSlack + per_call);
+    arena_.reserve(call.bytes());
   }
-  out_buf_ = arena_.alloc(DType::F32, {B, c.out_channels, T}, "cfm output");
+  out_buf_ = arena_.alloc(DType::F32, {B, c_.out_channels, T}, "cfm output");
   call_mark_ = arena_.mark();
   work_base_ = o.work ? 0 : call_mark_;
 }
 
 // Time embedding of B rows: t (and r for meanflow) -> temb [B, E].
-void CfmEstimator::time_embedding(const float* t, const float* r, int64_t B, Tensor& temb) {
+void CfmEstimator::time_embedding(const float* t, const float* r, int64_t B, Bufs& b) {
   const int64_t S = c_.time_sin_dim, half = S / 2, E = c_.time_emb_dim;
   const int64_t n = c_.meanflow ? 2 * B : B;  // meanflow rows: t_0, r_0, t_1, r_1, ...
-  Tensor sin_in = work_->alloc(DType::F32, {n, S}, "cfm sinusoid");
-  Tensor h1 = work_->alloc(DType::F32, {n, E}, "cfm time mlp");
-  Tensor h2 = work_->alloc(DType::F32, {n, E}, "cfm time mlp out");
+  Tensor &sin_in = b.sin_in, &h1 = b.h1, &h2 = b.h2, &temb = b.temb;
   // As torch computes it in f32: exp(arange(half) * -(ln(1e4) / (half - 1))), then (1000 t) f_i.
   const float neg = float(-std::log(kMaxPeriod) / double(half - 1));
   for (int64_t i = 0; i < n; ++i) {
@@ -462,7 +480,7 @@ void CfmEstimator::stage(const CfmStageWeights& sw, const char* resnet_name, con
 const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const Tensor& mu, const float* t,
                                     const Tensor& spks, const Tensor& cond, const float* r) {
   GemmPrecisionScope gemm_scope(gemm_);
-  const int64_t M = c_.out_channels, C = c_.channels, E = c_.time_emb_dim, inner = inner_dim(c_);
+  const int64_t M = c_.out_channels, C = c_.channels;
   CBX_CHECK(x.dtype == DType::F32 && (x.ndim == 2 || x.ndim == 3) && x.dim(-2) == M,
             "cfm forward: x must be f32 [B, %lld, T] or [%lld, T], got %s %s", (long long)M, (long long)M,
             dtype_name(x.dtype), x.shape_str().c_str());
@@ -497,12 +515,11 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
 
   work_->rewind(work_base_);
   const int64_t n_res = 2 + c_.n_mid_blocks;
-  Tensor temb = work_->alloc(DType::F32, {B, E}, "cfm temb");
-  time_embedding(t, r, B, temb);
+  Bufs bf = alloc_bufs(*work_, c_, B, T);
+  Tensor &temb = bf.temb, &temb_act = bf.temb_act, &tproj = bf.tproj, &xin = bf.xin, &hs = bf.hs;
+  time_embedding(t, r, B, bf);
   emit("temb", -1, temb);
-  Tensor temb_act = work_->alloc(DType::F32, {B, E}, "cfm mish(temb)");
   mish(pool_, temb, temb_act);
-  Tensor tproj = work_->alloc(DType::F32, {n_res, B, C}, "cfm time projections");
   auto tp = [&](int64_t i) { return slice(tproj, 0, i, 1); };
   auto proj = [&](const CfmResnetWeights& rw, int64_t i) {
     Tensor o = reshape(tp(i), {B, C});
@@ -511,17 +528,6 @@ const Tensor& CfmEstimator::forward(const Tensor& x, const Tensor& mask, const T
   proj(w_.down.resnet, 0);
   for (int i = 0; i < c_.n_mid_blocks; ++i) proj(w_.mid[size_t(i)].resnet, 1 + i);
   proj(w_.up.resnet, n_res - 1);
-
-  Tensor xin = work_->alloc(DType::F32, {B, c_.in_channels, T}, "cfm x_in");
-  Tensor hs = work_->alloc(DType::F32, {B, 2 * C, T}, "cfm [h | skip]");
-  Bufs bf;
-  bf.t0 = work_->alloc(DType::F32, {B, C, T}, "cfm t0");
-  bf.t1 = work_->alloc(DType::F32, {B, C, T}, "cfm t1");
-  bf.xt = work_->alloc(DType::F32, {B, T, C}, "cfm xt");
-  bf.qkv = work_->alloc(DType::F32, {B, T, 3 * inner}, "cfm qkv");
-  bf.att = work_->alloc(DType::F32, {B, T, inner}, "cfm attention");
-  bf.ff = work_->alloc(DType::F32, {B, T, c_.ff_dim}, "cfm ff");
-  bf.vt = work_->alloc(DType::F32, {B, inner, T}, "cfm v^T");
 
   // x_in = [x | mu | spks over T | cond] along channels.
   {

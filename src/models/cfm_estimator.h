@@ -144,16 +144,24 @@ class CfmEstimator {
   size_t packed_weight_bytes() const { return packed_bytes_; }  // bf16 panels made at construction
 
  private:
-  struct Bufs {           // per-call activations
-    Tensor t0, t1;        // [B, C, T]
-    Tensor xt;            // [B, T, C]
-    Tensor qkv, att, ff;  // [B, T, 3 inner], [B, T, inner], [B, T, F]
-    Tensor vt;            // [B, inner, T]: v transposed
+  struct Bufs {                       // per-call activations
+    Tensor temb, sin_in, h1, h2;      // [B, E], time embedding rows [n, S], [n, E] x 2 (n: 2B with meanflow)
+    Tensor temb_act, tproj, xin, hs;  // [B, E], [n_res, B, C], [B, 4 M, T], [B, 2 C, T]
+    Tensor t0, t1;                    // [B, C, T]
+    Tensor xt;                        // [B, T, C]
+    Tensor qkv, att, ff;              // [B, T, 3 inner], [B, T, inner], [B, T, F]
+    Tensor vt;                        // [B, inner, T]: v transposed
   };
+  // forward()'s per-call allocations in its order, on the work arena or on a plan sizing it.
+  template <class A>
+  static Bufs alloc_bufs(A& a, const CfmConfig& c, int64_t B, int64_t T);
+  // The arena plans at max_batch x max_frames (each op's scratch after the activations) and the
+  // per-thread scratch arenas of the f32 attention.
+  void plan_arenas(const CfmEstimatorOptions& o);
   void emit(const char* name, int index, const Tensor& t) const {
     if (capture_) capture_(name, index, t);
   }
-  void time_embedding(const float* t, const float* r, int64_t B, Tensor& temb);
+  void time_embedding(const float* t, const float* r, int64_t B, Bufs& b);
   void causal_block(const Tensor& x, const Tensor& conv_w, const Tensor& conv_b, const Tensor& ln_w, const Tensor& ln_b,
                     Tensor& y, int64_t n_valid);
   void resnet(const CfmResnetWeights& rw, Tensor& x, const Tensor& tproj, Tensor& y, Tensor& tmp, int64_t n_valid);

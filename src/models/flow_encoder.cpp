@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "ops/attention.h"
@@ -18,10 +19,6 @@ namespace cbx {
 namespace {
 
 constexpr float kLeakySlope = 0.01f;  // F.leaky_relu default (pre-lookahead layer)
-constexpr size_t kAllocSlack = 64;    // per arena allocation (alignment)
-
-size_t f32_bytes(int64_t n) { return size_t(std::max<int64_t>(n, 1)) * 4 + kAllocSlack; }
-
 void conformer_specs(const FlowConfig& c, const std::string& p, FlowConformerLayer& L,
                      const FlowEncoderWeights::Visitor& fn) {
   using K = FlowWeightKind;
@@ -127,12 +124,38 @@ void bind_flow_encoder(const GgufFile& f, const FlowConfig& c, FlowEncoderWeight
 
 // Per-call buffers, each sized for T = 2 L rows of the current call.
 struct FlowEncoder::Bufs {
+  Tensor ids;                           // [L] token ids
   Tensor x, xn, q, k, v, qv, att, tmp;  // [T, d]
   Tensor p;                             // [2T-1, d]
   Tensor bd;                            // T * (2T-1) floats (one head; not with the in-kernel term)
   Tensor hid;                           // [T, n_ff]
   Tensor ct0, ct1, ct2;                 // d * T floats (channels-first)
+  Tensor proj, xvec;                    // [T, M], [1, S]
 };
+
+template <class A>
+FlowEncoder::Bufs FlowEncoder::alloc_bufs(A& a, int64_t L) const {
+  const int64_t d = c_.d_model, T = c_.up_stride * L;
+  Bufs b;
+  b.ids = a.alloc(DType::I32, {L}, "flow token ids");
+  b.x = a.alloc(DType::F32, {T, d}, "flow x");
+  b.xn = a.alloc(DType::F32, {T, d}, "flow norm");
+  b.q = a.alloc(DType::F32, {T, d}, "flow q");
+  b.k = a.alloc(DType::F32, {T, d}, "flow k");
+  b.v = a.alloc(DType::F32, {T, d}, "flow v");
+  b.qv = a.alloc(DType::F32, {T, d}, "flow q + pos_bias_v");
+  b.att = a.alloc(DType::F32, {T, d}, "flow attention");
+  b.tmp = a.alloc(DType::F32, {T, d}, "flow projection");
+  b.p = a.alloc(DType::F32, {2 * T - 1, d}, "flow linear_pos");
+  if (!relpos_) b.bd = a.alloc(DType::F32, {T * (2 * T - 1)}, "flow position scores");
+  b.hid = a.alloc(DType::F32, {T, c_.n_ff}, "flow ffn");
+  b.ct0 = a.alloc(DType::F32, {d * T}, "flow channels-first 0");
+  b.ct1 = a.alloc(DType::F32, {d * T}, "flow channels-first 1");
+  b.ct2 = a.alloc(DType::F32, {d * T}, "flow channels-first 2");
+  b.proj = a.alloc(DType::F32, {T, c_.mel_dim}, "flow encoder_proj");
+  b.xvec = a.alloc(DType::F32, {1, c_.spk_embed_dim}, "flow x-vector");
+  return b;
+}
 
 FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, ThreadPool& pool,
                          const FlowEncoderOptions& o)
@@ -141,9 +164,8 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   CBX_CHECK(int(w.encoders.size()) == c.n_encoders && int(w.up_encoders.size()) == c.n_up_encoders &&
                 !w.input_embedding.empty() && !w.proj_w.empty(),
             "flow encoder: weights are not bound");
-  const int64_t d = c.d_model, D = c.head_dim, F = c.n_ff, M = c.mel_dim, S = c.spk_embed_dim;
+  const int64_t d = c.d_model, D = c.head_dim;
   const int64_t L = max_tokens_, T = c.up_stride * L, P = 2 * T - 1;
-  const int nt = pool.size();
   bool lossy = gemm_weight_is_lossy(w.embed_w.dtype) || gemm_weight_is_lossy(w.proj_w.dtype);
   if (!w.encoders.empty()) lossy |= gemm_weight_is_lossy(w.encoders[0].q_w.dtype);
   gemm_ = resolve_gemm_precision(o.gemm, lossy);
@@ -154,18 +176,6 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
   attn_bf16_ = attn != AttentionKernel::F32;
   relpos_ = attn == AttentionKernel::Bf16Relpos;
 
-  size_t persistent = f32_bytes(P * d) + 2 * f32_bytes(M * T) + f32_bytes(M);  // pos, outputs
-  size_t act = size_t(L) * 4 + kAllocSlack;                                    // ids
-  act += 8 * f32_bytes(T * d) + f32_bytes(P * d) + (relpos_ ? 0 : f32_bytes(T * P)) + f32_bytes(T * F);
-  act += 3 * f32_bytes(d * T);             // channels-first
-  act += f32_bytes(T * M) + f32_bytes(S);  // proj, x-vec
-  // Transient scratch (rewound after each op): the largest single op's need.
-  size_t tr = 0;
-  auto mm = [&](const Tensor& wt, int64_t n) {
-    tr = std::max(tr, matmul_scratch_bytes(wt.dtype, n, wt.shape[0], wt.shape[1], nt));
-  };
-  mm(w.spk_affine_w, 1);
-  mm(w.embed_w, T), mm(w.up_embed_w, T), mm(w.proj_w, T);
   // Conformer matrices packed once (bf16 panels when gemm_ is BF16 on AMX).
   for (const auto* layers : {&w.encoders, &w.up_encoders})
     for (const FlowConformerLayer& Ly : *layers) {
@@ -177,39 +187,17 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
       pl.pos = pack_weight(pool, {&Ly.pos_w}, gemm_, "flow linear_pos");
       pl.w1 = pack_weight(pool, {&Ly.w1_w}, gemm_, "flow feed_forward.w_1");
       pl.w2 = pack_weight(pool, {&Ly.w2_w}, gemm_, "flow feed_forward.w_2");
-      for (const PackedWeight* pw : {&pl.q, &pl.k, &pl.v, &pl.out, &pl.w1, &pl.w2})
-        tr = std::max(tr, matmul_packed_scratch_bytes(*pw, T, nt));
-      tr = std::max(tr, matmul_packed_scratch_bytes(pl.pos, P, nt));
-      tr = std::max(tr, matmul_mlp_scratch_bytes(pl.w1, pl.w2, T, nt));
       packed_.emplace_back(&Ly, std::move(pl));
     }
   if (gemm_ == GemmPrecision::BF16)
     for (const auto& [cw, cb] : {std::pair{&w.pre_conv1_w, &w.pre_conv1_b}, std::pair{&w.pre_conv2_w, &w.pre_conv2_b},
                                  std::pair{&w.up_conv_w, &w.up_conv_b}})
       conv_packs_.add(pool, *cw, *cb);
-  if (relpos_) {
-    tr = std::max(tr, attention_bf16_relpos_scratch_bytes(1, c.n_head, T, D, nt) + kAllocSlack);
-  } else {
-    tr = std::max(tr, matmul_scratch_bytes(DType::F32, T, P, D, nt));      // (q + v) p^T per head
-    tr = std::max(tr, f32_bytes(D * ((T + 63) / 64 * 64)) + kAllocSlack);  // attention K^T (one head)
-    if (attn_bf16_) tr = std::max(tr, attention_bf16_scratch_bytes(1, 1, T, D, nt) + kAllocSlack);
-  }
-  const int64_t Kmax = std::max<int64_t>({c.pre_lookahead_len + 1, 3, c.up_kernel});
-  tr = std::max(tr,
-                f32_bytes(d * (T + Kmax)) + size_t(d * Kmax) * 8 + 2 * kAllocSlack +  // conv1d
-                    (gemm_ == GemmPrecision::BF16 ? conv1d_bf16_scratch_bytes(d, d, T, Kmax, 1, nt) + kAllocSlack : 0));
-  if (o.work) {
-    arena_.reserve(persistent + (size_t(1) << 12));
-    work_ = o.work;
-    work_->reserve_at_least(act + tr + (size_t(1) << 16));
-  } else {
-    arena_.reserve(persistent + act + tr + (size_t(1) << 16));
-  }
+  plan_arenas(o);
 
   // Relative-position table (EspnetRelPositionalEncoding): row r holds position q = Tmax-1-r,
   // [sin(q w_i), cos(q w_i)] interleaved, w_i = exp(2i * -(ln 10000 / d)), formed in f32 as
   // torch does (|q| * w rounded to f32, the sign applied after).
-  pos_ = arena_.alloc(DType::F32, {P, d}, "flow relative-position table");
   const float step = float(-(std::log(10000.0) / double(d)));
   std::vector<float> freq(size_t(d / 2));
   for (int64_t i = 0; i < d / 2; ++i) freq[size_t(i)] = float(std::exp(double(float(2 * i) * step)));
@@ -223,11 +211,64 @@ FlowEncoder::FlowEncoder(const FlowConfig& c, const FlowEncoderWeights& w, Threa
       row[2 * i + 1] = float(std::cos(a));
     }
   }
-  mu_buf_ = arena_.alloc(DType::F32, {M * T}, "flow mu");
-  cond_buf_ = arena_.alloc(DType::F32, {M * T}, "flow cond");
-  spks_buf_ = arena_.alloc(DType::F32, {M}, "flow spks");
   call_mark_ = arena_.mark();
   work_base_ = o.work ? 0 : call_mark_;
+}
+
+void FlowEncoder::plan_arenas(const FlowEncoderOptions& o) {
+  GemmPrecisionScope scope(gemm_);  // the convs take the paths forward's scope gives them
+  const int64_t d = c_.d_model, D = c_.head_dim, M = c_.mel_dim, L = max_tokens_, T = c_.up_stride * L;
+  const int nt = pool_.size();
+  auto persistent = [&](auto& a) {
+    pos_ = a.alloc(DType::F32, {2 * T - 1, d}, "flow relative-position table");
+    mu_buf_ = a.alloc(DType::F32, {M * T}, "flow mu");
+    cond_buf_ = a.alloc(DType::F32, {M * T}, "flow cond");
+    spks_buf_ = a.alloc(DType::F32, {M}, "flow spks");
+  };
+  ArenaPlan keep;
+  persistent(keep);
+  ArenaPlan call = o.work ? ArenaPlan() : keep;
+  alloc_bufs(call, L);
+  // Every op's scratch, taken after all the activations and rewound.
+  auto mm = [&](const Tensor& wt, int64_t n) {
+    call.scratch(matmul_scratch_bytes(wt.dtype, n, wt.shape[0], wt.shape[1], nt));
+  };
+  mm(w_.spk_affine_w, 1);
+  mm(w_.embed_w, L);
+  mm(w_.up_embed_w, T);
+  mm(w_.proj_w, T);
+  auto conv = [&](const Tensor& cw, int64_t t_in, int64_t pad_left, int64_t pad_right) {
+    Conv1dParams p;
+    p.pad_left = pad_left;
+    p.pad_right = pad_right;
+    p.packed = conv_packs_.find(cw);
+    call.scratch(conv1d_scratch_bytes(cw, t_in, p, nt));
+  };
+  conv(w_.pre_conv1_w, L, 0, c_.pre_lookahead_len);
+  conv(w_.pre_conv2_w, L, 2, 0);
+  conv(w_.up_conv_w, T, c_.up_kernel - 1, 0);
+  for (const auto& [ly, pl] : packed_) {
+    for (int64_t n : {L, T}) {  // encoders run on L rows, up_encoders on T: plan both
+      for (const PackedWeight* pw : {&pl.q, &pl.k, &pl.v, &pl.out, &pl.w1, &pl.w2})
+        call.scratch(matmul_packed_scratch_bytes(*pw, n, nt));
+      call.scratch(matmul_packed_scratch_bytes(pl.pos, 2 * n - 1, nt));
+      call.scratch(matmul_mlp_scratch_bytes(pl.w1, pl.w2, n, nt));
+      if (relpos_) {
+        call.scratch(attention_bf16_relpos_scratch_bytes(1, c_.n_head, n, D, nt));
+        continue;
+      }
+      call.scratch(matmul_scratch_bytes(DType::F32, n, 2 * n - 1, D, nt));  // (q + v) p^T per head
+      call.scratch(attn_bf16_ ? attention_bf16_scratch_bytes(1, 1, n, D, nt) : attention_scratch_bytes(1, n, D));
+    }
+  }
+  if (o.work) {
+    arena_.reserve(keep.bytes());
+    work_ = o.work;
+    work_->reserve_at_least(call.bytes());
+  } else {
+    arena_.reserve(call.bytes());
+  }
+  persistent(arena_);
 }
 
 const FlowEncoder::PackedLayer& FlowEncoder::packed_for(const FlowConformerLayer& W) const {
@@ -336,34 +377,18 @@ FlowEncoderOutput FlowEncoder::forward(const int32_t* prompt_tokens, int64_t n_p
   work_->rewind(work_base_);
 
   // Tokens, prompt first (flow.py concatenates prompt_token and token).
-  Tensor ids = work_->alloc(DType::I32, {L}, "flow token ids");
+  Bufs b = alloc_bufs(*work_, L);
+  Tensor &ids = b.ids, &proj = b.proj, &xvec = b.xvec;
   for (int64_t i = 0; i < L; ++i) {
     const int32_t t = i < n_prompt ? prompt_tokens[i] : tokens[i - n_prompt];
     CBX_CHECK(t >= 0 && t < c_.vocab, "flow encoder: %s token %lld at %lld is outside [0, %d)",
               i < n_prompt ? "prompt" : "speech", (long long)t, (long long)(i < n_prompt ? i : i - n_prompt), c_.vocab);
     ids.ptr<int32_t>()[i] = t;
   }
-  Bufs b;
-  b.x = work_->alloc(DType::F32, {T, d}, "flow x");
-  b.xn = work_->alloc(DType::F32, {T, d}, "flow norm");
-  b.q = work_->alloc(DType::F32, {T, d}, "flow q");
-  b.k = work_->alloc(DType::F32, {T, d}, "flow k");
-  b.v = work_->alloc(DType::F32, {T, d}, "flow v");
-  b.qv = work_->alloc(DType::F32, {T, d}, "flow q + pos_bias_v");
-  b.att = work_->alloc(DType::F32, {T, d}, "flow attention");
-  b.tmp = work_->alloc(DType::F32, {T, d}, "flow projection");
-  b.p = work_->alloc(DType::F32, {2 * T - 1, d}, "flow linear_pos");
-  if (!relpos_) b.bd = work_->alloc(DType::F32, {T * (2 * T - 1)}, "flow position scores");
-  b.hid = work_->alloc(DType::F32, {T, c_.n_ff}, "flow ffn");
-  b.ct0 = work_->alloc(DType::F32, {d * T}, "flow channels-first 0");
-  b.ct1 = work_->alloc(DType::F32, {d * T}, "flow channels-first 1");
-  b.ct2 = work_->alloc(DType::F32, {d * T}, "flow channels-first 2");
-  Tensor proj = work_->alloc(DType::F32, {T, M}, "flow encoder_proj");
   FlowEncoderOutput out;
   out.mu = make_tensor(DType::F32, {M, T}, mu_buf_.data, size_t(M * T) * 4);
   out.cond = make_tensor(DType::F32, {M, T}, cond_buf_.data, size_t(M * T) * 4);
   out.spks = spks_buf_;
-  Tensor xvec = work_->alloc(DType::F32, {1, S}, "flow x-vector");
   out.n_frames = T;
   out.n_prompt_frames = n_prompt_frames;
 

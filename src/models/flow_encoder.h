@@ -142,6 +142,12 @@ class FlowEncoder {
 
  private:
   struct Bufs;
+  // forward()'s per-call buffers for L tokens in its order, on the work arena or on a plan.
+  template <class A>
+  Bufs alloc_bufs(A& a, int64_t L) const;
+  // The arenas' sizes: the persistent buffers, then forward()'s at max_tokens with each op's
+  // scratch as it takes it.
+  void plan_arenas(const FlowEncoderOptions& o);
   void emit(const std::string& name, const Tensor& t) const {
     if (capture_) capture_(name, t);
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "audio/fft.h"
+#include "core/arena_plan.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "ops/conv.h"
@@ -17,7 +18,6 @@ namespace {
 
 constexpr float kPostLreluSlope = 0.01f;  // F.leaky_relu default before conv_post (spec §15.6)
 constexpr float kMaxMagnitude = 100.f;    // _istft: clip(magnitude, max=1e2)
-constexpr size_t kAllocSlack = 64;
 
 std::string idx(const std::string& p, int i) { return p + "." + std::to_string(i); }
 
@@ -209,17 +209,19 @@ HiftLengths lengths(const HiftConfig& c, int64_t T) {
   return r;
 }
 
-size_t f32_bytes(int64_t n) { return size_t(std::max<int64_t>(n, 1)) * 4 + kAllocSlack; }
-
-// Upper bound of the scratch one conv op takes from the arena (ops/conv.h: the padded
-// input for stride-1 conv1d, <= 4 MiB column chunks (at least 16 columns) otherwise).
-size_t conv1d_scratch(int64_t cin, int64_t T, int64_t K, int64_t pad_total, int64_t stride) {
-  const size_t offs = size_t(cin * K) * 8 + kAllocSlack;
-  if (stride == 1) return f32_bytes(cin * (T + pad_total)) + offs;
-  return f32_bytes(std::max<int64_t>(int64_t(1) << 20, cin * K * 16)) + offs;
-}
-size_t conv_transpose_scratch(int64_t cout, int64_t K) {
-  return f32_bytes(std::max<int64_t>(int64_t(1) << 20, cout * K * 8));
+// forward()'s per-call buffers, in its order: on the work arena, or on a plan sizing it.
+struct HiftCallBufs {
+  Tensor f0, src, s_stft;
+  float* slab[5];  // activation slabs of L.slab floats
+};
+template <class A>
+HiftCallBufs alloc_call(A& a, const HiftConfig& c, const HiftLengths& L) {
+  HiftCallBufs b;
+  b.f0 = a.alloc(DType::F32, {L.T}, "hift f0");
+  b.src = a.alloc(DType::F32, {L.N}, "hift source");
+  b.s_stft = a.alloc(DType::F32, {c.n_fft + 2, L.F}, "hift s_stft");
+  for (float*& s : b.slab) s = static_cast<float*>(a.alloc_bytes(size_t(L.slab) * 4, 64, "hift activation slab"));
+  return b;
 }
 
 }  // namespace
@@ -267,52 +269,6 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
     fft_bufs_.emplace_back(size_t(cfg_.n_fft + 2 * (cfg_.n_fft / 2 + 1)));
   }
 
-  const HiftLengths L = lengths(cfg_, max_frames_);
-  const int64_t H1 = cfg_.nb_harmonics + 1, C0 = cfg_.base_channels;
-  const size_t persistent = 2 * f32_bytes(H1 * L.N)   // generator noise, cycles
-                            + f32_bytes(L.N);         // wave
-  size_t bytes = f32_bytes(L.N)                       // source
-                 + f32_bytes((cfg_.n_fft + 2) * L.F)  // s_stft
-                 + f32_bytes(L.T)                     // f0
-                 + 5 * f32_bytes(L.slab);             // activation slabs
-  // Largest conv scratch.
-  size_t scratch = 0;
-  scratch = std::max(scratch, conv1d_scratch(cfg_.in_channels, L.T, 3, 2, 1));
-  scratch = std::max(scratch, conv1d_scratch(cfg_.f0_channels, L.T, 3, 2, 1));
-  scratch = std::max(scratch, conv1d_scratch(cfg_.in_channels, L.T, cfg_.conv_pre_kernel, cfg_.conv_pre_kernel - 1, 1));
-  int32_t max_d = 1;
-  for (int32_t d : cfg_.resblock_dilations) max_d = std::max(max_d, d);
-  for (int32_t d : cfg_.source_resblock_dilations) max_d = std::max(max_d, d);
-  int32_t max_k = 1;
-  for (int32_t k : cfg_.resblock_kernels) max_k = std::max(max_k, k);
-  for (int32_t k : cfg_.source_resblock_kernels) max_k = std::max(max_k, k);
-  for (int i = 0; i < n_stages_; ++i) {
-    const int64_t C = C0 >> (i + 1), Li = L.L[size_t(i)];
-    scratch = std::max(scratch, conv_transpose_scratch(C, cfg_.upsample_kernels[size_t(i)]));
-    const SourceDown sd = source_down(cfg_, size_t(i));
-    scratch = std::max(scratch, conv1d_scratch(cfg_.n_fft + 2, L.F, sd.kernel, 2 * sd.pad, sd.stride));
-    scratch = std::max(scratch, conv1d_scratch(C, Li, max_k, int64_t(max_d) * (max_k - 1), 1));
-  }
-  scratch = std::max(scratch, conv1d_scratch(C0 >> n_stages_, L.F, 7, 6, 1));
-  if (gemm_ == GemmPrecision::BF16) {  // packed bf16 operands of the largest conv (f0 and conv_post stay f32)
-    const int nt = pool_.size();
-    size_t packed = conv1d_bf16_scratch_bytes(cfg_.in_channels, C0, L.T, cfg_.conv_pre_kernel, 1, nt);
-    for (int i = 0; i < n_stages_; ++i) {
-      const int64_t C = C0 >> (i + 1), Li = L.L[size_t(i)];
-      packed = std::max(packed, conv1d_bf16_scratch_bytes(C, C, Li, max_k, max_d, nt));
-      const Tensor& sdw = w_.source_downs_w[size_t(i)];
-      packed = std::max(packed, conv1d_bf16_scratch_bytes(sdw.shape[1], sdw.shape[0], Li, sdw.shape[2], 1, nt));
-      packed = std::max(packed, conv_transpose1d_bf16_scratch_bytes(C * 2, C, cfg_.upsample_kernels[size_t(i)], nt));
-    }
-    scratch += packed;
-  }
-  if (o.work) {
-    arena_.reserve(persistent + 4096);
-    work_ = o.work;
-    work_->reserve_at_least(bytes + scratch + 4096);
-  } else {
-    arena_.reserve(persistent + bytes + scratch + 4096);
-  }
   if (gemm_ == GemmPrecision::BF16) {
     for (const Tensor& uw : w_.ups_w) ups_packs_.push_back(conv_transpose1d_pack(pool_, uw));
     conv_packs_.add(pool_, w_.conv_pre_w, w_.conv_pre_b);
@@ -324,75 +280,75 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
         }
   }
 
-  gen_noise_ = arena_.alloc(DType::F32, {H1, L.N}, "hift generator noise");
-  cycles_ = arena_.alloc(DType::F32, {H1, L.N}, "hift harmonic cycles");
-  wave_buf_ = arena_.alloc(DType::F32, {L.N}, "hift wave");
+  // The arenas: the persistent buffers, then forward()'s at max_frames with each conv's scratch
+  // as it takes it (with its packed weights, in its precision scope).
+  const HiftLengths L = lengths(cfg_, max_frames_);
+  const int64_t H1 = cfg_.nb_harmonics + 1;
+  auto persistent = [&](auto& a) {
+    gen_noise_ = a.alloc(DType::F32, {H1, L.N}, "hift generator noise");
+    cycles_ = a.alloc(DType::F32, {H1, L.N}, "hift harmonic cycles");
+    wave_buf_ = a.alloc(DType::F32, {L.N}, "hift wave");
+  };
+  ArenaPlan keep;
+  persistent(keep);
+  ArenaPlan call = o.work ? ArenaPlan() : keep;
+  alloc_call(call, cfg_, L);
+  const int nt = pool_.size();
+  auto conv = [&](const Tensor& w, int64_t t_in, const Conv1dParams& p) {
+    call.scratch(conv1d_scratch_bytes(w, t_in, p, nt));
+  };
+  {
+    GemmPrecisionScope exact(GemmPrecision::F32);  // f0_predict and conv_post run in f32
+    Conv1dParams p;
+    p.pad_left = p.pad_right = 1;
+    for (const Tensor& fw : w_.f0_w) conv(fw, L.T, p);
+    p.pad_left = p.pad_right = (w_.conv_post_w.shape[2] - 1) / 2;
+    conv(w_.conv_post_w, L.L[size_t(n_stages_ - 1)], p);
+  }
+  GemmPrecisionScope scope(gemm_);
+  Conv1dParams pre;
+  pre.pad_left = pre.pad_right = (cfg_.conv_pre_kernel - 1) / 2;
+  pre.packed = conv_packs_.find(w_.conv_pre_w);
+  conv(w_.conv_pre_w, L.T, pre);
+  for (int i = 0; i < n_stages_; ++i) {
+    const int64_t Li = L.L[size_t(i)];
+    ConvTranspose1dParams pu;
+    pu.stride = cfg_.upsample_rates[size_t(i)];
+    pu.padding = (cfg_.upsample_kernels[size_t(i)] - cfg_.upsample_rates[size_t(i)]) / 2;
+    if (!ups_packs_.empty()) pu.packed = &ups_packs_[size_t(i)];
+    call.scratch(conv_transpose1d_scratch_bytes(w_.ups_w[size_t(i)], i ? L.L[size_t(i - 1)] : L.T, pu, nt));
+    const SourceDown sd = source_down(cfg_, size_t(i));
+    Conv1dParams ps;
+    ps.stride = sd.stride;
+    ps.pad_left = ps.pad_right = sd.pad;
+    conv(w_.source_downs_w[size_t(i)], L.F, ps);
+    auto resblock = [&](const HiftResBlockWeights& rb) {
+      for (size_t j = 0; j < rb.dilations.size(); ++j) {
+        Conv1dParams p1, p2;
+        p1.dilation = rb.dilations[j];
+        p1.pad_left = p1.pad_right = p1.dilation * (rb.kernel - 1) / 2;
+        p1.packed = conv_packs_.find(rb.conv1_w[j]);
+        p2.pad_left = p2.pad_right = (rb.kernel - 1) / 2;
+        p2.packed = conv_packs_.find(rb.conv2_w[j]);
+        conv(rb.conv1_w[j], Li, p1);
+        conv(rb.conv2_w[j], Li, p2);
+      }
+    };
+    resblock(w_.source_resblocks[size_t(i)]);
+    for (int j = 0; j < n_kernels_; ++j) resblock(w_.resblocks[size_t(i * n_kernels_ + j)]);
+  }
+  if (o.work) {
+    arena_.reserve(keep.bytes());
+    work_ = o.work;
+    work_->reserve_at_least(call.bytes());
+  } else {
+    arena_.reserve(call.bytes());
+  }
+  persistent(arena_);
   gen_phases_.assign(size_t(H1), 0.f);
   last_f0_.reserve(size_t(max_frames_));
   call_mark_ = arena_.mark();
   work_base_ = o.work ? 0 : call_mark_;
-}
-
-void HiftVocoder::source_stft(const float* src, int64_t n, float* s_stft) {
-  const int64_t nfft = cfg_.n_fft, hop = cfg_.hop, half = nfft / 2, bins = nfft / 2 + 1;
-  const int64_t F = n / hop + 1;
-  CBX_CHECK(n > half, "hift: %lld source samples are too few for the reflect padding", (long long)n);
-  float* re = s_stft;
-  float* im = s_stft + bins * F;
-  pool_.run([&](int ith, int nth) {
-    RealFft& fft = *ffts_[size_t(ith)];
-    float* fr = fft_bufs_[size_t(ith)].data();
-    auto* spec = reinterpret_cast<std::complex<float>*>(fr + nfft);
-    int64_t f0, f1;
-    ThreadPool::split(F, ith, nth, &f0, &f1);
-    for (int64_t f = f0; f < f1; ++f) {
-      for (int64_t t = 0; t < nfft; ++t) {
-        int64_t j = f * hop + t - half;  // reflect: x[-i] = x[i], x[n-1+i] = x[n-1-i]
-        if (j < 0) j = -j;
-        if (j >= n) j = 2 * (n - 1) - j;
-        fr[t] = src[j] * window_[size_t(t)];
-      }
-      fft.forward(fr, spec);
-      for (int64_t k = 0; k < bins; ++k) {
-        re[k * F + f] = spec[k].real();
-        im[k * F + f] = spec[k].imag();
-      }
-    }
-  });
-}
-
-void HiftVocoder::istft(const float* re, const float* im, int64_t F, float* frames, float* wave) {
-  const int64_t nfft = cfg_.n_fft, hop = cfg_.hop, half = nfft / 2, bins = nfft / 2 + 1;
-  const int64_t n = hop * (F - 1);  // torch.istft default length with center=True
-  const float inv_n = 1.f / float(nfft);
-  pool_.run([&](int ith, int nth) {
-    RealFft& fft = *ffts_[size_t(ith)];
-    auto* spec = reinterpret_cast<std::complex<float>*>(fft_bufs_[size_t(ith)].data() + nfft);
-    int64_t f0, f1;
-    ThreadPool::split(F, ith, nth, &f0, &f1);
-    for (int64_t f = f0; f < f1; ++f) {  // irfft (1/n), then the synthesis window
-      for (int64_t k = 0; k < bins; ++k) spec[k] = {re[k * F + f], im[k * F + f]};
-      float* fr = frames + f * nfft;
-      fft.inverse(spec, fr);
-      for (int64_t t = 0; t < nfft; ++t) fr[t] = fr[t] * inv_n * window_[size_t(t)];
-    }
-    pool_.barrier();
-    // Overlap-add gathered per output sample, divided by the summed squared window.
-    int64_t p0, p1;
-    ThreadPool::split(n, ith, nth, &p0, &p1);
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t q = p + half;  // index in the centre-padded signal
-      const int64_t fa = std::max<int64_t>(0, (q - nfft) / hop), fb = std::min(F - 1, q / hop);
-      float acc = 0.f, env = 0.f;
-      for (int64_t f = fa; f <= fb; ++f) {
-        const int64_t t = q - f * hop;
-        if (t < 0 || t >= nfft) continue;
-        acc += frames[f * nfft + t];
-        env += window_[size_t(t)] * window_[size_t(t)];
-      }
-      wave[p] = env > 1e-11f ? acc / env : 0.f;
-    }
-  });
 }
 
 // out = ResBlock(in); in may be out. The first residual add writes out = in + ..., so the
@@ -439,12 +395,10 @@ const Tensor& HiftVocoder::forward(const Tensor& mel, const HiftDraws* draws) {
   work_->rewind(work_base_);
   timing_.f0 = timing_.source = timing_.stft = timing_.conv_pre = timing_.istft = timing_.total = 0;
 
-  Tensor f0 = work_->alloc(DType::F32, {T}, "hift f0");
-  Tensor src = work_->alloc(DType::F32, {N}, "hift source");
-  Tensor s_stft = work_->alloc(DType::F32, {nf, F}, "hift s_stft");
-  float* slab[5];
+  HiftCallBufs cb = alloc_call(*work_, cfg_, L);
+  Tensor &f0 = cb.f0, &src = cb.src, &s_stft = cb.s_stft;
+  float** slab = cb.slab;
   const size_t slab_bytes = size_t(L.slab) * 4;
-  for (float*& s : slab) s = static_cast<float*>(work_->alloc_bytes(slab_bytes, 64, "hift activation slab"));
   auto view = [&](int i, int64_t C, int64_t len) { return make_tensor(DType::F32, {C, len}, slab[i], slab_bytes); };
 
   // 1. f0.

@@ -119,13 +119,6 @@ namespace {
 using nn_detail::check_f32;
 using namespace conv_detail;
 
-size_t direct_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t d, int n_threads) {
-  const int64_t cin_pad = round32(cin), halo = (K - 1) * d;
-  const int64_t chunk_cols = direct_chunk_tiles(cin_pad, halo, (t_out + 31) / 32) * 32 + halo;
-  return size_t(std::max(n_threads, 1)) * (size_t(cin_pad * chunk_cols) * 2 + 64) +
-         size_t(K * cin_pad * round32(cout)) * 2 + size_t(round32(cout)) * 64 + 4 * 64;
-}
-
 // Stride-1, single-group conv1d in bf16 without im2col (Bf16Gemm::Conv), with the optional
 // Snake of the input (snake_alpha) and residual (res, rows rs floats apart) of conv1d_snake.
 void conv1d_direct_bf16(ThreadPool& pool, const Bf16Gemm& bk, const float* x, int64_t xs, int64_t Cin, int64_t T,
@@ -429,12 +422,6 @@ void conv1d_snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, const 
   conv1d_direct_bf16(pool, *bf16_kernels(), x.ptr<float>(), row_stride_floats(op, "x", x, 0), Cin, T, w.ptr<float>(),
                      Cout, K, bp, y.ptr<float>(), row_stride_floats(op, "y", y, 0), Tout, p, scratch,
                      alpha.ptr<float>(), rp, rs);
-}
-
-size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t dilation, int n_threads) {
-  if (!bf16_kernels()) return 0;
-  return std::max(direct_bytes(cin, cout, t_out, K, dilation, n_threads),
-                  gemm_bf16_kmajor_scratch_bytes(cout, cin * K, n_threads));
 }
 
 void conv2d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y, const Conv2dParams& p,

@@ -78,14 +78,11 @@ void conv1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bi
 // saves three passes over [C, T] activations. Elsewhere it refuses with an error: callers
 // compose the three ops themselves.
 // x: [C_in, T]; alpha: contiguous [C_in]; residual: empty or [C_out, T_out] (y itself, x,
-// or apart from y); y: [C_out, T_out], not x. Scratch as conv1d's (conv1d_bf16_scratch_bytes).
+// or apart from y); y: [C_out, T_out], not x. Scratch as conv1d's (conv1d_scratch_bytes).
 bool conv1d_snake_fused(int64_t cout, const Conv1dParams& p, Isa isa = active_isa());
 void conv1d_snake(ThreadPool& pool, const Tensor& x, const Tensor& alpha, const Tensor& w, const Tensor& bias,
                   const Tensor& residual, Tensor& y, const Conv1dParams& p, Arena* scratch = nullptr,
                   Isa isa = active_isa());
-// Extra scratch bytes conv1d takes in BF16 precision, at most (0 where the bf16 GEMM does
-// not exist): cin, cout, the output length and K as in conv1d; the largest dilation.
-size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64_t K, int64_t dilation, int n_threads);
 // The scratch bytes one conv1d call takes from its arena, exactly: the high-water mark of its
 // 64-byte aligned allocations from a 64-byte aligned start (ArenaPlan::scratch's terms), for
 // the path the call takes under this thread's GEMM precision scope on `isa`: f32 padded
@@ -95,6 +92,9 @@ size_t conv1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t t_out, int64
 // (groups, packed included); n_threads the pool's size. A batched x [B, C_in, T] takes the
 // same (each item's scratch is rewound). conv1d_snake takes what conv1d takes for its shapes.
 size_t conv1d_scratch_bytes(int64_t cin, int64_t cout, int64_t t_in, int64_t K, const Conv1dParams& p, int n_threads,
+                            Isa isa = active_isa());
+// The same for the weights w [C_out, C_in/groups, K] a call passes.
+size_t conv1d_scratch_bytes(const Tensor& w, int64_t t_in, const Conv1dParams& p, int n_threads,
                             Isa isa = active_isa());
 
 struct ConvTranspose1dPacked;
@@ -126,14 +126,14 @@ int64_t conv_transpose1d_out_len(int64_t T, int64_t K, const ConvTranspose1dPara
 // bias: [C_out] or empty -> y: [C_out, T_out].
 void conv_transpose1d(ThreadPool& pool, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y,
                       const ConvTranspose1dParams& p, Arena* scratch = nullptr, Isa isa = active_isa());
-// Extra scratch bytes conv_transpose1d takes in BF16 precision, at most (0 where the bf16
-// GEMM does not exist): the transposed weights and the packed bf16 operands.
-size_t conv_transpose1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t K, int n_threads);
 // The scratch bytes one conv_transpose1d call takes from its arena, exactly (as for
 // conv1d_scratch_bytes): its column chunk, and in BF16 precision the transposed weights (none
 // with p.packed) and the k-major GEMM's packing. cin, cout, t_in, K as in x and w.
 size_t conv_transpose1d_scratch_bytes(int64_t cin, int64_t cout, int64_t t_in, int64_t K,
                                       const ConvTranspose1dParams& p, int n_threads, Isa isa = active_isa());
+// The same for the weights w [C_in, C_out, K] a call passes.
+size_t conv_transpose1d_scratch_bytes(const Tensor& w, int64_t t_in, const ConvTranspose1dParams& p, int n_threads,
+                                      Isa isa = active_isa());
 
 struct Conv2dParams {
   int64_t stride_h = 1, stride_w = 1;

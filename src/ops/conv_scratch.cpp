@@ -73,4 +73,15 @@ size_t conv_transpose1d_scratch_bytes(int64_t cin, int64_t cout, int64_t t_in, i
   return a.bytes();
 }
 
+size_t conv1d_scratch_bytes(const Tensor& w, int64_t t_in, const Conv1dParams& p, int n_threads, Isa isa) {
+  CBX_CHECK(w.ndim == 3, "conv1d_scratch_bytes: w %s must be [C_out, C_in/groups, K]", w.shape_str().c_str());
+  return conv1d_scratch_bytes(w.shape[1] * p.groups, w.shape[0], t_in, w.shape[2], p, n_threads, isa);
+}
+
+size_t conv_transpose1d_scratch_bytes(const Tensor& w, int64_t t_in, const ConvTranspose1dParams& p, int n_threads,
+                                      Isa isa) {
+  CBX_CHECK(w.ndim == 3, "conv_transpose1d_scratch_bytes: w %s must be [C_in, C_out, K]", w.shape_str().c_str());
+  return conv_transpose1d_scratch_bytes(w.shape[0], w.shape[1], t_in, w.shape[2], p, n_threads, isa);
+}
+
 }  // namespace cbx

@@ -44,11 +44,6 @@ ConvTranspose1dPacked conv_transpose1d_pack(ThreadPool& pool, const Tensor& w, I
   return pk;
 }
 
-size_t conv_transpose1d_bf16_scratch_bytes(int64_t cin, int64_t cout, int64_t K, int n_threads) {
-  if (!bf16_kernels()) return 0;
-  return size_t(cin * cout * K) * 4 + 64 + gemm_bf16_kmajor_scratch_bytes(cout * K, cin, n_threads);
-}
-
 int64_t conv_transpose1d_out_len(int64_t T, int64_t K, const ConvTranspose1dParams& p) {
   return (T - 1) * p.stride - 2 * p.padding + p.dilation * (K - 1) + p.output_padding + 1;
 }
