@@ -95,3 +95,26 @@ TEST(ArenaPlan, TooSmallPlanFailsClearly) {
   EXPECT_EQ(a.used(), size_t(64 + 400));  // the failed request took nothing
   EXPECT_LE(a.high_water(), a.capacity());
 }
+
+// reserve_stage_arenas: without a shared arena the stage's own one takes both plans' need (the
+// per-call plan was made on top of the persistent one); with one, the own arena takes only the
+// persistent buffers and the shared one grows to the largest per-call need, never shrinks.
+TEST(ArenaPlan, StageArenasOwnOrShared) {
+  ArenaPlan keep;
+  keep.alloc(DType::F32, {100});  // 448 bytes
+  ArenaPlan on_top = keep;
+  on_top.alloc(DType::F32, {1000});  // + 4032
+  Arena own;
+  EXPECT_EQ(reserve_stage_arenas(own, nullptr, keep, on_top), &own);
+  EXPECT_EQ(own.capacity(), size_t(448 + 4032));
+
+  ArenaPlan small, big;
+  small.scratch(1024);
+  big.scratch(8192);
+  Arena own1, own2, shared;
+  EXPECT_EQ(reserve_stage_arenas(own1, &shared, keep, big), &shared);
+  EXPECT_EQ(own1.capacity(), size_t(448));
+  EXPECT_EQ(shared.capacity(), size_t(8192));
+  EXPECT_EQ(reserve_stage_arenas(own2, &shared, keep, small), &shared);  // a smaller need keeps it
+  EXPECT_EQ(shared.capacity(), size_t(8192));
+}

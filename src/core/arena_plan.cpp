@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/arena.h"
 #include "core/error.h"
 
 namespace cbx {
@@ -33,6 +34,16 @@ void ArenaPlan::scratch(size_t bytes) {
   const size_t m = used_;
   alloc_bytes(bytes);
   used_ = m;
+}
+
+Arena* reserve_stage_arenas(Arena& own, Arena* shared, const ArenaPlan& keep, const ArenaPlan& call) {
+  if (!shared) {
+    own.reserve(call.bytes());
+    return &own;
+  }
+  own.reserve(keep.bytes());
+  shared->reserve_at_least(call.bytes());
+  return shared;
 }
 
 }  // namespace cbx

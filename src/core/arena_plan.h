@@ -18,6 +18,8 @@
 
 namespace cbx {
 
+class Arena;
+
 // Bytes Arena::alloc takes for a tensor of this dtype and shape (rows of whole blocks).
 size_t arena_tensor_bytes(DType dtype, int ndim, const int64_t* shape);
 
@@ -43,5 +45,11 @@ class ArenaPlan {
   size_t used_ = 0;
   size_t peak_ = 0;
 };
+
+// A stage's arenas from its two plans: `own` holds the persistent buffers (keep) and, when no
+// shared work arena is given, the per-call buffers after them (call then was planned on top of
+// keep); with a shared one (call planned from empty), that arena grows to the per-call need,
+// as much as the largest of the stages sharing it asks. Returns where the per-call buffers go.
+Arena* reserve_stage_arenas(Arena& own, Arena* shared, const ArenaPlan& keep, const ArenaPlan& call);
 
 }  // namespace cbx

@@ -27,16 +27,6 @@ namespace cbx {
 
 namespace {
 
-// conv1d's scratch in either GEMM precision (F32 or BF16: the calling thread's scope decides).
-size_t conv1d_scratch_either(int64_t cin, int64_t cout, int64_t t_in, int64_t K, const Conv1dParams& p, int nt) {
-  size_t most = 0;
-  for (GemmPrecision g : {GemmPrecision::F32, GemmPrecision::BF16}) {
-    GemmPrecisionScope scope(g);
-    most = std::max(most, conv1d_scratch_bytes(cin, cout, t_in, K, p, nt));
-  }
-  return most;
-}
-
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
@@ -155,7 +145,8 @@ struct CampPlus::Impl {
 
 // forward(T)'s allocations in its order, each conv's scratch a transient block (pools of up to
 // max_threads; the solo ones one thread): the two block slabs, the head's maps and the tdnn's
-// strided conv (rewound before the dense blocks run), then the blocks' buffers and convs.
+// strided conv (rewound before the dense blocks run), then the blocks' buffers and convs. The
+// convs' scratch is the larger of F32 and BF16: the calling thread's precision scope decides.
 void CampPlus::Impl::plan_forward(ArenaPlan& plan, int64_t T) const {
   const int64_t T2 = t_half(T), mc = cfg.head_channels, F = cfg.feat_dim, W = T + 2;
   const int64_t bn = cfg.bn_channels, g = cfg.growth_rate, S = (T2 + cfg.seg_len - 1) / cfg.seg_len;
@@ -165,7 +156,8 @@ void CampPlus::Impl::plan_forward(ArenaPlan& plan, int64_t T) const {
   plan.alloc(DType::F32, {(F + 2) * mc * W});
   for (int i = 0; i < 3; ++i) plan.alloc(DType::F32, {(n_freq[1] + 2) * mc * W});
   plan.alloc(DType::F32, {(F + 2) * W});
-  plan.scratch(conv1d_scratch_either(mc * n_freq[3], cfg.init_channels, T, cfg.tdnn_kernel, tdnn_params(), nt));
+  plan.scratch(
+      conv1d_scratch_bytes_any_precision(mc * n_freq[3], cfg.init_channels, T, cfg.tdnn_kernel, tdnn_params(), nt));
   plan.rewind(head);
   plan.alloc(DType::F32, {c_max, T2});
   plan.alloc(DType::F32, {bn, T2});
@@ -174,12 +166,12 @@ void CampPlus::Impl::plan_forward(ArenaPlan& plan, int64_t T) const {
   plan.alloc(DType::F32, {g, S});
   for (const Block& blk : blocks) {
     for (const DenseLayer& d : blk.layers) {
-      plan.scratch(conv1d_scratch_either(d.in, bn, T2, 1, Conv1dParams{}, nt));
-      plan.scratch(conv1d_scratch_either(bn, g, T2, blk.kernel, local_params(blk), nt));
-      plan.scratch(conv1d_scratch_either(bn, bn / 2, S, 1, Conv1dParams{}, 1));
-      plan.scratch(conv1d_scratch_either(bn / 2, g, S, 1, Conv1dParams{}, 1));
+      plan.scratch(conv1d_scratch_bytes_any_precision(d.in, bn, T2, 1, Conv1dParams{}, nt));
+      plan.scratch(conv1d_scratch_bytes_any_precision(bn, g, T2, blk.kernel, local_params(blk), nt));
+      plan.scratch(conv1d_scratch_bytes_any_precision(bn, bn / 2, S, 1, Conv1dParams{}, 1));
+      plan.scratch(conv1d_scratch_bytes_any_precision(bn / 2, g, S, 1, Conv1dParams{}, 1));
     }
-    plan.scratch(conv1d_scratch_either(blk.out, blk.out / 2, T2, 1, Conv1dParams{}, nt));
+    plan.scratch(conv1d_scratch_bytes_any_precision(blk.out, blk.out / 2, T2, 1, Conv1dParams{}, nt));
   }
   plan.alloc(DType::F32, {1, 2 * c_final});
   plan.alloc(DType::F32, {1, cfg.embed_size});
@@ -190,9 +182,9 @@ void CampPlus::Impl::plan_forward(ArenaPlan& plan, int64_t T) const {
 size_t CampPlus::Impl::thread_scratch_bytes(int64_t T) const {
   const int64_t mc = cfg.head_channels;
   ArenaPlan plan;
-  plan.scratch(conv1d_scratch_either(3, mc, T + 2, 3, Conv1dParams{}, 1));
-  plan.scratch(conv1d_scratch_either(3 * mc, mc, T + 2, 3, Conv1dParams{}, 1));
-  plan.scratch(conv1d_scratch_either(mc, mc, T, 1, Conv1dParams{}, 1));
+  plan.scratch(conv1d_scratch_bytes_any_precision(3, mc, T + 2, 3, Conv1dParams{}, 1));
+  plan.scratch(conv1d_scratch_bytes_any_precision(3 * mc, mc, T + 2, 3, Conv1dParams{}, 1));
+  plan.scratch(conv1d_scratch_bytes_any_precision(mc, mc, T, 1, Conv1dParams{}, 1));
   return plan.bytes();
 }
 

@@ -329,13 +329,7 @@ void CfmEstimator::plan_arenas(const CfmEstimatorOptions& o) {
       solo_arena_.emplace_back(solo.bytes());
     }
   }
-  if (o.work) {
-    arena_.reserve(keep.bytes());
-    work_ = o.work;
-    work_->reserve_at_least(call.bytes());
-  } else {
-    arena_.reserve(call.bytes());
-  }
+  work_ = reserve_stage_arenas(arena_, o.work, keep, call);
   out_buf_ = arena_.alloc(DType::F32, {B, c_.out_channels, T}, "cfm output");
   call_mark_ = arena_.mark();
   work_base_ = o.work ? 0 : call_mark_;

@@ -261,13 +261,7 @@ void FlowEncoder::plan_arenas(const FlowEncoderOptions& o) {
       call.scratch(attn_bf16_ ? attention_bf16_scratch_bytes(1, 1, n, D, nt) : attention_scratch_bytes(1, n, D));
     }
   }
-  if (o.work) {
-    arena_.reserve(keep.bytes());
-    work_ = o.work;
-    work_->reserve_at_least(call.bytes());
-  } else {
-    arena_.reserve(call.bytes());
-  }
+  work_ = reserve_stage_arenas(arena_, o.work, keep, call);
   persistent(arena_);
 }
 

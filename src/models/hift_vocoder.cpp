@@ -337,13 +337,7 @@ void HiftVocoder::init(const GgufFile& f, const HiftOptions& o) {
     resblock(w_.source_resblocks[size_t(i)]);
     for (int j = 0; j < n_kernels_; ++j) resblock(w_.resblocks[size_t(i * n_kernels_ + j)]);
   }
-  if (o.work) {
-    arena_.reserve(keep.bytes());
-    work_ = o.work;
-    work_->reserve_at_least(call.bytes());
-  } else {
-    arena_.reserve(call.bytes());
-  }
+  work_ = reserve_stage_arenas(arena_, o.work, keep, call);
   persistent(arena_);
   gen_phases_.assign(size_t(H1), 0.f);
   last_f0_.reserve(size_t(max_frames_));

@@ -29,16 +29,6 @@ constexpr float kFsqScale = 0.9990000128746033f;  // FSQCodebook.encode
 // Output length of the stem's k=3, stride 2, pad 1 convolutions: (T - 1) / 2 + 1.
 int64_t stem_len(int64_t t) { return t <= 0 ? 0 : (t - 1) / 2 + 1; }
 
-// conv1d's scratch in either GEMM precision (set_gemm_precision may switch after the arena is sized).
-size_t conv1d_scratch_either(int64_t cin, int64_t cout, int64_t t_in, int64_t K, const Conv1dParams& p, int nt) {
-  size_t most = 0;
-  for (GemmPrecision g : {GemmPrecision::F32, GemmPrecision::BF16}) {
-    GemmPrecisionScope scope(g);
-    most = std::max(most, conv1d_scratch_bytes(cin, cout, t_in, K, p, nt));
-  }
-  return most;
-}
-
 // The FSMN memory's depthwise conv over time: zero pad (K-1)/2 left, the rest right.
 Conv1dParams fsmn_params(const S3TokConfig& c) {
   Conv1dParams p;
@@ -209,8 +199,9 @@ S3Tokenizer::S3Tokenizer(const GgufFile& f, const ModelConfig& mc, int64_t max_s
   Conv1dParams sp;
   sp.stride = 2;
   sp.pad_left = sp.pad_right = 1;
-  plan.scratch(conv1d_scratch_either(c.n_mels, C, T100, 3, sp, nt));
-  plan.scratch(conv1d_scratch_either(C, C, T50, 3, sp, nt));
+  // Either precision: set_gemm_precision may switch after the arena is sized.
+  plan.scratch(conv1d_scratch_bytes_any_precision(c.n_mels, C, T100, 3, sp, nt));
+  plan.scratch(conv1d_scratch_bytes_any_precision(C, C, T50, 3, sp, nt));
   const Conv1dParams fp = fsmn_params(c);
   for (const Block& b : m.blocks) {  // see block()
     const size_t mk = plan.mark();

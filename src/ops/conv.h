@@ -96,6 +96,10 @@ size_t conv1d_scratch_bytes(int64_t cin, int64_t cout, int64_t t_in, int64_t K, 
 // The same for the weights w [C_out, C_in/groups, K] a call passes.
 size_t conv1d_scratch_bytes(const Tensor& w, int64_t t_in, const Conv1dParams& p, int n_threads,
                             Isa isa = active_isa());
+// The larger of the F32 and BF16 answers: for an arena sized before the precision the calls
+// will run under is known (a model whose precision can be switched after construction).
+size_t conv1d_scratch_bytes_any_precision(int64_t cin, int64_t cout, int64_t t_in, int64_t K, const Conv1dParams& p,
+                                          int n_threads, Isa isa = active_isa());
 
 struct ConvTranspose1dPacked;
 

@@ -78,6 +78,16 @@ size_t conv1d_scratch_bytes(const Tensor& w, int64_t t_in, const Conv1dParams& p
   return conv1d_scratch_bytes(w.shape[1] * p.groups, w.shape[0], t_in, w.shape[2], p, n_threads, isa);
 }
 
+size_t conv1d_scratch_bytes_any_precision(int64_t cin, int64_t cout, int64_t t_in, int64_t K, const Conv1dParams& p,
+                                          int n_threads, Isa isa) {
+  size_t most = 0;
+  for (GemmPrecision g : {GemmPrecision::F32, GemmPrecision::BF16}) {
+    GemmPrecisionScope scope(g);
+    most = std::max(most, conv1d_scratch_bytes(cin, cout, t_in, K, p, n_threads, isa));
+  }
+  return most;
+}
+
 size_t conv_transpose1d_scratch_bytes(const Tensor& w, int64_t t_in, const ConvTranspose1dParams& p, int n_threads,
                                       Isa isa) {
   CBX_CHECK(w.ndim == 3, "conv_transpose1d_scratch_bytes: w %s must be [C_in, C_out, K]", w.shape_str().c_str());
