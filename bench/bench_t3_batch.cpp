@@ -169,7 +169,10 @@ int run_t3_batch(int argc, char** argv) {
   for (size_t k = 0; k < ns.size(); ++k) {
     const double m = median(runs[k]);
     std::string all;
-    for (double v : runs[k]) all += (all.empty() ? "" : ",") + std::to_string(v).substr(0, 6);
+    for (double v : runs[k]) {
+      if (!all.empty()) all += ',';
+      all += std::to_string(v).substr(0, 6);
+    }
     std::printf(
         "bench t3-batch%s model=%s threads=%d prompt=%d text=%d steps=%d batch=%d t3_tok_s_total=%.2f "
         "t3_tok_s_row=%.2f speedup=%.2f runs=%s\n",

@@ -163,7 +163,9 @@ int run(int argc, char** argv) {
     if (last && !dump_dir.empty())
       solver.estimator().set_capture([&](const char* name, int index, const cbx::Tensor& t) {
         if (dumped) return;
-        cbx::cli::save_tensor_npy(dump_dir + "/" + name + (index >= 0 ? "." + std::to_string(index) : "") + ".npy", t);
+        std::string path = dump_dir + "/" + name;
+        if (index >= 0) path += '.' + std::to_string(index);
+        cbx::cli::save_tensor_npy(path + ".npy", t);
         if (std::strcmp(name, "out") == 0) dumped = true;
       });
     const double cpu0 = cbx::cli::process_cpu_ms();

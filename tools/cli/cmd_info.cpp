@@ -21,8 +21,9 @@ std::string value_str(const cbx::GgufValue& v, size_t max_items = 8) {
   switch (v.type) {
     case T::STRING: {
       const std::string& s = v.as_string();
-      if (s.size() > 60) return "\"" + s.substr(0, 57) + "...\" (" + std::to_string(s.size()) + " bytes)";
-      return "\"" + s + "\"";
+      std::string q(1, '"');
+      if (s.size() <= 60) return q + s + '"';
+      return q + s.substr(0, 57) + "...\" (" + std::to_string(s.size()) + " bytes)";
     }
     case T::BOOL:
       return v.as_bool() ? "true" : "false";
