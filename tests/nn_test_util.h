@@ -9,6 +9,7 @@
 
 #include "core/cpu.h"
 #include "core/tensor.h"
+#include "ops/conv.h"
 
 namespace nn_test {
 
@@ -50,6 +51,17 @@ inline double rms(const double* a, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; ++i) s += a[i] * a[i];
   return std::sqrt(s / double(n ? n : 1));
+}
+
+inline cbx::Conv1dParams conv1d_params(int64_t stride, int64_t dilation, int64_t pad_left, int64_t pad_right,
+                                       int64_t groups) {
+  cbx::Conv1dParams p;
+  p.stride = stride;
+  p.dilation = dilation;
+  p.pad_left = pad_left;
+  p.pad_right = pad_right;
+  p.groups = groups;
+  return p;
 }
 
 }  // namespace nn_test

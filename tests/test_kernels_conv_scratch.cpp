@@ -51,15 +51,7 @@ void expect_exact(size_t need, F&& call, const std::string& what) {
   EXPECT_EQ(small.used(), 0u);
 }
 
-Conv1dParams P(int64_t s, int64_t d, int64_t pl, int64_t pr, int64_t g) {
-  Conv1dParams p;
-  p.stride = s;
-  p.dilation = d;
-  p.pad_left = pl;
-  p.pad_right = pr;
-  p.groups = g;
-  return p;
-}
+constexpr auto P = nn_test::conv1d_params;  // stride, dilation, pad left, pad right, groups
 
 void run_precision(GemmPrecision prec) {
   GemmPrecisionScope scope(prec);

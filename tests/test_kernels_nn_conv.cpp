@@ -83,15 +83,7 @@ void run_conv1d(const C1& c, uint32_t seed, double tol = kConvTol) {
   }
 }
 
-Conv1dParams P(int64_t s, int64_t d, int64_t pl, int64_t pr, int64_t g) {
-  Conv1dParams p;
-  p.stride = s;
-  p.dilation = d;
-  p.pad_left = pl;
-  p.pad_right = pr;
-  p.groups = g;
-  return p;
-}
+constexpr auto P = nn_test::conv1d_params;  // stride, dilation, pad left, pad right, groups
 
 }  // namespace
 
