@@ -571,15 +571,21 @@ static int on_load_progress(float p, void* user) {
   return s->calls != s->stop_at;
 }
 
-static void test_load_progress(const char* gguf) {
+/* Load parameters that report into a cleared *st. */
+static cbx_model_params progress_params(progress_state* st) {
   cbx_model_params mp = cbx_model_default_params();
   CHECK(mp.progress_callback == NULL && mp.progress_callback_user_data == NULL);
   mp.n_threads = 2;
   mp.max_new_tokens = 24;
   mp.progress_callback = on_load_progress;
+  memset(st, 0, sizeof *st);
+  mp.progress_callback_user_data = st;
+  return mp;
+}
+
+static void test_load_progress(const char* gguf) {
   progress_state st;
-  memset(&st, 0, sizeof st);
-  mp.progress_callback_user_data = &st;
+  cbx_model_params mp = progress_params(&st);
   cbx_model* m = (cbx_model*)1;
   CHECK(cbx_model_load(gguf, &mp, &m) == CBX_OK && m != NULL);
   const int n = st.calls;
@@ -645,13 +651,8 @@ static int planar_copies(void) {
 }
 
 static void test_load_progress_t3(const char* gguf, int min_packs) {
-  cbx_model_params mp = cbx_model_default_params();
-  mp.n_threads = 2;
-  mp.max_new_tokens = 24;
-  mp.progress_callback = on_load_progress;
   progress_state st;
-  memset(&st, 0, sizeof st);
-  mp.progress_callback_user_data = &st;
+  cbx_model_params mp = progress_params(&st);
   cbx_model* m = NULL;
   CHECK(cbx_model_load(gguf, &mp, &m) == CBX_OK && m != NULL);
   cbx_model_free(m);

@@ -133,7 +133,7 @@ T3Gpt2::T3Gpt2(const T3Config& c, const T3Gpt2Weights& w, ThreadPool& pool, cons
     uint8_t* at = packed_buf_.data() ? packed_buf_.data() + packed_at : nullptr;
     packed_at += pack_size(t);
     RowLinear r(t, b, name.c_str(), ro, at);
-    if (o.on_packed && r.packed_bytes() > 0) o.on_packed(RowLinear::pack_bytes(t, ro));
+    if (o.on_packed && r.packed_bytes() > 0) o.on_packed(r.packed_bytes());
     return r;
   };
   size_t act_row = 0;

@@ -117,7 +117,7 @@ T3Llama::T3Llama(const T3Config& c, const T3LlamaWeights& w, ThreadPool& pool, c
     uint8_t* at = packed_buf_.data() ? packed_buf_.data() + packed_at : nullptr;
     packed_at += pack_size(t);
     RowLinear r(t, Tensor{}, name.c_str(), ro, at);
-    if (o.on_packed && r.packed_bytes() > 0) o.on_packed(RowLinear::pack_bytes(t, ro));
+    if (o.on_packed && r.packed_bytes() > 0) o.on_packed(r.packed_bytes());
     return r;
   };
   size_t act_row = 0;
