@@ -31,8 +31,8 @@
 // round: decode, s3gen_stream, s3gen_final, s3gen_chunk, flow, cfm, hift) and wall_per_request.
 // then ratio_tok_s_4_vs_1= and ratio_audio_4_vs_1= when 1 and 4 were both measured.
 //
-// Soak (--soak): a warm-up (--warmup sequential requests, then one round of --clients concurrent
-// ones) so that the allocator's arenas and the server's buffers reach their working size, the
+// Soak (--soak): a warm-up (--warmup sequential requests, then --clients threads each sending one
+// request per format) so that the allocator's arenas and the server's buffers reach their working size, the
 // server's VmRSS read; then --sequential requests one after another and --clients threads x
 // --per-client requests each; VmRSS read again. Seeds differ per request and the response
 // formats rotate (pcm, wav, mp3, flac) so the encoders are exercised too. One line:
@@ -403,7 +403,9 @@ int run_soak(const Args& a) {
     for (std::thread& t : threads) t.join();
   };
   for (int i = 0; i < a.warmup; ++i) one(warm_failures);
-  if (a.warmup > 0) concurrent(1, warm_failures);
+  // Concurrent warm-up: each client goes once through every format, so that the server's
+  // connection threads have held the concurrent pattern's buffers before the first RSS read.
+  if (a.warmup > 0) concurrent(int(a.formats.size()), warm_failures);
   const double rss_warm = process_rss(srv.proc->pid()).rss_mb;
   for (int i = 0; i < a.sequential; ++i) one(failures);
   const double rss_seq = process_rss(srv.proc->pid()).rss_mb;
@@ -415,8 +417,8 @@ int run_soak(const Args& a) {
   std::printf(
       "# chatterbox-bench serve --soak: model=%s threads=%d max_batch=%d tokens_limit=%d warm-up=%d "
       "sequential + %d concurrent (failed %d); rss_seq_mb=%.1f after the sequential part\n",
-      a.model.c_str(), a.threads, a.max_batch, a.tokens, a.warmup, a.warmup > 0 ? a.clients : 0, warm_failures.load(),
-      rss_seq);
+      a.model.c_str(), a.threads, a.max_batch, a.tokens, a.warmup, a.warmup > 0 ? a.clients * int(a.formats.size()) : 0,
+      warm_failures.load(), rss_seq);
   std::printf(
       "rss_warm_mb=%.1f rss_end_mb=%.1f rss_growth_pct=%.2f rss_peak_mb=%.1f requests=%d failures=%d "
       "server_exit=%d wall_s=%.1f\n",

@@ -1,12 +1,12 @@
 #!/bin/bash
 # `chatterbox serve` soak (issue 24): chatterbox-bench serve --soak against a tiny Turbo model on a
-# free loopback port: a warm-up (200 sequential requests and 8 concurrent ones), then sequential
-# requests, then 8 client threads x N concurrent ones (formats rotating pcm, wav, mp3, flac; a new
-# seed each). Every request must succeed, the server must exit 0 at SIGTERM, and its VmRSS must not
-# grow by more than 5 % from after the warm-up to the end (memory, not time: the figures are
-# printed). The server's RSS settles slowly (tiny model, warm-up 100: +1.8 MB over the next 200
-# requests, +0.4 MB over the 300 after), hence the long warm-up. The full soak of issue 24 (500
-# sequential + 8 x 25 concurrent) takes ~6 min on a loaded 2-core machine, so the default is
+# free loopback port: a warm-up (200 sequential requests, then 8 clients sending one request per
+# format each), then sequential requests, then 8 client threads x N concurrent ones (formats
+# rotating pcm, wav, mp3, flac; a new seed each). Every request must succeed, the server must exit
+# 0 at SIGTERM, and its VmRSS must not grow by more than 5 % from after the warm-up to the end
+# (memory, not time: the figures are printed). The server's RSS settles as its connection threads
+# take turns serving each format, hence the long warm-up. The full soak of issue 24 (500
+# sequential + 8 x 25 concurrent) takes minutes on a loaded 2-core machine, so the default is
 # 150 + 8 x 10; CBX_SOAK_SEQUENTIAL=500 CBX_SOAK_PER_CLIENT=25 run the full counts.
 # Usage: test_server_soak.sh BUILD_DIR   (exit 77 = skipped)
 set -u
