@@ -227,7 +227,9 @@ TEST(WorkSplit, EveryUnitOnceWithStealing) {
           for (int64_t u = 0; u < n; ++u)
             ASSERT_EQ(hits[size_t(u)].load(), 1) << "unit " << u << " of " << n << ", " << nth << " threads";
           // The held-back thread's own block went wholly to the others: stealing took it all.
-          if (stall) EXPECT_EQ(by_thread[0], 0) << nth << " threads, n " << n;
+          if (stall) {
+            EXPECT_EQ(by_thread[0], 0) << nth << " threads, n " << n;
+          }
         }
       }
   }
