@@ -23,6 +23,7 @@
 #include "models/campplus.h"
 #include "models/model_config.h"
 #include "models/voice_encoder.h"
+#include "ops/matmul.h"
 
 // Counts heap allocations (all threads) while g_counting is set. GCC's -Wmismatched-new-delete
 // cannot see that these replacements pair malloc with free.
@@ -239,6 +240,24 @@ TEST_F(VoiceNetsTest, CampPlusReuseThreadsAndAllocations) {
     g_counting = false;
     EXPECT_EQ(g_allocs.load(), 1) << len << " samples";
     EXPECT_EQ(e.size(), 12u);
+  }
+}
+
+// The caller's GEMM precision reaches every pool thread's convs: under a BF16 scope the
+// embedding does not depend on the thread count (the head's per-row convs run on the pool's
+// worker threads too), and where a bf16 GEMM exists it differs from the F32 one.
+TEST_F(VoiceNetsTest, CampPlusPrecisionScopeOnEveryThread) {
+  const int64_t n = 16000 * 2;
+  std::vector<float> wav = test_wave(n, 10);
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  CampPlus cam(*file, cfg, n, 3);
+  const std::vector<float> f32 = cam.embed(pool2, wav.data(), n);
+  GemmPrecisionScope bf16(GemmPrecision::BF16);
+  const std::vector<float> a = cam.embed(pool1, wav.data(), n);
+  EXPECT_EQ(a, cam.embed(pool2, wav.data(), n));
+  EXPECT_EQ(a, cam.embed(pool3, wav.data(), n));
+  if (gemm_bf16_available()) {
+    EXPECT_NE(a, f32) << "the BF16 scope changed nothing";
   }
 }
 

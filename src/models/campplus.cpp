@@ -117,8 +117,11 @@ struct CampPlus::Impl {
   // memory-bound or small, and each pooled op is a synchronisation, which costs a scheduler
   // time slice when the machine is oversubscribed. The GEMM-sized convs use the caller's pool.
   ThreadPool solo{1};
-  // Per pool thread (max_threads of them): scratch of the head's single-threaded conv1d calls.
+  // Per pool thread (max_threads of them): scratch of the head's single-threaded conv1d calls,
+  // and the one-thread pool they run on (a pool's WorkSplit is state of one op at a time, so
+  // threads running ops side by side each need their own).
   std::vector<Arena> tscratch;
+  std::vector<std::unique_ptr<ThreadPool>> tsolo;
   int max_threads = 1;  // the largest pool the arenas are sized for
   Capture capture;
 
@@ -297,7 +300,10 @@ CampPlus::CampPlus(const GgufFile& f, const ModelConfig& c, int64_t max_samples,
   m.plan_forward(plan, T);
   m.arena.reserve(plan.bytes());
   const size_t per_thread = m.thread_scratch_bytes(T);
-  for (int i = 0; i < max_threads; ++i) m.tscratch.emplace_back(per_thread);
+  for (int i = 0; i < max_threads; ++i) {
+    m.tscratch.emplace_back(per_thread);
+    m.tsolo.push_back(std::make_unique<ThreadPool>(1));
+  }
 }
 
 CampPlus::~CampPlus() = default;
@@ -390,11 +396,15 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
     auto interior = [&](const Map& m) { return view(m, {m.H * m.C, T}, {W, 1}, m.C * W + 1); };
     // Each step below is one parallel region: the threads own ranges of output rows and run
     // the ops on them single-threaded (one synchronisation per step instead of one per row).
+    // The caller's GEMM precision is a thread-local scope: each pool thread takes it on, so
+    // the result does not depend on which thread ran a row.
+    const GemmPrecision precision = gemm_precision_scope();
     auto rows_par = [&](int64_t rows, const auto& fn) {
       auto body = [&](int ith, int nth) {
+        GemmPrecisionScope scope(precision);
         int64_t r0, r1;
         ThreadPool::split(rows, ith, nth, &r0, &r1);
-        if (r1 > r0) fn(r0, r1, tscratch[size_t(ith)]);
+        if (r1 > r0) fn(r0, r1, tscratch[size_t(ith)], *tsolo[size_t(ith)]);
       };
       if (pool.size() <= 1 || rows < 2)
         body(0, 1);
@@ -406,10 +416,10 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
     };
     // 3x3 conv, stride (s, 1), pad 1, rows [r0, r1) of out: in [H, C] -> out [Ho, O].
     auto conv3 = [&](const Map& in, const Tensor& w, const Tensor& bias, Map& out, int64_t s, int64_t r0, int64_t r1,
-                     Arena& sc) {
+                     Arena& sc, ThreadPool& sp) {
       Tensor x = view(in, {r1 - r0, 3 * in.C, W}, {s * in.C * W, W, 1}, r0 * s * in.C * W);
       Tensor y = view(out, {r1 - r0, out.C, T}, {out.C * W, W, 1}, out.C * W + 1 + r0 * out.C * W);
-      conv1d(solo, x, w, bias, y, Conv1dParams{}, &sc);
+      conv1d(sp, x, w, bias, y, Conv1dParams{}, &sc);
     };
     Map maps[4] = {new_map(F, mc), new_map(F1, mc), new_map(F1, mc), new_map(F1, mc)};
     // Input [F, 1]: the fbank transposed.
@@ -419,10 +429,10 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
     for (int64_t t = 0; t < T; ++t)
       for (int64_t fq = 0; fq < F; ++fq) xp[(fq + 1) * W + t + 1] = feats[t * F + fq];
     shape_map(maps[0], F, mc);
-    rows_par(F, [&](int64_t r0, int64_t r1, Arena& sc) {
-      conv3(x0, h_c1_w, h_c1_b, maps[0], 1, r0, r1, sc);
+    rows_par(F, [&](int64_t r0, int64_t r1, Arena& sc, ThreadPool& sp) {
+      conv3(x0, h_c1_w, h_c1_b, maps[0], 1, r0, r1, sc, sp);
       Tensor o = interior_rows(maps[0], r0, r1);
-      relu(solo, o, o);
+      relu(sp, o, o);
     });
     int in = 0;
     for (const HeadBlock& hb : head) {
@@ -430,13 +440,13 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
       const int a = in == 0 ? 1 : 0, b = 3 - in - a;  // two of maps 0..2 that `in` is not
       shape_map(maps[a], ho, mc);
       shape_map(maps[b], ho, mc);
-      rows_par(ho, [&](int64_t r0, int64_t r1, Arena& sc) {
-        conv3(maps[in], hb.c1_w, hb.c1_b, maps[a], hb.stride, r0, r1, sc);
+      rows_par(ho, [&](int64_t r0, int64_t r1, Arena& sc, ThreadPool& sp) {
+        conv3(maps[in], hb.c1_w, hb.c1_b, maps[a], hb.stride, r0, r1, sc, sp);
         Tensor o1 = interior_rows(maps[a], r0, r1);
-        relu(solo, o1, o1);
+        relu(sp, o1, o1);
       });
-      rows_par(ho, [&](int64_t r0, int64_t r1, Arena& sc) {
-        conv3(maps[a], hb.c2_w, hb.c2_b, maps[b], 1, r0, r1, sc);
+      rows_par(ho, [&](int64_t r0, int64_t r1, Arena& sc, ThreadPool& sp) {
+        conv3(maps[a], hb.c2_w, hb.c2_b, maps[b], 1, r0, r1, sc, sp);
         Tensor o2 = interior_rows(maps[b], r0, r1);
         if (!hb.sc_w.empty()) {  // 1x1 stride (s, 1) projection of `in` into map 3
           const Map& src = maps[in];
@@ -444,14 +454,14 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
           Tensor x =
               view(src, {r1 - r0, src.C, T}, {hb.stride * src.C * W, W, 1}, src.C * W + 1 + r0 * hb.stride * src.C * W);
           Tensor y = view(dst, {r1 - r0, mc, T}, {mc * W, W, 1}, mc * W + 1 + r0 * mc * W);
-          conv1d(solo, x, hb.sc_w, hb.sc_b, y, Conv1dParams{}, &sc);
+          conv1d(sp, x, hb.sc_w, hb.sc_b, y, Conv1dParams{}, &sc);
           Tensor yi = view(dst, {(r1 - r0) * mc, T}, {W, 1}, mc * W + 1 + r0 * mc * W);
-          add(solo, o2, yi, o2);
+          add(sp, o2, yi, o2);
         } else {
           Tensor xi = interior_rows(maps[in], r0, r1);
-          add(solo, o2, xi, o2);
+          add(sp, o2, xi, o2);
         }
-        relu(solo, o2, o2);
+        relu(sp, o2, o2);
       });
       in = b;
     }
@@ -460,10 +470,10 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
     const int64_t h3 = (maps[in].H - 1) / 2 + 1;
     CBX_ASSERT(h3 == n_freq[3]);
     shape_map(maps[out], h3, mc);
-    rows_par(h3, [&](int64_t r0, int64_t r1, Arena& sc) {
-      conv3(maps[in], h_c2_w, h_c2_b, maps[out], 2, r0, r1, sc);
+    rows_par(h3, [&](int64_t r0, int64_t r1, Arena& sc, ThreadPool& sp) {
+      conv3(maps[in], h_c2_w, h_c2_b, maps[out], 2, r0, r1, sc, sp);
       Tensor o = interior_rows(maps[out], r0, r1);
-      relu(solo, o, o);
+      relu(sp, o, o);
     });
     Tensor flat = interior(maps[out]);  // [F8 * mc, T], row f * mc + c
     if (capture) {                      // upstream's channel-major order, row c * F8 + f
