@@ -3,8 +3,7 @@
 // error that names the request (the reservation was sized wrong), never a realloc.
 // The store is a HugeBuffer: 2 MB pages where the kernel allows them, so the first call
 // that touches a large arena takes one page fault per 2 MB instead of per 4 KB (Turbo's
-// first S3Gen + HiFT call of a process: ~24 000 faults -> ~1 100; its extra time over an
-// identical second call 319 -> 152 ms in one measured pair on the 2-vCPU Zen 5 guest).
+// first S3Gen + HiFT call of a process takes some 20x fewer faults).
 // An arena whose tensors are reserved far larger than the part a call writes (a cache sized
 // for the longest generation) asks for 4 KB pages instead: huge pages would back it whole.
 #pragma once

@@ -1,12 +1,10 @@
 // Units [0, n) of one barrier-separated phase of a pool run, shared out so that each thread
 // reads one forward stream and a slow thread still gets help. Thread i owns the i-th of nth
 // contiguous blocks (boundaries at multiples of `align`) and works through it front to back;
-// when its block is done it takes pieces from the back of the other blocks. On the 2-vCPU
-// Zen 4 VM a q4p decode micro-benchmark read 3-9% faster this way than with a fixed 3/4 block
-// per thread plus counter-claimed chunks (which interleave the two threads' rows), and as fast
-// as fixed halves, which leave a thread the OS or the memory system stalls on its own; the
-// T3 Turbo decode step (T3Gpt2::decode_fused) got 2.5-5% faster (steps alternating between
-// the two ways in one run, both parities, medians).
+// when its block is done it takes pieces from the back of the other blocks. Unlike
+// counter-claimed chunks, the threads' rows do not interleave (each thread's stream stays
+// sequential for the prefetchers); unlike fixed halves, a thread the OS or the memory system
+// stalls is not left alone with its block (docs/benchmarks.md, "Tried and not kept").
 // Every unit is handed out exactly once: a block is a (front, back) pair in one 64-bit word
 // changed by compare-exchange. Pieces start at multiples of `align` (the last may end at n).
 #pragma once

@@ -153,9 +153,10 @@ inline float dot_tail(const uint8_t* wr, const int8_t* qs, const float* dx, cons
 // a weight row is loaded, unpacked and its scales gathered once for all N rows (a CFG
 // decode step has N = 2). Every (weight row, activation row) pair accumulates in the same
 // order as with N = 1, so the result does not depend on N. A software prefetch (locality
-// kHint = prefetch_hint(level)) runs pf bytes ahead in each weight row. Measured on
-// DRAM-resident Q4_0 weights, one core, N = 1: the prefetch adds ~30%, and two rows at a
-// time beat one or four by ~8%. Results go to y[n * ldy + r] straight from the reductions
+// kHint = prefetch_hint(level)) runs pf bytes ahead in each weight row (the rows are
+// streams the hardware prefetcher follows too late); two rows at a time, not one (less
+// loop overhead per weight) or four (more streams at once). Results go to y[n * ldy + r]
+// straight from the reductions
 // (through a local array the compiler copied two floats with one 8-byte load of two 4-byte
 // stores: a failed store forward on every row pair).
 template <typename W, int kHint, int R, int N>

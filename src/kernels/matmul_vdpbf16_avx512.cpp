@@ -22,8 +22,8 @@
 namespace cbx {
 namespace {
 
-// 32 weight rows x 512 k in bf16: a 32 KB w panel. T3 prefill (427 rows, Zen 4): 512 ran
-// ~10% faster than 256, same-build A/B; the CFM and HiFT did not change.
+// 32 weight rows x 512 k in bf16: a 32 KB w panel (L1-sized; fewer passes over the C tile
+// than 256, which helped the T3 prefill and left the CFM and HiFT alike).
 constexpr int64_t kVdpKc = 512;
 constexpr int kConvGroup = 8;  // output channels per conv accumulator group (16 zmm)
 

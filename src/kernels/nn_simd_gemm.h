@@ -99,9 +99,8 @@ inline typename V::R load_kv(const void* p, DType dt, int64_t at, int64_t cnt) {
 
 // Software prefetch (into L2) of the K or V row this many rows ahead, up to the last key
 // the block reads: each head's K and V are short streams (~600 rows of 128 bytes at
-// decode), too short for the hardware prefetcher to ramp up. Measured on decode-shaped
-// F16 caches (16 heads x 600 keys x 64, 24 layers, one thread): ~1.3-1.6x over none;
-// 16 and 32 rows ahead were alike, 8 gained less.
+// decode), too short for the hardware prefetcher to ramp up; far enough ahead to cover a
+// DRAM access at the kernel's pace (docs/benchmarks.md, "Tried and not kept").
 constexpr int64_t kAttnPrefetchRows = 32;
 inline void prefetch_kv_row(const void* base, DType dt, int64_t at, int64_t d) {
   const char* p = static_cast<const char*>(base) + at * (dt == DType::F16 ? 2 : 4);
@@ -309,9 +308,8 @@ inline void prefetch_ahead2(const AttnHead& h, bool is_v, int64_t row, int64_t k
 // so consecutive keys do not wait on each other's FMAs.
 // kD: the head dimension when known at compile time (a multiple of W; 0: h.d at run time).
 // With it the per-key score loop unrolls and the query stays in registers: the same FMAs
-// in the same order, so the same bits. T3's decode attention (16 heads x 600 F16 keys x
-// d = 64, 24 layers, 2 threads, Zen 5): cache-resident 68 -> 94 GB/s, from DRAM 50 -> 61;
-// the run-time-d loop was one dependent FMA chain per key plus loop overhead.
+// in the same order, so the same bits, without the run-time-d loop's overhead around one
+// dependent FMA chain per key.
 template <class V, bool kF16, int kD, bool kSplit = false>
 void attn_one(const AttnHead& h, int64_t i, float* scratch) {
   using R = typename V::R;
@@ -332,8 +330,7 @@ void attn_one(const AttnHead& h, int64_t i, float* scratch) {
   const float* mrow = h.mask ? h.mask + i * h.mask_rs : nullptr;
   float m = ninf, l = 0.f;
   // The in-loop prefetch starts kAttnPrefetchRows rows in: ask for the first rows of K and V
-  // up front (a decode step starts 16 x 24 such heads cold). T3 Turbo decode, Zen 4, steps
-  // alternating with / without in one run, both parities: 0.7-2.7% faster in 7 of 7 pairs.
+  // up front (a decode step starts 16 x 24 such heads cold, each waiting on DRAM otherwise).
   for (int64_t r = 0, warm = imin(kend, kAttnPrefetchRows); r < warm; ++r) {
     int64_t ka, va;
     const void* kb = kv_base<kSplit>(h, false, r, &ka);

@@ -79,13 +79,10 @@ struct T3Gpt2Options {
   // layout.
   bool pack_planar = true;
   // KV cache on transparent huge pages (core/huge_buffer.h). The decode step reads the whole
-  // cache every step (~50 MB of a Turbo step's ~230 MB): on the Zen 4 VM, bench t3 Q4_0,
-  // processes alternating, 6 pairs in the same memory state (stream within 6%): decode_bw_ratio
-  // 0.81-0.88 -> 0.87-0.90, higher in 6 of 6 (median +3.5%); earlier 2-3.5% (two threads) and
-  // 5.5% (one) in same-process A/B. The cost: a touch backs 2 MB and the cache is head-major,
-  // so the whole reservation becomes resident as soon as the prefill writes (bench turbo
-  // reserves 1601 keys and uses 627: ~+90 MB peak RSS). false: 4 KB pages, only the written
-  // rows resident.
+  // cache every step (~50 MB of a Turbo step's ~230 MB), and huge pages spare it TLB misses
+  // (docs/benchmarks.md). The cost: a touch backs 2 MB and the cache is head-major, so the
+  // whole reservation becomes resident as soon as the prefill writes (every reserved key, not
+  // only those used). false: 4 KB pages, only the written rows resident.
   bool kv_huge_pages = true;
   // Forward calls of 2 .. row_prefill_max rows whose layer matrices are all Q8_0 / Q4_0 run
   // their projections on the decode's row kernels (RowLinear::run_rows: activations to 8

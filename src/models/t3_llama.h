@@ -15,8 +15,8 @@
 // Runtime: KV cache [n_layer] x [n_rows * H_kv, max_ctx, D] (F16 default, F32 selectable) and one
 // Arena for every activation, reserved at construction for the worst case; forward allocates
 // nothing. One-token calls (decode) run as one fused pool run (decode_fused) with the same
-// logits as the op-by-op path; ~283 MB of q4p weight copies for the full Q4_0 model (pack_planar:
-// peak RSS of T3 alone 379 -> 649 MB measured; Q8_0 models get q8p copies).
+// logits as the op-by-op path; ~283 MB of q4p weight copies for the full Q4_0 model (pack_planar;
+// Q8_0 models get q8p copies).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -160,7 +160,7 @@ class T3Llama {
   std::vector<float> inv_freq_;  // [D/2] llama3-scaled
   Tensor inv_freq_t_;
   Arena kv_arena_;  // 4 KB pages: only the positions used get backed (huge pages would back
-                    // every head's whole max_ctx slab: +466 MB peak RSS measured for Multilingual)
+                    // every head's whole max_ctx slab, hundreds of MB for Multilingual)
   size_t kv_bytes_ = 0;
   int64_t kv_backed_ = 0;    // positions [0, kv_backed_) of every head slab are backed
   bool kv_populate_ = true;  // false once populate_pages failed (old kernel)
