@@ -113,13 +113,12 @@ struct CampPlus::Impl {
   std::vector<HugePiece> owned;
   KaldiFbank fbank;
   Arena arena;
-  // Elementwise passes and the tiny per-segment convs run on the calling thread: they are
-  // memory-bound or small, and each pooled op is a synchronisation, which costs a scheduler
-  // time slice when the machine is oversubscribed. The GEMM-sized convs use the caller's pool.
-  ThreadPool solo{1};
   // Per pool thread (max_threads of them): scratch of the head's single-threaded conv1d calls,
   // and the one-thread pool they run on (a pool's WorkSplit is state of one op at a time, so
-  // threads running ops side by side each need their own).
+  // threads running ops side by side each need their own). Thread 0's pool is also the calling
+  // thread's for the elementwise passes and the tiny per-segment convs: they are memory-bound
+  // or small, and each pooled op is a synchronisation, which costs a scheduler time slice when
+  // the machine is oversubscribed. The GEMM-sized convs use the caller's pool.
   std::vector<Arena> tscratch;
   std::vector<std::unique_ptr<ThreadPool>> tsolo;
   int max_threads = 1;  // the largest pool the arenas are sized for
@@ -355,6 +354,7 @@ std::vector<float> CampPlus::Impl::forward(ThreadPool& pool, const float* feats,
   CBX_CHECK(pool.size() <= max_threads,
             "campplus: a pool of %d threads exceeds the %d its scratch was reserved for at construction", pool.size(),
             max_threads);
+  ThreadPool& solo = *tsolo[0];  // the calling thread's one-thread pool
   // (The caller reset the arena; the fbank features may lie at its start.)
   // Two slabs for the dense blocks: block b reads/appends in cur; its transit writes next.
   Tensor slab[2] = {arena.alloc(DType::F32, {c_max, T2}, "campplus block slab"),
