@@ -26,6 +26,11 @@
 //   ttfa_p50_ms, ttfa_p95_ms  request sent -> first audio byte, over the counted requests
 //   peak_rss_mb       the server's VmHWM so far (since start); rss_mb its VmRSS after the rounds
 //   requests, failures, tokens_per_request, audio_s_per_request, wall_s
+//   stream_gbps       stream reads by this process (--threads threads, a --sample-mb MiB huge-page
+//                     buffer; bench/stream_read.h StreamSampler) just before each counted round,
+//                     while the server is idle: mean over this C's rounds. The one-request decode
+//                     is bound by memory bandwidth, which on a shared host moves within minutes,
+//                     so the ratios between concurrencies move with it.
 // A batched server (--max-batch > 1) adds a comment line per C: its engine thread's seconds per
 // request by stage over the rounds (chatterbox_engine_seconds_total{stage} before/after each
 // round: decode, s3gen_stream, s3gen_final, s3gen_chunk, flow, cfm, hift) and wall_per_request.
@@ -58,7 +63,9 @@
 
 #include "bench.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "serve_process.h"
+#include "stream_read.h"
 
 namespace cbx::bench {
 namespace {
@@ -78,6 +85,7 @@ const char* kUsage =
     "                              [--max-batch B (8)] [--threads T (2)] [--seed S] [--text TEXT] [--voice V]\n"
     "                              [--server-bin PATH] [--request-timeout S (600)] [--load-timeout S (600)]\n"
     "                              [--no-stream-synthesis (the server's flag: one S3Gen run per text chunk)]\n"
+    "                              [--sample-mb MB (256; the stream-read buffer, read before each round)]\n"
     "       chatterbox-bench serve --soak -m MODEL.gguf [--warmup N (100)] [--sequential N (500)] [--clients K (8)]\n"
     "                              [--per-client N (25)] [--tokens N (5)] [--max-batch B (4)] ...\n"
     "  (see bench/bench_serve.cpp)";
@@ -92,6 +100,7 @@ struct Args {
   bool soak = false;
   bool no_stream_synthesis = false;  // passed on to the server
   int warmup = 100, sequential = 500, clients = 8, per_client = 25;
+  int sample_mb = 256;
 };
 
 long long int_arg(const std::string& flag, const char* v, long long lo, long long hi) {
@@ -146,6 +155,8 @@ Args parse_args(int argc, char** argv) {
       a.request_timeout = seconds_arg(f, next());
     else if (f == "--load-timeout")
       a.load_timeout = seconds_arg(f, next());
+    else if (f == "--sample-mb")
+      a.sample_mb = int(int_arg(f, next(), 1, 65536));
     else if (f == "--warmup")
       a.warmup = int(int_arg(f, next(), 0, 1000000));
     else if (f == "--sequential")
@@ -320,6 +331,8 @@ int run_throughput(const Args& a) {
   std::fflush(stdout);
   double tok_s_1 = -1, tok_s_4 = -1, audio_1 = -1, audio_4 = -1;
   int total_failures = 0;
+  ThreadPool pool(a.threads);
+  StreamSampler streams(pool, size_t(a.sample_mb));
   for (const int c : a.concurrency) {
     const std::vector<std::string> bodies(size_t(c), speech_body(a, a.seed, "pcm"));
     for (const SpeechResult& r : burst(srv.port, bodies, a.request_timeout))  // warm-up round
@@ -328,7 +341,11 @@ int run_throughput(const Args& a) {
     int failures = 0, requests = 0;
     std::vector<double> ttfa;
     std::array<double, kNStages> stages{};
+    const int samples0 = streams.count();
+    double gbps_sum = 0;
     for (int round = 0; round < a.rounds; ++round) {
+      streams.sample();  // the server is idle between rounds
+      gbps_sum += streams.last_gbps();
       const std::string page0 = srv.metrics_page();
       const double tok0 = prometheus_value(page0, "chatterbox_speech_tokens_total");
       const std::array<double, kNStages> st0 = stage_seconds(page0);
@@ -355,9 +372,10 @@ int run_throughput(const Args& a) {
     std::printf(
         "concurrency=%d audio_s_per_s=%.3f t3_tok_s_total=%.1f ttfa_p50_ms=%.0f ttfa_p95_ms=%.0f "
         "peak_rss_mb=%.0f rss_mb=%.0f requests=%d failures=%d tokens_per_request=%.1f "
-        "audio_s_per_request=%.2f wall_s=%.2f\n",
+        "audio_s_per_request=%.2f wall_s=%.2f stream_gbps=%.1f\n",
         c, audio_rate, tok_rate, percentile(ttfa, 0.5), percentile(ttfa, 0.95), rss.hwm_mb, rss.rss_mb, requests,
-        failures, tokens / requests, audio_s / std::max(1, requests - failures), wall);
+        failures, tokens / requests, audio_s / std::max(1, requests - failures), wall,
+        gbps_sum / std::max(1, streams.count() - samples0));
     if (stages[0] > 0) {  // a batched engine: where its time went, per request
       std::printf("# engine_s_per_request concurrency=%d", c);
       for (size_t i = 0; i < kNStages; ++i) std::printf(" %s=%.3f", kStages[i], stages[i] / requests);

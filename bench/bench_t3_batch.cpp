@@ -12,6 +12,12 @@
 //   t3_tok_s_row    the same per row
 //   speedup         t3_tok_s_total / the N = 1 median (when 1 is among the sizes)
 //   runs            every round's t3_tok_s_total
+//   speedups        every round's t3_tok_s_total / the same round's N = 1 run (measured
+//                   seconds apart: the one-row decode is bound by memory bandwidth, which on a
+//                   shared host moves within minutes, while N rows are bound more by compute)
+//   stream_gbps     stream reads of a --sample-mb MiB huge-page buffer (default 256) before
+//                   every timed run (bench/stream_read.h StreamSampler): mean, lowest, highest
+//   run_stream_gbps the sample taken just before each of this size's runs
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,6 +37,7 @@
 #include "models/t3_mtl.h"
 #include "models/t3_mtl_batch.h"
 #include "models/t3_turbo.h"
+#include "stream_read.h"
 
 namespace cbx::bench {
 namespace {
@@ -45,13 +52,14 @@ double median(std::vector<double> v) {
 
 int run_t3_batch(int argc, char** argv) {
   std::string model, sizes = "1,2,4,8";
-  int threads = 2, steps = 100, prompt = -1, text = 30, rounds = 3;
+  int threads = 2, steps = 100, prompt = -1, text = 30, rounds = 3, sample_mb = 256;
   uint64_t seed = 1;
   bool mtl = false;
   const char* const usage =
       "usage: chatterbox-bench t3-batch -m MODEL.gguf [--batch 1,2,4,8] [--rounds R (3)] [--steps S (100)]\n"
       "                                 [--prompt P (the voice's)] [--text N (30)] [--threads T (2)] [--seed S] "
       "[--mtl]\n"
+      "                                 [--sample-mb MB (256)]\n"
       "  tokens/s summed over N requests decoding as rows of one batch, and the ratio to one row\n"
       "  (--mtl: Multilingual CFG pairs)  (see bench/bench_t3_batch.cpp)\n";
   for (int i = 1; i < argc; ++i) {
@@ -78,6 +86,8 @@ int run_t3_batch(int argc, char** argv) {
       seed = std::strtoull(next(), nullptr, 10);
     else if (a == "--mtl")
       mtl = true;
+    else if (a == "--sample-mb")
+      sample_mb = std::atoi(next());
     else if (a == "-h" || a == "--help") {
       std::fputs(usage, stdout);
       return 0;
@@ -94,7 +104,7 @@ int run_t3_batch(int argc, char** argv) {
     max_n = std::max(max_n, n);
   }
   if (prompt < 0) prompt = mtl ? 150 : 375;
-  CBX_CHECK(threads > 0 && steps > 0 && prompt >= 0 && text >= 0 && rounds > 0 && !ns.empty(),
+  CBX_CHECK(threads > 0 && steps > 0 && prompt >= 0 && text >= 0 && rounds > 0 && !ns.empty() && sample_mb > 0,
             "bench t3-batch: bad arguments");
 
   auto f = GgufFile::open(model);
@@ -130,7 +140,8 @@ int run_t3_batch(int argc, char** argv) {
   std::normal_distribution<float> nd(0.f, 1.f);
   for (float& v : spk) v = nd(rng);
 
-  std::vector<std::vector<double>> runs(ns.size());
+  StreamSampler streams(pool, size_t(sample_mb));
+  std::vector<std::vector<double>> runs(ns.size()), gbps(ns.size());
   for (int r = 0; r < rounds; ++r)
     for (size_t k = 0; k < ns.size(); ++k) {
       const size_t which = r % 2 ? ns.size() - 1 - k : k;
@@ -149,6 +160,7 @@ int run_t3_batch(int argc, char** argv) {
         sp.seed = seed + uint64_t(r * 64 + b);
         batch->start(text_ids.data(), text, spk.data(), int64_t(spk.size()), prompt_ids.data(), prompt, sp, steps);
       }
+      streams.sample();  // outside the timed steps
       int64_t tokens = 0;
       const double t0 = now_s();
       for (int s = 0; s < steps; ++s) {
@@ -162,22 +174,34 @@ int run_t3_batch(int argc, char** argv) {
         if (!mtl && batch->active(b)) batch->release(b);
       }
       runs[which].push_back(double(tokens) / dt);
+      gbps[which].push_back(streams.last_gbps());
     }
   double base = 0;
+  int one = -1;  // index of N = 1 in ns
   for (size_t k = 0; k < ns.size(); ++k)
-    if (ns[k] == 1) base = median(runs[k]);
+    if (ns[k] == 1) base = median(runs[k]), one = int(k);
+  auto join = [](const std::vector<double>& v, int prec) {
+    std::string all;
+    char buf[32];
+    for (double x : v) {
+      std::snprintf(buf, sizeof buf, "%.*f", prec, x);
+      if (!all.empty()) all += ',';
+      all += buf;
+    }
+    return all;
+  };
   for (size_t k = 0; k < ns.size(); ++k) {
     const double m = median(runs[k]);
-    std::string all;
-    for (double v : runs[k]) {
-      if (!all.empty()) all += ',';
-      all += std::to_string(v).substr(0, 6);
-    }
+    std::vector<double> per_round;
+    if (one >= 0)
+      for (size_t r = 0; r < runs[k].size(); ++r) per_round.push_back(runs[k][r] / runs[size_t(one)][r]);
     std::printf(
         "bench t3-batch%s model=%s threads=%d prompt=%d text=%d steps=%d batch=%d t3_tok_s_total=%.2f "
-        "t3_tok_s_row=%.2f speedup=%.2f runs=%s\n",
+        "t3_tok_s_row=%.2f speedup=%.2f runs=%s speedups=%s stream_gbps=%.1f stream_lo_gbps=%.1f "
+        "stream_hi_gbps=%.1f run_stream_gbps=%s\n",
         mtl ? " mtl" : "", model.c_str(), threads, prompt, text, steps, ns[k], m, m / ns[k], base > 0 ? m / base : 0.0,
-        all.c_str());
+        join(runs[k], 1).c_str(), one >= 0 ? join(per_round, 2).c_str() : "-", streams.mean_gbps(), streams.min_gbps(),
+        streams.max_gbps(), join(gbps[k], 1).c_str());
   }
   return 0;
 }

@@ -64,7 +64,8 @@ class StreamSampler {
   double mean_gbps() const;  // 0 without samples
   double min_gbps() const;
   double max_gbps() const;
-  double mean_clock_ghz() const;                   // 0 without samples
+  double last_gbps() const { return gbps_.empty() ? 0 : gbps_.back(); }  // the latest sample's
+  double mean_clock_ghz() const;                                         // 0 without samples
   double mean_fma_per_cycle() const;               // core_fma_per_cycle() at the samples; 0 without
   double elapsed_s() const { return elapsed_s_; }  // wall time spent in sample()
   double last_s() const { return last_s_; }        // that of the latest sample()

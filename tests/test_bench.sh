@@ -73,13 +73,16 @@ out=$("$BENCH" t3 -m "$T/turbo.gguf" --steps 25 --prompt 4 --text 3 --mb 4 2>&1)
 line=$(printf '%s\n' "$out" | grep '^bench t3 ') || { echo "$out"; fail "no bench t3 line"; }
 for f in t3_tok_s decode_gbps stream_gbps decode_bw_ratio cpu_ms_per_tok clock_ghz fma_per_cycle; do positive "$f" "$line"; done
 
-# bench t3-batch --mtl: one line per batch size, tokens/s summed over the requests.
-out=$("$BENCH" t3-batch -m "$T/mtl.gguf" --mtl --batch 1,2 --steps 6 --prompt 4 --text 3 --rounds 1 2>&1) ||
+# bench t3-batch --mtl: one line per batch size, tokens/s summed over the requests, each round's
+# ratio to the same round's one-row run, and the stream reads taken before the runs.
+out=$("$BENCH" t3-batch -m "$T/mtl.gguf" --mtl --batch 1,2 --steps 6 --prompt 4 --text 3 --rounds 1 --sample-mb 4 2>&1) ||
   { echo "$out"; fail "bench t3-batch --mtl"; }
 for n in 1 2; do
   line=$(printf '%s\n' "$out" | grep "^bench t3-batch mtl .* batch=$n ") || { echo "$out"; fail "no t3-batch mtl batch=$n line"; }
-  positive t3_tok_s_total "$line"
+  for f in t3_tok_s_total speedups stream_gbps run_stream_gbps; do positive "$f" "$line"; done
 done
+printf '%s\n' "$out" | grep -q "batch=1 .* speedups=1.00 " || { echo "$out"; fail "t3-batch: one row's own ratio is not 1.00"; }
+expect_error "bad arguments" -- "$BENCH" t3-batch -m "$T/mtl.gguf" --mtl --sample-mb 0
 
 # bench peak: one line per instruction, positive rates where the CPU has it, "missing" otherwise,
 # and the ratios when both of a pair ran.
