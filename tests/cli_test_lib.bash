@@ -10,6 +10,8 @@
 #                                  directory removed on exit); exits 77 (skip) when PY cannot import
 #                                  torch and numpy or the binaries are not built
 #   tiny_gguf VARIANT SEED CKPT GGUF  mkckpt --size tiny into CKPT, converted to an f32 GGUF
+#   field NAME LINE                the value of NAME= in a bench's key=value LINE (fails when absent)
+#   positive NAME LINE             NAME= in LINE holds a finite number > 0 (fails otherwise)
 
 cli_test_init() {
   B=$1/bin/chatterbox
@@ -55,4 +57,17 @@ parity_test_init() {
 tiny_gguf() {
   "$MK" --variant "$1" --size tiny --seed "$2" "$3" > /dev/null 2>&1 || fail "mkckpt $1 --seed $2"
   "$CLI" convert "$3" -o "$4" --type f32 --quiet > /dev/null || fail "convert $3"
+}
+
+field() {
+  local v
+  v=$(printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1)
+  [ -n "$v" ] || fail "no $1= in: $2"
+  echo "$v"
+}
+
+positive() {
+  local v
+  v=$(field "$1" "$2") || exit 1
+  awk -v x="$v" 'BEGIN { exit !(x == x + 0 && x > 0 && x < 1e300) }' || fail "$1=$v is not a finite positive number"
 }

@@ -16,20 +16,6 @@ BENCH=$BUILD/bin/chatterbox-bench
 tiny_gguf turbo 3 "$T/turbo" "$T/turbo.gguf"
 tiny_gguf mtl 3 "$T/mtl" "$T/mtl.gguf"
 
-# field NAME LINE: the value of NAME= in LINE (fails when absent).
-field() {
-  local v
-  v=$(printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1)
-  [ -n "$v" ] || fail "no $1= in: $2"
-  echo "$v"
-}
-# positive NAME LINE: NAME= holds a finite number > 0.
-positive() {
-  local v
-  v=$(field "$1" "$2") || exit 1
-  awk -v x="$v" 'BEGIN { exit !(x == x + 0 && x > 0 && x < 1e300) }' || fail "$1=$v is not a finite positive number"
-}
-
 # 9 forced tokens = 8 decode steps; a sample before steps 0, 3, 6 and one after the last: 4.
 out=$("$BENCH" turbo -m "$T/turbo.gguf" --tokens 9 --threads 2 --sample-mb 4 --sample-every 3 --mb 8 2>&1) ||
   { echo "$out"; fail "bench turbo"; }

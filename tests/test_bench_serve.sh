@@ -13,21 +13,8 @@ cli_test_init "$BUILD" test-bench-serve
 BENCH=$BUILD/bin/chatterbox-bench
 [ -x "$BENCH" ] || { echo "skip: $BENCH not built"; exit 77; }
 
-"$MK" --variant turbo --size tiny --seed 1 --threads 1 "$T/ckpt" > /dev/null 2>&1 || fail "mkckpt turbo"
-"$B" convert "$T/ckpt" -o "$T/m.gguf" --type f32 --quiet > /dev/null || fail "convert"
-
-# field NAME LINE: the value of NAME= in LINE (fails when absent).
-field() {
-  local v
-  v=$(printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1)
-  [ -n "$v" ] || fail "no $1= in: $2"
-  echo "$v"
-}
-positive() {
-  local v
-  v=$(field "$1" "$2") || exit 1
-  awk -v x="$v" 'BEGIN { exit !(x == x + 0 && x > 0 && x < 1e300) }' || fail "$1=$v is not a finite positive number"
-}
+CLI=$B
+tiny_gguf turbo 1 "$T/ckpt" "$T/m.gguf"
 
 expect_error "--sample-mb must be an integer in [1, 65536], got '0'" -- "$BENCH" serve -m "$T/m.gguf" --sample-mb 0
 

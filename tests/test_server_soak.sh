@@ -20,14 +20,6 @@ BENCH=$BUILD/bin/chatterbox-bench
 "$MK" --variant turbo --size tiny --seed 1 --threads 1 "$T/ckpt" > /dev/null 2>&1 || fail "mkckpt turbo"
 "$B" convert "$T/ckpt" -o "$T/m.gguf" --type f32 --quiet > /dev/null || fail "convert"
 
-# field NAME LINE: the value of NAME= in LINE (fails when absent).
-field() {
-  local v
-  v=$(printf '%s\n' "$2" | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1)
-  [ -n "$v" ] || fail "no $1= in: $2"
-  echo "$v"
-}
-
 # Bad options are refused with the option named; a missing server binary is an error, not a hang.
 expect_error "--clients must be an integer in [1, 64], got '0'" -- "$BENCH" serve --soak -m "$T/m.gguf" --clients 0
 expect_error "--formats: an empty name" -- "$BENCH" serve --soak -m "$T/m.gguf" --formats pcm,,wav
