@@ -194,7 +194,10 @@ int run_stream_bench(const StreamTarget& t, const E2eArgs& args, const StreamBen
   const StreamDistance dl = distance_for(alt);
 
   std::string all_ttfa;
-  for (double v : ttfa) all_ttfa += (all_ttfa.empty() ? "" : ",") + std::to_string(int64_t(v + 0.5));
+  for (double v : ttfa) {
+    if (!all_ttfa.empty()) all_ttfa += ',';
+    all_ttfa += std::to_string(int64_t(v + 0.5));
+  }
   const size_t mid = size_t(std::distance(ttfa.begin(), std::find(ttfa.begin(), ttfa.end(), median(ttfa))));
   const size_t m = mid < ttfa.size() ? mid : 0;  // the median repetition's breakdown (odd reps)
   std::printf(

@@ -421,7 +421,9 @@ TEST(Loudness, SineAtKnownLevel) {
     std::vector<float> x = sine(1000.0, 0.5, sr, size_t(sr) * 10);
     double l = integrated_loudness(x.data(), x.size(), sr);
     EXPECT_NEAR(l, -9.03, 0.1) << sr;  // BS.1770 nominal
-    if (sr == 48000) EXPECT_NEAR(l, -9.0656, 2e-4);
+    if (sr == 48000) {
+      EXPECT_NEAR(l, -9.0656, 2e-4);
+    }
   }
   std::vector<float> sil(48000, 0.0f);
   EXPECT_TRUE(std::isinf(integrated_loudness(sil.data(), sil.size(), 48000)));

@@ -157,10 +157,10 @@ TEST(Safetensors, WriterRejectsBadInput) {
 namespace {
 // A safetensors buffer with the given header text (unpadded) and data bytes.
 std::vector<uint8_t> st_bytes(const std::string& header, size_t data_bytes) {
-  std::vector<uint8_t> b(8);
   const uint64_t n = header.size();
+  std::vector<uint8_t> b(8 + header.size());
   for (int i = 0; i < 8; ++i) b[size_t(i)] = uint8_t(n >> (8 * i));
-  b.insert(b.end(), header.begin(), header.end());
+  std::copy(header.begin(), header.end(), b.begin() + 8);
   b.resize(b.size() + data_bytes, 0xab);
   return b;
 }
@@ -499,6 +499,29 @@ TEST(TorchPt, StridedViewsMaterialisedContiguous) {
   EXPECT_EQ(r->items[2]->tensor->to_f32(), (std::vector<float>{5, 6, 5, 6, 5, 6}));
   EXPECT_EQ(r->items[3]->tensor->to_f32(), (std::vector<float>{11}));
   EXPECT_TRUE(r->items[3]->tensor->shape.empty());
+}
+
+// Dict keys as Python hashes them: True is 1 and False is 0 (the later value wins, the first key
+// stays), the string "1" and the int 1 differ.
+TEST(TorchPt, DictKeysBoolEqualsInt) {
+  Pk p;
+  p.op('}').op('(');
+  p.op(0x88).str("x").i(1).str("y");  // {True: "x", 1: "y"} -> {True: "y"}
+  p.op(0x89).str("z").i(0).str("w");  // {False: "z", 0: "w"} -> {False: "w"}
+  p.str("1").str("v").i(7).str("u");
+  p.op('u');
+  PyRef r = load_pkl(p.done());
+  ASSERT_EQ(r->kind, PyObject::Kind::Dict);
+  ASSERT_EQ(r->dict.size(), 4u);
+  EXPECT_EQ(r->dict[0].first->kind, PyObject::Kind::Bool);
+  EXPECT_TRUE(r->dict[0].first->b);
+  EXPECT_EQ(r->dict[0].second->s, "y");
+  EXPECT_EQ(r->dict[1].first->kind, PyObject::Kind::Bool);
+  EXPECT_FALSE(r->dict[1].first->b);
+  EXPECT_EQ(r->dict[1].second->s, "w");
+  EXPECT_EQ(r->get("1")->s, "v");
+  EXPECT_EQ(r->dict[3].first->i, 7);
+  EXPECT_EQ(r->dict[3].second->s, "u");
 }
 
 TEST(TorchPt, NewerPickleForms) {

@@ -48,7 +48,9 @@ TEST(UpstreamLayout, FullSizeCountsAndUniqueNames) {
   for (const auto& c : cases) {
     for (bool tiny : {false, true}) {
       const auto ts = table(c.f, c.v, tiny);
-      if (!tiny) EXPECT_EQ(ts.size(), c.n) << upstream_file_name(c.f, c.v);
+      if (!tiny) {
+        EXPECT_EQ(ts.size(), c.n) << upstream_file_name(c.f, c.v);
+      }
       EXPECT_EQ(shapes(ts).size(), ts.size()) << "duplicate names in " << upstream_file_name(c.f, c.v);
     }
   }

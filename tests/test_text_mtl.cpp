@@ -242,7 +242,9 @@ TEST_F(MtlTokenizerTest, LowerCaseInContextMatchesPython) {
     const std::string got = tok.prepare(texts[i], "el");
     if (got != out["cases"][i]["prepared"].get<std::string>() && ++bad <= 5)
       ADD_FAILURE() << texts[i] << " -> " << got << " vs " << out["cases"][i]["prepared"].get<std::string>();
-    if (i < 300) EXPECT_EQ(tok.encode_prepared(got), out["cases"][i]["ids"].get<std::vector<int32_t>>()) << texts[i];
+    if (i < 300) {
+      EXPECT_EQ(tok.encode_prepared(got), out["cases"][i]["ids"].get<std::vector<int32_t>>()) << texts[i];
+    }
   }
   EXPECT_EQ(bad, 0);
 }

@@ -59,11 +59,10 @@ void Unpickler::set_item(Val* d, Val* key, Val* value) {
     case Val::None:
       h = "N";
       break;
-    case Val::Bool:
-      h = key->b ? "i1" : "i0";
-      break;  // True == 1 in Python
+    case Val::Bool:  // True == 1 in Python: the keys of the ints 1 and 0
     case Val::Int:
-      h = "i" + std::to_string(key->i);
+      h = "i";  // built in two steps: GCC 12 misreads "literal" + std::string (-Wrestrict)
+      h += std::to_string(key->k == Val::Bool ? int64_t(key->b) : key->i);
       break;
     case Val::Str:
       h = "s" + key->s;

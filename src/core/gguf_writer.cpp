@@ -46,8 +46,10 @@ class VecSink : public GgufWriter::Sink {
  public:
   std::vector<uint8_t> bytes;
   void put(const void* p, size_t n) override {
-    auto* b = static_cast<const uint8_t*>(p);
-    bytes.insert(bytes.end(), b, b + n);
+    // resize + memcpy: GCC 12 misreads an inlined insert of a short literal (-Wstringop-overflow).
+    const size_t at = bytes.size();
+    bytes.resize(at + n);
+    if (n) std::memcpy(bytes.data() + at, p, n);
     pos += n;
   }
 };
