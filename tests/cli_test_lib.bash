@@ -10,6 +10,7 @@
 #                                  directory removed on exit); exits 77 (skip) when PY cannot import
 #                                  torch and numpy or the binaries are not built
 #   tiny_gguf VARIANT SEED CKPT GGUF  mkckpt --size tiny into CKPT, converted to an f32 GGUF
+#   bench_test_init BUILD_DIR      sets BENCH (chatterbox-bench); exits 77 (skip) when not built
 #   field NAME LINE                the value of NAME= in a bench's key=value LINE (fails when absent)
 #   positive NAME LINE             NAME= in LINE holds a finite number > 0 (fails otherwise)
 
@@ -70,4 +71,9 @@ positive() {
   local v
   v=$(field "$1" "$2") || exit 1
   awk -v x="$v" 'BEGIN { exit !(x == x + 0 && x > 0 && x < 1e300) }' || fail "$1=$v is not a finite positive number"
+}
+
+bench_test_init() {
+  BENCH=$1/bin/chatterbox-bench
+  [ -x "$BENCH" ] || { echo "skip: $BENCH not built"; exit 77; }
 }

@@ -10,8 +10,7 @@ BUILD=${1:?usage: test_bench.sh BUILD_DIR}
 . "$(dirname "$0")/cli_test_lib.bash"
 cli_test_init "$BUILD" test-bench-sh
 CLI=$B
-BENCH=$BUILD/bin/chatterbox-bench
-[ -x "$BENCH" ] || { echo "skip: $BENCH not built"; exit 77; }
+bench_test_init "$BUILD"
 
 tiny_gguf turbo 3 "$T/turbo" "$T/turbo.gguf"
 tiny_gguf mtl 3 "$T/mtl" "$T/mtl.gguf"

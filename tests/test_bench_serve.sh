@@ -10,8 +10,7 @@ BUILD=${1:?usage: test_bench_serve.sh BUILD_DIR}
 # shellcheck source=cli_test_lib.bash
 . "$(dirname "$0")/cli_test_lib.bash"
 cli_test_init "$BUILD" test-bench-serve
-BENCH=$BUILD/bin/chatterbox-bench
-[ -x "$BENCH" ] || { echo "skip: $BENCH not built"; exit 77; }
+bench_test_init "$BUILD"
 
 CLI=$B
 tiny_gguf turbo 1 "$T/ckpt" "$T/m.gguf"

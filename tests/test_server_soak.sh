@@ -14,8 +14,7 @@ BUILD=${1:?usage: test_server_soak.sh BUILD_DIR}
 # shellcheck source=cli_test_lib.bash
 . "$(dirname "$0")/cli_test_lib.bash"
 cli_test_init "$BUILD" test-server-soak
-BENCH=$BUILD/bin/chatterbox-bench
-[ -x "$BENCH" ] || { echo "skip: $BENCH not built"; exit 77; }
+bench_test_init "$BUILD"
 
 "$MK" --variant turbo --size tiny --seed 1 --threads 1 "$T/ckpt" > /dev/null 2>&1 || fail "mkckpt turbo"
 "$B" convert "$T/ckpt" -o "$T/m.gguf" --type f32 --quiet > /dev/null || fail "convert"
