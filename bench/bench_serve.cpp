@@ -341,7 +341,6 @@ int run_throughput(const Args& a) {
     int failures = 0, requests = 0;
     std::vector<double> ttfa;
     std::array<double, kNStages> stages{};
-    const int samples0 = streams.count();
     double gbps_sum = 0;
     for (int round = 0; round < a.rounds; ++round) {
       streams.sample();  // the server is idle between rounds
@@ -374,8 +373,7 @@ int run_throughput(const Args& a) {
         "peak_rss_mb=%.0f rss_mb=%.0f requests=%d failures=%d tokens_per_request=%.1f "
         "audio_s_per_request=%.2f wall_s=%.2f stream_gbps=%.1f\n",
         c, audio_rate, tok_rate, percentile(ttfa, 0.5), percentile(ttfa, 0.95), rss.hwm_mb, rss.rss_mb, requests,
-        failures, tokens / requests, audio_s / std::max(1, requests - failures), wall,
-        gbps_sum / std::max(1, streams.count() - samples0));
+        failures, tokens / requests, audio_s / std::max(1, requests - failures), wall, gbps_sum / a.rounds);
     if (stages[0] > 0) {  // a batched engine: where its time went, per request
       std::printf("# engine_s_per_request concurrency=%d", c);
       for (size_t i = 0; i < kNStages; ++i) std::printf(" %s=%.3f", kStages[i], stages[i] / requests);
