@@ -31,6 +31,11 @@ PrefetchLevel stream_prefetch_level();
 // __builtin_prefetch's locality argument for them (3 -> prefetcht0, 2 -> prefetcht1; the
 // kernels pass it there, as GCC's _mm_prefetch wants its own enum type and clang's a macro).
 constexpr int prefetch_hint(PrefetchLevel l) { return l == PrefetchLevel::L1 ? 3 : 2; }
+// On every function or lambda whose only effect is a prefetch. GCC finds such a function to be
+// const (a prefetch writes nothing) and, unless it inlined the function before that analysis,
+// deletes the calls as dead code: the prefetch silently vanishes from the caller's loop (it did
+// from the split-KV attention kernels). Forced inlining keeps it in the loop.
+#define CBX_ALWAYS_INLINE __attribute__((always_inline))
 
 // ---- How many CPUs this process may use ----
 // The default thread count. std::thread::hardware_concurrency() counts the machine's CPUs;

@@ -57,7 +57,7 @@ struct LoadF32 {
     return _mm512_maskz_loadu_ps(mk, reinterpret_cast<const float*>(r) + i);
   }
   template <int kHint>
-  static void prefetch(const uint8_t* r, int64_t i, int64_t dist) {
+  CBX_ALWAYS_INLINE static void prefetch(const uint8_t* r, int64_t i, int64_t dist) {
     __builtin_prefetch(reinterpret_cast<const char*>(r + i * 4 + dist), 0, kHint);
   }
 };
@@ -66,7 +66,7 @@ struct LoadF16 {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, reinterpret_cast<const uint16_t*>(r) + i));
   }
   template <int kHint>
-  static void prefetch(const uint8_t* r, int64_t i, int64_t dist) {
+  CBX_ALWAYS_INLINE static void prefetch(const uint8_t* r, int64_t i, int64_t dist) {
     if ((i & 31) == 0) __builtin_prefetch(reinterpret_cast<const char*>(r + i * 2 + dist), 0, kHint);
   }
 };

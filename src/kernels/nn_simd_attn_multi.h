@@ -50,7 +50,7 @@ void attn_multi_group(const AttnHead* hs, float* scratch) {
   const int64_t shared_end = imin(split, kmax);  // shared rows any query reads
   // Where query r's key / value row `row` lives (a shared row: the same for every query).
   auto base = [&](int r, bool is_v, int64_t row, int64_t* at) { return kv_base<true>(hs[r], is_v, row, at); };
-  auto prefetch = [&](bool is_v, int64_t row) {
+  auto prefetch = [&](bool is_v, int64_t row) CBX_ALWAYS_INLINE {
     const int64_t ahead = row + kAttnPrefetchRows;
     if (ahead < shared_end) {
       int64_t at;
@@ -90,7 +90,7 @@ void attn_multi_group(const AttnHead* hs, float* scratch) {
 
   // The prefetch of `row`'s key (or value) row kAttnPrefetchRows ahead when that row is a
   // shared one (one address for all queries), else prefetch()'s per-query walk.
-  auto prefetch_shared = [&](bool is_v, int64_t row) {
+  auto prefetch_shared = [&](bool is_v, int64_t row) CBX_ALWAYS_INLINE {
     const int64_t ahead = row + kAttnPrefetchRows;
     if (ahead < shared_end)
       prefetch_kv_row(is_v ? h0.v : h0.k, kdt, ahead * (is_v ? h0.v_rs : h0.k_rs), d);

@@ -102,7 +102,7 @@ inline typename V::R load_kv(const void* p, DType dt, int64_t at, int64_t cnt) {
 // decode), too short for the hardware prefetcher to ramp up; far enough ahead to cover a
 // DRAM access at the kernel's pace (docs/benchmarks.md, "Tried and not kept").
 constexpr int64_t kAttnPrefetchRows = 32;
-inline void prefetch_kv_row(const void* base, DType dt, int64_t at, int64_t d) {
+CBX_ALWAYS_INLINE inline void prefetch_kv_row(const void* base, DType dt, int64_t at, int64_t d) {
   const char* p = static_cast<const char*>(base) + at * (dt == DType::F16 ? 2 : 4);
   const int64_t bytes = d * (dt == DType::F16 ? 2 : 4);
   for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
@@ -272,7 +272,7 @@ inline typename V::R kv_row_load_n(const void* p, int64_t at, int64_t n) {
 // Prefetch of the row kAttnPrefetchRows ahead of `row`, up to the last key. (Continuing
 // into the next head's first rows was tried: no gain in the decode step.)
 template <bool kF16>
-inline void prefetch_ahead(const void* base, int64_t row, int64_t kend, int64_t rs, int64_t d) {
+CBX_ALWAYS_INLINE inline void prefetch_ahead(const void* base, int64_t row, int64_t kend, int64_t rs, int64_t d) {
   const int64_t r = row + kAttnPrefetchRows;
   if (r < kend) prefetch_kv_row(base, kF16 ? DType::F16 : DType::F32, r * rs, d);
 }
@@ -280,7 +280,7 @@ inline void prefetch_ahead(const void* base, int64_t row, int64_t kend, int64_t 
 // Where key / value row `row` of a head lives: (base, element offset). kSplit: rows before
 // h.split in k / v, the rest in k2 / v2 (AttnHead).
 template <bool kSplit>
-inline const void* kv_base(const AttnHead& h, bool is_v, int64_t row, int64_t* at) {
+CBX_ALWAYS_INLINE inline const void* kv_base(const AttnHead& h, bool is_v, int64_t row, int64_t* at) {
   if (kSplit && row >= h.split) {
     *at = (row - h.split) * (is_v ? h.v2_rs : h.k2_rs);
     return is_v ? h.v2 : h.k2;
@@ -289,7 +289,7 @@ inline const void* kv_base(const AttnHead& h, bool is_v, int64_t row, int64_t* a
   return is_v ? h.v : h.k;
 }
 template <bool kF16, bool kSplit>
-inline void prefetch_ahead2(const AttnHead& h, bool is_v, int64_t row, int64_t kend, int64_t d) {
+CBX_ALWAYS_INLINE inline void prefetch_ahead2(const AttnHead& h, bool is_v, int64_t row, int64_t kend, int64_t d) {
   if constexpr (!kSplit) {
     prefetch_ahead<kF16>(is_v ? h.v : h.k, row, kend, is_v ? h.v_rs : h.k_rs, d);
   } else {
