@@ -280,7 +280,7 @@ CBX_ALWAYS_INLINE inline void prefetch_ahead(const void* base, int64_t row, int6
 // Where key / value row `row` of a head lives: (base, element offset). kSplit: rows before
 // h.split in k / v, the rest in k2 / v2 (AttnHead).
 template <bool kSplit>
-CBX_ALWAYS_INLINE inline const void* kv_base(const AttnHead& h, bool is_v, int64_t row, int64_t* at) {
+inline const void* kv_base(const AttnHead& h, bool is_v, int64_t row, int64_t* at) {
   if (kSplit && row >= h.split) {
     *at = (row - h.split) * (is_v ? h.v2_rs : h.k2_rs);
     return is_v ? h.v2 : h.k2;
