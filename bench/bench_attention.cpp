@@ -50,21 +50,21 @@ int run_attention(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--t")
-      T = std::max(1, std::atoi(next()));
+      T = int_arg("bench attention: " + a, next(), 1, 1 << 20);
     else if (a == "--tk")
-      Tk = std::max(1, std::atoi(next()));
+      Tk = int_arg("bench attention: " + a, next(), 1, 1 << 20);
     else if (a == "--batch")
-      B = std::max(1, std::atoi(next()));
+      B = int_arg("bench attention: " + a, next(), 1, 1024);
     else if (a == "--heads")
-      H = std::max(1, std::atoi(next()));
+      H = int_arg("bench attention: " + a, next(), 1, 1024);
     else if (a == "--dim")
-      D = std::max(1, std::atoi(next()));
+      D = int_arg("bench attention: " + a, next(), 1, 4096);
     else if (a == "--threads")
-      g_threads = std::max(1, std::atoi(next()));
+      g_threads = int(int_arg("bench attention: " + a, next(), 1, 1024));
     else if (a == "--reps")
-      reps = std::max(3, std::atoi(next()));
+      reps = int(int_arg("bench attention: " + a, next(), 3, 1000));
     else if (a == "--clock")
-      g_cpu = std::string(next()) == "cpu";
+      g_cpu = cpu_clock_arg("bench attention: " + a, next());
     else {
       const bool help = a == "--help" || a == "-h";
       if (!help) std::fprintf(stderr, "chatterbox-bench attention: unknown option '%s'\n", a.c_str());

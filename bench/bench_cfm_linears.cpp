@@ -82,15 +82,15 @@ int run_cfm_linears(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--t")
-      T = std::atoll(next());
+      T = int_arg("bench cfm-linears: " + a, next(), 1, 1 << 20);
     else if (a == "--batch")
-      B = std::atoll(next());
+      B = int_arg("bench cfm-linears: " + a, next(), 1, 1024);
     else if (a == "--threads")
-      g_threads = std::atoi(next());
+      g_threads = int(int_arg("bench cfm-linears: " + a, next(), 1, 1024));
     else if (a == "--reps")
-      reps = std::atoi(next());
+      reps = int(int_arg("bench cfm-linears: " + a, next(), 1, 1000));
     else if (a == "--clock")
-      g_cpu = std::string(next()) == "cpu";
+      g_cpu = cpu_clock_arg("bench cfm-linears: " + a, next());
     else if (a == "--gemm")
       prec = parse_gemm_precision(next(), "--gemm");
     else if (a == "--type") {
@@ -109,7 +109,6 @@ int run_cfm_linears(int argc, char** argv) {
       return help ? 0 : 2;
     }
   }
-  CBX_CHECK(T >= 1 && B >= 1 && reps >= 1 && g_threads >= 1, "cfm-linears: bad --t / --batch / --reps / --threads");
   ThreadPool pool(g_threads);
   GemmPrecisionScope scope(prec);
   std::mt19937 rng(7);

@@ -71,11 +71,11 @@ int run_clone(int argc, char** argv) {
     else if (a == "--ref")
       ref = next();
     else if (a == "--threads")
-      threads = std::atoi(next());
+      threads = int(int_arg("bench clone: " + a, next(), 1, 256));
     else if (a == "--runs")
-      runs = std::atoi(next());
+      runs = int(int_arg("bench clone: " + a, next(), 1, 100));
     else if (a == "--max-seconds")
-      o.max_seconds = std::atof(next());
+      o.max_seconds = double_arg("bench clone: " + a, next(), 10, 600);
     else if (a == "--help" || a == "-h") {
       std::puts(
           "usage: chatterbox-bench clone -m MODEL.gguf --ref REF [--threads T] [--runs N] [--max-seconds S]"
@@ -85,7 +85,6 @@ int run_clone(int argc, char** argv) {
       fail("bench clone: unknown option '%s' (see bench/bench_clone.cpp)", a.c_str());
   }
   CBX_CHECK(!model.empty() && !ref.empty(), "usage: chatterbox-bench clone -m MODEL.gguf --ref REF [--threads T]");
-  CBX_CHECK(threads >= 1 && threads <= 256 && runs >= 1 && runs <= 100, "bench clone: bad --threads / --runs");
 
   double t0 = now_ms();
   std::unique_ptr<GgufFile> f = GgufFile::open(model);

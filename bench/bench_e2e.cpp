@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "bench.h"
 #include "core/error.h"
 
 namespace cbx::bench {
@@ -22,19 +23,19 @@ bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage,
     if (a == "-m" || a == "--model")
       args.model = next();
     else if (a == "--tokens")
-      args.tokens = std::atoi(next());
+      args.tokens = int(int_arg("bench " + std::string(bench) + ": " + a, next(), 1, 100000));
     else if (a == "--threads")
-      args.threads = std::atoi(next());
+      args.threads = int(int_arg("bench " + std::string(bench) + ": " + a, next(), 0, 1024));
     else if (a == "--kv-type")
       args.kv = next();
     else if (a == "--seed")
-      args.seed = std::strtoull(next(), nullptr, 10);
+      args.seed = u64_arg("bench " + std::string(bench) + ": " + a, next());
     else if (a == "--mb")
-      args.mb = std::atoi(next());
+      args.mb = int(int_arg("bench " + std::string(bench) + ": " + a, next(), 1, 65536));
     else if (a == "--sample-mb")
-      args.sample_mb = std::atoi(next());
+      args.sample_mb = int(int_arg("bench " + std::string(bench) + ": " + a, next(), 1, 65536));
     else if (a == "--sample-every")
-      args.sample_every = std::atoi(next());
+      args.sample_every = int(int_arg("bench " + std::string(bench) + ": " + a, next(), 1, 100000));
     else if (a == "--help" || a == "-h") {
       std::puts(usage);
       return false;
@@ -43,11 +44,8 @@ bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage,
     }
   }
   CBX_CHECK(!args.model.empty(), "%s", usage);
-  CBX_CHECK(args.tokens >= 1 && args.threads >= 0 && args.mb > 0 && args.sample_mb > 0 && args.sample_every > 0 &&
-                (args.kv == "f16" || args.kv == "f32"),
-            "bench %s: bad arguments (--tokens >= 1, --threads >= 0, --mb, --sample-mb, --sample-every > 0, "
-            "--kv-type f16|f32)",
-            bench);
+  CBX_CHECK(args.kv == "f16" || args.kv == "f32", "bench %s: --kv-type must be f16 or f32, got '%s'", bench,
+            args.kv.c_str());
   return true;
 }
 

@@ -146,13 +146,13 @@ int run_kernels(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--threads")
-      threads = {std::max(1, std::atoi(next()))};
+      threads = {int(int_arg("bench kernels: " + a, next(), 1, 1024))};
     else if (a == "--reps")
-      reps = std::max(3, std::atoi(next()));
+      reps = int(int_arg("bench kernels: " + a, next(), 3, 1000));
     else if (a == "--mb")
-      mb = size_t(std::max(64, std::atoi(next())));
+      mb = size_t(int_arg("bench kernels: " + a, next(), 64, 65536));
     else if (a == "--clock")
-      g_cpu_clock = std::string(next()) == "cpu";
+      g_cpu_clock = cpu_clock_arg("bench kernels: " + a, next());
     else {
       const bool help = a == "--help" || a == "-h";
       if (!help) std::fprintf(stderr, "chatterbox-bench kernels: unknown option '%s'\n", a.c_str());

@@ -80,9 +80,9 @@ int run_mtl(int argc, char** argv) {
     if (a == "--lang")
       lang = next();
     else if (a == "--cfg-weight")
-      cfg_weight = float(std::atof(next()));
+      cfg_weight = float(double_arg("bench mtl: " + a, next(), 0, 100));
     else if (a == "--ab")
-      ab_rounds = std::atoi(next());
+      ab_rounds = int(int_arg("bench mtl: " + a, next(), 0, 50));
     else if (a == "--cfm-precision")
       cfm_prec = parse_gemm_precision(next(), "bench mtl: --cfm-precision");
     else
@@ -92,7 +92,7 @@ int run_mtl(int argc, char** argv) {
   if (!parse_e2e_args(argc, argv, "mtl", usage, args, extra)) return 0;
   if (sa.on) {
     CBX_CHECK(ab_rounds == 0 && cfg_weight < 0, "bench mtl: --ab and --cfg-weight are not taken with --stream");
-    check_stream_args(sa, "mtl");
+    check_stream_schedule(sa.sched);
     return run_mtl_stream(args, sa, lang);
   }
 
@@ -117,7 +117,6 @@ int run_mtl(int argc, char** argv) {
   s.seed = args.seed;
   if (cfg_weight >= 0) s.cfg_weight = cfg_weight;
 
-  CBX_CHECK(ab_rounds >= 0 && ab_rounds <= 50, "bench mtl: --ab %d outside 0..50", ab_rounds);
   if (ab_rounds > 0) {
     // [0] op by op, [1] fused: decode tok/s and CPU ms per decode step.
     std::vector<double> tok[2], cpu[2];

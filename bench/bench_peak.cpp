@@ -83,7 +83,7 @@ int run_peak(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
+      reps = int(int_arg("bench peak: --reps", argv[++i], 1, 1000));
     } else {
       const bool help = a == "--help" || a == "-h";
       if (!help) std::fprintf(stderr, "chatterbox-bench peak: unknown option '%s'\n", a.c_str());

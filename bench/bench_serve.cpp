@@ -103,15 +103,6 @@ struct Args {
   int sample_mb = 256;
 };
 
-long long int_arg(const std::string& flag, const char* v, long long lo, long long hi) {
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v, &end, 10);
-  CBX_CHECK(errno == 0 && end != v && *end == '\0' && x >= lo && x <= hi,
-            "%s must be an integer in [%lld, %lld], got '%s'", flag.c_str(), lo, hi, v);
-  return x;
-}
-
 double seconds_arg(const std::string& flag, const char* v) {
   char* end = nullptr;
   const double x = std::strtod(v, &end);

@@ -218,11 +218,11 @@ int run_stream_bench(const StreamTarget& t, const E2eArgs& args, const StreamBen
 }  // namespace
 
 bool parse_stream_arg(const std::string& a, const std::function<const char*()>& next, StreamBenchArgs& sa) {
-  auto num = [&]() { return std::stoll(next()); };
+  auto num = [&]() { return int_arg(a, next(), 0, 1000000); };
   if (a == "--stream")
     sa.on = true;
   else if (a == "--reps")
-    sa.reps = int(num());
+    sa.reps = int(int_arg(a, next(), 1, 100));
   else if (a == "--first")
     sa.sched.first_tokens = num(), sa.given |= 1;
   else if (a == "--chunk")
@@ -234,11 +234,6 @@ bool parse_stream_arg(const std::string& a, const std::function<const char*()>& 
   else
     return false;
   return true;
-}
-
-void check_stream_args(const StreamBenchArgs& sa, const char* bench) {
-  CBX_CHECK(sa.reps >= 1 && sa.reps <= 100, "bench %s: --reps %d must be 1 .. 100", bench, sa.reps);
-  check_stream_schedule(sa.sched);
 }
 
 int run_turbo_stream(const E2eArgs& args, const StreamBenchArgs& sa) {

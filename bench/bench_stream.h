@@ -17,10 +17,10 @@ struct StreamBenchArgs {
 };
 
 // The stream options both benches take (--stream, --reps, --first, --chunk, --context,
-// --prompt): consumes `a` and returns true, or returns false for another option.
+// --prompt): consumes `a` and returns true (a value that is not a whole number in range
+// throws, naming the option), or returns false for another option. The schedule's own rules
+// are check_stream_schedule's (pipeline/stream_synth.h).
 bool parse_stream_arg(const std::string& a, const std::function<const char*()>& next, StreamBenchArgs& sa);
-// Checks --reps and the schedule (throws cbx::Error naming bench).
-void check_stream_args(const StreamBenchArgs& sa, const char* bench);
 
 int run_turbo_stream(const E2eArgs& args, const StreamBenchArgs& sa);
 int run_mtl_stream(const E2eArgs& args, const StreamBenchArgs& sa, const std::string& lang);

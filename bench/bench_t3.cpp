@@ -78,25 +78,25 @@ int run_t3(int argc, char** argv) {
     if (a == "-m" || a == "--model")
       model = next();
     else if (a == "--threads")
-      threads = std::atoi(next());
+      threads = int(int_arg("bench t3: " + a, next(), 1, 1024));
     else if (a == "--steps")
-      steps = std::atoi(next());
+      steps = int(int_arg("bench t3: " + a, next(), 1, 100000));
     else if (a == "--prompt")
-      prompt = std::atoi(next());
+      prompt = int(int_arg("bench t3: " + a, next(), 0, 100000));
     else if (a == "--text")
-      text = std::atoi(next());
+      text = int(int_arg("bench t3: " + a, next(), 0, 100000));
     else if (a == "--kv-type")
       kv = next();
     else if (a == "--mb")
-      mb = std::atoi(next());
+      mb = int(int_arg("bench t3: " + a, next(), 1, 65536));
     else if (a == "--seed")
-      seed = std::strtoull(next(), nullptr, 10);
+      seed = u64_arg("bench t3: " + a, next());
     else if (a == "--ab")
       ab = true;
     else if (a == "--no-pack")
       pack_planar = false;
     else if (a == "--row-prefill")
-      row_prefill = std::atoi(next());
+      row_prefill = int(int_arg("bench t3: " + a, next(), -1, 100000));
     else if (a == "-h" || a == "--help") {
       std::fputs(usage, stdout);
       return 0;
@@ -104,7 +104,6 @@ int run_t3(int argc, char** argv) {
       fail("bench t3: unknown option '%s' (see bench/bench_t3.cpp)", a.c_str());
   }
   CBX_CHECK(!model.empty(), "bench t3: -m MODEL.gguf is required\n%s", usage);
-  CBX_CHECK(threads > 0 && steps > 0 && prompt >= 0 && text >= 0 && mb > 0, "bench t3: bad arguments");
 
   auto f = GgufFile::open(model);
   ThreadPool pool(threads);

@@ -71,23 +71,23 @@ int run_t3_batch(int argc, char** argv) {
     if (a == "-m" || a == "--model")
       model = next();
     else if (a == "--threads")
-      threads = std::atoi(next());
+      threads = int(int_arg("bench t3-batch: " + a, next(), 1, 1024));
     else if (a == "--steps")
-      steps = std::atoi(next());
+      steps = int(int_arg("bench t3-batch: " + a, next(), 1, 100000));
     else if (a == "--prompt")
-      prompt = std::atoi(next());
+      prompt = int(int_arg("bench t3-batch: " + a, next(), 0, 100000));
     else if (a == "--text")
-      text = std::atoi(next());
+      text = int(int_arg("bench t3-batch: " + a, next(), 0, 100000));
     else if (a == "--batch")
       sizes = next();
     else if (a == "--rounds")
-      rounds = std::atoi(next());
+      rounds = int(int_arg("bench t3-batch: " + a, next(), 1, 1000));
     else if (a == "--seed")
-      seed = std::strtoull(next(), nullptr, 10);
+      seed = u64_arg("bench t3-batch: " + a, next());
     else if (a == "--mtl")
       mtl = true;
     else if (a == "--sample-mb")
-      sample_mb = std::atoi(next());
+      sample_mb = int(int_arg("bench t3-batch: " + a, next(), 1, 65536));
     else if (a == "-h" || a == "--help") {
       std::fputs(usage, stdout);
       return 0;
@@ -97,15 +97,12 @@ int run_t3_batch(int argc, char** argv) {
   CBX_CHECK(!model.empty(), "bench t3-batch: -m MODEL.gguf is required\n%s", usage);
   std::vector<int> ns;
   std::stringstream ss(sizes);
-  for (std::string t; std::getline(ss, t, ',');) ns.push_back(std::atoi(t.c_str()));
+  for (std::string t; std::getline(ss, t, ',');)
+    ns.push_back(int(int_arg("bench t3-batch: --batch", t.c_str(), 1, 64)));
   int max_n = 0;
-  for (int n : ns) {
-    CBX_CHECK(n >= 1 && n <= 64, "bench t3-batch: batch size %d outside 1 .. 64", n);
-    max_n = std::max(max_n, n);
-  }
+  for (int n : ns) max_n = std::max(max_n, n);
   if (prompt < 0) prompt = mtl ? 150 : 375;
-  CBX_CHECK(threads > 0 && steps > 0 && prompt >= 0 && text >= 0 && rounds > 0 && !ns.empty() && sample_mb > 0,
-            "bench t3-batch: bad arguments");
+  CBX_CHECK(!ns.empty(), "bench t3-batch: --batch lists no batch size");
 
   auto f = GgufFile::open(model);
   ThreadPool pool(threads);

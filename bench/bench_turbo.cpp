@@ -79,7 +79,7 @@ int run_turbo(int argc, char** argv) {
     return 0;
   if (sa.on) {
     if (!tokens_given) args.tokens = 200;
-    check_stream_args(sa, "turbo");
+    check_stream_schedule(sa.sched);
     return run_turbo_stream(args, sa);
   }
   const std::string& model = args.model;

@@ -1,11 +1,14 @@
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <exception>
 
 #include "bench.h"
+#include "core/error.h"
 #include "core/log.h"
 
 namespace cbx::bench {
@@ -27,6 +30,38 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+long long int_arg(const std::string& flag, const char* v, long long lo, long long hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v, &end, 10);
+  CBX_CHECK(errno == 0 && end != v && *end == '\0' && x >= lo && x <= hi,
+            "%s must be an integer in [%lld, %lld], got '%s'", flag.c_str(), lo, hi, v);
+  return x;
+}
+
+uint64_t u64_arg(const std::string& flag, const char* v) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long x = std::strtoull(v, &end, 10);
+  CBX_CHECK(errno == 0 && end != v && *end == '\0' && v[0] != '-', "%s must be an unsigned 64-bit integer, got '%s'",
+            flag.c_str(), v);
+  return uint64_t(x);
+}
+
+double double_arg(const std::string& flag, const char* v, double lo, double hi) {
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  CBX_CHECK(end != v && *end == '\0' && std::isfinite(x) && x >= lo && x <= hi,
+            "%s must be a number in [%g, %g], got '%s'", flag.c_str(), lo, hi, v);
+  return x;
+}
+
+bool cpu_clock_arg(const std::string& flag, const char* v) {
+  const std::string s = v;
+  CBX_CHECK(s == "wall" || s == "cpu", "%s must be wall or cpu, got '%s'", flag.c_str(), v);
+  return s == "cpu";
 }
 }  // namespace cbx::bench
 

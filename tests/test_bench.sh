@@ -67,7 +67,12 @@ for n in 1 2; do
   for f in t3_tok_s_total speedups stream_gbps run_stream_gbps; do positive "$f" "$line"; done
 done
 printf '%s\n' "$out" | grep -q "batch=1 .* speedups=1.00 " || { echo "$out"; fail "t3-batch: one row's own ratio is not 1.00"; }
-expect_error "bad arguments" -- "$BENCH" t3-batch -m "$T/mtl.gguf" --mtl --sample-mb 0
+expect_error "bench t3-batch: --sample-mb must be an integer in [1, 65536], got '0'" -- \
+  "$BENCH" t3-batch -m "$T/mtl.gguf" --mtl --sample-mb 0
+expect_error "bench t3-batch: --batch must be an integer in [1, 64], got '4x'" -- \
+  "$BENCH" t3-batch -m "$T/mtl.gguf" --mtl --batch 1,4x
+expect_error "bench t3: --steps must be an integer in [1, 100000], got '10x'" -- \
+  "$BENCH" t3 -m "$T/turbo.gguf" --steps 10x
 
 # bench peak: one line per instruction, positive rates where the CPU has it, "missing" otherwise,
 # and the ratios when both of a pair ran.
