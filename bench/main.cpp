@@ -32,11 +32,17 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+namespace {
+// strto* skip leading white space (and strtoull negates "-5"): a value must start with its
+// sign or first digit.
+bool starts_number(const char* v) { return *v == '-' || *v == '+' || *v == '.' || (*v >= '0' && *v <= '9'); }
+}  // namespace
+
 long long int_arg(const std::string& flag, const char* v, long long lo, long long hi) {
   char* end = nullptr;
   errno = 0;
   const long long x = std::strtoll(v, &end, 10);
-  CBX_CHECK(errno == 0 && end != v && *end == '\0' && x >= lo && x <= hi,
+  CBX_CHECK(starts_number(v) && errno == 0 && end != v && *end == '\0' && x >= lo && x <= hi,
             "%s must be an integer in [%lld, %lld], got '%s'", flag.c_str(), lo, hi, v);
   return x;
 }
@@ -45,15 +51,15 @@ uint64_t u64_arg(const std::string& flag, const char* v) {
   char* end = nullptr;
   errno = 0;
   const unsigned long long x = std::strtoull(v, &end, 10);
-  CBX_CHECK(errno == 0 && end != v && *end == '\0' && v[0] != '-', "%s must be an unsigned 64-bit integer, got '%s'",
-            flag.c_str(), v);
+  CBX_CHECK(v[0] >= '0' && v[0] <= '9' && errno == 0 && end != v && *end == '\0',
+            "%s must be an unsigned 64-bit integer, got '%s'", flag.c_str(), v);
   return uint64_t(x);
 }
 
 double double_arg(const std::string& flag, const char* v, double lo, double hi) {
   char* end = nullptr;
   const double x = std::strtod(v, &end);
-  CBX_CHECK(end != v && *end == '\0' && std::isfinite(x) && x >= lo && x <= hi,
+  CBX_CHECK(starts_number(v) && end != v && *end == '\0' && std::isfinite(x) && x >= lo && x <= hi,
             "%s must be a number in [%g, %g], got '%s'", flag.c_str(), lo, hi, v);
   return x;
 }

@@ -73,6 +73,8 @@ expect_error "bench t3-batch: --batch must be an integer in [1, 64], got '4x'" -
   "$BENCH" t3-batch -m "$T/mtl.gguf" --mtl --batch 1,4x
 expect_error "bench t3: --steps must be an integer in [1, 100000], got '10x'" -- \
   "$BENCH" t3 -m "$T/turbo.gguf" --steps 10x
+expect_error "bench t3: --seed must be an unsigned 64-bit integer, got ' -5'" -- \
+  "$BENCH" t3 -m "$T/turbo.gguf" --seed " -5"
 
 # bench peak: one line per instruction, positive rates where the CPU has it, "missing" otherwise,
 # and the ratios when both of a pair ran.
