@@ -16,6 +16,7 @@ bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage,
                     const E2eExtraFn& extra) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    const std::string flag = "bench " + std::string(bench) + ": " + a;  // names it in errors
     auto next = [&]() -> const char* {
       CBX_CHECK(i + 1 < argc, "bench %s: %s needs a value", bench, a.c_str());
       return argv[++i];
@@ -23,19 +24,19 @@ bool parse_e2e_args(int argc, char** argv, const char* bench, const char* usage,
     if (a == "-m" || a == "--model")
       args.model = next();
     else if (a == "--tokens")
-      args.tokens = int(int_arg("bench " + std::string(bench) + ": " + a, next(), 1, 100000));
+      args.tokens = int(int_arg(flag, next(), 1, 100000));
     else if (a == "--threads")
-      args.threads = int(int_arg("bench " + std::string(bench) + ": " + a, next(), 0, 1024));
+      args.threads = int(int_arg(flag, next(), 0, 1024));
     else if (a == "--kv-type")
       args.kv = next();
     else if (a == "--seed")
-      args.seed = u64_arg("bench " + std::string(bench) + ": " + a, next());
+      args.seed = u64_arg(flag, next());
     else if (a == "--mb")
-      args.mb = int(int_arg("bench " + std::string(bench) + ": " + a, next(), 1, 65536));
+      args.mb = int(int_arg(flag, next(), 1, 65536));
     else if (a == "--sample-mb")
-      args.sample_mb = int(int_arg("bench " + std::string(bench) + ": " + a, next(), 1, 65536));
+      args.sample_mb = int(int_arg(flag, next(), 1, 65536));
     else if (a == "--sample-every")
-      args.sample_every = int(int_arg("bench " + std::string(bench) + ": " + a, next(), 1, 100000));
+      args.sample_every = int(int_arg(flag, next(), 1, 100000));
     else if (a == "--help" || a == "-h") {
       std::puts(usage);
       return false;
