@@ -58,7 +58,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 # Leaks inside system libraries that our code cannot free (each entry says which and why).
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/fuzz/lsan.supp:print_suppressions=0}
 common=(-timeout=30 -rss_limit_mb=2048)
-jobs=${CBX_FUZZ_JOBS:-1}
+fork_jobs=${CBX_FUZZ_JOBS:-1}
 parallel=${CBX_FUZZ_PARALLEL:-1}
 
 # One target: regression, then fuzzing. Its report goes to stdout and stderr; its outcome to the
@@ -116,7 +116,7 @@ run_target() {
   [ -f "$seeder" ] && bash "$seeder" "$corpus"
   local args=("${common[@]}" -max_total_time="$secs" -seed="$seed" -print_final_stats=1 -artifact_prefix="$artifacts/")
   [ -f "$root/fuzz/$name.dict" ] && args+=(-dict="$root/fuzz/$name.dict")
-  [ "$jobs" -gt 1 ] && args+=(-fork="$jobs")
+  [ "$fork_jobs" -gt 1 ] && args+=(-fork="$fork_jobs")
   echo "== $name: ${secs}s, seed $seed, corpus $corpus"
   local rc=0
   "$bin" "${args[@]}" "$corpus" >"$log" 2>&1 || rc=$?
